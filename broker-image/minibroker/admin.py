@@ -1,0 +1,121 @@
+"""The HTTP control endpoint of a broker or controller (``--metrics-port``).
+
+``GET /metrics`` is Prometheus text, ``GET /v1/state`` the process's own view as JSON (what
+the harness polls to wait on ISR, HW and leaders), and the failpoints sit behind a bearer
+token. It runs in a thread; everything that reads or changes broker state is handed to the
+event loop, so the core stays single-threaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger("minibroker.admin")
+
+Action = Callable[[dict[str, Any]], Any]
+
+
+class AdminServer:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        host: str,
+        port: int,
+        *,
+        registry: CollectorRegistry,
+        state: Callable[[], dict[str, Any]],
+        token: str | None = None,
+        actions: dict[tuple[str, str], Action] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._registry = registry
+        self._state = state
+        self._token = token
+        self._actions = actions or {}
+        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="admin-http",
+                                        daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def on_loop(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the event loop and wait for its result (or exception)."""
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=10)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("%s " + format, self.address_string(), *args)
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _json(self, status: int, payload: Any) -> None:
+                self._send(status, json.dumps(payload).encode(), "application/json")
+
+            def do_GET(self) -> None:
+                if self.path == "/metrics":
+                    self._send(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
+                elif self.path == "/v1/state":
+                    self._json(200, server.on_loop(server._state))
+                else:
+                    self._json(404, {"error": f"no such endpoint {self.path}"})
+
+            def _action(self, method: str) -> None:
+                action = server._actions.get((method, self.path))
+                if action is None:
+                    self._json(404, {"error": f"no such endpoint {method} {self.path}"})
+                    return
+                if not server._token:
+                    self._json(403, {"error": "failpoints are disabled: no token configured"})
+                    return
+                supplied = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                if not hmac.compare_digest(supplied.encode(), server._token.encode()):
+                    self._json(401, {"error": "missing or wrong bearer token"})
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                    if not isinstance(body, dict):
+                        raise ValueError("the body must be a JSON object")
+                    result = server.on_loop(lambda: action(body))
+                except (ValueError, KeyError, TypeError) as exc:
+                    self._json(400, {"error": str(exc)})
+                    return
+                self._json(200, result if result is not None else {"ok": True})
+
+            def do_POST(self) -> None:
+                self._action("POST")
+
+            def do_DELETE(self) -> None:
+                self._action("DELETE")
+
+        return Handler

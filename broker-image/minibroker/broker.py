@@ -1,0 +1,265 @@
+"""The broker process: ``ReplicaManager`` wired to the controller, the Kafka listener, the
+follower fetchers, and the control endpoint.
+
+A broker registers with the controller (a new incarnation each start), heartbeats, and
+long-polls for metadata; every metadata change is applied by ``ReplicaManager`` (become
+leader / become follower). ISR changes go back to the controller as AlterPartition requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minibroker.admin import AdminServer
+from minibroker.cluster.fetcher import ReplicaFetcher, ReplicaFetcherManager
+from minibroker.cluster.partition import AlterPartitionRequest
+from minibroker.cluster.replica_manager import ReplicaManager
+from minibroker.cluster.scheduler import AsyncioScheduler
+from minibroker.cluster.types import (
+    ErrorCode,
+    FetchRequestData,
+    FetchResult,
+    MetadataImage,
+    PartitionRegistration,
+    ProduceResult,
+    TopicPartition,
+)
+from minibroker.config import resolve
+from minibroker.failpoints import DiskStall, power_loss
+from minibroker.metrics import broker_registry
+from minibroker.network.apis import KafkaApis
+from minibroker.network.kafka_server import KafkaServer
+from minibroker.rpc import RpcClient, RpcError
+from minibroker.storage.durability import DurabilityTracker
+
+log = logging.getLogger("minibroker.broker")
+
+
+@dataclass
+class BrokerOptions:
+    broker_id: int
+    listen: tuple[str, int]
+    controller: tuple[str, int]
+    data_dir: Path
+    config: dict[str, str] = field(default_factory=dict)
+    advertised: tuple[str, int] | None = None
+    broker_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
+    metrics_port: int | None = None
+    failpoint_token: str | None = None
+
+
+class _ControllerAlterPartition:
+    """Sends AlterPartition to the controller; the answer is applied on the event loop."""
+
+    def __init__(self, broker: BrokerServer) -> None:
+        self._broker = broker
+
+    def send(self, request: AlterPartitionRequest,
+             on_response: Callable[[ErrorCode, PartitionRegistration | None], None]) -> None:
+        asyncio.get_running_loop().create_task(self._send(request, on_response))
+
+    async def _send(self, request: AlterPartitionRequest,
+                    on_response: Callable[[ErrorCode, PartitionRegistration | None], None]
+                    ) -> None:
+        try:
+            answer = await self._broker.controller.call("alter_partition", {
+                "broker_id": self._broker.options.broker_id,
+                "topic": request.tp.topic,
+                "partition": request.tp.partition,
+                "leader_epoch": request.leader_epoch,
+                "partition_epoch": request.partition_epoch,
+                "new_isr": list(request.new_isr),
+            })
+        except RpcError as exc:
+            log.warning("AlterPartition for %s failed: %s", request.tp, exc)
+            on_response(ErrorCode.request_timed_out, None)
+            return
+        reg = answer["registration"]
+        on_response(ErrorCode[answer["error"]],
+                    PartitionRegistration.from_json(reg) if reg else None)
+
+
+class BrokerServer:
+    """Also the object ``KafkaApis`` calls: the ReplicaManager API plus the failpoints."""
+
+    def __init__(self, options: BrokerOptions) -> None:
+        self.options = options
+        self.broker_id = options.broker_id
+        self.loop = asyncio.get_running_loop()
+        self.incarnation_id = uuid.uuid4().hex
+        self.durability = DurabilityTracker()
+        self.disk_stall = DiskStall(self.loop)
+        self.controller = RpcClient(*options.controller)
+        config = options.config
+        self.fetchers = ReplicaFetcherManager(self._make_fetcher)
+        self.replica_manager = ReplicaManager(
+            options.broker_id, options.data_dir, AsyncioScheduler(self.loop), config=config,
+            alter_partition_sender=_ControllerAlterPartition(self),
+            fetcher_manager=self.fetchers, durability=self.durability)
+        self.kafka_server = KafkaServer(KafkaApis(self))
+        self.admin: AdminServer | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._heartbeat_ms: int = resolve("broker.heartbeat.interval.ms", config)
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        host, port = self.options.listen
+        await self.kafka_server.start(host, port)
+        if self.options.metrics_port is not None:
+            self.admin = AdminServer(
+                self.loop, host, self.options.metrics_port,
+                registry=broker_registry(lambda: self.admin.on_loop(self.state)),
+                state=self.state, token=self.options.failpoint_token,
+                actions={
+                    ("POST", "/v1/failpoints/disk-stall"): self._stall,
+                    ("DELETE", "/v1/failpoints/disk-stall"): lambda _b: self.disk_stall.clear(),
+                    ("POST", "/v1/failpoints/power-loss"):
+                        lambda _b: power_loss(self.durability),
+                })
+            self.admin.start()
+        self.replica_manager.start_timers()
+        await self._register()
+        self._tasks = [asyncio.create_task(self._heartbeat_loop()),
+                       asyncio.create_task(self._metadata_loop())]
+        log.info("Broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, host,
+                 self.kafka_server.port, *self.advertised)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.fetchers.stop()
+        await self.kafka_server.stop()
+        self.controller.close()
+        if self.admin is not None:
+            self.admin.stop()
+        self.replica_manager.close()
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return self.options.advertised or (self.options.listen[0], self.kafka_server.port)
+
+    def _stall(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.disk_stall.stall(int(body["duration_ms"]))
+        return {"stalled_until_ms": body["duration_ms"]}
+
+    # ---- controller channel -------------------------------------------------------------
+
+    async def _register(self) -> None:
+        host, port = self.advertised
+        while True:
+            try:
+                await self.controller.call("register_broker", {
+                    "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
+                    "host": host, "port": port})
+                return
+            except RpcError as exc:
+                log.info("Registration with the controller failed (%s); retrying", exc)
+                await asyncio.sleep(0.2)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_ms / 1000)
+            try:
+                answer = await self.controller.call("heartbeat", {
+                    "broker_id": self.broker_id, "incarnation_id": self.incarnation_id},
+                    timeout=self._heartbeat_ms / 1000 * 4)
+                if answer["error"] != "none":
+                    log.warning("Heartbeat rejected (%s): registering again", answer["error"])
+                    await self._register()
+            except RpcError as exc:
+                log.debug("Heartbeat failed: %s", exc)
+
+    async def _metadata_loop(self) -> None:
+        since = -1
+        while True:
+            try:
+                data = await self.controller.call(
+                    "fetch_metadata", {"since": since, "wait_ms": 1000}, timeout=5)
+            except RpcError as exc:
+                log.debug("Metadata fetch failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            image = MetadataImage.from_json(data)
+            if image.metadata_offset > since:
+                since = image.metadata_offset
+                self.replica_manager.apply_metadata(image)
+
+    # ---- replication ----------------------------------------------------------------------
+
+    def _address_of(self, broker_id: int) -> tuple[str, int] | None:
+        if broker_id in self.options.broker_addresses:
+            return self.options.broker_addresses[broker_id]
+        endpoint = self.replica_manager.image.brokers.get(broker_id)
+        return (endpoint.host, endpoint.port) if endpoint else None
+
+    def _make_fetcher(self, leader_id: int) -> ReplicaFetcher:
+        config = self.options.config
+        return ReplicaFetcher(
+            leader_id, self.replica_manager, self._address_of, self.disk_stall.wait,
+            max_wait_ms=resolve("replica.fetch.wait.max.ms", config),
+            max_bytes=resolve("replica.fetch.max.bytes", config))
+
+    # ---- what KafkaApis calls -----------------------------------------------------------
+
+    def metadata_image(self) -> MetadataImage:
+        return self.replica_manager.image
+
+    def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
+                       on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+        if not self.disk_stall.stalled:
+            self.replica_manager.append_records(acks=acks, timeout_ms=timeout_ms,
+                                                entries=entries, on_complete=on_complete)
+            return
+
+        async def after_stall() -> None:
+            await self.disk_stall.wait()
+            self.replica_manager.append_records(acks=acks, timeout_ms=timeout_ms,
+                                                entries=entries, on_complete=on_complete)
+
+        self.loop.create_task(after_stall())
+
+    def fetch_messages(self, request: FetchRequestData,
+                       on_complete: Callable[[dict[TopicPartition, FetchResult]], None]) -> None:
+        self.replica_manager.fetch_messages(request, on_complete)
+
+    def list_offset(self, tp: TopicPartition, timestamp: int, current_leader_epoch: int,
+                    isolation_level: int, replica_id: int = -1) -> tuple[ErrorCode, int, int]:
+        return self.replica_manager.list_offset(tp, timestamp, current_leader_epoch,
+                                                isolation_level, replica_id)
+
+    def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[ErrorCode, int, int]:
+        return self.replica_manager.last_offset_for_leader_epoch(tp, current_leader_epoch,
+                                                                 leader_epoch)
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           config: dict[str, str]) -> tuple[ErrorCode, str | None]:
+        try:
+            answer = await self.controller.call("create_topic", {
+                "name": name, "partitions": num_partitions,
+                "replication_factor": replication_factor, "config": config})
+        except RpcError as exc:
+            return ErrorCode.request_timed_out, str(exc)
+        return ErrorCode[answer["error"]], answer["message"]
+
+    def state(self) -> dict[str, Any]:
+        state = self.replica_manager.state()
+        state["disk_stalled"] = self.disk_stall.stalled
+        state["incarnation_id"] = self.incarnation_id
+        return state
+
+
+async def run_broker(options: BrokerOptions, stop: asyncio.Event) -> None:
+    broker = BrokerServer(options)
+    await broker.start()
+    with contextlib.suppress(asyncio.CancelledError):
+        await stop.wait()
+    await broker.stop()

@@ -1,0 +1,210 @@
+"""Follower replication: one ``ReplicaFetcher`` per leader broker, pulling with Kafka's Fetch.
+
+Each fetcher first truncates newly followed partitions (OffsetForLeaderEpoch, or the
+pre-KIP-101 high-watermark rule), then long-polls the leader with ``replica_id`` set and
+``fetch_offset`` = our LEO, appends what comes back and takes the HW from the response.
+The decisions themselves live in ``ReplicaManager``/``Partition``; this module only moves
+bytes, so the same rules also run in the step-by-step ``minibroker.sim``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+
+from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.list_offsets.v7 import request as list_req
+from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
+from kio.static.primitive import i8, i32, i64
+
+from minibroker.cluster.replica_manager import ReplicaManager
+from minibroker.cluster.types import ErrorCode, FetchResult, TopicPartition
+from minibroker.network.client import KafkaConnection
+
+log = logging.getLogger("minibroker.fetcher")
+
+RETRY_BACKOFF_S = 0.1
+
+
+class ReplicaFetcher:
+    def __init__(
+        self,
+        leader_id: int,
+        replica_manager: ReplicaManager,
+        address_of: Callable[[int], tuple[str, int] | None],
+        before_append: Callable[[], Awaitable[None]],
+        *,
+        max_wait_ms: int,
+        max_bytes: int,
+    ) -> None:
+        self.leader_id = leader_id
+        self._rm = replica_manager
+        self._address_of = address_of
+        self._before_append = before_append
+        self._max_wait_ms = max_wait_ms
+        self._max_bytes = max_bytes
+        self.partitions: set[TopicPartition] = set()
+        self._wakeup = asyncio.Event()
+        self._conn: KafkaConnection | None = None
+        self._task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
+
+    def add(self, tp: TopicPartition) -> None:
+        self.partitions.add(tp)
+        self._wakeup.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.discard(tp)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        if self._conn is not None:
+            self._conn.close()
+
+    async def _run(self) -> None:
+        while True:
+            if not self.partitions:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            try:
+                conn = await self._connection()
+                await self._truncate(conn)
+                await self._fetch(conn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # connection loss, timeouts: reconnect after a pause
+                log.debug("Fetcher for leader %d: %s", self.leader_id, exc)
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _connection(self) -> KafkaConnection:
+        if self._conn is None:
+            address = self._address_of(self.leader_id)
+            if address is None:
+                raise ConnectionError(f"no address for broker {self.leader_id}")
+            self._conn = await KafkaConnection.connect(
+                address[0], address[1], client_id=f"replica-{self._rm.broker_id}")
+        return self._conn
+
+    def _followed(self) -> list[TopicPartition]:
+        return sorted(
+            tp for tp in self.partitions
+            if (s := self._rm.follower_states.get(tp)) is not None and s.leader_id == self.leader_id
+        )
+
+    async def _truncate(self, conn: KafkaConnection) -> None:
+        for tp in self._followed():
+            state = self._rm.follower_states[tp]
+            if not state.needs_truncation:
+                continue
+            if self._rm.truncation_mode(tp) == "high-watermark":
+                self._rm.truncate_to_high_watermark(tp)
+                continue
+            while self._rm.follower_states.get(tp) is state and state.needs_truncation:
+                current, latest = self._rm.epoch_request(tp)
+                response = await conn.request(epoch_req.OffsetForLeaderEpochRequest(
+                    replica_id=i32(self._rm.broker_id),
+                    topics=(epoch_req.OffsetForLeaderTopic(topic=tp.topic, partitions=(
+                        epoch_req.OffsetForLeaderPartition(
+                            partition=i32(tp.partition), current_leader_epoch=i32(current),
+                            leader_epoch=i32(latest)),)),)))
+                answer = response.topics[0].partitions[0]
+                if answer.error_code != ErrorCode.none:
+                    log.debug("OffsetForLeaderEpoch for %s: %s", tp, answer.error_code.name)
+                    break
+                if self._rm.follower_states.get(tp) is state:
+                    self._rm.on_epoch_answer(tp, answer.leader_epoch, answer.end_offset)
+
+    async def _fetch(self, conn: KafkaConnection) -> None:
+        ready = [tp for tp in self._followed()
+                 if not self._rm.follower_states[tp].needs_truncation]
+        if not ready:
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            return
+        states = {tp: self._rm.follower_states[tp] for tp in ready}
+        by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
+        for fp in self._rm.build_follower_fetch(ready, self._max_bytes):
+            by_topic.setdefault(fp.tp.topic, []).append(fetch_req.FetchPartition(
+                partition=i32(fp.tp.partition),
+                current_leader_epoch=i32(fp.current_leader_epoch),
+                fetch_offset=i64(fp.fetch_offset),
+                log_start_offset=i64(fp.log_start_offset),
+                partition_max_bytes=i32(fp.max_bytes)))
+        request = fetch_req.FetchRequest(
+            replica_id=i32(self._rm.broker_id),
+            max_wait=datetime.timedelta(milliseconds=self._max_wait_ms),
+            min_bytes=i32(1),
+            max_bytes=i32(self._max_bytes * max(len(ready), 1)),
+            isolation_level=i8(0),
+            topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps))
+                         for t, ps in by_topic.items()),
+            forgotten_topics_data=())
+        response = await conn.request(request, timeout=self._max_wait_ms / 1000 + 5)
+        await self._before_append()
+        out_of_range: list[TopicPartition] = []
+        backoff = False
+        for topic in response.responses:
+            for data in topic.partitions:
+                tp = TopicPartition(topic.topic, data.partition_index)
+                if self._rm.follower_states.get(tp) is not states.get(tp):
+                    continue  # leadership moved while the fetch was in flight
+                if data.error_code == ErrorCode.none:
+                    self._rm.on_follower_fetch(tp, FetchResult(
+                        ErrorCode.none, data.high_watermark, data.last_stable_offset,
+                        data.log_start_offset, data.records or b""))
+                elif data.error_code == ErrorCode.offset_out_of_range:
+                    out_of_range.append(tp)
+                else:
+                    backoff = True  # fenced, unknown epoch, not leader: wait for metadata
+        for tp in out_of_range:
+            await self._handle_out_of_range(conn, tp, states[tp])
+        if backoff:
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _handle_out_of_range(self, conn: KafkaConnection, tp: TopicPartition,
+                                   state: object) -> None:
+        offsets = []
+        for timestamp in (-2, -1):
+            response = await conn.request(list_req.ListOffsetsRequest(
+                replica_id=i32(self._rm.broker_id), isolation_level=i8(0),
+                topics=(list_req.ListOffsetsTopic(name=tp.topic, partitions=(
+                    list_req.ListOffsetsPartition(
+                        partition_index=i32(tp.partition),
+                        current_leader_epoch=i32(self._rm.partitions[tp].leader_epoch),
+                        timestamp=i64(timestamp)),)),)))
+            answer = response.topics[0].partitions[0]
+            if answer.error_code != ErrorCode.none:
+                return
+            offsets.append(answer.offset)
+        if self._rm.follower_states.get(tp) is state:
+            self._rm.on_follower_out_of_range(tp, offsets[0], offsets[1])
+
+
+class ReplicaFetcherManager:
+    """Keeps one fetcher per leader broker (Kafka's ReplicaFetcherManager)."""
+
+    def __init__(self, make_fetcher: Callable[[int], ReplicaFetcher]) -> None:
+        self._make_fetcher = make_fetcher
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._leader_of: dict[TopicPartition, int] = {}
+
+    def follow(self, tp: TopicPartition, leader_id: int) -> None:
+        self.unfollow(tp)
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = self._make_fetcher(leader_id)
+        fetcher.add(tp)
+        self._leader_of[tp] = leader_id
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        leader_id = self._leader_of.pop(tp, None)
+        if leader_id is not None and leader_id in self.fetchers:
+            self.fetchers[leader_id].remove(tp)
+
+    async def stop(self) -> None:
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()

@@ -1,0 +1,358 @@
+"""``Partition``: one replica of a partition on this broker, as leader or follower.
+
+Every replication state change lives here, in one place each: ``make_leader``,
+``make_follower``, ``maybe_expand_isr``, ``maybe_shrink_isr``, ``maybe_increment_high_watermark``
+and the follower's ``truncate_to``. The rules are Kafka's (seeds 000 and 001):
+
+- HW = min LEO over the ISR (the *maximal* ISR while an expansion is in flight, plus any
+  caught-up replica about to join); it never decreases while this broker leads.
+- A follower's HW = min(leader's HW, own LEO).
+- A follower leaves the ISR after ``replica.lag.time.max.ms`` without catching up; it joins
+  when its LEO >= HW and >= the start offset of the leader's current epoch; the leader never
+  leaves its own ISR. ISR changes go through the controller (AlterPartition) with the
+  current partition epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from minibroker.cluster.errors import KafkaApiError
+from minibroker.cluster.replica import Replica
+from minibroker.cluster.types import (
+    NO_LEADER,
+    UNDEFINED_EPOCH,
+    ErrorCode,
+    FetchResult,
+    PartitionRegistration,
+    TopicPartition,
+)
+from minibroker.config import LogConfig
+from minibroker.storage.leader_epoch_cache import LeaderEpochCache
+from minibroker.storage.log import Log, LogAppendInfo, OffsetOutOfRangeError
+
+log = logging.getLogger("minibroker.partition")
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+@dataclass(frozen=True)
+class AlterPartitionRequest:
+    tp: TopicPartition
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+    reason: str
+
+
+class Partition:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        broker_id: int,
+        log: Log,
+        leader_epoch_cache: LeaderEpochCache,
+        config: LogConfig,
+        *,
+        replica_lag_time_max_ms: int,
+        clock_ms: Callable[[], float],
+        alter_partition: Callable[[AlterPartitionRequest], None],
+        is_replica_eligible: Callable[[int], bool],
+        high_watermark: int = 0,
+    ) -> None:
+        self.tp = tp
+        self.broker_id = broker_id
+        self.log = log
+        self.leader_epoch_cache = leader_epoch_cache
+        self.config = config
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self._clock_ms = clock_ms
+        self._alter_partition = alter_partition
+        self._is_replica_eligible = is_replica_eligible
+        self.high_watermark = min(high_watermark, log.log_end_offset)
+        self.leader_id = NO_LEADER
+        self.leader_epoch = UNDEFINED_EPOCH
+        self.partition_epoch = -1
+        self.assignment: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        self.pending_alter: AlterPartitionRequest | None = None
+        self.leader_epoch_start_offset = 0
+        self.remote_replicas: dict[int, Replica] = {}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    # ---- views ---------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """The committed ISR plus a replica whose addition is in flight (Kafka's rule: a
+        joining replica counts for the HW at once; a leaving one only once committed)."""
+        if self.pending_alter is None:
+            return frozenset(self.isr)
+        return frozenset(self.isr) | frozenset(self.pending_alter.new_isr)
+
+    @property
+    def under_replicated(self) -> bool:
+        return self.is_leader and len(self.isr) < len(self.assignment)
+
+    def __repr__(self) -> str:
+        return f"[Partition {self.tp} epoch={self.leader_epoch}]"
+
+    # ---- leadership changes ----------------------------------------------------------
+
+    def make_leader(self, reg: PartitionRegistration) -> None:
+        """Become leader at ``reg.leader_epoch``: the new epoch starts at our LEO."""
+        now = self._clock_ms()
+        self._apply_registration(reg)
+        self.leader_epoch_start_offset = self.log_end_offset
+        self.leader_epoch_cache.assign(reg.leader_epoch, self.log_end_offset)
+        self.remote_replicas = {r: Replica(r) for r in reg.replicas if r != self.broker_id}
+        for replica in self.remote_replicas.values():
+            replica.reset(now, replica.broker_id in self.isr, self.log_end_offset)
+        log.info("%r became leader with ISR %s, LEO %d, HW %d", self, list(self.isr),
+                 self.log_end_offset, self.high_watermark)
+        self.maybe_increment_high_watermark()
+
+    def make_follower(self, reg: PartitionRegistration) -> None:
+        """Follow ``reg.leader``; the fetcher truncates before it fetches."""
+        self._apply_registration(reg)
+        self.remote_replicas = {}
+        log.info("%r became follower of %d with LEO %d, HW %d", self, reg.leader,
+                 self.log_end_offset, self.high_watermark)
+
+    def apply_registration(self, reg: PartitionRegistration) -> None:
+        """Same leader and epoch, newer partition epoch: an ISR change was committed (ours,
+        when the metadata outruns the AlterPartition answer, or the controller's own)."""
+        if reg.partition_epoch <= self.partition_epoch:
+            return
+        pending = self.pending_alter
+        ours = pending is not None and reg.isr == pending.new_isr
+        self._update_isr(reg, pending.reason if ours else "the controller changed it")
+
+    def _update_isr(self, reg: PartitionRegistration, reason: str) -> None:
+        """The one place a committed ISR change is applied, counted and logged."""
+        old = self.isr
+        self._apply_registration(reg)
+        if self.is_leader and len(reg.isr) < len(old):
+            self.isr_shrinks += 1
+        elif self.is_leader and len(reg.isr) > len(old):
+            self.isr_expands += 1
+        if reg.isr != old:
+            log.info("%r ISR updated from %s to %s because %s", self, list(old), list(reg.isr),
+                     reason)
+        self.maybe_increment_high_watermark()
+
+    def _apply_registration(self, reg: PartitionRegistration) -> None:
+        self.leader_id = reg.leader
+        self.leader_epoch = reg.leader_epoch
+        self.partition_epoch = reg.partition_epoch
+        self.assignment = reg.replicas
+        self.isr = reg.isr
+        self.pending_alter = None
+
+    # ---- leader: produce ----------------------------------------------------------------
+
+    def append_records_to_leader(self, records: bytes, required_acks: int) -> LogAppendInfo:
+        if not self.is_leader:
+            raise KafkaApiError(ErrorCode.not_leader_or_follower,
+                                f"broker {self.broker_id} is not the leader of {self.tp}")
+        min_isr = self.config.min_insync_replicas
+        if required_acks == -1 and len(self.isr) < min_isr:
+            raise KafkaApiError(
+                ErrorCode.not_enough_replicas,
+                f"{self.tp}: ISR {list(self.isr)} is smaller than min.insync.replicas={min_isr}",
+            )
+        info = self.log.append_as_leader(records, self.leader_epoch)
+        self.maybe_increment_high_watermark()
+        return info
+
+    def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, ErrorCode]:
+        """Kafka's DelayedProduce check: done once the HW passes the batch."""
+        if not self.is_leader:
+            return True, ErrorCode.not_leader_or_follower
+        if self.high_watermark >= required_offset:
+            if len(self.isr) >= self.config.min_insync_replicas:
+                return True, ErrorCode.none
+            return True, ErrorCode.not_enough_replicas_after_append
+        return False, ErrorCode.none
+
+    # ---- leader: fetch ------------------------------------------------------------------
+
+    def check_current_leader_epoch(self, current_leader_epoch: int, require_leader: bool) -> None:
+        """KIP-320 fencing: older epochs are fenced, newer ones are not known here yet."""
+        if current_leader_epoch != UNDEFINED_EPOCH:
+            if current_leader_epoch < self.leader_epoch:
+                raise KafkaApiError(ErrorCode.fenced_leader_epoch,
+                                    f"{self.tp}: epoch {current_leader_epoch} < "
+                                    f"{self.leader_epoch}")
+            if current_leader_epoch > self.leader_epoch:
+                raise KafkaApiError(ErrorCode.unknown_leader_epoch,
+                                    f"{self.tp}: epoch {current_leader_epoch} > "
+                                    f"{self.leader_epoch}")
+        if require_leader and not self.is_leader:
+            raise KafkaApiError(ErrorCode.not_leader_or_follower,
+                                f"broker {self.broker_id} is not the leader of {self.tp}")
+
+    def read_records(self, fetch_offset: int, current_leader_epoch: int, max_bytes: int,
+                     from_follower: bool) -> FetchResult:
+        """Followers read to the LEO; consumers only below the HW."""
+        self.check_current_leader_epoch(current_leader_epoch, require_leader=True)
+        max_offset = None if from_follower else self.high_watermark
+        try:
+            records = self.log.read(fetch_offset, max_bytes, max_offset)
+        except OffsetOutOfRangeError as exc:
+            raise KafkaApiError(ErrorCode.offset_out_of_range, str(exc)) from None
+        return FetchResult(
+            error=ErrorCode.none,
+            high_watermark=self.high_watermark,
+            last_stable_offset=self.high_watermark,
+            log_start_offset=self.log_start_offset,
+            records=records,
+        )
+
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int,
+                                    leader_end_offset: int) -> bool:
+        """A follower's fetch tells us its LEO; returns True when the HW advanced."""
+        replica = self.remote_replicas.get(replica_id)
+        if replica is None:
+            return False
+        replica.update_fetch_state(fetch_offset, leader_end_offset, self._clock_ms())
+        self.maybe_expand_isr(replica)
+        return self.maybe_increment_high_watermark()
+
+    def maybe_increment_high_watermark(self) -> bool:
+        if not self.is_leader:
+            return False
+        leader_end_offset = self.log_end_offset
+        now = self._clock_ms()
+        new_hw = leader_end_offset
+        maximal_isr = self.maximal_isr
+        for replica in self.remote_replicas.values():
+            joining = (replica.is_caught_up(leader_end_offset, now, self.replica_lag_time_max_ms)
+                       and self._is_replica_eligible(replica.broker_id))
+            if replica.log_end_offset < new_hw and (replica.broker_id in maximal_isr or joining):
+                new_hw = replica.log_end_offset
+        if new_hw > self.high_watermark:
+            self.high_watermark = new_hw
+            return True
+        return False
+
+    # ---- leader: ISR changes ------------------------------------------------------------
+
+    def maybe_expand_isr(self, replica: Replica) -> None:
+        if self.pending_alter is not None or replica.broker_id in self.isr:
+            return
+        end = replica.log_end_offset
+        if (end >= self.high_watermark and end >= self.leader_epoch_start_offset
+                and self._is_replica_eligible(replica.broker_id)):
+            self._submit_isr((*self.isr, replica.broker_id),
+                             f"replica {replica.broker_id} caught up and rejoined ISR")
+
+    def maybe_shrink_isr(self) -> None:
+        """Drop followers that have not caught up within replica.lag.time.max.ms."""
+        if not self.is_leader or self.pending_alter is not None:
+            return
+        now = self._clock_ms()
+        leader_end_offset = self.log_end_offset
+        out_of_sync = [
+            r for r in self.isr
+            if r != self.broker_id and r in self.remote_replicas
+            and not self.remote_replicas[r].is_caught_up(leader_end_offset, now,
+                                                         self.replica_lag_time_max_ms)
+        ]
+        if out_of_sync:
+            new_isr = tuple(r for r in self.isr if r not in out_of_sync)
+            lag = ", ".join(
+                f"replica {r} is no longer in-sync (last caught up "
+                f"{now - self.remote_replicas[r].last_caught_up_time_ms:.0f} ms ago)"
+                for r in out_of_sync
+            )
+            self._submit_isr(new_isr, lag)
+
+    def _submit_isr(self, new_isr: tuple[int, ...], reason: str) -> None:
+        ordered = tuple(r for r in self.assignment if r in new_isr)
+        self.pending_alter = AlterPartitionRequest(self.tp, self.leader_epoch,
+                                                   self.partition_epoch, ordered, reason)
+        self._alter_partition(self.pending_alter)
+
+    def on_alter_partition_response(self, request: AlterPartitionRequest, error: ErrorCode,
+                                    reg: PartitionRegistration | None) -> bool:
+        """Apply the controller's answer; returns True when the ISR changed."""
+        if self.pending_alter is not request:
+            return False  # superseded: a newer registration already arrived
+        if error != ErrorCode.none or reg is None:
+            self.pending_alter = None
+            log.info("%r AlterPartition to %s rejected: %s", self, list(request.new_isr),
+                     error.name.upper())
+            return False
+        if reg.partition_epoch <= self.partition_epoch:
+            self.pending_alter = None
+            return False
+        self._update_isr(reg, request.reason)
+        return True
+
+    # ---- leader: offsets ----------------------------------------------------------------
+
+    def last_offset_for_leader_epoch(self, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (largest epoch <= requested, its end offset)."""
+        self.check_current_leader_epoch(current_leader_epoch, require_leader=True)
+        return self.leader_epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+
+    def fetch_offset_for_timestamp(self, timestamp: int, current_leader_epoch: int,
+                                   isolation_level: int, replica_id: int) -> tuple[int, int]:
+        """ListOffsets: earliest is the log start; latest is the HW for consumers and the
+        LEO for followers (Kafka's isolation rules)."""
+        self.check_current_leader_epoch(current_leader_epoch, require_leader=True)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self.log_start_offset, self.leader_epoch
+        if timestamp == LATEST_TIMESTAMP:
+            end = self.log_end_offset if replica_id >= 0 else self.high_watermark
+            return end, self.leader_epoch
+        raise KafkaApiError(ErrorCode.invalid_request,
+                            f"ListOffsets by timestamp ({timestamp}) is not supported")
+
+    # ---- follower ---------------------------------------------------------------------
+
+    def append_records_to_follower(self, records: bytes, leader_high_watermark: int) -> int:
+        """Append what the leader sent; HW = min(leader HW, own LEO). Returns the LEO."""
+        if records:
+            info = self.log.append_as_follower(records)
+            for batch in info.batches:
+                latest = self.leader_epoch_cache.latest_epoch
+                if latest is None or batch.partition_leader_epoch > latest:
+                    self.leader_epoch_cache.assign(batch.partition_leader_epoch,
+                                                   batch.base_offset)
+        self.high_watermark = min(leader_high_watermark, self.log_end_offset)
+        return self.log_end_offset
+
+    def truncate_to(self, offset: int, reason: str) -> None:
+        if offset >= self.log_end_offset:
+            return
+        old_end = self.log_end_offset
+        self.log.truncate_to(offset)
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        log.info("%r truncated log from %d to %d (%s)", self, old_end, self.log_end_offset,
+                 reason)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.leader_epoch_cache.clear_and_flush()
+        self.high_watermark = offset
+        log.info("%r truncated fully, restarting at %d", self, offset)

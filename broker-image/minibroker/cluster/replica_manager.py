@@ -1,0 +1,402 @@
+"""``ReplicaManager``: every partition replica on this broker, and the requests that touch them.
+
+It applies the controller's metadata (become leader / become follower), serves Produce,
+Fetch, ListOffsets and OffsetForLeaderEpoch through callbacks (so the same code runs under
+asyncio in a broker and step by step in ``minibroker.sim``), keeps the purgatories, runs the
+ISR shrink and HW checkpoint timers, and gives the follower fetcher its per-partition state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from minibroker.cluster.delayed import DelayedFetch, DelayedProduce, Purgatory
+from minibroker.cluster.errors import KafkaApiError
+from minibroker.cluster.partition import AlterPartitionRequest, Partition
+from minibroker.cluster.scheduler import Scheduler
+from minibroker.cluster.truncation import truncation_for_epoch_answer
+from minibroker.cluster.types import (
+    ErrorCode,
+    FetchPartition,
+    FetchRequestData,
+    FetchResult,
+    MetadataImage,
+    PartitionRegistration,
+    ProduceResult,
+    TopicPartition,
+)
+from minibroker.config import LogConfig, resolve
+from minibroker.storage.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile
+from minibroker.storage.durability import DurabilityTracker
+from minibroker.storage.leader_epoch_cache import LeaderEpochCache
+from minibroker.storage.log import Log
+
+log = logging.getLogger("minibroker.replica_manager")
+
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+
+
+class AlterPartitionSender(Protocol):
+    """Sends an ISR change to the controller; the answer comes back through ``on_response``."""
+
+    def send(self, request: AlterPartitionRequest,
+             on_response: Callable[[ErrorCode, PartitionRegistration | None], None]) -> None: ...
+
+
+class FetcherManager(Protocol):
+    """Runs one fetcher per leader broker for this broker's follower partitions."""
+
+    def follow(self, tp: TopicPartition, leader_id: int) -> None: ...
+
+    def unfollow(self, tp: TopicPartition) -> None: ...
+
+
+@dataclass
+class FollowerState:
+    leader_id: int
+    leader_epoch: int
+    needs_truncation: bool = True
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        data_dir: Path,
+        scheduler: Scheduler,
+        *,
+        config: Mapping[str, str],
+        alter_partition_sender: AlterPartitionSender,
+        fetcher_manager: FetcherManager,
+        durability: DurabilityTracker | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.data_dir = data_dir
+        self.scheduler = scheduler
+        self.config = dict(config)
+        self.durability = durability or DurabilityTracker()
+        self._alter_partition_sender = alter_partition_sender
+        self._fetcher_manager = fetcher_manager
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.follower_states: dict[TopicPartition, FollowerState] = {}
+        self.image = MetadataImage()
+        self.produce_purgatory = Purgatory(scheduler)
+        self.fetch_purgatory = Purgatory(scheduler)
+        self.replica_lag_time_max_ms: int = resolve("replica.lag.time.max.ms", self.config)
+        self._hw_checkpoint = OffsetCheckpointFile(data_dir / HW_CHECKPOINT_FILE)
+        self._checkpointed_hws = dict(self._hw_checkpoint.read())
+        self._closed = False
+        data_dir.mkdir(parents=True, exist_ok=True)
+
+    # ---- timers -----------------------------------------------------------------------
+
+    def start_timers(self) -> None:
+        """ISR shrink every lag/2 (as Kafka), HW checkpoints, time-based flushes."""
+        self._every(self.replica_lag_time_max_ms / 2, self.maybe_shrink_isrs)
+        self._every(resolve("replica.high.watermark.checkpoint.interval.ms", self.config),
+                    self.checkpoint_high_watermarks)
+        self._every(100, self._flush_logs_on_time)
+
+    def _every(self, period_ms: float, action: Callable[[], None]) -> None:
+        def run() -> None:
+            if self._closed:
+                return
+            try:
+                action()
+            finally:
+                self.scheduler.call_later(period_ms, run)
+
+        self.scheduler.call_later(period_ms, run)
+
+    def maybe_shrink_isrs(self) -> None:
+        for partition in self.partitions.values():
+            partition.maybe_shrink_isr()
+
+    def checkpoint_high_watermarks(self) -> None:
+        hws = {(tp.topic, tp.partition): p.high_watermark for tp, p in self.partitions.items()}
+        if hws != self._checkpointed_hws:
+            self._hw_checkpoint.write(hws)
+            self._checkpointed_hws = hws
+
+    def _flush_logs_on_time(self) -> None:
+        for partition in self.partitions.values():
+            partition.log.maybe_flush()
+
+    def close(self) -> None:
+        self._closed = True
+        for partition in self.partitions.values():
+            partition.log.close()
+
+    # ---- metadata: become leader / become follower -----------------------------------
+
+    def _log_config(self, topic: str) -> LogConfig:
+        topic_image = self.image.topics.get(topic)
+        return LogConfig.from_layers(topic_image.config if topic_image else {}, self.config)
+
+    def _get_or_create_partition(self, tp: TopicPartition) -> Partition:
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            return partition
+        config = self._log_config(tp.topic)
+        directory = self.data_dir / f"{tp.topic}-{tp.partition}"
+        log_ = Log(
+            directory,
+            durability=self.durability,
+            segment_bytes=config.segment_bytes,
+            flush_interval_messages=config.flush_interval_messages,
+            flush_interval_ms=config.flush_interval_ms,
+            clock=lambda: self.scheduler.now_ms() / 1000.0,
+        )
+        cache = LeaderEpochCache(LeaderEpochCheckpointFile(directory / "leader-epoch-checkpoint"))
+        cache.truncate_from_end(log_.log_end_offset)
+        partition = Partition(
+            tp, self.broker_id, log_, cache, config,
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            clock_ms=self.scheduler.now_ms,
+            alter_partition=self._send_alter_partition,
+            is_replica_eligible=lambda r: r in self.image.brokers,
+            high_watermark=self._checkpointed_hws.get((tp.topic, tp.partition), 0),
+        )
+        self.partitions[tp] = partition
+        return partition
+
+    def apply_metadata(self, image: MetadataImage) -> None:
+        """Apply the controller's view: each partition becomes leader or follower here."""
+        if image.metadata_offset <= self.image.metadata_offset:
+            return
+        self.image = image
+        for topic in image.topics.values():
+            for index, reg in topic.partitions.items():
+                if self.broker_id in reg.replicas:
+                    self._apply_partition(TopicPartition(topic.name, index), reg)
+
+    def _apply_partition(self, tp: TopicPartition, reg: PartitionRegistration) -> None:
+        partition = self._get_or_create_partition(tp)
+        newer_epoch = reg.leader_epoch > partition.leader_epoch
+        if reg.leader == self.broker_id:
+            if newer_epoch or not partition.is_leader:
+                self.follower_states.pop(tp, None)
+                self._fetcher_manager.unfollow(tp)
+                partition.make_leader(reg)
+            else:
+                partition.apply_registration(reg)
+        elif newer_epoch or partition.leader_id != reg.leader:
+            partition.make_follower(reg)
+            self._fetcher_manager.unfollow(tp)
+            self.follower_states.pop(tp, None)
+            if reg.leader >= 0:
+                self.follower_states[tp] = FollowerState(reg.leader, reg.leader_epoch)
+                self._fetcher_manager.follow(tp, reg.leader)
+        else:
+            partition.apply_registration(reg)
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    def _send_alter_partition(self, request: AlterPartitionRequest) -> None:
+        def on_response(error: ErrorCode, reg: PartitionRegistration | None) -> None:
+            partition = self.partitions.get(request.tp)
+            if partition is not None and partition.on_alter_partition_response(request, error,
+                                                                               reg):
+                self.produce_purgatory.check_and_complete(request.tp)
+                self.fetch_purgatory.check_and_complete(request.tp)
+
+        self._alter_partition_sender.send(request, on_response)
+
+    # ---- produce ----------------------------------------------------------------------
+
+    def _leader_partition(self, tp: TopicPartition) -> Partition:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            if tp.topic in self.image.topics and tp.partition in self.image.topics[
+                    tp.topic].partitions:
+                raise KafkaApiError(ErrorCode.not_leader_or_follower,
+                                    f"broker {self.broker_id} has no replica of {tp}")
+            raise KafkaApiError(ErrorCode.unknown_topic_or_partition, f"unknown {tp}")
+        return partition
+
+    def append_records(
+        self,
+        *,
+        acks: int,
+        timeout_ms: int,
+        entries: dict[TopicPartition, bytes],
+        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+    ) -> None:
+        results: dict[TopicPartition, ProduceResult] = {}
+        required: dict[TopicPartition, int] = {}
+        for tp, records in entries.items():
+            try:
+                partition = self._leader_partition(tp)
+                info = partition.append_records_to_leader(records, acks)
+            except KafkaApiError as exc:
+                results[tp] = ProduceResult(error=exc.code, error_message=exc.message)
+                continue
+            results[tp] = ProduceResult(error=ErrorCode.none, base_offset=info.first_offset,
+                                        log_start_offset=partition.log_start_offset)
+            required[tp] = info.last_offset + 1
+            self.fetch_purgatory.check_and_complete(tp)
+        if acks != -1 or not required:
+            on_complete(results)
+            return
+
+        def check(tp: TopicPartition, offset: int) -> tuple[bool, ErrorCode]:
+            partition = self.partitions.get(tp)
+            if partition is None:
+                return True, ErrorCode.not_leader_or_follower
+            return partition.check_enough_replicas_reach_offset(offset)
+
+        op = DelayedProduce(results, required, check, on_complete)
+        self.produce_purgatory.try_complete_else_watch(op, timeout_ms)
+
+    # ---- fetch ------------------------------------------------------------------------
+
+    def fetch_messages(self, request: FetchRequestData,
+                       on_complete: Callable[[dict[TopicPartition, FetchResult]], None]) -> None:
+        results, size, has_error = self._read(request, update_follower_state=True)
+        if request.max_wait_ms <= 0 or size >= request.min_bytes or has_error or not results:
+            on_complete(results)
+            return
+        op = DelayedFetch(
+            {p.tp for p in request.partitions},
+            lambda: self._read(request, update_follower_state=False),
+            request.min_bytes,
+            on_complete,
+        )
+        self.fetch_purgatory.try_complete_else_watch(op, request.max_wait_ms)
+
+    def _read(self, request: FetchRequestData, update_follower_state: bool
+              ) -> tuple[dict[TopicPartition, FetchResult], int, bool]:
+        results: dict[TopicPartition, FetchResult] = {}
+        total = 0
+        has_error = False
+        budget = request.max_bytes
+        for fp in request.partitions:
+            try:
+                partition = self._leader_partition(fp.tp)
+                leader_end_offset = partition.log_end_offset
+                result = partition.read_records(fp.fetch_offset, fp.current_leader_epoch,
+                                                min(fp.max_bytes, max(budget, 1)),
+                                                request.is_from_follower)
+                if request.is_from_follower and update_follower_state:
+                    if partition.update_follower_fetch_state(request.replica_id, fp.fetch_offset,
+                                                             leader_end_offset):
+                        self.produce_purgatory.check_and_complete(fp.tp)
+                        self.fetch_purgatory.check_and_complete(fp.tp)
+                    result = FetchResult(ErrorCode.none, partition.high_watermark,
+                                         partition.high_watermark, partition.log_start_offset,
+                                         result.records)
+            except KafkaApiError as exc:
+                result = FetchResult(error=exc.code)
+                has_error = True
+            results[fp.tp] = result
+            total += len(result.records)
+            budget -= len(result.records)
+        return results, total, has_error
+
+    # ---- offsets ------------------------------------------------------------------------
+
+    def list_offset(self, tp: TopicPartition, timestamp: int, current_leader_epoch: int,
+                    isolation_level: int, replica_id: int = -1) -> tuple[ErrorCode, int, int]:
+        try:
+            partition = self._leader_partition(tp)
+            offset, epoch = partition.fetch_offset_for_timestamp(
+                timestamp, current_leader_epoch, isolation_level, replica_id)
+        except KafkaApiError as exc:
+            return exc.code, -1, -1
+        return ErrorCode.none, offset, epoch
+
+    def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[ErrorCode, int, int]:
+        try:
+            partition = self._leader_partition(tp)
+            epoch, end_offset = partition.last_offset_for_leader_epoch(current_leader_epoch,
+                                                                       leader_epoch)
+        except KafkaApiError as exc:
+            return exc.code, -1, -1
+        return ErrorCode.none, epoch, end_offset
+
+    def metadata_image(self) -> MetadataImage:
+        return self.image
+
+    # ---- the follower's side, driven by a fetcher -------------------------------------
+
+    def truncation_mode(self, tp: TopicPartition) -> str:
+        return self._log_config(tp.topic).truncation_mode
+
+    def epoch_request(self, tp: TopicPartition) -> tuple[int, int]:
+        """(current leader epoch, our latest epoch) for an OffsetForLeaderEpoch request."""
+        partition = self.partitions[tp]
+        latest = partition.leader_epoch_cache.latest_epoch
+        return partition.leader_epoch, -1 if latest is None else latest
+
+    def on_epoch_answer(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> bool:
+        """Truncate per the leader's answer; True once truncation is complete."""
+        partition = self.partitions[tp]
+        state = truncation_for_epoch_answer(
+            partition.leader_epoch_cache, partition.log_end_offset, partition.high_watermark,
+            leader_epoch, end_offset)
+        partition.truncate_to(state.offset,
+                              f"leader epoch {leader_epoch} ends at {end_offset} on the leader")
+        if state.completed:
+            self.follower_states[tp].needs_truncation = False
+        return state.completed
+
+    def truncate_to_high_watermark(self, tp: TopicPartition) -> None:
+        """The pre-KIP-101 rule (``replication.truncation.mode=high-watermark``)."""
+        partition = self.partitions[tp]
+        partition.truncate_to(partition.high_watermark,
+                              "pre-KIP-101 rule: truncate to the high watermark")
+        self.follower_states[tp].needs_truncation = False
+
+    def build_follower_fetch(self, tps: list[TopicPartition], max_bytes: int
+                             ) -> list[FetchPartition]:
+        return [
+            FetchPartition(tp, self.partitions[tp].log_end_offset,
+                           self.partitions[tp].leader_epoch, self.partitions[tp].log_start_offset,
+                           max_bytes)
+            for tp in tps
+        ]
+
+    def on_follower_fetch(self, tp: TopicPartition, result: FetchResult) -> None:
+        partition = self.partitions[tp]
+        partition.append_records_to_follower(result.records, result.high_watermark)
+
+    def on_follower_out_of_range(self, tp: TopicPartition, leader_start_offset: int,
+                                 leader_end_offset: int) -> None:
+        """Our fetch offset is outside the leader's log (Kafka's handleOutOfRangeError)."""
+        partition = self.partitions[tp]
+        if leader_end_offset < partition.log_end_offset:
+            partition.truncate_to(leader_end_offset,
+                                  f"fetch offset beyond the leader's log end {leader_end_offset}")
+        elif leader_start_offset > partition.log_end_offset:
+            partition.truncate_fully_and_start_at(leader_start_offset)
+
+    # ---- state for describe, metrics and the harness ------------------------------------
+
+    def state(self) -> dict:
+        return {
+            "broker_id": self.broker_id,
+            "metadata_offset": self.image.metadata_offset,
+            "isr_shrinks": sum(p.isr_shrinks for p in self.partitions.values()),
+            "isr_expands": sum(p.isr_expands for p in self.partitions.values()),
+            "partitions": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "role": "leader" if p.is_leader else "follower",
+                    "leader": p.leader_id,
+                    "leader_epoch": p.leader_epoch,
+                    "partition_epoch": p.partition_epoch,
+                    "isr": list(p.isr),
+                    "replicas": list(p.assignment),
+                    "high_watermark": p.high_watermark,
+                    "log_end_offset": p.log_end_offset,
+                    "log_start_offset": p.log_start_offset,
+                }
+                for tp, p in sorted(self.partitions.items())
+            ],
+        }

@@ -1,0 +1,167 @@
+"""Plain data types shared by the replication core, the controller and the network layer.
+
+The core (``Partition``, ``ReplicaManager``, ``QuorumController``) speaks only these types;
+the network layer translates them to and from Kafka wire messages (kio dataclasses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_OFFSET",
+    "BrokerEndpoint",
+    "ErrorCode",
+    "FetchPartition",
+    "FetchRequestData",
+    "FetchResult",
+    "MetadataImage",
+    "PartitionRegistration",
+    "ProduceResult",
+    "TopicImage",
+    "TopicPartition",
+]
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+NO_LEADER = -1
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    broker_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class PartitionRegistration:
+    """The controller's record of one partition (KRaft's PartitionRecord)."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+    def to_json(self) -> dict:
+        return {
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> PartitionRegistration:
+        return cls(
+            replicas=tuple(data["replicas"]),
+            isr=tuple(data["isr"]),
+            leader=data["leader"],
+            leader_epoch=data["leader_epoch"],
+            partition_epoch=data["partition_epoch"],
+        )
+
+
+@dataclass(frozen=True)
+class TopicImage:
+    name: str
+    topic_id: str
+    config: dict[str, str]
+    partitions: dict[int, PartitionRegistration]
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    """What a broker knows of the cluster: live (unfenced) brokers and every topic."""
+
+    metadata_offset: int = -1
+    brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    topics: dict[str, TopicImage] = field(default_factory=dict)
+    cluster_id: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "metadata_offset": self.metadata_offset,
+            "cluster_id": self.cluster_id,
+            "brokers": [[b.broker_id, b.host, b.port] for b in self.brokers.values()],
+            "topics": [
+                {"name": t.name, "topic_id": t.topic_id, "config": t.config,
+                 "partitions": {str(i): reg.to_json() for i, reg in t.partitions.items()}}
+                for t in self.topics.values()
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> MetadataImage:
+        return cls(
+            metadata_offset=data["metadata_offset"],
+            cluster_id=data["cluster_id"],
+            brokers={b[0]: BrokerEndpoint(b[0], b[1], b[2]) for b in data["brokers"]},
+            topics={
+                t["name"]: TopicImage(
+                    t["name"], t["topic_id"], t["config"],
+                    {int(i): PartitionRegistration.from_json(r)
+                     for i, r in t["partitions"].items()})
+                for t in data["topics"]
+            },
+        )
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    error: ErrorCode
+    base_offset: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchPartition:
+    """One partition of a Fetch request.
+
+    ``fetch_offset`` doubles as the follower's log end offset (seed 000).
+    """
+
+    tp: TopicPartition
+    fetch_offset: int
+    current_leader_epoch: int = UNDEFINED_EPOCH
+    log_start_offset: int = -1
+    max_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class FetchRequestData:
+    replica_id: int  # >= 0 for a follower, -1 for a consumer
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partitions: list[FetchPartition]
+    # 0 = READ_UNCOMMITTED (up to the HW); followers always read to the log end.
+    isolation_level: int = 0
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""

@@ -1,0 +1,161 @@
+"""Broker, controller and topic configuration, with Kafka's key names.
+
+Defaults follow Kafka where a chaos run can afford them and are scaled down where Kafka's
+would make an experiment wait for minutes (session and lag timeouts): every key can be
+overridden with ``--config KEY=VALUE`` (cluster-wide) or per topic at creation time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CONFIG_DEFS",
+    "ConfigDef",
+    "ConfigError",
+    "LogConfig",
+    "parse_overrides",
+    "resolve",
+    "validate_topic_config",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that minibroker cannot use."""
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _optional_int(value: str) -> int | None:
+    if value.strip().lower() in ("", "none", "never", str(2**63 - 1)):
+        return None
+    number = int(value)
+    if number < 1:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _truncation_mode(value: str) -> str:
+    if value not in ("leader-epoch", "high-watermark"):
+        raise ValueError(f"expected leader-epoch or high-watermark, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    topic_level: bool
+    doc: str
+
+
+CONFIG_DEFS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef("min.insync.replicas", _positive_int, 1, True,
+                  "acks=all writes need at least this many ISR members."),
+        ConfigDef("unclean.leader.election.enable", _bool, False, True,
+                  "Elect an out-of-sync replica when no ISR member is alive (may lose data)."),
+        ConfigDef("replication.truncation.mode", _truncation_mode, "leader-epoch", True,
+                  "leader-epoch (KIP-101/279) or high-watermark (the unsafe pre-KIP-101 rule)."),
+        ConfigDef("log.flush.interval.messages", _optional_int, None, True,
+                  "fsync after this many messages; unset = never on the produce path."),
+        ConfigDef("log.flush.interval.ms", _optional_int, None, True,
+                  "fsync when this long passed since the last flush; unset = never."),
+        ConfigDef("segment.bytes", _positive_int, 64 << 20, True, "Log segment size."),
+        ConfigDef("replica.lag.time.max.ms", _positive_int, 3000, False,
+                  "A follower not caught up for this long leaves the ISR (Kafka: 30000)."),
+        ConfigDef("replica.fetch.wait.max.ms", _positive_int, 500, False,
+                  "How long a follower's fetch waits on the leader for new data."),
+        ConfigDef("replica.fetch.max.bytes", _positive_int, 1 << 20, False,
+                  "Bytes per partition per follower fetch."),
+        ConfigDef("replica.high.watermark.checkpoint.interval.ms", _positive_int, 1000, False,
+                  "How often the high watermarks are checkpointed (Kafka: 5000)."),
+        ConfigDef("broker.heartbeat.interval.ms", _positive_int, 250, False,
+                  "Broker heartbeat period to the controller (Kafka: 2000)."),
+        ConfigDef("broker.session.timeout.ms", _positive_int, 3000, False,
+                  "A broker silent for this long is fenced (Kafka: 9000)."),
+        ConfigDef("default.replication.factor", _positive_int, 1, False,
+                  "Replication factor of CreateTopics requests that leave it unset."),
+        ConfigDef("num.partitions", _positive_int, 1, False,
+                  "Partition count of CreateTopics requests that leave it unset."),
+    ]
+}
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
+    """Turn ``KEY=VALUE`` strings into a dict, rejecting unknown keys and bad values."""
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--config {pair!r}: expected KEY=VALUE")
+        _validate(key, value)
+        overrides[key] = value.strip()
+    return overrides
+
+
+def _validate(key: str, value: str) -> Any:
+    definition = CONFIG_DEFS.get(key)
+    if definition is None:
+        raise ConfigError(f"unknown config {key!r}; known: {', '.join(sorted(CONFIG_DEFS))}")
+    try:
+        return definition.parse(value)
+    except ValueError as exc:
+        raise ConfigError(f"config {key}={value!r}: {exc}") from None
+
+
+def validate_topic_config(config: Mapping[str, str]) -> None:
+    for key, value in config.items():
+        _validate(key, value)
+        if not CONFIG_DEFS[key].topic_level:
+            raise ConfigError(f"config {key!r} is a broker config, not a topic config")
+
+
+def resolve(key: str, *layers: Mapping[str, str]) -> Any:
+    """The parsed value of ``key`` from the first layer that sets it (topic, then broker)."""
+    for layer in layers:
+        if key in layer:
+            return CONFIG_DEFS[key].parse(layer[key])
+    return CONFIG_DEFS[key].default
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-partition settings resolved from the topic config over the broker config."""
+
+    min_insync_replicas: int
+    unclean_leader_election: bool
+    truncation_mode: str
+    flush_interval_messages: int | None
+    flush_interval_ms: int | None
+    segment_bytes: int
+
+    @classmethod
+    def from_layers(cls, *layers: Mapping[str, str]) -> LogConfig:
+        return cls(
+            min_insync_replicas=resolve("min.insync.replicas", *layers),
+            unclean_leader_election=resolve("unclean.leader.election.enable", *layers),
+            truncation_mode=resolve("replication.truncation.mode", *layers),
+            flush_interval_messages=resolve("log.flush.interval.messages", *layers),
+            flush_interval_ms=resolve("log.flush.interval.ms", *layers),
+            segment_bytes=resolve("segment.bytes", *layers),
+        )

@@ -1,0 +1,322 @@
+"""The controller's state machine (KRaft's role, one voter).
+
+It is the source of truth for broker liveness (registration, heartbeats, fencing) and for
+every partition's leader, leader epoch, ISR and partition epoch. It is plain Python with an
+injected clock so that tests can drive it step by step; ``controller.server`` puts it on the
+network. Every change is persisted (fsync) before the caller is answered, so a controller
+restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from minibroker.cluster.types import (
+    NO_LEADER,
+    BrokerEndpoint,
+    ErrorCode,
+    MetadataImage,
+    PartitionRegistration,
+    TopicImage,
+    TopicPartition,
+)
+from minibroker.config import ConfigError, resolve, validate_topic_config
+from minibroker.fsutil import atomic_write
+
+log = logging.getLogger("minibroker.controller")
+
+STATE_FILE = "controller-state.json"
+
+
+@dataclass
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    host: str
+    port: int
+    fenced: bool
+    last_heartbeat_ms: float = 0.0
+
+
+@dataclass
+class TopicRecord:
+    name: str
+    topic_id: str
+    config: dict[str, str]
+    partitions: dict[int, PartitionRegistration]
+
+
+class QuorumController:
+    """Broker registry plus partition state, with KRaft's election and AlterPartition rules."""
+
+    def __init__(
+        self,
+        *,
+        clock_ms: Callable[[], float],
+        config: Mapping[str, str] | None = None,
+        data_dir: Path | None = None,
+    ) -> None:
+        self._clock_ms = clock_ms
+        self.config = dict(config or {})
+        self.data_dir = data_dir
+        self.cluster_id = uuid.uuid4().hex[:22]
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.topics: dict[str, TopicRecord] = {}
+        self.metadata_offset = 0
+        self.unclean_elections = 0
+        self._listeners: list[Callable[[int], None]] = []
+        if data_dir is not None:
+            self._load()
+
+    # ---- listeners and persistence -------------------------------------------------
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        """Called with the new metadata offset after every committed change."""
+        self._listeners.append(listener)
+
+    def _commit(self) -> None:
+        self.metadata_offset += 1
+        self._persist()
+        for listener in self._listeners:
+            listener(self.metadata_offset)
+
+    def _persist(self) -> None:
+        if self.data_dir is None:
+            return
+        state = {
+            "cluster_id": self.cluster_id,
+            "metadata_offset": self.metadata_offset,
+            "brokers": [
+                {"id": b.broker_id, "incarnation_id": b.incarnation_id, "host": b.host,
+                 "port": b.port, "fenced": b.fenced}
+                for b in self.brokers.values()
+            ],
+            "topics": [
+                {"name": t.name, "topic_id": t.topic_id, "config": t.config,
+                 "partitions": {str(p): reg.to_json() for p, reg in t.partitions.items()}}
+                for t in self.topics.values()
+            ],
+        }
+        atomic_write(self.data_dir / STATE_FILE, json.dumps(state, indent=1).encode())
+
+    def _load(self) -> None:
+        assert self.data_dir is not None
+        path = self.data_dir / STATE_FILE
+        if not path.exists():
+            return
+        state = json.loads(path.read_text())
+        self.cluster_id = state["cluster_id"]
+        self.metadata_offset = state["metadata_offset"]
+        now = self._clock_ms()
+        # Every broker gets a full session from the controller's restart to heartbeat again.
+        self.brokers = {
+            b["id"]: BrokerRegistration(b["id"], b["incarnation_id"], b["host"], b["port"],
+                                        b["fenced"], now)
+            for b in state["brokers"]
+        }
+        self.topics = {
+            t["name"]: TopicRecord(
+                t["name"], t["topic_id"], t["config"],
+                {int(p): PartitionRegistration.from_json(r) for p, r in t["partitions"].items()},
+            )
+            for t in state["topics"]
+        }
+        log.info("Loaded controller state at metadata offset %d", self.metadata_offset)
+
+    # ---- brokers ---------------------------------------------------------------------
+
+    def _session_timeout_ms(self) -> int:
+        return resolve("broker.session.timeout.ms", self.config)
+
+    def is_live(self, broker_id: int) -> bool:
+        broker = self.brokers.get(broker_id)
+        return broker is not None and not broker.fenced
+
+    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int) -> int:
+        """A broker (re)starts. A new incarnation first fences the old one's leadership."""
+        existing = self.brokers.get(broker_id)
+        restarted = existing is not None and existing.incarnation_id != incarnation_id
+        if restarted and not existing.fenced:
+            self._fence(broker_id, reason="it restarted with a new incarnation")
+        self.brokers[broker_id] = BrokerRegistration(
+            broker_id, incarnation_id, host, port, fenced=False,
+            last_heartbeat_ms=self._clock_ms(),
+        )
+        log.info("Broker %d registered (incarnation %s) at %s:%d", broker_id, incarnation_id,
+                 host, port)
+        self._elect_offline_partitions()
+        self._commit()
+        return self.metadata_offset
+
+    def heartbeat(self, broker_id: int, incarnation_id: str) -> ErrorCode:
+        """Keep a broker's session alive; a fenced or stale incarnation must re-register."""
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            return ErrorCode.broker_id_not_registered
+        if broker.incarnation_id != incarnation_id:
+            return ErrorCode.stale_broker_epoch
+        if broker.fenced:
+            return ErrorCode.broker_id_not_registered
+        broker.last_heartbeat_ms = self._clock_ms()
+        return ErrorCode.none
+
+    def tick(self) -> None:
+        """Fence every broker whose session expired."""
+        now = self._clock_ms()
+        timeout = self._session_timeout_ms()
+        expired = [
+            b.broker_id for b in self.brokers.values()
+            if not b.fenced and now - b.last_heartbeat_ms > timeout
+        ]
+        for broker_id in expired:
+            self._fence(broker_id, reason=f"its session expired ({timeout} ms without heartbeat)")
+        if expired:
+            self._commit()
+
+    def fence_broker(self, broker_id: int, reason: str) -> None:
+        """Fence now (a clean shutdown, or a test)."""
+        if self.is_live(broker_id):
+            self._fence(broker_id, reason)
+            self._commit()
+
+    def _fence(self, broker_id: int, reason: str) -> None:
+        log.warning("Fencing broker %d because %s", broker_id, reason)
+        self.brokers[broker_id].fenced = True
+        for topic in self.topics.values():
+            for index, reg in list(topic.partitions.items()):
+                if broker_id not in reg.isr:
+                    continue
+                tp = TopicPartition(topic.name, index)
+                # Kafka never empties the ISR: the last member stays, so that the partition
+                # comes back with it (unless an unclean election picks another replica).
+                isr = tuple(r for r in reg.isr if r != broker_id) or reg.isr
+                updated = replace(reg, isr=isr, partition_epoch=reg.partition_epoch + 1)
+                if isr != reg.isr:
+                    log.info("[Partition %s epoch=%d] ISR updated from %s to %s because broker %d"
+                             " was fenced", tp, reg.leader_epoch, list(reg.isr), list(isr),
+                             broker_id)
+                if reg.leader == broker_id:
+                    updated = self._elect(topic, tp, updated)
+                topic.partitions[index] = updated
+
+    # ---- leader election ---------------------------------------------------------------
+
+    def _unclean_enabled(self, topic: TopicRecord) -> bool:
+        return resolve("unclean.leader.election.enable", topic.config, self.config)
+
+    def _elect(self, topic: TopicRecord, tp: TopicPartition,
+               reg: PartitionRegistration) -> PartitionRegistration:
+        """Pick a live ISR member; only with unclean election enabled, any live replica."""
+        candidates = [r for r in reg.replicas if r in reg.isr and self.is_live(r)]
+        isr = reg.isr
+        if not candidates and self._unclean_enabled(topic):
+            candidates = [r for r in reg.replicas if self.is_live(r)]
+            if candidates:
+                isr = (candidates[0],)
+                self.unclean_elections += 1
+                log.warning("[Partition %s] UNCLEAN leader election: broker %d becomes leader "
+                            "without being in the ISR %s; data may be lost", tp, candidates[0],
+                            list(reg.isr))
+        leader = candidates[0] if candidates else NO_LEADER
+        if leader == reg.leader:
+            return reg
+        if leader == NO_LEADER:
+            log.warning("[Partition %s] offline: no live ISR member in %s", tp, list(reg.isr))
+        else:
+            log.info("[Partition %s] leader changed from %d to %d at epoch %d", tp, reg.leader,
+                     leader, reg.leader_epoch + 1)
+        return replace(reg, leader=leader, isr=isr, leader_epoch=reg.leader_epoch + 1,
+                       partition_epoch=reg.partition_epoch + 1)
+
+    def _elect_offline_partitions(self) -> None:
+        for topic in self.topics.values():
+            for index, reg in list(topic.partitions.items()):
+                if reg.leader == NO_LEADER:
+                    topic.partitions[index] = self._elect(topic, TopicPartition(topic.name, index),
+                                                          reg)
+
+    # ---- topics -----------------------------------------------------------------------
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     config: Mapping[str, str]) -> tuple[ErrorCode, str | None]:
+        if name in self.topics:
+            return ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+        if not name or len(name) > 249 or not all(c.isalnum() or c in "._-" for c in name):
+            return ErrorCode.invalid_topic_exception, f"Invalid topic name {name!r}."
+        if num_partitions < 1:
+            return ErrorCode.invalid_partitions, "Number of partitions must be at least 1."
+        live = sorted(b for b in self.brokers if self.is_live(b))
+        if replication_factor < 1 or replication_factor > len(live):
+            return (ErrorCode.invalid_replication_factor,
+                    f"Replication factor {replication_factor} needs that many live brokers;"
+                    f" {len(live)} available.")
+        try:
+            validate_topic_config(config)
+        except ConfigError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        partitions = {}
+        for index in range(num_partitions):
+            replicas = tuple(live[(index + i) % len(live)] for i in range(replication_factor))
+            partitions[index] = PartitionRegistration(
+                replicas=replicas, isr=replicas, leader=replicas[0], leader_epoch=0,
+                partition_epoch=0,
+            )
+        self.topics[name] = TopicRecord(name, uuid.uuid4().hex, dict(config), partitions)
+        log.info("Created topic %s with %d partitions, replication factor %d, config %s",
+                 name, num_partitions, replication_factor, dict(config))
+        self._commit()
+        return ErrorCode.none, None
+
+    # ---- AlterPartition -------------------------------------------------------------
+
+    def alter_partition(self, broker_id: int, tp: TopicPartition, leader_epoch: int,
+                        partition_epoch: int, new_isr: tuple[int, ...]
+                        ) -> tuple[ErrorCode, PartitionRegistration | None]:
+        """A leader's ISR change, accepted only against the current partition epoch."""
+        topic = self.topics.get(tp.topic)
+        reg = topic.partitions.get(tp.partition) if topic else None
+        if topic is None or reg is None:
+            return ErrorCode.unknown_topic_or_partition, None
+        if reg.leader != broker_id:
+            return ErrorCode.not_leader_or_follower, reg
+        if leader_epoch < reg.leader_epoch:
+            return ErrorCode.fenced_leader_epoch, reg
+        if partition_epoch != reg.partition_epoch:
+            return ErrorCode.invalid_update_version, reg
+        if broker_id not in new_isr or not set(new_isr) <= set(reg.replicas):
+            return ErrorCode.invalid_request, reg
+        added = set(new_isr) - set(reg.isr)
+        if any(not self.is_live(r) for r in added):
+            return ErrorCode.ineligible_replica, reg
+        ordered = tuple(r for r in reg.replicas if r in new_isr)
+        updated = replace(reg, isr=ordered, partition_epoch=reg.partition_epoch + 1)
+        topic.partitions[tp.partition] = updated
+        self._commit()
+        return ErrorCode.none, updated
+
+    # ---- views ------------------------------------------------------------------------
+
+    def image(self) -> MetadataImage:
+        return MetadataImage(
+            metadata_offset=self.metadata_offset,
+            cluster_id=self.cluster_id,
+            brokers={
+                b.broker_id: BrokerEndpoint(b.broker_id, b.host, b.port)
+                for b in self.brokers.values() if not b.fenced
+            },
+            topics={
+                t.name: TopicImage(t.name, t.topic_id, dict(t.config), dict(t.partitions))
+                for t in self.topics.values()
+            },
+        )
+
+    def offline_partitions_count(self) -> int:
+        return sum(
+            1 for t in self.topics.values() for reg in t.partitions.values()
+            if reg.leader == NO_LEADER
+        )

@@ -1,0 +1,126 @@
+"""The controller process: ``QuorumController`` on the network, with metrics and state.
+
+Brokers register, heartbeat, long-poll for metadata changes, and send AlterPartition and
+CreateTopic requests over ``minibroker.rpc``. Every state change is persisted before the
+answer leaves (the controller fsyncs in ``QuorumController._commit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from minibroker.admin import AdminServer
+from minibroker.cluster.types import TopicPartition
+from minibroker.controller.quorum_controller import QuorumController
+from minibroker.metrics import controller_registry
+from minibroker.rpc import RpcServer
+
+log = logging.getLogger("minibroker.controller")
+
+TICK_MS = 100
+
+
+class ControllerServer:
+    def __init__(self, data_dir: Path, config: dict[str, str]) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._loop = asyncio.get_running_loop()
+        self.controller = QuorumController(
+            clock_ms=lambda: self._loop.time() * 1000.0, config=config, data_dir=data_dir)
+        self._changed = asyncio.Condition()
+        self.controller.add_listener(self._on_commit)
+        self.rpc = RpcServer({
+            "register_broker": self._register_broker,
+            "heartbeat": self._heartbeat,
+            "fetch_metadata": self._fetch_metadata,
+            "alter_partition": self._alter_partition,
+            "create_topic": self._create_topic,
+            "state": self._state,
+        })
+        self._tick_task: asyncio.Task | None = None
+        self.admin: AdminServer | None = None
+
+    def _on_commit(self, _offset: int) -> None:
+        async def notify() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        self._loop.create_task(notify())
+
+    async def start(self, host: str, port: int, metrics_port: int | None) -> None:
+        await self.rpc.start(host, port)
+        self._tick_task = asyncio.create_task(self._tick_loop())
+        if metrics_port is not None:
+            self.admin = AdminServer(self._loop, host, metrics_port,
+                                     registry=controller_registry(self.controller),
+                                     state=self.state)
+            self.admin.start()
+        log.info("Controller listening on %s:%d (cluster id %s)", host, self.rpc.port,
+                 self.controller.cluster_id)
+
+    async def stop(self) -> None:
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+        await self.rpc.stop()
+        if self.admin is not None:
+            self.admin.stop()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_MS / 1000)
+            self.controller.tick()
+
+    async def _register_broker(self, p: dict[str, Any]) -> dict[str, Any]:
+        offset = self.controller.register_broker(p["broker_id"], p["incarnation_id"], p["host"],
+                                                 p["port"])
+        return {"metadata_offset": offset}
+
+    async def _heartbeat(self, p: dict[str, Any]) -> dict[str, Any]:
+        error = self.controller.heartbeat(p["broker_id"], p["incarnation_id"])
+        return {"error": error.name, "metadata_offset": self.controller.metadata_offset}
+
+    async def _fetch_metadata(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Long poll: answer as soon as the metadata is newer than ``since``."""
+        since = p.get("since", -1)
+        wait_s = p.get("wait_ms", 1000) / 1000
+        async with self._changed:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.controller.metadata_offset > since),
+                    wait_s)
+        return self.controller.image().to_json()
+
+    async def _alter_partition(self, p: dict[str, Any]) -> dict[str, Any]:
+        error, reg = self.controller.alter_partition(
+            p["broker_id"], TopicPartition(p["topic"], p["partition"]), p["leader_epoch"],
+            p["partition_epoch"], tuple(p["new_isr"]))
+        return {"error": error.name, "registration": reg.to_json() if reg else None}
+
+    async def _create_topic(self, p: dict[str, Any]) -> dict[str, Any]:
+        error, message = self.controller.create_topic(p["name"], p["partitions"],
+                                                      p["replication_factor"], p["config"])
+        return {"error": error.name, "message": message}
+
+    async def _state(self, _p: dict[str, Any]) -> dict[str, Any]:
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        c = self.controller
+        return {
+            "cluster_id": c.cluster_id,
+            "metadata_offset": c.metadata_offset,
+            "brokers": [
+                {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
+                for b in sorted(c.brokers.values(), key=lambda b: b.broker_id)
+            ],
+            "topics": {
+                t.name: {"config": t.config, "partitions": {
+                    str(i): reg.to_json() for i, reg in sorted(t.partitions.items())}}
+                for t in c.topics.values()
+            },
+            "offline_partitions": c.offline_partitions_count(),
+            "unclean_elections": c.unclean_elections,
+        }

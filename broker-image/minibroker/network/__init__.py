@@ -1,0 +1,2 @@
+"""The Kafka wire protocol: framing and headers (codec), the listener (kafka_server), the
+request handlers over the broker core (apis) and a small client (client)."""

@@ -1,0 +1,129 @@
+"""KafkaConnection: a minimal async Kafka client connection.
+
+Used by the follower fetcher and the CLI tools. One request in flight at a time (callers
+are serialised by a lock), correlation ids checked, header versions taken from the kio
+payload class. Any failure leaves the connection closed, because a late or partial
+response would otherwise be read as the answer to the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+from typing import Any
+
+from kio.static.protocol import RequestPayload
+
+from minibroker.network.codec import (
+    DEFAULT_MAX_REQUEST_SIZE,
+    ApiKey,
+    KafkaProtocolError,
+    decode_response,
+    encode_request,
+    read_frame,
+    response_schema,
+)
+
+__all__ = ["KafkaClientError", "KafkaConnection", "KafkaConnectionError", "KafkaRequestTimeout"]
+
+
+class KafkaClientError(Exception):
+    """Base of the errors a KafkaConnection raises; the subclasses are also the matching
+    builtin OSErrors, so ``except OSError`` catches every network failure."""
+
+
+class KafkaConnectionError(KafkaClientError, ConnectionError):
+    """The connection could not be made, was lost, or carried an unreadable response."""
+
+
+class KafkaRequestTimeout(KafkaClientError, TimeoutError):
+    """No response within the timeout; the connection has been closed."""
+
+
+class KafkaConnection:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        address: str,
+        client_id: str | None,
+        max_response_size: int,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.address = address
+        self.client_id = client_id
+        self._max_response_size = max_response_size
+        self._correlation_ids = itertools.count()
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        host: str,
+        port: int,
+        *,
+        client_id: str | None = "minibroker",
+        timeout: float = 10.0,
+        max_response_size: int = DEFAULT_MAX_REQUEST_SIZE,
+    ) -> KafkaConnection:
+        address = f"{host}:{port}"
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(host, port)
+        except TimeoutError:
+            raise KafkaRequestTimeout(f"connecting to {address} took over {timeout:g} s") from None
+        except OSError as exc:
+            raise KafkaConnectionError(f"cannot connect to {address}: {exc}") from exc
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer, address=address, client_id=client_id,
+                   max_response_size=max_response_size)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._writer.close()
+
+    async def request(self, request: RequestPayload, *, timeout: float = 30.0) -> Any:
+        """Send ``request`` and return its response payload (None for an acks=0 produce,
+        which gets no response)."""
+        name = f"{type(request).__name__} v{request.__version__}"
+        async with self._lock:
+            if self._closed:
+                raise KafkaConnectionError(f"{name} to {self.address}: connection is closed")
+            correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+            expects_response = not (request.__api_key__ == ApiKey.PRODUCE and request.acks == 0)
+            try:
+                async with asyncio.timeout(timeout):
+                    self._writer.write(encode_request(request, correlation_id, self.client_id))
+                    await self._writer.drain()
+                    if not expects_response:
+                        return None
+                    frame = await read_frame(self._reader, self._max_response_size)
+                if frame is None:
+                    raise KafkaProtocolError("connection closed by the broker")
+                response_type = response_schema(request.__api_key__, request.__version__)
+                received_id, response = decode_response(frame, response_type)
+                if received_id != correlation_id:
+                    raise KafkaProtocolError(
+                        f"response carries correlation id {received_id}",
+                        correlation_id=correlation_id,
+                    )
+            except asyncio.CancelledError:
+                self.close()  # the response, if any, would answer the wrong request
+                raise
+            except TimeoutError:
+                self.close()
+                raise KafkaRequestTimeout(
+                    f"{name} to {self.address}: no response within {timeout:g} s") from None
+            except (OSError, KafkaProtocolError) as exc:
+                self.close()
+                raise KafkaConnectionError(f"{name} to {self.address}: {exc}") from exc
+            return response

@@ -1,0 +1,244 @@
+"""Kafka wire format: size-prefixed frames, request/response headers, supported versions.
+
+``SUPPORTED_API_VERSIONS`` is the single source of truth for what minibroker speaks: the
+request parser rejects anything outside it and the ApiVersions response is built from it.
+Message bodies are kio dataclasses; record batches stay opaque bytes end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1 import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2 import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+from kio.static.protocol import RequestPayload, ResponsePayload
+
+from minibroker.network.prescan import Underflow, check_layout
+
+__all__ = [
+    "DEFAULT_MAX_REQUEST_SIZE",
+    "SUPPORTED_API_VERSIONS",
+    "ApiKey",
+    "KafkaProtocolError",
+    "Request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "parse_request",
+    "read_frame",
+    "request_schema",
+    "response_schema",
+]
+
+# Kafka's socket.request.max.bytes default.
+DEFAULT_MAX_REQUEST_SIZE = 100 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+_HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+
+
+class ApiKey(IntEnum):
+    """The Kafka APIs minibroker answers (names from Kafka's ``ApiKeys``)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    OFFSET_FOR_LEADER_EPOCH = 23
+
+
+# Inclusive (min, max) version per API. Fetch stops at 12: v13+ address topics by id.
+SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+}
+
+
+class KafkaProtocolError(Exception):
+    """A frame or message that does not follow the Kafka protocol.
+
+    Carries whatever of the request's identity could be read before the error, so the
+    log line names the request.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        api_key: int | None = None,
+        api_version: int | None = None,
+        correlation_id: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+    def __str__(self) -> str:
+        known = [
+            f"{name}={value}"
+            for name, value in (
+                ("api_key", self.api_key),
+                ("api_version", self.api_version),
+                ("correlation_id", self.correlation_id),
+            )
+            if value is not None
+        ]
+        message = super().__str__()
+        return f"{message} ({', '.join(known)})" if known else message
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One parsed request. ``body`` is None only for an ApiVersions request newer than
+    the broker supports: its body cannot be read, and the answer lists our versions."""
+
+    api_key: ApiKey
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+    @property
+    def name(self) -> str:
+        return f"{self.api_key.name} v{self.api_version}"
+
+
+async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | None:
+    """Read one size-prefixed frame; None when the peer closed between frames."""
+    try:
+        prefix = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise KafkaProtocolError("connection closed inside a frame's size prefix") from None
+    (size,) = _SIZE.unpack(prefix)
+    if size < 0 or size > max_size:
+        raise KafkaProtocolError(f"frame size {size} outside 0..{max_size}")
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError as exc:
+        raise KafkaProtocolError(
+            f"connection closed after {len(exc.partial)} of a frame's {size} bytes"
+        ) from None
+
+
+@cache
+def request_schema(api_key: int, api_version: int) -> type[RequestPayload]:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_schema(api_key: int, api_version: int) -> type[ResponsePayload]:
+    return load_response_schema(api_key, api_version)
+
+
+def _decode(entity_type: type, frame: bytes, offset: int) -> tuple[Any, int]:
+    """Layout check first (see prescan), then kio's native reader."""
+    check_layout(entity_type, frame, offset)
+    return entity_reader(entity_type)(frame, offset)
+
+
+def parse_request(frame: bytes) -> Request:
+    """Parse a request frame (without its size prefix).
+
+    Raises ``KafkaProtocolError`` for an unknown API key, an unsupported version (except
+    ApiVersions, which clients use to negotiate) and a body that does not decode.
+    """
+    if len(frame) < _HEADER_PREFIX.size:
+        raise KafkaProtocolError(f"request of {len(frame)} bytes is shorter than a header")
+    raw_key, version, correlation_id = _HEADER_PREFIX.unpack_from(frame)
+    ids = {"api_key": raw_key, "api_version": version, "correlation_id": correlation_id}
+    try:
+        api_key = ApiKey(raw_key)
+    except ValueError:
+        raise KafkaProtocolError("unsupported API key", **ids) from None
+    low, high = SUPPORTED_API_VERSIONS[api_key]
+    body_type: type | None = None
+    if low <= version <= high:
+        body_type = request_schema(api_key, version)
+        header_type = body_type.__header_schema__
+    elif api_key is ApiKey.API_VERSIONS and version > high:
+        # Flexible versions (3+) carry header v2, as every newer one will.
+        header_type = RequestHeaderV2 if version >= 3 else RequestHeaderV1
+    else:
+        raise KafkaProtocolError(f"unsupported version of {api_key.name}", **ids)
+    try:
+        header, offset = _decode(header_type, frame, 0)
+        body = None
+        if body_type is not None:
+            body, _ = _decode(body_type, frame, offset)
+    except (SerialError, Underflow) as exc:
+        raise KafkaProtocolError(
+            f"malformed {api_key.name} request: {type(exc).__name__}: {exc}", **ids
+        ) from None
+    return Request(api_key, version, correlation_id, header.client_id, body)
+
+
+def _frame(write_message: Any) -> bytes:
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    write_message(buffer)
+    size = buffer.tell() - 4
+    buffer.seek(0)
+    buffer.write(_SIZE.pack(size))
+    return buffer.getvalue()
+
+
+def encode_response(correlation_id: int, response: ResponsePayload) -> bytes:
+    """A size-prefixed response frame; the header version follows the payload's class
+    (v1 for flexible versions, always v0 for ApiVersions)."""
+    header_type = response.__header_schema__
+
+    def write(buffer: io.BytesIO) -> None:
+        entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
+        entity_writer(type(response))(buffer, response)
+
+    return _frame(write)
+
+
+def encode_request(request: RequestPayload, correlation_id: int, client_id: str | None) -> bytes:
+    """A size-prefixed request frame with the header version the payload's class needs."""
+    header_type = request.__header_schema__
+    header = header_type(
+        request_api_key=request.__api_key__,
+        request_api_version=request.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+
+    def write(buffer: io.BytesIO) -> None:
+        entity_writer(header_type)(buffer, header)
+        entity_writer(type(request))(buffer, request)
+
+    return _frame(write)
+
+
+def decode_response(frame: bytes, response_type: type[ResponsePayload]) -> tuple[int, Any]:
+    """Parse a response frame (without its size prefix): (correlation id, payload)."""
+    try:
+        header, offset = _decode(response_type.__header_schema__, frame, 0)
+        body, _ = _decode(response_type, frame, offset)
+    except (SerialError, Underflow) as exc:
+        raise KafkaProtocolError(
+            f"malformed {response_type.__name__} v{response_type.__version__}: {exc}"
+        ) from None
+    return header.correlation_id, body

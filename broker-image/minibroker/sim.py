@@ -1,0 +1,254 @@
+"""An in-process, step-by-step minibroker cluster for tests and teaching.
+
+The same ``QuorumController``, ``ReplicaManager`` and ``Partition`` code as the real broker
+runs here on one manual clock, with "the network" replaced by direct calls: a follower's
+fetch round, a controller tick, a crash or a power loss happen exactly when the caller says.
+That makes the seeds' walkthroughs reproducible to the offset, and lets property tests
+explore random fault sequences deterministically.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minibroker.cluster.partition import AlterPartitionRequest, Partition
+from minibroker.cluster.replica_manager import ReplicaManager
+from minibroker.cluster.scheduler import ManualScheduler
+from minibroker.cluster.types import (
+    ErrorCode,
+    FetchRequestData,
+    FetchResult,
+    PartitionRegistration,
+    ProduceResult,
+    TopicPartition,
+)
+from minibroker.config import resolve
+from minibroker.controller.quorum_controller import QuorumController
+from minibroker.storage.durability import DurabilityTracker
+from minibroker.storage.records import build_batch, decode_values
+
+
+@dataclass
+class SendResult:
+    """The outcome of one produce; ``result`` stays None while acks=all waits."""
+
+    values: list[bytes]
+    result: ProduceResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.result is not None and self.result.error == ErrorCode.none
+
+
+class _DirectAlterPartition:
+    def __init__(self, sim: SimCluster, broker_id: int) -> None:
+        self._sim = sim
+        self._broker_id = broker_id
+
+    def send(self, request: AlterPartitionRequest,
+             on_response: Callable[[ErrorCode, PartitionRegistration | None], None]) -> None:
+        self._sim.pending_alter_partitions.append((self._broker_id, request, on_response))
+        if self._sim.auto_alter_partition:
+            self._sim.deliver_alter_partitions()
+
+
+@dataclass
+class _FollowMap:
+    following: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def follow(self, tp: TopicPartition, leader_id: int) -> None:
+        self.following[tp] = leader_id
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        self.following.pop(tp, None)
+
+
+class SimCluster:
+    def __init__(self, root: Path, brokers: int = 3, config: Mapping[str, str] | None = None,
+                 *, auto_alter_partition: bool = True) -> None:
+        self.root = root
+        self.config = dict(config or {})
+        self.scheduler = ManualScheduler()
+        self.controller = QuorumController(clock_ms=self.scheduler.now_ms, config=self.config)
+        self.controller.add_listener(lambda _offset: self.propagate_metadata())
+        self.auto_alter_partition = auto_alter_partition
+        self.pending_alter_partitions: list[tuple[int, AlterPartitionRequest, Callable]] = []
+        self.brokers: dict[int, ReplicaManager] = {}
+        self._fetchers: dict[int, _FollowMap] = {}
+        self._durability: dict[int, DurabilityTracker] = {}
+        self._incarnations: dict[int, str] = {}
+        self.heartbeat_interval_ms: int = resolve("broker.heartbeat.interval.ms", self.config)
+        for broker_id in range(1, brokers + 1):
+            self.start(broker_id)
+
+    # ---- processes ------------------------------------------------------------------
+
+    def start(self, broker_id: int) -> ReplicaManager:
+        """Start (or restart) a broker on its data directory; it registers at once."""
+        durability = self._durability.setdefault(broker_id, DurabilityTracker())
+        follow_map = _FollowMap()
+        rm = ReplicaManager(
+            broker_id, self.root / f"broker-{broker_id}", self.scheduler, config=self.config,
+            alter_partition_sender=_DirectAlterPartition(self, broker_id),
+            fetcher_manager=follow_map, durability=durability,
+        )
+        rm.start_timers()
+        self.brokers[broker_id] = rm
+        self._fetchers[broker_id] = follow_map
+        incarnation = uuid.uuid4().hex
+        self._incarnations[broker_id] = incarnation
+        self.controller.register_broker(broker_id, incarnation, "sim", 9000 + broker_id)
+        rm.apply_metadata(self.controller.image())
+        return rm
+
+    def crash(self, broker_id: int, *, power_loss: bool = False) -> None:
+        """kill -9 (page cache survives) or power loss (unflushed writes are gone)."""
+        rm = self.brokers.pop(broker_id)
+        self._fetchers.pop(broker_id)
+        rm.close()
+        if power_loss:
+            self._durability[broker_id].simulate_power_loss()
+            self._durability[broker_id] = DurabilityTracker()
+
+    def is_running(self, broker_id: int) -> bool:
+        return broker_id in self.brokers
+
+    # ---- controller traffic -----------------------------------------------------------
+
+    def propagate_metadata(self) -> None:
+        image = self.controller.image()
+        for rm in list(self.brokers.values()):
+            rm.apply_metadata(image)
+
+    def deliver_alter_partitions(self) -> None:
+        while self.pending_alter_partitions:
+            broker_id, request, on_response = self.pending_alter_partitions.pop(0)
+            if broker_id not in self.brokers:
+                continue
+            error, reg = self.controller.alter_partition(
+                broker_id, request.tp, request.leader_epoch, request.partition_epoch,
+                request.new_isr)
+            on_response(error, reg)
+
+    def advance(self, ms: float) -> None:
+        """Let time pass: live brokers heartbeat, timers fire, expired sessions are fenced."""
+        remaining = ms
+        while remaining > 0:
+            step = min(self.heartbeat_interval_ms, remaining)
+            for broker_id in list(self.brokers):
+                self.controller.heartbeat(broker_id, self._incarnations[broker_id])
+            self.scheduler.advance(step)
+            self.controller.tick()
+            remaining -= step
+
+    # ---- topics and clients -------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 3,
+                     config: Mapping[str, str] | None = None) -> None:
+        error, message = self.controller.create_topic(name, partitions, replication_factor,
+                                                      config or {})
+        if error != ErrorCode.none:
+            raise ValueError(message)
+
+    def registration(self, tp: TopicPartition) -> PartitionRegistration:
+        return self.controller.topics[tp.topic].partitions[tp.partition]
+
+    def leader_of(self, tp: TopicPartition) -> int:
+        return self.registration(tp).leader
+
+    def replica(self, broker_id: int, tp: TopicPartition) -> Partition:
+        return self.brokers[broker_id].partitions[tp]
+
+    def produce(self, tp: TopicPartition, values: Iterable[bytes | str], *, acks: int = -1,
+                timeout_ms: int = 30_000, broker_id: int | None = None) -> SendResult:
+        """Send one batch to the leader (or to ``broker_id``) as a producer would."""
+        encoded = [v.encode() if isinstance(v, str) else v for v in values]
+        send = SendResult(encoded)
+        target = self.leader_of(tp) if broker_id is None else broker_id
+        if target not in self.brokers:
+            send.result = ProduceResult(error=ErrorCode.not_leader_or_follower)
+            return send
+
+        def done(results: dict[TopicPartition, ProduceResult]) -> None:
+            send.result = results[tp]
+
+        self.brokers[target].append_records(acks=acks, timeout_ms=timeout_ms,
+                                            entries={tp: build_batch(encoded)},
+                                            on_complete=done)
+        return send
+
+    def fetch_round(self, follower_id: int) -> None:
+        """One fetch from ``follower_id`` to each of its leaders: truncate first if needed."""
+        rm = self.brokers[follower_id]
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, leader_id in self._fetchers[follower_id].following.items():
+            by_leader.setdefault(leader_id, []).append(tp)
+        for leader_id, tps in by_leader.items():
+            leader = self.brokers.get(leader_id)
+            if leader is None:
+                continue
+            ready = [tp for tp in tps if self._truncate(rm, leader, tp)]
+            if not ready:
+                continue
+            request = FetchRequestData(
+                replica_id=follower_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 30,
+                partitions=rm.build_follower_fetch(ready, 1 << 30))
+            responses: dict[TopicPartition, FetchResult] = {}
+            leader.fetch_messages(request, responses.update)
+            for tp, result in responses.items():
+                if result.error == ErrorCode.none:
+                    rm.on_follower_fetch(tp, result)
+                elif result.error == ErrorCode.offset_out_of_range:
+                    _, start, _ = leader.list_offset(tp, -2, -1, 0, follower_id)
+                    _, end, _ = leader.list_offset(tp, -1, -1, 0, follower_id)
+                    rm.on_follower_out_of_range(tp, start, end)
+
+    def truncate_followers(self, follower_id: int) -> None:
+        """Only the truncation step of a fetch round (a follower that has not fetched yet)."""
+        rm = self.brokers[follower_id]
+        for tp, leader_id in self._fetchers[follower_id].following.items():
+            if leader_id in self.brokers:
+                self._truncate(rm, self.brokers[leader_id], tp)
+
+    def _truncate(self, rm: ReplicaManager, leader: ReplicaManager, tp: TopicPartition) -> bool:
+        state = rm.follower_states.get(tp)
+        if state is None:
+            return False
+        if not state.needs_truncation:
+            return True
+        if rm.truncation_mode(tp) == "high-watermark":
+            rm.truncate_to_high_watermark(tp)
+            return True
+        for _ in range(100):
+            current, latest = rm.epoch_request(tp)
+            error, epoch, end = leader.last_offset_for_leader_epoch(tp, current, latest)
+            if error != ErrorCode.none:
+                return False
+            if rm.on_epoch_answer(tp, epoch, end):
+                return True
+        raise RuntimeError(f"truncation of {tp} did not converge")
+
+    def replicate(self, rounds: int = 3) -> None:
+        """A few fetch rounds for every live follower (enough to settle HWs)."""
+        for _ in range(rounds):
+            for broker_id in sorted(self.brokers):
+                self.fetch_round(broker_id)
+
+    def read_committed(self, tp: TopicPartition) -> list[tuple[int, bytes]]:
+        """What a consumer reads from the current leader: every record below the HW."""
+        leader = self.brokers[self.leader_of(tp)]
+        partition = leader.partitions[tp]
+        records = partition.log.read(partition.log_start_offset, 1 << 30,
+                                     partition.high_watermark)
+        return [(o, v) for o, v in decode_values(records) if o < partition.high_watermark]
+
+    def log_values(self, broker_id: int, tp: TopicPartition) -> list[tuple[int, bytes]]:
+        partition = self.replica(broker_id, tp)
+        return list(decode_values(partition.log.read(partition.log_start_offset, 1 << 30)))

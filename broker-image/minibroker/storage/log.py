@@ -1,0 +1,326 @@
+"""``Log``: the segments of one partition directory, with Kafka's recovery and flush policy.
+
+Appends only write to the page cache. As in Kafka, nothing is fsynced on the produce path
+unless ``log.flush.interval.messages`` / ``log.flush.interval.ms`` ask for it, except that a
+segment is flushed when it is rolled; durability comes from replication. Every fsync is
+reported to the ``DurabilityTracker`` so a simulated power loss drops exactly the unflushed
+tail. Opening a log recovers it: every batch is validated and the first bad one (a torn
+write, a flipped bit, a gap in the offsets) and everything after it is cut, the way Kafka
+recovers after an unclean shutdown; the recovered state is then fsynced, so it is the
+durable baseline of this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from minibroker.fsutil import fsync_dir
+from minibroker.storage.durability import DurabilityTracker
+from minibroker.storage.records import BatchHeader, assign_offsets, iter_batches
+from minibroker.storage.segment import LogSegment, delete_files, index_path, log_path
+
+__all__ = ["Log", "LogAppendInfo", "OffsetOutOfRangeError", "UnexpectedAppendOffsetError"]
+
+log = logging.getLogger("minibroker.log")
+
+_SEGMENT_FILE = re.compile(r"(\d{20})\.(log|index)")
+_MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries store offsets relative to the segment base
+
+
+class OffsetOutOfRangeError(Exception):
+    """A read below the log start offset or past the log end offset."""
+
+
+class UnexpectedAppendOffsetError(ValueError):
+    """Follower batches that do not continue the log exactly at its end offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    num_records: int
+    batches: list[BatchHeader]
+
+
+class Log:
+    def __init__(
+        self,
+        dir: Path,
+        *,
+        durability: DurabilityTracker,
+        segment_bytes: int = 64 << 20,
+        flush_interval_messages: int | None = None,
+        flush_interval_ms: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        index_interval_bytes: int = 4096,
+    ) -> None:
+        if not 0 < segment_bytes <= 2**31 - 1:
+            raise ValueError(f"segment.bytes must be in [1, 2^31-1], got {segment_bytes}")
+        self._dir = Path(dir)
+        self._durability = durability
+        self._segment_bytes = segment_bytes
+        self._flush_interval_messages = flush_interval_messages
+        self._flush_interval_ms = flush_interval_ms
+        self._clock = clock
+        self._index_interval_bytes = index_interval_bytes
+        self._segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        if not self._dir.is_dir():
+            self._dir.mkdir(parents=True)
+            fsync_dir(self._dir.parent)
+        self._recover()
+        self._log_end_offset = self._active.next_offset
+        self._last_flushed_offset = self._log_end_offset
+        self._last_flush_time = clock()
+
+    # ---- views ---------------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def last_flushed_offset(self) -> int:
+        """The recovery point: every offset below it has been fsynced."""
+        return self._last_flushed_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._base_offsets)
+
+    @property
+    def _active(self) -> LogSegment:
+        return self._segments[-1]
+
+    def __repr__(self) -> str:
+        return f"[Log {self._dir.name}]"
+
+    # ---- recovery -------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        bases: set[int] = set()
+        indexes: set[int] = set()
+        for path in self._dir.iterdir():
+            match = _SEGMENT_FILE.fullmatch(path.name)
+            if match:
+                (bases if match[2] == "log" else indexes).add(int(match[1]))
+        for orphan in sorted(indexes - bases):
+            path = index_path(self._dir, orphan)
+            log.info("%r deleting index %s that has no segment", self, path.name)
+            path.unlink()
+        cut = False
+        for base in sorted(bases):
+            if not cut and self._segments and base != self._active.next_offset:
+                log.warning("%r recovery: segment %s starts at offset %d but the log ends at "
+                            "%d", self, log_path(self._dir, base).name, base,
+                            self._active.next_offset)
+                cut = True
+            if cut:
+                log.warning("%r recovery deleted segment %s", self, log_path(self._dir, base).name)
+                delete_files(log_path(self._dir, base), index_path(self._dir, base),
+                             self._durability)
+                continue
+            segment, reason = LogSegment.load(self._dir, base, self._durability,
+                                              self._index_interval_bytes)
+            self._add_segment(segment)
+            if reason is not None:
+                log.warning("%r recovery cut segment %s at byte %d (offset %d): %s", self,
+                            segment.log_path.name, segment.size, segment.next_offset, reason)
+                cut = True
+        if not self._segments:
+            self._add_segment(LogSegment.create(self._dir, 0, self._durability,
+                                                self._index_interval_bytes))
+        for segment in self._segments:
+            segment.flush()
+            if segment is not self._active:
+                segment.close_index()
+        fsync_dir(self._dir)
+        log.info("%r loaded %d segments, log start offset %d, log end offset %d", self,
+                 len(self._segments), self.log_start_offset, self._active.next_offset)
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        self._segments.append(segment)
+        self._base_offsets.append(segment.base_offset)
+
+    # ---- appends --------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, leader_epoch: int) -> LogAppendInfo:
+        """Validate a producer's batches, give them the next offsets and the leader epoch."""
+        data, headers = assign_offsets(records, self._log_end_offset, leader_epoch)
+        return self._append(data, headers)
+
+    def append_as_follower(self, records: bytes) -> LogAppendInfo:
+        """Append batches fetched from the leader, which already carry offsets and epochs."""
+        headers = []
+        expected = self._log_end_offset
+        for header, _ in iter_batches(records):
+            if header.base_offset != expected:
+                raise UnexpectedAppendOffsetError(
+                    f"{self!r} follower append: batch at offset {header.base_offset} where "
+                    f"{expected} was expected (log end offset {self._log_end_offset})")
+            headers.append(header)
+            expected = header.next_offset
+        return self._append(bytes(records), headers)
+
+    def _append(self, data: bytes, headers: list[BatchHeader]) -> LogAppendInfo:
+        if not headers:
+            return LogAppendInfo(self._log_end_offset, self._log_end_offset - 1, 0, [])
+        active = self._active
+        if not active.is_empty and (
+                active.size + len(data) > self._segment_bytes
+                or headers[-1].last_offset - active.base_offset > _MAX_RELATIVE_OFFSET):
+            self._roll()
+        self._active.append(data, headers)
+        self._log_end_offset = headers[-1].next_offset
+        self.maybe_flush()
+        return LogAppendInfo(
+            first_offset=headers[0].base_offset,
+            last_offset=headers[-1].last_offset,
+            num_records=sum(header.records_count for header in headers),
+            batches=headers,
+        )
+
+    def _roll(self) -> None:
+        """Start a segment at the log end offset. Kafka flushes the finished segment then."""
+        started = time.monotonic()
+        self._flush_active()
+        self._active.close_index()
+        self._add_segment(LogSegment.create(self._dir, self._log_end_offset, self._durability,
+                                            self._index_interval_bytes))
+        fsync_dir(self._dir)
+        log.info("%r rolled new log segment at offset %d in %.1f ms", self,
+                 self._log_end_offset, (time.monotonic() - started) * 1000)
+
+    # ---- reads ----------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one containing ``start_offset``, none ending past
+        ``max_offset``, at most ``max_bytes`` unless the first batch alone is larger (Kafka
+        returns it anyway so that a large batch cannot block a consumer)."""
+        self._check_offset(start_offset)
+        if start_offset == self._log_end_offset:
+            return b""
+        chunks = []
+        remaining = max_bytes
+        offset = start_offset
+        for i in range(bisect_right(self._base_offsets, start_offset) - 1, len(self._segments)):
+            segment = self._segments[i]
+            if segment.is_empty:
+                break
+            data, reached_end = segment.read(offset, remaining, max_offset,
+                                             min_one_batch=not chunks)
+            if data:
+                chunks.append(data)
+                remaining -= len(data)
+            if not reached_end or remaining <= 0:
+                break
+            offset = segment.next_offset
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def batches_from(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one containing ``offset`` to the end (for
+        rebuilding the leader epoch cache). Do not append while iterating."""
+        self._check_offset(offset)
+        if offset == self._log_end_offset:
+            return
+        for i in range(bisect_right(self._base_offsets, offset) - 1, len(self._segments)):
+            segment = self._segments[i]
+            yield from segment.headers_from(max(offset, segment.base_offset))
+
+    def _check_offset(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self._dir.name}: log start offset "
+                f"{self.log_start_offset}, log end offset {self._log_end_offset}")
+
+    # ---- truncation -----------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every offset >= ``offset`` at a batch boundary (the batch containing
+        ``offset`` goes too); returns the new log end offset."""
+        if offset < 0:
+            raise ValueError(f"{self!r} cannot truncate to negative offset {offset}")
+        if offset >= self._log_end_offset:
+            return self._log_end_offset
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return self._log_end_offset
+        old_end = self._log_end_offset
+        deleted = 0
+        while self._active.base_offset > offset:
+            self._segments.pop().delete()
+            self._base_offsets.pop()
+            deleted += 1
+        self._active.truncate_to(offset)
+        if deleted:
+            fsync_dir(self._dir)
+        self._log_end_offset = self._active.next_offset
+        self._last_flushed_offset = min(self._last_flushed_offset, self._log_end_offset)
+        log.info("%r truncated to offset %d (asked %d, was %d, %d segments deleted)", self,
+                 self._log_end_offset, offset, old_end, deleted)
+        return self._log_end_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (a follower whose log no longer
+        overlaps the leader's)."""
+        if offset < 0:
+            raise ValueError(f"{self!r} cannot start at negative offset {offset}")
+        for segment in self._segments:
+            segment.delete()
+        self._segments.clear()
+        self._base_offsets.clear()
+        self._add_segment(LogSegment.create(self._dir, offset, self._durability,
+                                            self._index_interval_bytes))
+        fsync_dir(self._dir)
+        self._log_end_offset = offset
+        self._last_flushed_offset = offset
+        log.info("%r truncated fully, log now starts at offset %d", self, offset)
+
+    # ---- flushing -------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything appended so far (only the active segment can be unflushed)."""
+        if self._log_end_offset > self._last_flushed_offset:
+            self._flush_active()
+
+    def _flush_active(self) -> None:
+        self._active.flush()
+        self._last_flushed_offset = self._log_end_offset
+        self._last_flush_time = self._clock()
+
+    def maybe_flush(self) -> None:
+        """Apply log.flush.interval.messages / log.flush.interval.ms (None: never)."""
+        unflushed = self._log_end_offset - self._last_flushed_offset
+        if unflushed <= 0:
+            return
+        by_messages = self._flush_interval_messages
+        by_time = self._flush_interval_ms
+        if (by_messages is not None and unflushed >= by_messages) or (
+                by_time is not None and (self._clock() - self._last_flush_time) * 1000 >= by_time):
+            self._flush_active()
+
+    def close(self) -> None:
+        """Release the files without flushing, so that a simulated crash can close a log and
+        still lose its unflushed tail. A clean shutdown calls ``flush()`` first, as Kafka's
+        LogManager does."""
+        for segment in self._segments:
+            segment.close()

@@ -1,0 +1,622 @@
+"""KafkaApis through a real socket: kio-encoded requests in, each supported version.
+
+The broker core is replaced by ``FakeBroker``, an in-memory implementation of the
+``BrokerApi`` protocol that completes acks=all produces and empty fetches later, as the
+real purgatories do, so both completion paths of the network layer are exercised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import struct
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import fields
+from typing import Any
+
+import pytest
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from minibroker.cluster.types import (
+    BrokerEndpoint,
+    ErrorCode,
+    FetchRequestData,
+    FetchResult,
+    MetadataImage,
+    PartitionRegistration,
+    ProduceResult,
+    TopicImage,
+    TopicPartition,
+)
+from minibroker.network.apis import KafkaApis
+from minibroker.network.client import KafkaConnection, KafkaConnectionError
+from minibroker.network.codec import (
+    SUPPORTED_API_VERSIONS,
+    ApiKey,
+    decode_response,
+    encode_request,
+    response_schema,
+)
+from minibroker.network.kafka_server import KafkaServer
+
+CLUSTER_ID = "fake-cluster-id-000001"
+ORDERS_ID = uuid.uuid4()
+NEVER_ANSWERED = "controller-never-answers"
+
+
+def versions(api: ApiKey) -> list[int]:
+    low, high = SUPPORTED_API_VERSIONS[api]
+    return list(range(low, high + 1))
+
+
+class FakeBroker:
+    """In-memory BrokerApi. A log is a list of opaque batches; offset = list index."""
+
+    broker_id = 1
+
+    def __init__(self) -> None:
+        self.image = MetadataImage(
+            metadata_offset=7,
+            cluster_id=CLUSTER_ID,
+            brokers={1: BrokerEndpoint(1, "127.0.0.1", 19092),
+                     2: BrokerEndpoint(2, "127.0.0.1", 19093)},
+            topics={"orders": TopicImage("orders", ORDERS_ID.hex, {}, {
+                0: PartitionRegistration((1, 2), (1, 2), 1, 4, 9),
+                # Leader 3 is not among the live brokers: the partition is offline.
+                1: PartitionRegistration((2, 3), (2,), 3, 2, 5),
+            })},
+        )
+        self.logs: dict[TopicPartition, list[bytes]] = {
+            TopicPartition("orders", 0): [], TopicPartition("orders", 1): []}
+        self.parked: list[tuple[FetchRequestData, Callable[..., None]]] = []
+        self.fetch_requests: list[FetchRequestData] = []
+        self.list_offset_calls: list[tuple[Any, ...]] = []
+        self.created: list[tuple[Any, ...]] = []
+
+    def metadata_image(self) -> MetadataImage:
+        return self.image
+
+    def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
+                       on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+        results = {}
+        for tp, records in entries.items():
+            log = self.logs[tp]
+            results[tp] = ProduceResult(ErrorCode.none, base_offset=len(log), log_start_offset=0)
+            log.append(records)
+        self._complete_parked()
+        if acks == -1:  # DelayedProduce: answered once replicated, here on the next tick
+            asyncio.get_running_loop().call_soon(on_complete, results)
+        else:
+            on_complete(results)
+
+    def fetch_messages(self, request: FetchRequestData,
+                       on_complete: Callable[[dict[TopicPartition, FetchResult]], None]) -> None:
+        self.fetch_requests.append(request)
+        if request.max_wait_ms > 0 and not self._has_data(request):
+            # DelayedFetch: wait for data up to max_wait_ms.
+            entry = (request, on_complete)
+            self.parked.append(entry)
+            asyncio.get_running_loop().call_later(
+                request.max_wait_ms / 1000, self._expire, entry)
+            return
+        on_complete(self._read(request))
+
+    def _has_data(self, request: FetchRequestData) -> bool:
+        return any(len(self.logs[p.tp]) > p.fetch_offset for p in request.partitions)
+
+    def _read(self, request: FetchRequestData) -> dict[TopicPartition, FetchResult]:
+        results = {}
+        for p in request.partitions:
+            log = self.logs[p.tp]
+            if p.fetch_offset > len(log):
+                results[p.tp] = FetchResult(ErrorCode.offset_out_of_range)
+            else:
+                results[p.tp] = FetchResult(ErrorCode.none, high_watermark=len(log),
+                                            log_start_offset=0,
+                                            records=b"".join(log[p.fetch_offset:]))
+        return results
+
+    def _complete_parked(self) -> None:
+        ready = [e for e in self.parked if self._has_data(e[0])]
+        for entry in ready:
+            self.parked.remove(entry)
+            entry[1](self._read(entry[0]))
+
+    def _expire(self, entry: tuple[FetchRequestData, Callable[..., None]]) -> None:
+        if entry in self.parked:
+            self.parked.remove(entry)
+            entry[1](self._read(entry[0]))
+
+    def list_offset(self, tp: TopicPartition, timestamp: int, current_leader_epoch: int,
+                    isolation_level: int, replica_id: int = -1) -> tuple[ErrorCode, int, int]:
+        self.list_offset_calls.append((tp, timestamp, current_leader_epoch, isolation_level,
+                                       replica_id))
+        epoch = self.image.topics[tp.topic].partitions[tp.partition].leader_epoch
+        return ErrorCode.none, 0 if timestamp == -2 else len(self.logs[tp]), epoch
+
+    def last_offset_for_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[ErrorCode, int, int]:
+        latest = self.image.topics[tp.topic].partitions[tp.partition].leader_epoch
+        if current_leader_epoch not in (-1, latest):
+            return ErrorCode.fenced_leader_epoch, -1, -1
+        return ErrorCode.none, min(leader_epoch, latest), len(self.logs[tp])
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           config: dict[str, str]) -> tuple[ErrorCode, str | None]:
+        self.created.append((name, num_partitions, replication_factor, config))
+        if name == NEVER_ANSWERED:
+            await asyncio.Event().wait()
+        if name in self.image.topics:
+            return ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+        count = 1 if num_partitions == -1 else num_partitions
+        replicas = (1, 2)[: 1 if replication_factor == -1 else replication_factor]
+        topics = dict(self.image.topics)
+        topics[name] = TopicImage(name, uuid.uuid4().hex, config, {
+            i: PartitionRegistration(replicas, replicas, replicas[0], 0, 0) for i in range(count)})
+        self.image = MetadataImage(self.image.metadata_offset + 1, self.image.brokers, topics,
+                                   self.image.cluster_id)
+        return ErrorCode.none, None
+
+
+Scenario = Callable[[FakeBroker, int], Awaitable[None]]
+
+
+def run(scenario: Scenario) -> FakeBroker:
+    broker = FakeBroker()
+
+    async def main() -> None:
+        server = KafkaServer(KafkaApis(broker))
+        await server.start("127.0.0.1", 0)
+        try:
+            await asyncio.wait_for(scenario(broker, server.port), 10)
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+    return broker
+
+
+def build(entity_type: type, **values: Any) -> Any:
+    """An entity of one version from a superset of fields (as KafkaApis builds them)."""
+    names = {f.name for f in fields(entity_type)}
+    return entity_type(**{k: v for k, v in values.items() if k in names})
+
+
+def request_module(api: ApiKey, version: int) -> Any:
+    return load_payload_module(api, version, EntityType.request)
+
+
+async def call(port: int, request: Any) -> Any:
+    conn = await KafkaConnection.connect("127.0.0.1", port, client_id="test")
+    try:
+        return await conn.request(request, timeout=5)
+    finally:
+        conn.close()
+
+
+def produce_request(version: int, acks: int, batches: dict[tuple[str, int], bytes],
+                    transactional_id: str | None = None) -> Any:
+    m = request_module(ApiKey.PRODUCE, version)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), records in batches.items():
+        by_topic.setdefault(topic, []).append(m.PartitionProduceData(index=partition,
+                                                                     records=records))
+    return m.ProduceRequest(
+        transactional_id=transactional_id, acks=acks,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=tuple(m.TopicProduceData(name=t, partition_data=tuple(ps))
+                         for t, ps in by_topic.items()))
+
+
+def fetch_request(version: int, offsets: dict[tuple[str, int], int], *, max_wait_ms: int = 0,
+                  session_id: int = 0, session_epoch: int = -1, replica_id: int = -1,
+                  isolation_level: int = 0) -> Any:
+    m = request_module(ApiKey.FETCH, version)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(build(
+            m.FetchPartition, partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+            last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20))
+    return build(
+        m.FetchRequest, replica_id=replica_id,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 24,
+        isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch,
+        forgotten_topics_data=(), rack_id="",
+        topics=tuple(m.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+
+
+def partitions_of(response: Any) -> dict[tuple[str, int], Any]:
+    """Produce/Fetch response partitions keyed by (topic, partition)."""
+    found = {}
+    for topic in response.responses:
+        name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+        for p in getattr(topic, "partition_responses", None) or topic.partitions:
+            found[(name, getattr(p, "index", getattr(p, "partition_index", None)))] = p
+    return found
+
+
+# -- ApiVersions ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.API_VERSIONS))
+def test_api_versions_lists_the_supported_table(version: int) -> None:
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        m = request_module(ApiKey.API_VERSIONS, version)
+        response = await call(port, build(m.ApiVersionsRequest, client_software_name="t",
+                                          client_software_version="1"))
+        assert response.error_code == ErrorCode.none
+        advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        assert advertised == {int(k): v for k, v in SUPPORTED_API_VERSIONS.items()}
+
+    run(scenario)
+
+
+def test_too_new_api_versions_gets_a_v0_answer_with_unsupported_version() -> None:
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        from kio.schema.api_versions.v4 import request as v4
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        request = v4.ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        writer.write(encode_request(request, 42, "test"))
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        frame = await reader.readexactly(size)
+        # Response header v0 and the v0 body, whatever version was asked for.
+        correlation_id, response = decode_response(frame, response_schema(18, 0))
+        assert correlation_id == 42
+        assert response.error_code == ErrorCode.unsupported_version
+        advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        assert advertised[ApiKey.API_VERSIONS] == SUPPORTED_API_VERSIONS[ApiKey.API_VERSIONS]
+        assert len(advertised) == len(SUPPORTED_API_VERSIONS)
+        writer.close()
+
+    run(scenario)
+
+
+# -- Metadata ---------------------------------------------------------------------------
+
+
+def metadata_request(version: int, names: list[str] | None) -> Any:
+    m = request_module(ApiKey.METADATA, version)
+    topics = None if names is None else tuple(
+        build(m.MetadataRequestTopic, topic_id=None, name=n) for n in names)
+    return build(m.MetadataRequest, topics=topics, allow_auto_topic_creation=False,
+                 include_cluster_authorized_operations=False,
+                 include_topic_authorized_operations=False)
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.METADATA))
+def test_metadata_reports_brokers_topics_and_offline_partitions(version: int) -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        response = await call(port, metadata_request(version, None))
+        assert {(b.node_id, b.host, b.port) for b in response.brokers} == {
+            (1, "127.0.0.1", 19092), (2, "127.0.0.1", 19093)}
+        assert response.controller_id == broker.broker_id
+        if version >= 2:
+            assert response.cluster_id == CLUSTER_ID
+        (topic,) = response.topics
+        assert (topic.name, topic.error_code) == ("orders", ErrorCode.none)
+        if version >= 10:
+            assert topic.topic_id == ORDERS_ID
+        p0, p1 = sorted(topic.partitions, key=lambda p: p.partition_index)
+        assert (p0.error_code, p0.leader_id, p0.replica_nodes, p0.isr_nodes) == (
+            ErrorCode.none, 1, (1, 2), (1, 2))
+        assert (p1.error_code, p1.leader_id) == (ErrorCode.leader_not_available, -1)
+        if version >= 5:
+            assert (p0.offline_replicas, p1.offline_replicas) == ((), (3,))
+        if version >= 7:
+            assert (p0.leader_epoch, p1.leader_epoch) == (4, 2)
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("version", [1, 9, 12])
+def test_metadata_for_named_topics_marks_unknown_ones(version: int) -> None:
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        response = await call(port, metadata_request(version, ["nope", "orders"]))
+        errors = {t.name: t.error_code for t in response.topics}
+        assert errors == {"nope": ErrorCode.unknown_topic_or_partition, "orders": ErrorCode.none}
+
+    run(scenario)
+
+
+def test_metadata_v12_finds_topics_by_id() -> None:
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        from kio.schema.metadata.v12 import request as m
+
+        unknown = uuid.uuid4()
+        response = await call(port, m.MetadataRequest(
+            topics=(m.MetadataRequestTopic(topic_id=ORDERS_ID, name=None),
+                    m.MetadataRequestTopic(topic_id=unknown, name=None)),
+            include_topic_authorized_operations=False))
+        found = {t.topic_id: (t.name, t.error_code) for t in response.topics}
+        assert found == {ORDERS_ID: ("orders", ErrorCode.none),
+                         unknown: (None, ErrorCode.unknown_topic_id)}
+
+    run(scenario)
+
+
+# -- Produce ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.PRODUCE))
+@pytest.mark.parametrize("acks", [1, -1])
+def test_produce_appends_and_reports_base_offsets(version: int, acks: int) -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        for n in range(2):
+            response = await call(port, produce_request(version, acks, {
+                ("orders", 0): f"batch-{n}".encode(), ("orders", 5): b"lost", ("gone", 0): b"x"}))
+            parts = partitions_of(response)
+            assert (parts[("orders", 0)].error_code, parts[("orders", 0)].base_offset) == (
+                ErrorCode.none, n)
+            assert parts[("orders", 5)].error_code == ErrorCode.unknown_topic_or_partition
+            assert parts[("gone", 0)].error_code == ErrorCode.unknown_topic_or_partition
+        assert broker.logs[TopicPartition("orders", 0)] == [b"batch-0", b"batch-1"]
+
+    run(scenario)
+
+
+def test_acks_zero_produce_gets_no_response_and_keeps_the_connection() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        conn = await KafkaConnection.connect("127.0.0.1", port)
+        assert await conn.request(produce_request(9, 0, {("orders", 0): b"fire"})) is None
+        # The next response on the same connection answers the next request.
+        response = await conn.request(produce_request(9, 1, {("orders", 0): b"and-ack"}))
+        assert partitions_of(response)[("orders", 0)].base_offset == 1
+        conn.close()
+        assert broker.logs[TopicPartition("orders", 0)] == [b"fire", b"and-ack"]
+
+    run(scenario)
+
+
+def test_failed_acks_zero_produce_closes_the_connection() -> None:
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_request(produce_request(9, 0, {("gone", 0): b"x"}), 1, "t"))
+        assert await reader.read() == b""  # closed: the producer's only error signal
+        writer.close()
+
+    run(scenario)
+
+
+def test_transactional_produce_is_refused() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        response = await call(port, produce_request(9, 1, {("orders", 0): b"x"}, "txn-1"))
+        part = partitions_of(response)[("orders", 0)]
+        assert part.error_code == ErrorCode.invalid_request
+        assert "transactional" in part.error_message
+        assert broker.logs[TopicPartition("orders", 0)] == []
+
+    run(scenario)
+
+
+def test_produce_with_invalid_acks_is_refused() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        response = await call(port, produce_request(9, 2, {("orders", 0): b"x"}))
+        assert partitions_of(response)[("orders", 0)].error_code == ErrorCode.invalid_required_acks
+        assert broker.logs[TopicPartition("orders", 0)] == []
+
+    run(scenario)
+
+
+# -- Fetch ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.FETCH))
+def test_fetch_returns_records_and_partition_state(version: int) -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        broker.logs[TopicPartition("orders", 0)] += [b"b0", b"b1", b"b2"]
+        response = await call(port, fetch_request(
+            version, {("orders", 0): 1, ("orders", 7): 0, ("gone", 0): 0}, replica_id=2,
+            isolation_level=1))
+        if version >= 7:
+            assert (response.error_code, response.session_id) == (ErrorCode.none, 0)
+        parts = partitions_of(response)
+        p0 = parts[("orders", 0)]
+        assert (p0.error_code, p0.high_watermark, p0.last_stable_offset) == (ErrorCode.none, 3, 3)
+        assert p0.records == b"b1b2"
+        assert p0.aborted_transactions == ()
+        if version >= 5:
+            assert p0.log_start_offset == 0
+        if version >= 11:
+            assert p0.preferred_read_replica == -1
+        assert parts[("orders", 7)].error_code == ErrorCode.unknown_topic_or_partition
+        assert parts[("gone", 0)].error_code == ErrorCode.unknown_topic_or_partition
+        (seen,) = broker.fetch_requests
+        assert (seen.replica_id, seen.isolation_level) == (2, 1)
+        assert [p.tp for p in seen.partitions] == [TopicPartition("orders", 0)]
+
+    run(scenario)
+
+
+def test_fetch_waits_for_data_without_blocking_other_connections() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        waiting = asyncio.create_task(
+            call(port, fetch_request(12, {("orders", 0): 0}, max_wait_ms=8000)))
+        while not broker.parked:
+            await asyncio.sleep(0.01)
+        await call(port, produce_request(9, 1, {("orders", 0): b"late"}))
+        response = await waiting
+        assert partitions_of(response)[("orders", 0)].records == b"late"
+
+    run(scenario)
+
+
+def test_fetch_session_attempts_fall_back_to_full_fetches() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        broker.logs[TopicPartition("orders", 0)].append(b"b0")
+        # A client asking to open a session (epoch 0) gets a full answer and no session.
+        opened = await call(port, fetch_request(12, {("orders", 0): 0}, session_epoch=0))
+        assert opened.session_id == 0
+        assert partitions_of(opened)[("orders", 0)].records == b"b0"
+        # An incremental fetch in a session we never created is refused.
+        incremental = await call(port, fetch_request(
+            12, {("orders", 0): 1}, session_id=77, session_epoch=1))
+        assert incremental.error_code == ErrorCode.fetch_session_id_not_found
+        assert incremental.responses == ()
+
+    run(scenario)
+
+
+def test_responses_keep_request_order_on_a_pipelined_connection() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        from kio.schema.api_versions.v3 import request as av
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_request(fetch_request(12, {("orders", 0): 0}, max_wait_ms=300), 1, "t"))
+        writer.write(encode_request(av.ApiVersionsRequest(
+            client_software_name="t", client_software_version="1"), 2, "t"))
+        order = []
+        for _ in range(2):
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            frame = await reader.readexactly(size)
+            order.append(struct.unpack_from(">i", frame)[0])
+        assert order == [1, 2]
+        writer.close()
+
+    run(scenario)
+
+
+# -- ListOffsets / OffsetForLeaderEpoch ---------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.LIST_OFFSETS))
+def test_list_offsets_earliest_and_latest(version: int) -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        broker.logs[TopicPartition("orders", 0)] += [b"b0", b"b1"]
+        m = request_module(ApiKey.LIST_OFFSETS, version)
+        partitions = tuple(build(m.ListOffsetsPartition, partition_index=p, timestamp=ts,
+                                 current_leader_epoch=4)
+                           for p, ts in ((0, -2), (0, -1), (9, -1)))
+        response = await call(port, build(
+            m.ListOffsetsRequest, replica_id=-1, isolation_level=1,
+            topics=(m.ListOffsetsTopic(name="orders", partitions=partitions),)))
+        answers = [(p.partition_index, p.error_code, p.offset)
+                   for p in response.topics[0].partitions]
+        assert answers == [(0, ErrorCode.none, 0), (0, ErrorCode.none, 2),
+                           (9, ErrorCode.unknown_topic_or_partition, -1)]
+        if version >= 4:
+            assert response.topics[0].partitions[0].leader_epoch == 4
+        expected_isolation = 1 if version >= 2 else 0
+        expected_epoch = 4 if version >= 4 else -1
+        assert broker.list_offset_calls[0] == (
+            TopicPartition("orders", 0), -2, expected_epoch, expected_isolation, -1)
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.OFFSET_FOR_LEADER_EPOCH))
+def test_offset_for_leader_epoch(version: int) -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        broker.logs[TopicPartition("orders", 0)] += [b"b0", b"b1", b"b2"]
+        m = request_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)
+        partitions = tuple(
+            m.OffsetForLeaderPartition(partition=p, current_leader_epoch=cur, leader_epoch=e)
+            for p, cur, e in ((0, 4, 4), (0, 3, 2), (8, -1, 1)))
+        response = await call(port, build(
+            m.OffsetForLeaderEpochRequest, replica_id=2,
+            topics=(m.OffsetForLeaderTopic(topic="orders", partitions=partitions),)))
+        answers = [(p.error_code, p.leader_epoch, p.end_offset)
+                   for p in response.topics[0].partitions]
+        assert answers == [(ErrorCode.none, 4, 3), (ErrorCode.fenced_leader_epoch, -1, -1),
+                           (ErrorCode.unknown_topic_or_partition, -1, -1)]
+
+    run(scenario)
+
+
+# -- CreateTopics -------------------------------------------------------------------------
+
+
+def create_topics_request(version: int, *topics: tuple[str, int, int], timeout_ms: int = 5000,
+                          validate_only: bool = False, configs: dict[str, str] | None = None
+                          ) -> Any:
+    m = request_module(ApiKey.CREATE_TOPICS, version)
+    return m.CreateTopicsRequest(
+        topics=tuple(m.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=rf, assignments=(),
+            configs=tuple(m.CreatableTopicConfig(name=k, value=v)
+                          for k, v in (configs or {}).items()))
+            for name, partitions, rf in topics),
+        timeout=datetime.timedelta(milliseconds=timeout_ms), validate_only=validate_only)
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.CREATE_TOPICS))
+def test_create_topics_forwards_and_reports_each_topic(version: int) -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        response = await call(port, create_topics_request(
+            version, ("payments", 3, 2), ("orders", 1, 1),
+            configs={"min.insync.replicas": "2"}))
+        results = {r.name: r for r in response.topics}
+        assert results["payments"].error_code == ErrorCode.none
+        assert results["orders"].error_code == ErrorCode.topic_already_exists
+        assert "already exists" in results["orders"].error_message
+        assert broker.created[0] == ("payments", 3, 2, {"min.insync.replicas": "2"})
+        if version >= 5:
+            assert (results["payments"].num_partitions,
+                    results["payments"].replication_factor) == (3, 2)
+        if version >= 7:
+            assert results["payments"].topic_id == uuid.UUID(
+                broker.image.topics["payments"].topic_id)
+
+    run(scenario)
+
+
+def test_create_topics_with_defaults_reports_what_was_created() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        response = await call(port, create_topics_request(7, ("logs", -1, -1)))
+        (result,) = response.topics
+        assert (result.error_code, result.num_partitions, result.replication_factor) == (
+            ErrorCode.none, 1, 1)
+        assert broker.created[0][1:3] == (-1, -1)
+
+    run(scenario)
+
+
+def test_create_topics_times_out_and_refuses_validate_only() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        slow = await call(port, create_topics_request(7, (NEVER_ANSWERED, 1, 1), timeout_ms=100))
+        assert slow.topics[0].error_code == ErrorCode.request_timed_out
+        dry = await call(port, create_topics_request(7, ("dry", 1, 1), validate_only=True))
+        assert dry.topics[0].error_code == ErrorCode.invalid_request
+        assert [c[0] for c in broker.created] == [NEVER_ANSWERED]
+
+    run(scenario)
+
+
+# -- FindCoordinator ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.FIND_COORDINATOR))
+def test_find_coordinator_says_none_is_available(version: int) -> None:
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        m = request_module(ApiKey.FIND_COORDINATOR, version)
+        response = await call(port, build(m.FindCoordinatorRequest, key="group-a", key_type=0,
+                                          coordinator_keys=("group-a", "group-b")))
+        answers = getattr(response, "coordinators", None) or (response,)
+        assert {(a.error_code, a.node_id) for a in answers} == {
+            (ErrorCode.coordinator_not_available, -1)}
+        if version >= 4:
+            assert [c.key for c in answers] == ["group-a", "group-b"]
+
+    run(scenario)
+
+
+def test_core_failure_closes_only_that_connection() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        def broken(*_args: Any) -> Any:
+            raise RuntimeError("core bug")
+
+        broker.last_offset_for_leader_epoch = broken  # type: ignore[method-assign]
+        healthy = await KafkaConnection.connect("127.0.0.1", port)
+        m = request_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, 4)
+        with pytest.raises(KafkaConnectionError):
+            await call(port, m.OffsetForLeaderEpochRequest(topics=(m.OffsetForLeaderTopic(
+                topic="orders", partitions=(m.OffsetForLeaderPartition(
+                    partition=0, leader_epoch=1),)),)))
+        response = await healthy.request(metadata_request(12, None))
+        assert response.topics[0].name == "orders"
+        healthy.close()
+
+    run(scenario)
+

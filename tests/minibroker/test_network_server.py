@@ -1,0 +1,167 @@
+"""KafkaServer: a bad connection is closed alone; the server and its other clients go on.
+
+The handler here answers ApiVersions and fails on Metadata (a handler bug), which is all
+the server needs: it knows nothing of the APIs themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import struct
+from collections.abc import Callable
+
+import pytest
+from kio.schema.api_versions.v3 import request as api_versions_req
+from kio.schema.api_versions.v3 import response as api_versions_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as metadata_req
+
+from minibroker.network.client import KafkaConnection, KafkaConnectionError
+from minibroker.network.codec import Request, encode_request
+from minibroker.network.kafka_server import KafkaServer
+
+API_VERSIONS = api_versions_req.ApiVersionsRequest(
+    client_software_name="test", client_software_version="1")
+
+
+class ApiVersionsOnly:
+    def __init__(self) -> None:
+        self.handled: list[Request] = []
+
+    async def handle(self, request: Request) -> api_versions_resp.ApiVersionsResponse:
+        self.handled.append(request)
+        if request.api_key != 18:
+            raise RuntimeError(f"handler bug on {request.name}")
+        return api_versions_resp.ApiVersionsResponse(
+            error_code=ErrorCode.none, throttle_time=datetime.timedelta(0),
+            api_keys=(api_versions_resp.ApiVersion(api_key=18, min_version=0, max_version=3),))
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def header(api_key: int, version: int, correlation_id: int = 5) -> bytes:
+    client_id = b"bad-client"
+    return struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
+
+
+def valid_metadata_v12() -> bytes:
+    return encode_request(metadata_req.MetadataRequest(
+        topics=None, include_topic_authorized_operations=False), 5, "bad-client")[4:]
+
+
+# Each sends bytes that must get its connection closed; the label names the log line.
+BAD_INPUTS: dict[str, tuple[bytes, str]] = {
+    "garbage body": (frame(header(18, 3) + b"\x00\xff\xff\xff\xff\xff\xff\xff"), "malformed"),
+    # A compact array claiming 2**32 topics: kio's reader alone would abort the process.
+    "huge array length": (frame(header(3, 12) + b"\x00" + b"\x81\x80\x80\x80\x10"), "malformed"),
+    "truncated body": (frame(valid_metadata_v12()[:-2]), "malformed"),
+    "header shorter than its fixed part": (frame(b"\x00\x12\x00"), "shorter than a header"),
+    "absurd size": (struct.pack(">i", 2**31 - 1) + b"\x00" * 16, "frame size"),
+    "negative size": (struct.pack(">i", -4) + b"\x00" * 16, "frame size"),
+    "unknown api key": (frame(header(999, 0)), "unsupported API key"),
+    "api minibroker lacks": (frame(header(22, 4)), "unsupported API key"),
+    "unsupported version": (frame(header(3, 0)), "unsupported version"),
+    "handler crash": (frame(valid_metadata_v12()), "METADATA v12"),
+}
+
+
+def run_server(scenario: Callable[[KafkaServer, ApiVersionsOnly], object]) -> ApiVersionsOnly:
+    handler = ApiVersionsOnly()
+
+    async def main() -> None:
+        server = KafkaServer(handler, max_request_size=1 << 20)
+        await server.start("127.0.0.1", 0)
+        try:
+            await asyncio.wait_for(scenario(server, handler), 10)  # type: ignore[arg-type]
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+    return handler
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_closes_only_its_connection(case: str, caplog: pytest.LogCaptureFixture
+                                              ) -> None:
+    data, logged = BAD_INPUTS[case]
+
+    async def scenario(server: KafkaServer, _handler: ApiVersionsOnly) -> None:
+        bystander = await KafkaConnection.connect("127.0.0.1", server.port)
+        assert (await bystander.request(API_VERSIONS)).error_code == ErrorCode.none
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(data)
+        assert await reader.read() == b""  # the server closed this connection
+        writer.close()
+        assert (await bystander.request(API_VERSIONS)).error_code == ErrorCode.none
+        newcomer = await KafkaConnection.connect("127.0.0.1", server.port)
+        assert (await newcomer.request(API_VERSIONS)).error_code == ErrorCode.none
+        bystander.close()
+        newcomer.close()
+
+    with caplog.at_level(logging.WARNING, logger="minibroker.network.kafka_server"):
+        run_server(scenario)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "closing connection from 127.0.0.1:" in warning
+    assert logged in warning
+
+
+def test_frame_cut_by_the_peer_closing_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario(server: KafkaServer, handler: ApiVersionsOnly) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        whole = encode_request(API_VERSIONS, 1, "t")
+        writer.write(whole[:-3])
+        writer.write_eof()
+        assert await reader.read() == b""
+        writer.close()
+        assert handler.handled == []
+
+    with caplog.at_level(logging.WARNING, logger="minibroker.network.kafka_server"):
+        run_server(scenario)
+    assert any("connection closed after" in r.getMessage() for r in caplog.records)
+
+
+def test_errors_carry_the_request_identity(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario(server: KafkaServer, _handler: ApiVersionsOnly) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(frame(header(3, 0, correlation_id=31337)))
+        assert await reader.read() == b""
+        writer.close()
+
+    with caplog.at_level(logging.WARNING, logger="minibroker.network.kafka_server"):
+        run_server(scenario)
+    message = caplog.records[0].getMessage()
+    assert "api_key=3" in message and "api_version=0" in message
+    assert "correlation_id=31337" in message
+
+
+def test_many_requests_on_one_connection_are_answered_in_order() -> None:
+    async def scenario(server: KafkaServer, _handler: ApiVersionsOnly) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"".join(encode_request(API_VERSIONS, i, "t") for i in range(50)))
+        seen = []
+        for _ in range(50):
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            seen.append(struct.unpack(">i", (await reader.readexactly(size))[:4])[0])
+        assert seen == list(range(50))
+        writer.close()
+
+    handler = run_server(scenario)
+    assert [r.client_id for r in handler.handled] == ["t"] * 50
+
+
+def test_stop_closes_open_connections() -> None:
+    async def scenario(server: KafkaServer, _handler: ApiVersionsOnly) -> None:
+        port = server.port
+        conn = await KafkaConnection.connect("127.0.0.1", port)
+        await conn.request(API_VERSIONS)
+        await server.stop()
+        with pytest.raises(KafkaConnectionError):
+            await conn.request(API_VERSIONS, timeout=2)
+        with pytest.raises(KafkaConnectionError):
+            await KafkaConnection.connect("127.0.0.1", port, timeout=2)
+
+    run_server(scenario)
