@@ -37,17 +37,18 @@ def free_base_port(span: int = 110) -> int:
     raise RuntimeError(f"no free port range of {span}")
 
 
-async def wait_for_full_isr(bootstrap: tuple[str, int], timeout_s: float = 30.0) -> None:
+async def wait_for_full_isr(bootstrap: tuple[str, int], timeout_s: float = 30.0,
+                            topic: str = TOPIC) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            parts = await describe_partitions(bootstrap, TOPIC)
+            parts = await describe_partitions(bootstrap, topic)
             if parts and all(p.leader >= 0 and len(p.isr) == len(p.replicas) for p in parts):
                 return
         except (OSError, LookupError):
             pass
         await asyncio.sleep(0.2)
-    raise TimeoutError(f"{TOPIC} did not get leaders and full ISRs within {timeout_s} s")
+    raise TimeoutError(f"{topic} did not get leaders and full ISRs within {timeout_s} s")
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from minibroker.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,

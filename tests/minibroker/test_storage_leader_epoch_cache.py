@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from minibroker.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     EpochEntry,

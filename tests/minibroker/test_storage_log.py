@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import struct
 from pathlib import Path
 
 import pytest
+
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.log import Log, OffsetOutOfRangeError, UnexpectedAppendOffsetError
 from minibroker.storage.records import (
@@ -413,3 +415,62 @@ def test_power_loss_without_any_flush_loses_everything_unrolled(log_dir: Path) -
     recovered = open_log(log_dir, DurabilityTracker())
     assert (recovered.log_start_offset, recovered.log_end_offset) == (0, 0)
     recovered.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
+    """Appends, truncations, flushes, reopens and power losses against a list of batches;
+    every read must return exactly the batches Kafka's rules select."""
+    rng = random.Random(seed)
+    directory = tmp_path / "model-0"
+    tracker = DurabilityTracker()
+    log = open_log(directory, tracker, segment_bytes=2000, index_interval_bytes=300)
+    batches: list[tuple[int, int, int, list[bytes]]] = []  # base, next, size, values
+
+    def end() -> int:
+        return batches[-1][1] if batches else 0
+
+    for _ in range(120):
+        op = rng.choices(["append", "read", "truncate", "flush", "reopen", "power"],
+                         weights=[10, 10, 2, 1, 1, 1])[0]
+        if op == "append":
+            values = [rng.randbytes(rng.randint(0, 120)) for _ in range(rng.randint(1, 8))]
+            info = log.append_as_leader(build_batch(values), rng.randint(0, 3))
+            [header] = info.batches
+            batches.append((end(), end() + len(values), header.size_in_bytes, values))
+        elif op == "read":
+            start = rng.randint(0, end())
+            max_bytes = rng.randint(0, 1500)
+            max_offset = rng.choice([None, rng.randint(0, end())])
+            expected, budget = [], max_bytes
+            for base, nxt, size, values in batches:
+                if nxt <= start:
+                    continue
+                if (max_offset is not None and nxt > max_offset) or (expected and size > budget):
+                    break
+                expected.extend(zip(range(base, nxt), values, strict=True))
+                budget -= size
+            assert decode_values(log.read(start, max_bytes, max_offset)) == expected
+        elif op == "truncate":
+            target = rng.randint(0, end())
+            while batches and batches[-1][1] > target:
+                batches.pop()
+            assert log.truncate_to(target) == end()
+        elif op == "flush":
+            log.flush()
+            assert log.last_flushed_offset == end()
+        else:
+            flushed = log.last_flushed_offset
+            log.close()
+            if op == "power":
+                tracker.simulate_power_loss()
+                tracker = DurabilityTracker()
+            log = open_log(directory, tracker, segment_bytes=2000, index_interval_bytes=300)
+            assert flushed <= log.log_end_offset <= end()
+            while batches and batches[-1][1] > log.log_end_offset:
+                batches.pop()
+        assert log.log_end_offset == end()
+    assert decode_values(log.read(0, BIG)) == [
+        pair for base, nxt, _, values in batches
+        for pair in zip(range(base, nxt), values, strict=True)]
+    log.close()

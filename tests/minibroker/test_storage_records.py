@@ -6,6 +6,7 @@ import struct
 import warnings
 
 import pytest
+
 from minibroker.storage.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,

@@ -32,6 +32,7 @@ from minibroker.cluster.types import (
 from minibroker.config import LogConfig
 from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.log import Log, LogAppendInfo, OffsetOutOfRangeError
+from minibroker.storage.records import CorruptRecordError
 
 log = logging.getLogger("minibroker.partition")
 
@@ -177,7 +178,10 @@ class Partition:
                 ErrorCode.not_enough_replicas,
                 f"{self.tp}: ISR {list(self.isr)} is smaller than min.insync.replicas={min_isr}",
             )
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        try:
+            info = self.log.append_as_leader(records, self.leader_epoch)
+        except CorruptRecordError as exc:
+            raise KafkaApiError(ErrorCode.corrupt_message, f"{self.tp}: {exc}") from None
         self.maybe_increment_high_watermark()
         return info
 

@@ -30,14 +30,29 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import LogConfig, resolve
-from minibroker.storage.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile
+from minibroker.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    LeaderEpochCheckpointFile,
+    OffsetCheckpointFile,
+)
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.log import Log
 
 log = logging.getLogger("minibroker.replica_manager")
 
-HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+
+
+def _recover_epoch_cache(cache: LeaderEpochCache, log_: Log) -> None:
+    """Make the cache agree with the recovered log: drop epochs past its end, and add those
+    whose batches reached the log before a crash cut the cache update short."""
+    cache.truncate_from_end(log_.log_end_offset)
+    latest = cache.latest_entry
+    start = max(latest.start_offset if latest else 0, log_.log_start_offset)
+    for header in log_.batches_from(start):
+        if cache.latest_epoch is None or header.partition_leader_epoch > cache.latest_epoch:
+            cache.assign(header.partition_leader_epoch, header.base_offset)
 
 
 class AlterPartitionSender(Protocol):
@@ -87,7 +102,7 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory(scheduler)
         self.fetch_purgatory = Purgatory(scheduler)
         self.replica_lag_time_max_ms: int = resolve("replica.lag.time.max.ms", self.config)
-        self._hw_checkpoint = OffsetCheckpointFile(data_dir / HW_CHECKPOINT_FILE)
+        self._hw_checkpoint = OffsetCheckpointFile(data_dir / REPLICATION_OFFSET_CHECKPOINT_FILE)
         self._checkpointed_hws = dict(self._hw_checkpoint.read())
         self._closed = False
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -151,8 +166,9 @@ class ReplicaManager:
             flush_interval_ms=config.flush_interval_ms,
             clock=lambda: self.scheduler.now_ms() / 1000.0,
         )
-        cache = LeaderEpochCache(LeaderEpochCheckpointFile(directory / "leader-epoch-checkpoint"))
-        cache.truncate_from_end(log_.log_end_offset)
+        checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE)
+        cache = LeaderEpochCache(checkpoint)
+        _recover_epoch_cache(cache, log_)
         partition = Partition(
             tp, self.broker_id, log_, cache, config,
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,

@@ -1,0 +1,270 @@
+"""Stock Kafka clients against a real 3-broker minibroker cluster.
+
+confluent-kafka (librdkafka), kafka-python and kcat are used unchanged, with the configs a
+user would set; each test writes its own topic and reads every record back in order with
+the offsets the producer was told. The cluster runs as ``minibroker cluster`` in its own
+process group and is torn down with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as metadata_req
+
+from minibroker.network.client import KafkaClientError, KafkaConnection
+
+pytestmark = pytest.mark.slow
+
+BROKERS = 3
+RECORDS = 200
+STARTUP_TIMEOUT_S = 45
+TOPICS = {"confluent": 3, "kafka-python": 3, "kcat": 1}  # topic -> partitions (one per acks)
+ACKS = ["0", "1", "all"]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    base_port: int
+    log: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.base_port + i}" for i in range(1, BROKERS + 1))
+
+
+def _ports_free(ports: list[int]) -> bool:
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+    return True
+
+
+def _free_base_port() -> int:
+    """The cluster takes BASE..BASE+3 (controller, brokers) and BASE+100..BASE+103 (metrics)."""
+    for _ in range(50):
+        base = random.randrange(20000, 60000)
+        if _ports_free([base + i for i in range(BROKERS + 1)]
+                       + [base + 100 + i for i in range(BROKERS + 1)]):
+            return base
+    raise RuntimeError("no free port range for the cluster")
+
+
+def _minibroker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "minibroker", *args], capture_output=True,
+                          text=True, timeout=30, check=False)
+
+
+async def _topics_ready(cluster: Cluster) -> set[str]:
+    """Topics whose every partition has a live leader and a full ISR."""
+    conn = await KafkaConnection.connect("127.0.0.1", cluster.base_port + 1, timeout=2)
+    try:
+        response = await conn.request(metadata_req.MetadataRequest(
+            topics=None, include_topic_authorized_operations=False), timeout=2)
+    finally:
+        conn.close()
+    return {
+        t.name for t in response.topics
+        if t.error_code == ErrorCode.none and len(t.partitions) == TOPICS.get(t.name)
+        and all(p.error_code == ErrorCode.none and p.leader_id >= 0
+                and len(p.isr_nodes) == BROKERS for p in t.partitions)
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("interop")
+    cluster = Cluster(_free_base_port(), workdir / "cluster.log")
+    with cluster.log.open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "minibroker", "cluster", "--brokers", str(BROKERS),
+             "--base-port", str(cluster.base_port), "--data-dir", str(workdir / "data")],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_until_ready(cluster, process)
+        yield cluster
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _wait_until_ready(cluster: Cluster, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    base = cluster.base_port
+    pending = dict(TOPICS)
+    ready: set[str] = set()
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"cluster exited with {process.returncode}:\n{cluster.log.read_text()}")
+        for topic, partitions in list(pending.items()):
+            created = _minibroker("topics", "create", "--bootstrap", f"127.0.0.1:{base + 1}",
+                                  "--topic", topic, "--partitions", str(partitions),
+                                  "--replication-factor", str(BROKERS))
+            if created.returncode == 0 or "TOPIC_ALREADY_EXISTS" in created.stderr:
+                del pending[topic]
+        if not pending:
+            try:
+                ready = asyncio.run(_topics_ready(cluster))
+            except (KafkaClientError, OSError):
+                ready = set()
+            if ready == set(TOPICS):
+                return
+        time.sleep(0.2)
+    pytest.fail(f"topics not created {sorted(pending)} or not fully replicated "
+                f"{sorted(set(TOPICS) - ready)} within {STARTUP_TIMEOUT_S} s:\n"
+                f"{cluster.log.read_text()[-5000:]}")
+
+
+def _payloads(label: str) -> list[bytes]:
+    return [f"{label}-{i}".encode() for i in range(RECORDS)]
+
+
+# -- confluent-kafka (librdkafka) ---------------------------------------------------------
+
+
+def _confluent_produce(bootstrap: str, acks: str, partition: int) -> list[tuple[object, int]]:
+    """(error, offset) of each delivery report, in send order."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
+    reports: list[tuple[object, int]] = []
+
+    def on_delivery(err: object, msg: Message) -> None:
+        reports.append((err, msg.offset()))
+
+    for value in _payloads(f"ck-acks-{acks}"):
+        producer.produce("confluent", value=value, partition=partition, on_delivery=on_delivery)
+    assert producer.flush(30) == 0
+    return reports
+
+
+def test_confluent_kafka_produces_with_every_acks_and_reads_back_in_order(cluster: Cluster
+                                                                         ) -> None:
+    for partition, acks in enumerate(ACKS):
+        reports = _confluent_produce(cluster.bootstrap, acks, partition)
+        assert [err for err, _ in reports] == [None] * RECORDS
+        if acks != "0":  # acks=0 gets no offsets back
+            assert [offset for _, offset in reports] == list(range(RECORDS))
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "interop-ck",
+                         "enable.auto.commit": False})
+    try:
+        for partition, acks in enumerate(ACKS):
+            consumer.assign([CkTopicPartition("confluent", partition, OFFSET_BEGINNING)])
+            read: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + 20
+            while len(read) < RECORDS and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                assert message.error() is None, message.error()
+                assert message.partition() == partition
+                read.append((message.offset(), message.value()))
+            assert read == list(enumerate(_payloads(f"ck-acks-{acks}")))
+            low, high = consumer.get_watermark_offsets(
+                CkTopicPartition("confluent", partition), timeout=10)
+            assert (low, high) == (0, RECORDS)
+    finally:
+        consumer.close()
+
+
+# -- kafka-python -------------------------------------------------------------------------
+
+
+def test_kafka_python_produces_with_every_acks_and_reads_back_in_order(cluster: Cluster
+                                                                      ) -> None:
+    for partition, acks in enumerate(ACKS):
+        # kafka-python >= 2.1 turns idempotence on by default with acks=all, which needs
+        # InitProducerId; minibroker has no idempotent producers, so say so explicitly.
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap,
+                                 acks=acks if acks == "all" else int(acks),
+                                 enable_idempotence=False, linger_ms=5)
+        try:
+            futures = [producer.send("kafka-python", value=value, partition=partition)
+                       for value in _payloads(f"kp-acks-{acks}")]
+            producer.flush(30)
+            metadata = [f.get(timeout=10) for f in futures]
+        finally:
+            producer.close(5)
+        if acks != "0":
+            assert [m.offset for m in metadata] == list(range(RECORDS))
+
+    for partition, acks in enumerate(ACKS):
+        consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=None,
+                                 enable_auto_commit=False)
+        try:
+            tp = KpTopicPartition("kafka-python", partition)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            read: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + 20
+            while len(read) < RECORDS and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=500).values():
+                    read += [(r.offset, r.value) for r in records]
+            assert read == list(enumerate(_payloads(f"kp-acks-{acks}")))
+        finally:
+            consumer.close()
+
+
+# -- kcat ---------------------------------------------------------------------------------
+
+KCAT = shutil.which("kcat")
+needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not installed "
+                                "(apt-get install -y kcat)")
+
+
+@needs_kcat
+def test_kcat_lists_brokers_and_topics(cluster: Cluster) -> None:
+    listed = subprocess.run([KCAT, "-b", cluster.bootstrap, "-L", "-J"], capture_output=True,
+                            text=True, timeout=30, check=True)
+    metadata = json.loads(listed.stdout)
+    assert sorted(b["id"] for b in metadata["brokers"]) == [1, 2, 3]
+    assert {b["name"] for b in metadata["brokers"]} == {
+        f"127.0.0.1:{cluster.base_port + i}" for i in range(1, BROKERS + 1)}
+    topics = {t["topic"]: t for t in metadata["topics"]}
+    assert set(TOPICS) <= set(topics)
+    (partition,) = topics["kcat"]["partitions"]
+    assert partition["leader"] in (1, 2, 3)
+    assert sorted(r["id"] for r in partition["replicas"]) == [1, 2, 3]
+    assert sorted(r["id"] for r in partition["isrs"]) == [1, 2, 3]
+
+
+@needs_kcat
+def test_kcat_produces_and_consumes(cluster: Cluster) -> None:
+    lines = [f"kcat-line-{i}" for i in range(RECORDS)]
+    subprocess.run([KCAT, "-b", cluster.bootstrap, "-P", "-t", "kcat", "-p", "0"],
+                   input="\n".join(lines) + "\n", text=True, timeout=30, check=True)
+    consumed = subprocess.run(
+        [KCAT, "-b", cluster.bootstrap, "-C", "-t", "kcat", "-p", "0", "-o", "beginning", "-e",
+         "-f", "%o %s\n"], capture_output=True, text=True, timeout=30, check=True)
+    assert consumed.stdout.splitlines() == [f"{i} {line}" for i, line in enumerate(lines)]
+
+
+def test_no_client_connection_was_refused(cluster: Cluster) -> None:
+    """Runs last (file order): every request the clients above sent was understood."""
+    refused = [line for line in cluster.log.read_text().splitlines()
+               if "closing connection" in line]
+    assert refused == []
