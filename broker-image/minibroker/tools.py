@@ -38,7 +38,11 @@ class PartitionDescription:
 
 async def create_topic(bootstrap: tuple[str, int], topic: str, partitions: int,
                        replication_factor: int, config: dict[str, str]) -> int:
-    conn = await KafkaConnection.connect(*bootstrap, client_id="minibroker-tools")
+    try:
+        conn = await KafkaConnection.connect(*bootstrap, client_id="minibroker-tools")
+    except OSError as exc:
+        print(f"Error creating topic {topic}: {exc}", file=sys.stderr)
+        return 1
     try:
         response = await conn.request(create_req.CreateTopicsRequest(
             topics=(create_req.CreatableTopic(
@@ -110,7 +114,7 @@ async def _high_watermark(address: tuple[str, int], topic: str, partition: int,
 async def describe(bootstrap: tuple[str, int], topic: str | None) -> int:
     try:
         descriptions = await describe_partitions(bootstrap, topic)
-    except LookupError as exc:
+    except (LookupError, OSError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     for description in descriptions:

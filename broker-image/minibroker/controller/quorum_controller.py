@@ -246,6 +246,11 @@ class QuorumController:
                      config: Mapping[str, str]) -> tuple[ErrorCode, str | None]:
         if name in self.topics:
             return ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+        # CreateTopics v4+ sends -1 for "the broker's default".
+        if num_partitions == -1:
+            num_partitions = resolve("num.partitions", self.config)
+        if replication_factor == -1:
+            replication_factor = resolve("default.replication.factor", self.config)
         if not name or len(name) > 249 or not all(c.isalnum() or c in "._-" for c in name):
             return ErrorCode.invalid_topic_exception, f"Invalid topic name {name!r}."
         if num_partitions < 1:

@@ -173,8 +173,7 @@ class KafkaApis:
             topics = tuple(self._topic_metadata(m, image, image.topics[name])
                            for name in sorted(image.topics))
         else:
-            by_id = {uuid.UUID(t.topic_id): t for t in image.topics.values()}
-            topics = tuple(self._requested_topic_metadata(m, image, by_id, t) for t in body.topics)
+            topics = tuple(self._requested_topic_metadata(m, image, t) for t in body.topics)
         return _build(
             m.MetadataResponse,
             throttle_time=_NO_THROTTLE,
@@ -185,15 +184,16 @@ class KafkaApis:
             cluster_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
         )
 
-    def _requested_topic_metadata(
-        self, m: ModuleType, image: MetadataImage, by_id: dict[uuid.UUID, TopicImage], req: Any
-    ) -> Any:
+    def _requested_topic_metadata(self, m: ModuleType, image: MetadataImage, req: Any) -> Any:
         name: str | None = req.name
-        topic = image.topics.get(name) if name is not None else by_id.get(req.topic_id)
+        if name is not None:
+            topic, error = image.topics.get(name), ErrorCode.unknown_topic_or_partition
+        else:  # v10+ may name a topic by id only
+            topic = next((t for t in image.topics.values()
+                          if uuid.UUID(t.topic_id) == req.topic_id), None)
+            error = ErrorCode.unknown_topic_id
         if topic is not None:
             return self._topic_metadata(m, image, topic)
-        error = ErrorCode.unknown_topic_or_partition if name is not None else (
-            ErrorCode.unknown_topic_id)
         return _build(
             m.MetadataResponseTopic,
             error_code=error,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import cache
@@ -193,7 +194,7 @@ def parse_request(frame: bytes) -> Request:
     return Request(api_key, version, correlation_id, header.client_id, body)
 
 
-def _frame(write_message: Any) -> bytes:
+def _frame(write_message: Callable[[io.BytesIO], None]) -> bytes:
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     write_message(buffer)

@@ -79,14 +79,13 @@ class KafkaServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        sock = writer.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "an unknown peer"
         try:
+            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await self._process_requests(reader, writer, peer)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
+        except (OSError, asyncio.CancelledError):
+            pass  # the peer went away, or the server is stopping
         finally:
             self._connections.discard(task)
             writer.close()

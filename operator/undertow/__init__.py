@@ -1,0 +1,1 @@
+"""Undertow: chaos experiments against Kafka-style replicated logs."""

@@ -1,0 +1,5 @@
+import sys
+
+from undertow.cli import main
+
+sys.exit(main())

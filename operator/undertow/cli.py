@@ -1,0 +1,140 @@
+"""``undertow``: run chaos experiments and analyse their histories.
+
+    undertow run FILE [--out DIR] [--seed N] [--network proxy|netns]
+    undertow analyze HISTORY_DIR --out DIR [--master URL]
+    undertow validate FILE [FILE ...]
+    undertow plan FILE [--seed N]
+
+``run`` exits 0 when the verdict matches the experiment's ``expect``, 1 when it does not,
+and 2 on bad input or an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from undertow.spec import SpecError, choose_seed, load_experiment, plan
+
+EXIT_AS_EXPECTED, EXIT_UNEXPECTED, EXIT_ERROR = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="undertow", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log-level", default="WARNING")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an experiment locally and report its verdict")
+    run.add_argument("file", type=Path)
+    run.add_argument("--cluster-file", type=Path, action="append", default=[],
+                     help="more files holding the BrokerCluster the experiment refers to")
+    run.add_argument("--out", type=Path, help="output directory (default: runs/NAME-TIME)")
+    run.add_argument("--seed", type=int, help="seed of the random fault schedule")
+    run.add_argument("--network", choices=("proxy", "netns"), default="proxy",
+                     help="partitions through per-link TCP proxies (default) or netns+iptables "
+                          "(root)")
+    run.add_argument("--no-analysis", action="store_true",
+                     help="stop after writing the history")
+    run.add_argument("--no-progress", action="store_true", help="no live progress display")
+
+    analyze = sub.add_parser("analyze", help="check a history with the Spark job")
+    analyze.add_argument("history")
+    analyze.add_argument("--out", required=True)
+    analyze.add_argument("--master", default=None)
+    analyze.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+
+    validate = sub.add_parser("validate", help="validate experiment files")
+    validate.add_argument("files", type=Path, nargs="+")
+
+    show = sub.add_parser("plan", help="print the fault schedule an experiment and seed give")
+    show.add_argument("file", type=Path)
+    show.add_argument("--seed", type=int)
+    return parser
+
+
+def _analysis(history: Path, out: Path) -> dict:
+    from undertow_analysis.job import run_analysis
+
+    return run_analysis(str(history.resolve()), str(out.resolve()))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+    from undertow.runner.progress import Progress
+    from undertow.runner.run import run_experiment
+
+    loaded = load_experiment(args.file, args.cluster_file)
+    name = loaded.experiment.metadata.name
+    out = args.out or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    cluster = loaded.cluster.spec
+    config = cluster.config.as_overrides()
+    platform = LocalPlatform(LocalPlatformConfig(
+        workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
+        broker_config=config, controller_config=config))
+    with Progress(enabled=not args.no_progress and sys.stdout.isatty()) as progress:
+        result = run_experiment(loaded, platform, out, seed=args.seed,
+                                analyze=None if args.no_analysis else _analysis,
+                                on_progress=progress)
+    if result.verdict is None:
+        print(f"History written to {result.history_dir} (analysis skipped).")
+        return EXIT_AS_EXPECTED
+    outcome = "as expected" if result.as_expected else "NOT as expected"
+    print(f"\nVerdict: {result.verdict} (expected {result.expect}: {outcome}). "
+          f"Report: {out / 'report.html'}")
+    return EXIT_AS_EXPECTED if result.as_expected else EXIT_UNEXPECTED
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    for path in args.files:
+        loaded = load_experiment(path)
+        print(f"{path}: {loaded.experiment.metadata.name} OK "
+              f"(cluster {loaded.cluster.metadata.name}, expect {loaded.experiment.spec.expect})")
+    return EXIT_AS_EXPECTED
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    loaded = load_experiment(args.file)
+    seed = choose_seed(loaded.experiment.spec) if args.seed is None else args.seed
+    print(json.dumps({"seed": seed, "plan": [p.to_json() for p in plan(loaded.experiment, seed)]},
+                     indent=2))
+    return EXIT_AS_EXPECTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "validate":
+            return cmd_validate(args)
+        if args.command == "plan":
+            return cmd_plan(args)
+        if args.command == "analyze":
+            from undertow_analysis.job import main as analyze_main
+
+            argv_ = [args.history, "--out", args.out]
+            if args.master:
+                argv_ += ["--master", args.master]
+            for conf in args.conf:
+                argv_ += ["--conf", conf]
+            return analyze_main(argv_)
+    except SpecError as exc:
+        print(f"undertow: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("undertow: interrupted; every fault was recovered", file=sys.stderr)
+        return EXIT_ERROR
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The experiment runner: workload, nemesis, cluster sampling and the history they write."""

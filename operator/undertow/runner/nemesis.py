@@ -1,0 +1,205 @@
+"""The nemesis: runs the planned fault schedule against a platform, recording every action.
+
+Each planned fault waits for its start (an offset from the workload's start, or an event of
+the fault it follows in a sequence), resolves its targets from the controller's live
+metadata, injects one fault unit per target and lets the unit's time limit recover it
+(the unit heals itself even if this thread is gone). ``stop()`` recovers whatever is still
+in effect; it is called on every way out of a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from undertow.faults.base import Fault
+from undertow.faults.registry import build_fault
+from undertow.platform.base import CONTROLLER, Platform, broker_id_of
+from undertow.runner.history import HistoryWriter
+from undertow.runner.targets import TargetError, resolve, role_label
+from undertow.spec.schedule import PlannedFault
+
+log = logging.getLogger("undertow.nemesis")
+
+EVENT_POLL_S = 0.05
+
+
+@dataclass
+class FaultRun:
+    """What happened to one planned fault: its units and the time of each event."""
+
+    planned: PlannedFault
+    units: list[Fault] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    role: str = ""
+    injected: threading.Event = field(default_factory=threading.Event)
+    recovered: threading.Event = field(default_factory=threading.Event)
+    skipped: str | None = None
+
+
+class Nemesis:
+    def __init__(self, platform: Platform, plan: list[PlannedFault], topic: str,
+                 history: HistoryWriter, seed: int) -> None:
+        self._platform = platform
+        self._plan = plan
+        self._topic = topic
+        self._history = history
+        self._seed = seed
+        self._runs = [FaultRun(p) for p in plan]
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._start_time = 0.0
+        self._lock = threading.Lock()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self, start_time: float) -> None:
+        self._start_time = start_time
+        for run in self._runs:
+            thread = threading.Thread(target=self._run, args=(run,), daemon=True,
+                                      name=f"fault-{run.planned.index}")
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop scheduling and recover every fault still in effect (idempotent)."""
+        self._stop.set()
+        for run in self._runs:
+            for unit in run.units:
+                try:
+                    unit.recover()
+                except Exception:
+                    log.exception("Recovering %s failed", unit)
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def active(self) -> list[str]:
+        """``kill broker-2`` for each unit in effect now (for the progress line)."""
+        return [str(u) for run in self._runs for u in run.units if u.state == "injected"]
+
+    @property
+    def runs(self) -> list[FaultRun]:
+        return self._runs
+
+    # ---- one planned fault ----------------------------------------------------------------
+
+    def _run(self, run: FaultRun) -> None:
+        planned = run.planned
+        try:
+            if not self._wait_for_start(run):
+                return
+            self._inject(run)
+            self._watch_recovery(run)
+        except Exception as exc:
+            run.skipped = f"{type(exc).__name__}: {exc}"
+            log.warning("Fault %d (%s) not injected: %s", planned.index, planned.kind, exc)
+
+    def _wait_for_start(self, run: FaultRun) -> bool:
+        planned = run.planned
+        if planned.trigger is None:
+            assert planned.at is not None
+            delay = self._start_time + planned.at - time.time()
+            return not self._stop.wait(max(delay, 0.0))
+        trigger = planned.trigger
+        previous = self._runs[trigger.of]
+        deadline = time.monotonic() + trigger.timeout
+        check = self._event_check(trigger.event, previous)
+        while not self._stop.is_set():
+            if previous.skipped is not None:
+                run.skipped = f"fault {trigger.of} was skipped"
+                return False
+            if check():
+                return not self._stop.wait(trigger.delay)
+            if time.monotonic() > deadline:
+                run.skipped = f"{trigger.event} of fault {trigger.of} did not come in time"
+                log.info("Fault %d skipped: %s", planned.index, run.skipped)
+                return False
+            time.sleep(EVENT_POLL_S)
+        return False
+
+    def _event_check(self, event: str, previous: FaultRun) -> Callable[[], bool]:
+        if event == "injected":
+            return previous.injected.is_set
+        if event == "recovered":
+            return lambda: previous.recovered.is_set() and self._serving(previous.targets)
+        in_sync = event == "in-sync"
+        return lambda: previous.injected.is_set() and self._isr_membership(previous, in_sync)
+
+    def _inject(self, run: FaultRun) -> None:
+        planned = run.planned
+        controller = self._platform.state(CONTROLLER)
+        rng = random.Random(self._seed * 1_000_003 + planned.index)
+        options: dict[str, Any] = {}
+        if planned.kind == "partition" and planned.network is not None:
+            network = planned.network
+            options["mode"] = network.mode
+            if network.mode == "one-way" and network.to is not None:
+                options["to"] = resolve(network.to, controller, self._topic, rng)
+            if network.mode == "split" and network.groups is not None:
+                options["groups"] = [
+                    sorted({n for s in group for n in resolve(s, controller, self._topic, rng)})
+                    for group in network.groups]
+        if planned.target is None:
+            targets: list[str | None] = [None]
+            run.role = "split"
+        else:
+            targets = list(resolve(planned.target, controller, self._topic, rng))
+            run.role = role_label(planned.target, self._topic)
+        for target in targets:
+            unit = build_fault(planned.kind, self._platform, target,
+                               time_limit_s=planned.duration, listener=self._record(run),
+                               **options)
+            with self._lock:
+                run.units.append(unit)
+            unit.inject()
+            run.targets.append(unit.target)
+        run.injected.set()
+
+    def _record(self, run: FaultRun) -> Callable[[Fault, Literal["inject", "recover"]], None]:
+        def listener(unit: Fault, action: Literal["inject", "recover"]) -> None:
+            described = unit.describe()
+            self._history.fault(fault=described["fault"], target=described["target"],
+                                role=run.role, action=action)
+            log.info("%s %s (%s)", "Injected" if action == "inject" else "Recovered", unit,
+                     run.role)
+
+        return listener
+
+    def _watch_recovery(self, run: FaultRun) -> None:
+        while not self._stop.is_set():
+            if all(u.state in ("recovered", "failed") for u in run.units):
+                run.recovered.set()
+                return
+            time.sleep(EVENT_POLL_S)
+
+    # ---- events ------------------------------------------------------------------------
+
+    def _serving(self, targets: list[str]) -> bool:
+        """Recovered processes are back and registered, unfenced, with the controller."""
+        try:
+            controller = self._platform.state(CONTROLLER)
+        except Exception:
+            return False
+        fenced = {b["id"] for b in controller.get("brokers", []) if b.get("fenced")}
+        known = {b["id"] for b in controller.get("brokers", [])}
+        brokers = [broker_id_of(t) for t in targets if t != CONTROLLER and t.startswith("broker-")]
+        return all(b in known and b not in fenced for b in brokers)
+
+    def _isr_membership(self, run: FaultRun, in_sync: bool) -> bool:
+        """All broker targets of ``run`` are in (``in_sync``) or all are out of the ISR."""
+        try:
+            controller = self._platform.state(CONTROLLER)
+        except Exception:
+            return False
+        partition = (run.planned.target.partition if run.planned.target else None) or 0
+        reg = controller["topics"][self._topic]["partitions"][str(partition)]
+        brokers = [broker_id_of(t) for t in run.targets if t.startswith("broker-")]
+        return bool(brokers) and all((b in reg["isr"]) == in_sync for b in brokers)
+
+
+__all__ = ["FaultRun", "Nemesis", "TargetError"]

@@ -1,0 +1,56 @@
+"""The live progress display of ``undertow run`` (rich): elapsed of total, acks per second,
+errors, active faults, and leader and ISR per partition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+
+def render(update: dict[str, Any]) -> Group:
+    parts: list[Any] = []
+    phase = update.get("phase", "")
+    if phase == "faults":
+        counts = update["counts"]
+        errors = ", ".join(f"{k}={v}" for k, v in sorted(update["errors"].items())) or "none"
+        faults = ", ".join(update["active_faults"]) or "none"
+        parts.append(Text.assemble(
+            (f"{update['elapsed']:5.1f}s / {update['total']:.0f}s  ", "bold"),
+            f"acked {counts['ok']} ({update['acks_per_second']:.0f}/s)  "
+            f"failed {counts['fail']}  indeterminate {counts['info']}  errors: {errors}\n",
+            ("active faults: ", "bold"), (faults, "red" if update["active_faults"] else "green")))
+    else:
+        parts.append(Text(f"{phase}...", style="bold"))
+    table = Table("partition", "leader", "epoch", "ISR", "HW", "LEO per broker", box=None)
+    for p in update.get("partitions") or []:
+        leos = " ".join(f"{b}:{o}" for b, o in p["log_end_offsets"].items())
+        leader = str(p["leader"]) if p["leader"] >= 0 else "[red]offline[/red]"
+        table.add_row(f"{p['topic']}-{p['partition']}", leader, str(p["leader_epoch"]),
+                      ",".join(map(str, p["isr"])), str(p["high_watermark"]), leos)
+    parts.append(table)
+    return Group(*parts)
+
+
+class Progress:
+    """Callable the runner feeds; shows a live panel on a terminal, nothing otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._live = Live(Text("starting..."), refresh_per_second=4, transient=False) \
+            if enabled else None
+
+    def __enter__(self) -> Progress:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def __call__(self, update: dict[str, Any]) -> None:
+        if self._live is not None:
+            self._live.update(render(update))

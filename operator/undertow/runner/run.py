@@ -1,0 +1,178 @@
+"""One experiment from start to verdict, on any ``Platform``.
+
+    start the cluster -> create the topic -> wait for leaders and full ISRs
+    -> workload + cluster sampler + nemesis for the workload's duration
+    -> heal every fault -> wait for leaders and full ISRs (bounded)
+    -> stop the run-phase consumers -> drain every partition with a fresh consumer
+    -> close the history -> analysis -> verdict vs. expectation
+
+Every way out (normal end, Ctrl-C, SIGTERM, an exception) goes through the same ``finally``
+blocks: faults recovered, workload stopped, platform stopped. The guardian process of the
+local platform covers the case where this process itself is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minibroker.tools import create_topic
+from undertow.platform.base import CONTROLLER, Platform, sigterm_as_interrupt, wait_for
+from undertow.runner.history import HistoryWriter
+from undertow.runner.nemesis import Nemesis
+from undertow.runner.sampler import ClusterSampler
+from undertow.runner.workload import Workload, WorkloadConfig, drain
+from undertow.spec import LoadedExperiment, choose_seed, plan
+
+log = logging.getLogger("undertow.run")
+
+READY_TIMEOUT_S = 60.0
+HEAL_TIMEOUT_S = 45.0
+DRAIN_TIMEOUT_S = 60.0
+
+
+@dataclass
+class RunResult:
+    verdict: str | None
+    expect: str
+    report: dict[str, Any] | None
+    history_dir: Path
+
+    @property
+    def as_expected(self) -> bool:
+        return self.verdict == self.expect
+
+
+def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
+    spec = loaded.experiment.spec
+    w = spec.workload
+    return WorkloadConfig(
+        topic=spec.topic.name, partitions=spec.topic.partitions, producers=w.producers,
+        consumers=w.consumers, acks=str(w.acks), retries=w.retries,
+        request_timeout_ms=int(w.request_timeout * 1000), rate=float(w.rate),
+        record_size=w.record_size, idempotent=w.idempotent)
+
+
+def partitions_healthy(platform: Platform, topic: str, replication_factor: int) -> bool:
+    """Every partition has a leader and a full ISR, as the controller sees it."""
+    state = platform.state(CONTROLLER)
+    partitions = state.get("topics", {}).get(topic, {}).get("partitions", {})
+    return bool(partitions) and all(
+        p["leader"] >= 0 and len(p["isr"]) == replication_factor for p in partitions.values())
+
+
+def _create_topic(platform: Platform, loaded: LoadedExperiment) -> None:
+    topic = loaded.experiment.spec.topic
+    host, port = platform.bootstrap.split(",")[0].rsplit(":", 1)
+    config = topic.config.as_overrides()
+
+    def created() -> bool:
+        return asyncio.run(create_topic((host, int(port)), topic.name, topic.partitions,
+                                        topic.replication_factor, config)) == 0
+
+    wait_for(created, READY_TIMEOUT_S, f"topic {topic.name} to be created", interval=0.5)
+
+
+def run_experiment(
+    loaded: LoadedExperiment,
+    platform: Platform,
+    out: Path,
+    *,
+    seed: int | None = None,
+    analyze: Callable[[Path, Path], dict[str, Any]] | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> RunResult:
+    spec = loaded.experiment.spec
+    seed = choose_seed(spec) if seed is None else seed
+    planned = plan(loaded.experiment, seed)
+    history = HistoryWriter(out / "history")
+    cfg = workload_config(loaded)
+    meta: dict[str, Any] = {
+        "experiment": loaded.experiment.metadata.name,
+        "source": str(loaded.source),
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "cluster": loaded.cluster.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "seed": seed,
+        "plan": [p.to_json() for p in planned],
+        "idempotent": cfg.idempotent,
+        "expect": spec.expect,
+        "start": time.time(),
+        "end": None,
+    }
+    history.write_meta(meta)
+    log.info("Running %s (seed %d, %d planned faults) into %s", meta["experiment"], seed,
+             len(planned), out)
+    try:
+        with sigterm_as_interrupt(), platform:
+            _run_phases(loaded, platform, history, planned, seed, cfg, meta, on_progress)
+    finally:
+        meta["end"] = time.time()
+        history.write_meta(meta)
+        history.close()
+    report = analyze(out / "history", out) if analyze is not None else None
+    verdict = report["verdict"] if report else None
+    return RunResult(verdict, spec.expect, report, out / "history")
+
+
+def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWriter,
+                planned: list, seed: int, cfg: WorkloadConfig, meta: dict[str, Any],
+                on_progress: Callable[[dict[str, Any]], None] | None) -> None:
+    spec = loaded.experiment.spec
+    topic, rf = spec.topic.name, spec.topic.replication_factor
+    _create_topic(platform, loaded)
+    wait_for(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
+             "every partition to have a leader and a full ISR", ignore=(Exception,))
+    sampler = ClusterSampler(platform, topic, history)
+    workload = Workload(platform.bootstrap, cfg, history)
+    nemesis = Nemesis(platform, planned, topic, history, seed)
+    sampler.start()
+    try:
+        start = time.time()
+        meta["workload_start"] = start
+        workload.start()
+        nemesis.start(start)
+        duration = spec.workload.duration
+        try:
+            while (elapsed := time.time() - start) < duration:
+                if on_progress is not None:
+                    on_progress({"phase": "faults", "elapsed": elapsed, "total": duration,
+                                 "counts": dict(workload.stats.counts),
+                                 "errors": dict(workload.stats.errors),
+                                 "acks_per_second": workload.stats.acks_per_second(),
+                                 "active_faults": nemesis.active(),
+                                 "partitions": sampler.latest})
+                time.sleep(0.5)
+        finally:
+            for producer in workload.producers:
+                producer.stop()
+            nemesis.stop()
+        if on_progress is not None:
+            on_progress({"phase": "healing", "partitions": sampler.latest})
+        for producer in workload.producers:
+            producer.join()
+        try:
+            wait_for(lambda: partitions_healthy(platform, topic, rf), HEAL_TIMEOUT_S,
+                     "every partition to have a leader and a full ISR after healing",
+                     ignore=(Exception,))
+            meta["healed"] = True
+        except Exception as exc:
+            meta["healed"] = False
+            log.warning("%s; draining anyway", exc)
+        for consumer in workload.consumers:
+            consumer.stop()
+        if on_progress is not None:
+            on_progress({"phase": "draining", "partitions": sampler.latest})
+        drained = drain(platform.bootstrap, topic, spec.topic.partitions, history,
+                        DRAIN_TIMEOUT_S)
+        meta["drain"] = {str(p): {"end": end, "read_to": pos}
+                         for p, (end, pos) in drained.items()}
+        meta["faults_skipped"] = [
+            {"index": r.planned.index, "kind": r.planned.kind, "reason": r.skipped}
+            for r in nemesis.runs if r.skipped]
+    finally:
+        sampler.stop()

@@ -1,0 +1,266 @@
+"""The workload: stock Kafka clients (confluent-kafka / librdkafka) writing unique values and
+reading every partition, every outcome recorded in the history.
+
+A send is ``ok`` (acknowledged, with its offset), ``fail`` (the broker said no, and no earlier
+attempt could have been written) or ``info`` (timed out, disconnected, or an error after
+retries: the record may or may not be in the log). Values are ``p{producer}-{seq}``, padded
+to the record size after a ``|`` that readers cut off.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from undertow.runner.history import HistoryWriter
+
+log = logging.getLogger("undertow.workload")
+
+# Errors that mean "not written", when the client made exactly one attempt.
+DEFINITE_ERRORS = {
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.INVALID_REQUIRED_ACKS,
+    KafkaError.INVALID_MSG,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+}
+SEPARATOR = "|"
+# librdkafka logs every disconnect a fault causes; keep its errors only (syslog level 3).
+LIBRDKAFKA_LOG_LEVEL = 3
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    topic: str
+    partitions: int
+    producers: int = 1
+    consumers: int = 1
+    acks: str = "all"
+    retries: int = 0
+    request_timeout_ms: int = 5000
+    rate: float = 200.0
+    record_size: int = 100
+    idempotent: bool = False
+
+
+def error_name(error: KafkaError) -> str:
+    return error.name().lstrip("_") if error.name() else str(error.code())
+
+
+def classify(error: KafkaError, retries: int) -> str:
+    if error.code() in DEFINITE_ERRORS and retries == 0:
+        return "fail"
+    return "info"
+
+
+def decode_value(raw: bytes | None) -> str:
+    text = (raw or b"").decode("utf-8", errors="replace")
+    return text.split(SEPARATOR, 1)[0]
+
+
+class ProducerWorker:
+    def __init__(self, index: int, bootstrap: str, cfg: WorkloadConfig,
+                 history: HistoryWriter, stats: WorkloadStats) -> None:
+        self.name = f"p{index}"
+        self._cfg = cfg
+        self._history = history
+        self._stats = stats
+        self._stop = threading.Event()
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "client.id": f"undertow-{self.name}",
+            "acks": cfg.acks,
+            "retries": cfg.retries,
+            "enable.idempotence": cfg.idempotent,
+            "request.timeout.ms": cfg.request_timeout_ms,
+            "message.timeout.ms": cfg.request_timeout_ms * (cfg.retries + 1) + 1000,
+            "linger.ms": 2,
+            "max.in.flight.requests.per.connection": 5,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "log_level": LIBRDKAFKA_LOG_LEVEL,
+        })
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _run(self) -> None:
+        cfg = self._cfg
+        pad = max(cfg.record_size - len(self.name) - 12, 0)
+        interval = 1.0 / cfg.rate if cfg.rate > 0 else 0.0
+        seq = 0
+        next_send = time.monotonic()
+        while not self._stop.is_set():
+            value = f"{self.name}-{seq}"
+            partition = seq % cfg.partitions
+            payload = f"{value}{SEPARATOR}{'x' * pad}".encode()
+            t_invoke = time.time()
+            try:
+                self._producer.produce(cfg.topic, payload, partition=partition,
+                                       on_delivery=self._on_delivery(value, partition, t_invoke))
+            except BufferError:
+                self._producer.poll(0.05)
+                continue
+            seq += 1
+            self._producer.poll(0)
+            next_send += interval
+            delay = next_send - time.monotonic()
+            if delay > 0:
+                self._producer.poll(delay)
+            else:
+                next_send = time.monotonic()
+        # Wait for every outstanding send's outcome: each ends ok, fail or (timed out) info.
+        self._producer.flush(cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5)
+
+    def _on_delivery(self, value: str, partition: int, t_invoke: float):
+        def callback(err: KafkaError | None, msg) -> None:
+            t_complete = time.time()
+            if err is None:
+                status, offset, error = "ok", msg.offset(), None
+            else:
+                status, offset, error = classify(err, self._cfg.retries), None, error_name(err)
+            self._history.send(producer=self.name, value=value, topic=self._cfg.topic,
+                               partition=partition, status=status, offset=offset, error=error,
+                               t_invoke=t_invoke, t_complete=t_complete)
+            self._stats.record(status, error)
+
+        return callback
+
+
+class WorkloadStats:
+    """Counts for the live progress line; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts = {"ok": 0, "fail": 0, "info": 0}
+        self.errors: dict[str, int] = {}
+        self._recent_acks: deque[float] = deque()
+
+    def record(self, status: str, error: str | None) -> None:
+        with self._lock:
+            self.counts[status] += 1
+            if error:
+                self.errors[error] = self.errors.get(error, 0) + 1
+            if status == "ok":
+                now = time.monotonic()
+                self._recent_acks.append(now)
+
+    def acks_per_second(self) -> float:
+        with self._lock:
+            cutoff = time.monotonic() - 1.0
+            while self._recent_acks and self._recent_acks[0] < cutoff:
+                self._recent_acks.popleft()
+            return float(len(self._recent_acks))
+
+
+class ConsumerWorker:
+    """Reads every partition from the earliest offset with ``assign``, recording each record."""
+
+    def __init__(self, name: str, bootstrap: str, topic: str, partitions: int,
+                 history: HistoryWriter, phase: str) -> None:
+        self.name = name
+        self._topic = topic
+        self._partitions = partitions
+        self._history = history
+        self._phase = phase
+        self._stop = threading.Event()
+        self.positions: dict[int, int] = {}
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"undertow-{name}",
+            "client.id": f"undertow-{name}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 1000,
+            "log_level": LIBRDKAFKA_LOG_LEVEL,
+        })
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def assign(self) -> None:
+        self._consumer.assign([KafkaTopicPartition(self._topic, p, OFFSET_BEGINNING)
+                               for p in range(self._partitions)])
+
+    def start(self) -> None:
+        self.assign()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.close()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+
+    def poll_once(self, timeout: float = 0.2) -> None:
+        for message in self._consumer.consume(500, timeout):
+            if message.error():
+                continue
+            self._history.read(consumer=self.name, phase=self._phase, topic=self._topic,
+                               partition=message.partition(), offset=message.offset(),
+                               value=decode_value(message.value()), t=time.time())
+            self.positions[message.partition()] = message.offset() + 1
+
+    def watermarks(self) -> dict[int, tuple[int, int]]:
+        return {p: self._consumer.get_watermark_offsets(KafkaTopicPartition(self._topic, p),
+                                                        timeout=5)
+                for p in range(self._partitions)}
+
+
+def drain(bootstrap: str, topic: str, partitions: int, history: HistoryWriter,
+          timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+    """A fresh consumer reads every partition from its log start to its end (the HW).
+
+    Returns, per partition, (end offset, records read) so the runner can say whether the
+    drain was complete.
+    """
+    consumer = ConsumerWorker("drain", bootstrap, topic, partitions, history, "drain")
+    ends = {p: high for p, (_low, high) in consumer.watermarks().items()}
+    consumer.assign()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(
+            consumer.positions.get(p, 0) < end for p, end in ends.items()):
+        consumer.poll_once(0.5)
+    consumer.close()
+    return {p: (end, consumer.positions.get(p, 0)) for p, end in ends.items()}
+
+
+class Workload:
+    def __init__(self, bootstrap: str, cfg: WorkloadConfig, history: HistoryWriter) -> None:
+        self.stats = WorkloadStats()
+        self.producers = [ProducerWorker(i, bootstrap, cfg, history, self.stats)
+                          for i in range(cfg.producers)]
+        self.consumers = [ConsumerWorker(f"c{i}", bootstrap, cfg.topic, cfg.partitions,
+                                         history, "run")
+                          for i in range(cfg.consumers)]
+
+    def start(self) -> None:
+        for worker in (*self.consumers, *self.producers):
+            worker.start()
+
+    def stop(self) -> None:
+        for producer in self.producers:
+            producer.stop()
+        for producer in self.producers:
+            producer.join()
+        for consumer in self.consumers:
+            consumer.stop()

@@ -1,0 +1,151 @@
+"""`BrokerCluster`: the brokers an experiment runs against, as Kubernetes (or the local
+platform) should start them.
+
+Broker ids are `0 .. brokers-1`, the StatefulSet ordinals, so `broker: 2` in a fault
+target means pod `<name>-broker-2` on Kubernetes and process `broker-2` locally.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from .meta import (
+    API_VERSION,
+    Conditions,
+    ObjectMeta,
+    Quantity,
+    SpecModel,
+    StatusModel,
+    field_aliases,
+)
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "BrokerCluster",
+    "BrokerClusterSpec",
+    "BrokerClusterStatus",
+    "BrokerConfig",
+    "Resources",
+    "Storage",
+    "TopicConfig",
+]
+
+DEFAULT_IMAGE = "undertow/minibroker:0.1.0"
+
+PositiveInt = Annotated[int, Field(ge=1)]
+TruncationMode = Literal["leader-epoch", "high-watermark"]
+
+
+class TopicConfig(SpecModel):
+    """Topic-level overrides, keyed by Kafka's dotted names; every key is optional.
+
+    These are the settings whose unsafe values the experiments demonstrate: a small
+    `min.insync.replicas`, unclean election, HW truncation (pre-KIP-101) and no fsync.
+    """
+
+    min_insync_replicas: PositiveInt | None = Field(None, alias="min.insync.replicas")
+    """acks=all writes need at least this many ISR members (NOT_ENOUGH_REPLICAS otherwise)."""
+    unclean_leader_election_enable: bool | None = Field(
+        None, alias="unclean.leader.election.enable"
+    )
+    """Elect an out-of-sync replica when no ISR member is alive: available, may lose data."""
+    replication_truncation_mode: TruncationMode | None = Field(
+        None, alias="replication.truncation.mode"
+    )
+    """How a follower truncates: leader-epoch (KIP-101/KIP-279) or high-watermark (pre-KIP-101)."""
+    log_flush_interval_messages: PositiveInt | None = Field(
+        None, alias="log.flush.interval.messages"
+    )
+    """fsync after this many messages; unset: never on the produce path (Kafka's default)."""
+    log_flush_interval_ms: PositiveInt | None = Field(None, alias="log.flush.interval.ms")
+    """fsync when this many ms passed since the last flush; unset: never."""
+
+    @classmethod
+    def unknown_key_message(cls, key: object, known: list[str]) -> str:
+        if key in field_aliases(BrokerConfig):
+            return f"{key!r} is a broker config, not a topic config; set it in the BrokerCluster"
+        return f"unknown config key {key!r}; known keys: {', '.join(known)}"
+
+    def as_overrides(self) -> dict[str, str]:
+        """`KEY=VALUE` strings as minibroker's `--config` and Kafka's configs take them."""
+        values = self.model_dump(by_alias=True, exclude_none=True)
+        return {key: str(v).lower() if isinstance(v, bool) else str(v) for key, v in values.items()}
+
+
+class BrokerConfig(TopicConfig):
+    """Broker configuration: the topic-level keys as cluster defaults plus broker-only keys.
+
+    Defaults are minibroker's (Kafka's, with timeouts scaled down); experiments set
+    `replica.lag.time.max.ms` and `broker.session.timeout.ms` low so that a fault shows
+    up in the ISR and in the controller within a couple of seconds.
+    """
+
+    replica_lag_time_max_ms: PositiveInt | None = Field(None, alias="replica.lag.time.max.ms")
+    """A follower not caught up for this long leaves the ISR (Kafka: 30000)."""
+    broker_session_timeout_ms: PositiveInt | None = Field(None, alias="broker.session.timeout.ms")
+    """A broker silent this long is fenced by the controller (Kafka: 9000)."""
+    broker_heartbeat_interval_ms: PositiveInt | None = Field(
+        None, alias="broker.heartbeat.interval.ms"
+    )
+    """Heartbeat period to the controller; must stay below the session timeout."""
+    replica_fetch_wait_max_ms: PositiveInt | None = Field(None, alias="replica.fetch.wait.max.ms")
+    """How long a follower's fetch waits on the leader for new data."""
+    replica_high_watermark_checkpoint_interval_ms: PositiveInt | None = Field(
+        None, alias="replica.high.watermark.checkpoint.interval.ms"
+    )
+    """How often high watermarks reach `replication-offset-checkpoint` (Kafka: 5000)."""
+    segment_bytes: PositiveInt | None = Field(None, alias="segment.bytes")
+    """Log segment size."""
+
+    @classmethod
+    def unknown_key_message(cls, key: object, known: list[str]) -> str:
+        return f"unknown broker config key {key!r}; known keys: {', '.join(known)}"
+
+
+class Storage(SpecModel):
+    """Where broker logs live. `ephemeral`: an emptyDir (or a temp dir locally)."""
+
+    type: Literal["ephemeral", "persistent"] = "ephemeral"
+    size: Quantity = "1Gi"
+    """Volume size (the PersistentVolumeClaim's request, or the emptyDir's sizeLimit)."""
+
+
+class Resources(SpecModel):
+    """Kubernetes compute resources of each broker container."""
+
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class BrokerClusterSpec(SpecModel):
+    """The desired cluster: one minibroker controller plus `brokers` brokers."""
+
+    brokers: PositiveInt
+    """Number of brokers (StatefulSet replicas); ids are 0 .. brokers-1."""
+    config: BrokerConfig = Field(default_factory=BrokerConfig)
+    """Broker configuration with Kafka's dotted key names."""
+    image: str = Field(DEFAULT_IMAGE, min_length=1)
+    """Broker image (Kubernetes only; the local platform runs the installed minibroker)."""
+    storage: Storage = Field(default_factory=Storage)
+    resources: Resources | None = None
+
+
+class BrokerClusterStatus(StatusModel):
+    """Observed state, written by the operator."""
+
+    ready_brokers: int | None = None
+    """Brokers registered with the controller and unfenced."""
+    conditions: Conditions | None = None
+    observed_generation: int | None = None
+
+
+class BrokerCluster(SpecModel):
+    """A set of minibroker brokers (`kubectl get ubc`)."""
+
+    api_version: Literal[API_VERSION]  # type: ignore[valid-type]
+    kind: Literal["BrokerCluster"]
+    metadata: ObjectMeta
+    spec: BrokerClusterSpec
+    status: BrokerClusterStatus | None = None

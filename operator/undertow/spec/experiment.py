@@ -1,0 +1,288 @@
+"""`ChaosExperiment`: a workload against a topic, a fault schedule and the expected verdict.
+
+Checks that need the cluster (a broker id that does not exist, a replication factor above
+the broker count, `min.insync.replicas` above the replication factor, selectors that can
+never match) live in `check_against_cluster`: the loader runs it once a `{ref: NAME}`
+is resolved, the model runs it itself for an `{inline: ...}` cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+
+from .cluster import BrokerClusterSpec, TopicConfig
+from .durations import Duration, format_duration
+from .faults import PARTITION_ROLES, ScheduleEntry, TargetSelector
+from .meta import (
+    API_VERSION,
+    Conditions,
+    FieldError,
+    ObjectMeta,
+    SpecModel,
+    StatusModel,
+    one_of,
+)
+
+__all__ = [
+    "ChaosExperiment",
+    "ChaosExperimentSpec",
+    "ChaosExperimentStatus",
+    "ClusterSource",
+    "FaultRecord",
+    "Phase",
+    "ReportRef",
+    "TopicSpec",
+    "Verdict",
+    "Workload",
+    "check_against_cluster",
+]
+
+Phase = Literal["Pending", "Running", "Healing", "Analyzing", "Completed", "Failed"]
+Verdict = Literal["clean", "loss", "anomalies"]
+
+
+def _check_acks(value: Any) -> Any:
+    if isinstance(value, bool) or value not in (0, 1, "all"):
+        raise ValueError(f"invalid acks {value!r}: expected 0, 1 or all")
+    return value
+
+
+Acks = Annotated[
+    Literal[0, 1, "all"],
+    BeforeValidator(_check_acks),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "enum": [0, 1, "all"],
+        }
+    ),
+]
+
+
+class TopicSpec(SpecModel):
+    """The topic the workload writes, created by the runner before the faults start."""
+
+    name: str = Field(min_length=1, max_length=249, pattern=r"^[a-zA-Z0-9._-]+$")
+    partitions: Annotated[int, Field(ge=1)] = 1
+    replication_factor: Annotated[int, Field(ge=1)]
+    config: TopicConfig = Field(default_factory=TopicConfig)
+    """Topic-level overrides of the cluster's broker config."""
+
+
+class Workload(SpecModel):
+    """Producers and consumers with a stock Kafka client; every send and read is recorded."""
+
+    producers: Annotated[int, Field(ge=1)] = 1
+    consumers: Annotated[int, Field(ge=0)] = 1
+    """Consumers reading during the fault phase (a fresh drain consumer always runs after)."""
+    acks: Acks = "all"
+    retries: Annotated[int, Field(ge=0)] = 3
+    request_timeout: Duration = Field("5s", validate_default=True)
+    """The producer's request.timeout.ms."""
+    rate: Annotated[int, Field(ge=1)] = 100
+    """Records per second per producer."""
+    record_size: Annotated[int, Field(ge=16, le=1_048_576)] = 100
+    """Record value size in bytes (the unique value, padded)."""
+    duration: Duration = Field("30s", validate_default=True)
+    """How long the producers run; faults must start before it ends."""
+    idempotent: bool = False
+    """enable.idempotence: no duplicates from retries. Kafka requires acks=all and retries."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        for name in ("request_timeout", "duration"):
+            if getattr(self, name) <= 0:
+                raise FieldError((Workload.model_fields[name].alias or name,), "must be positive")
+        if self.idempotent and self.acks != "all":
+            raise FieldError(
+                ("idempotent",), f"an idempotent producer needs acks all, not {self.acks}"
+            )
+        if self.idempotent and self.retries == 0:
+            raise FieldError(("idempotent",), "an idempotent producer needs retries > 0")
+        return self
+
+
+class ClusterSource(SpecModel):
+    """The cluster to run against: `{ref: NAME}` of a BrokerCluster, or `{inline: SPEC}`."""
+
+    model_config = one_of("ref", "inline")
+
+    ref: str | None = Field(None, min_length=1)
+    """Name of a BrokerCluster in the same file, in files passed along, or in the namespace."""
+    inline: BrokerClusterSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ClusterSource:
+        if (self.ref is None) == (self.inline is None):
+            raise FieldError((), "set exactly one of 'ref' or 'inline'")
+        return self
+
+
+class ChaosExperimentSpec(SpecModel):
+    """One experiment: what to write, what to break and what the history should show."""
+
+    cluster: ClusterSource
+    topic: TopicSpec
+    workload: Workload = Field(default_factory=Workload)
+    faults: list[ScheduleEntry] = Field(default_factory=list)
+    """The fault schedule; empty for a baseline run."""
+    expect: Literal["clean", "loss"]
+    """clean: no acknowledged write may be lost. loss: the experiment demonstrates loss."""
+    seed: Annotated[int, Field(ge=0)] | None = None
+    """Seed of random schedules; unset: the runner picks one and records it."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ChaosExperimentSpec:
+        end = self.workload.duration
+        ends = f"after the workload ends (workload.duration {format_duration(end)})"
+        for index, entry in enumerate(self.faults):
+            prefix: tuple[str | int, ...] = ("faults", index)
+            at, every, count = entry.at, entry.every, entry.count
+            if entry.sequence is not None:
+                prefix += ("sequence",)
+                at, every, count = entry.sequence.at, entry.sequence.every, entry.sequence.count
+            elif entry.random is not None:
+                prefix += ("random",)
+                at, every, count = entry.random.at, None, None
+            if at >= end:
+                raise FieldError((*prefix, "at"), f"starts at {format_duration(at)}, {ends}")
+            if every is not None and count is not None and at + (count - 1) * every >= end:
+                last = format_duration(at + (count - 1) * every)
+                raise FieldError(
+                    (*prefix, "count"), f"injection {count} would start at {last}, {ends}"
+                )
+        if self.cluster.inline is not None:
+            check_against_cluster(self, self.cluster.inline, "the inline cluster")
+        return self
+
+    def min_insync_replicas(self, cluster: BrokerClusterSpec) -> tuple[int, str]:
+        """The topic's effective min.insync.replicas and who set it."""
+        if self.topic.config.min_insync_replicas is not None:
+            return self.topic.config.min_insync_replicas, "the topic config"
+        if cluster.config.min_insync_replicas is not None:
+            return cluster.config.min_insync_replicas, "the cluster config"
+        return 1, "the default"
+
+    def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
+        """Every target selector in the schedule with its path below `spec`."""
+        for index, entry in enumerate(self.faults):
+            for loc, selector in entry.selectors():
+                yield ("faults", index, *loc), selector
+            for s, step in enumerate(entry.sequence.steps if entry.sequence else ()):
+                for loc, selector in step.selectors():
+                    yield ("faults", index, "sequence", "steps", s, *loc), selector
+            for t, selector in enumerate(entry.random.targets if entry.random else ()):
+                yield ("faults", index, "random", "targets", t), selector
+
+
+def check_against_cluster(
+    spec: ChaosExperimentSpec, cluster: BrokerClusterSpec, cluster_name: str
+) -> None:
+    """Reject what this cluster can never run; `FieldError` locations are below `spec`."""
+    rf = spec.topic.replication_factor
+    if rf > cluster.brokers:
+        raise FieldError(
+            ("topic", "replicationFactor"),
+            f"{rf} exceeds the {cluster.brokers} brokers of {cluster_name}",
+        )
+    min_isr, source = spec.min_insync_replicas(cluster)
+    if min_isr > rf:
+        loc: tuple[str | int, ...] = ("topic", "replicationFactor")
+        if source == "the topic config":
+            loc = ("topic", "config", "min.insync.replicas")
+        raise FieldError(
+            loc,
+            f"min.insync.replicas {min_isr} (from {source}) exceeds replicationFactor {rf}: "
+            "no acks=all write could ever succeed",
+        )
+    for loc, selector in spec.selectors():
+        _check_selector(loc, selector, spec, cluster, cluster_name)
+
+
+def _check_selector(
+    loc: tuple[str | int, ...],
+    selector: TargetSelector,
+    spec: ChaosExperimentSpec,
+    cluster: BrokerClusterSpec,
+    cluster_name: str,
+) -> None:
+    if selector.broker is not None:
+        if selector.broker >= cluster.brokers:
+            raise FieldError(
+                (*loc, "broker"),
+                f"broker {selector.broker} does not exist: {cluster_name} has brokers "
+                f"0..{cluster.brokers - 1}",
+            )
+        return
+    if selector.role not in PARTITION_ROLES:
+        return
+    assert selector.partition is not None
+    if selector.partition >= spec.topic.partitions:
+        raise FieldError(
+            (*loc, "partition"),
+            f"topic {spec.topic.name} has partitions 0..{spec.topic.partitions - 1}",
+        )
+    rf = spec.topic.replication_factor
+    candidates = {"leader": 1, "follower": rf - 1, "isr-member": rf, "all-isr-but-one": rf - 1}
+    available = candidates[selector.role]
+    if available == 0:
+        raise FieldError(
+            (*loc, "role"),
+            f"no {selector.role} can exist with replicationFactor {rf}",
+        )
+    if selector.mode == "fixed" and selector.value is not None and selector.value > available:
+        raise FieldError(
+            (*loc, "value"),
+            f"fixed {selector.value}: at most {available} {selector.role} candidate(s) "
+            f"with replicationFactor {rf}",
+        )
+
+
+class FaultRecord(StatusModel):
+    """One injected fault as the operator saw it (Chaos Mesh keeps the same per-target log)."""
+
+    fault: str
+    target: str
+    """The process hit: broker-N or controller."""
+    role: str | None = None
+    """How the target was chosen, e.g. 'leader of p0'."""
+    injected_at: datetime | None = None
+    recovered_at: datetime | None = None
+
+
+class ReportRef(StatusModel):
+    """Where the analysis report is stored."""
+
+    kind: str = "ConfigMap"
+    name: str
+    key: str | None = None
+
+
+class ChaosExperimentStatus(StatusModel):
+    """Observed state, written by the operator."""
+
+    phase: Phase | None = None
+    verdict: Verdict | None = None
+    counts: dict[str, int] | None = None
+    """Analysis counts: acked, lost, unseen, duplicates, ..."""
+    faults: list[FaultRecord] | None = None
+    seed: int | None = None
+    """The seed the run used, so a random schedule can be replayed."""
+    conditions: Conditions | None = None
+    report_ref: ReportRef | None = None
+    observed_generation: int | None = None
+
+
+class ChaosExperiment(SpecModel):
+    """A chaos experiment (`kubectl get uce`)."""
+
+    api_version: Literal[API_VERSION]  # type: ignore[valid-type]
+    kind: Literal["ChaosExperiment"]
+    metadata: ObjectMeta
+    spec: ChaosExperimentSpec
+    status: ChaosExperimentStatus | None = None
