@@ -69,6 +69,7 @@ class QuorumController:
         self.topics: dict[str, TopicRecord] = {}
         self.metadata_offset = 0
         self.unclean_elections = 0
+        self._last_rebalance_ms = clock_ms()
         self._listeners: list[Callable[[int], None]] = []
         if data_dir is not None:
             self._load()
@@ -166,8 +167,12 @@ class QuorumController:
         return ErrorCode.none
 
     def tick(self) -> None:
-        """Fence every broker whose session expired."""
+        """Fence every broker whose session expired; now and then, restore preferred leaders."""
         now = self._clock_ms()
+        if (resolve("auto.leader.rebalance.enable", self.config) and now - self._last_rebalance_ms
+                >= resolve("leader.imbalance.check.interval.ms", self.config)):
+            self._last_rebalance_ms = now
+            self._elect_preferred_leaders()
         timeout = self._session_timeout_ms()
         expired = [
             b.broker_id for b in self.brokers.values()
@@ -232,6 +237,23 @@ class QuorumController:
                      leader, reg.leader_epoch + 1)
         return replace(reg, leader=leader, isr=isr, leader_epoch=reg.leader_epoch + 1,
                        partition_epoch=reg.partition_epoch + 1)
+
+    def _elect_preferred_leaders(self) -> None:
+        """Kafka's auto leader rebalance: the first replica leads again once it is in sync."""
+        changed = False
+        for topic in self.topics.values():
+            for index, reg in list(topic.partitions.items()):
+                preferred = reg.replicas[0]
+                if reg.leader != preferred and preferred in reg.isr and self.is_live(preferred):
+                    log.info("[Partition %s-%d] preferred leader election: leader changed from "
+                             "%d to %d at epoch %d", topic.name, index, reg.leader, preferred,
+                             reg.leader_epoch + 1)
+                    topic.partitions[index] = replace(
+                        reg, leader=preferred, leader_epoch=reg.leader_epoch + 1,
+                        partition_epoch=reg.partition_epoch + 1)
+                    changed = True
+        if changed:
+            self._commit()
 
     def _elect_offline_partitions(self) -> None:
         for topic in self.topics.values():

@@ -119,11 +119,11 @@ class ProducerWorker:
             seq += 1
             self._producer.poll(0)
             next_send += interval
-            delay = next_send - time.monotonic()
-            if delay > 0:
+            # poll() returns early whenever a delivery report is served: wait out the rest.
+            while (delay := next_send - time.monotonic()) > 0 and not self._stop.is_set():
                 self._producer.poll(delay)
-            else:
-                next_send = time.monotonic()
+            if delay < -1.0:
+                next_send = time.monotonic()  # fell behind (a full queue): do not burst
         # Wait for every outstanding send's outcome: each ends ok, fail or (timed out) info.
         self._producer.flush(cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5)
 

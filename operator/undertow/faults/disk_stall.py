@@ -1,0 +1,25 @@
+"""disk-stall: the broker's appends and fsyncs block (its failpoint); recovering clears it.
+
+The broker holds the stall for at most the fault's time limit on its own, so a stall
+never outlives a runner that could not clear it.
+"""
+
+from __future__ import annotations
+
+from undertow.faults.base import Fault, Listener
+from undertow.platform.base import Platform
+
+
+class DiskStall(Fault):
+    kind = "disk-stall"
+
+    def __init__(self, platform: Platform, target: str, *, time_limit_s: float,
+                 listener: Listener | None = None) -> None:
+        super().__init__(platform, platform.check_broker(target), time_limit_s=time_limit_s,
+                         listener=listener)
+
+    def _inject(self) -> None:
+        self.platform.stall_disk(self.target, self.time_limit_s)
+
+    def _recover(self) -> None:
+        self.platform.clear_disk_stall(self.target)

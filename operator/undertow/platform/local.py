@@ -1,0 +1,411 @@
+"""The local platform: a minibroker controller and brokers as child processes.
+
+Two network modes. ``proxy`` (no root): every node listens on loopback and every
+connection between nodes, and from clients to brokers, goes through a per-link proxy in
+the runner (``--controller``, ``--broker-address`` and ``--advertised-listener`` point at
+the proxies). ``netns`` (root): every node in its own network namespace, partitions are
+iptables rules. Kills, pauses and restarts are signals to the node's process group; disk
+stalls and power loss are the broker's failpoints.
+
+Nothing outlives the run: children die with the runner (PR_SET_PDEATHSIG), the proxies
+are threads of the runner, and the guardian cleans up after a runner killed outright.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from undertow.platform import admin
+from undertow.platform.base import (
+    CLIENT,
+    CONTROLLER,
+    Link,
+    Platform,
+    PlatformError,
+    broker_node,
+    wait_for,
+)
+from undertow.platform.guardian import Guardian
+from undertow.platform.netns import NetnsNetwork
+from undertow.platform.ports import reserve_ports
+from undertow.platform.process import ChildProcess, Spawner
+from undertow.platform.proxy import ProxyNetwork
+
+NETWORK_MODES = ("proxy", "netns")
+FAILPOINT_TOKEN_ENV = "MINIBROKER_FAILPOINT_TOKEN"
+_NETNS_PORTS = {"broker": 9092, "controller": 9093, "metrics": 9100}
+
+
+def default_command() -> tuple[str, ...]:
+    """The ``minibroker`` console script of this environment."""
+    beside = Path(sys.executable).with_name("minibroker")
+    found = str(beside) if beside.exists() else shutil.which("minibroker")
+    if found is None:
+        raise PlatformError("minibroker console script not found; install the project "
+                            "(pip install -e .)")
+    return (found,)
+
+
+@dataclass
+class LocalPlatformConfig:
+    """How to run the cluster; ``workdir`` receives ``data/NODE`` and ``logs/NODE.log``.
+
+    Broker ids start at 0 like the StatefulSet ordinals the experiment spec counts with.
+    """
+
+    workdir: Path
+    brokers: int = 3
+    first_broker_id: int = 0
+    network: str = "proxy"
+    broker_config: Mapping[str, str] = field(default_factory=dict)
+    controller_config: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+    start_timeout_s: float = 30.0
+    stop_grace_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        self.workdir = Path(self.workdir)
+        if not isinstance(self.brokers, int) or self.brokers < 1:
+            raise PlatformError(f"brokers: must be a positive integer, got {self.brokers!r}")
+        if not isinstance(self.first_broker_id, int) or self.first_broker_id < 0:
+            raise PlatformError(f"first_broker_id: must be a non-negative integer, got "
+                                f"{self.first_broker_id!r}")
+        if self.network not in NETWORK_MODES:
+            raise PlatformError(f"network: must be one of {', '.join(NETWORK_MODES)}, "
+                                f"got {self.network!r}")
+        if self.start_timeout_s <= 0:
+            raise PlatformError(f"start_timeout_s: must be positive, got {self.start_timeout_s}")
+
+
+@dataclass
+class _Wiring:
+    """Where each node listens and how it reaches the others."""
+
+    argv: dict[str, list[str]]
+    admin_urls: dict[str, str]
+    bootstrap: str
+    netns: dict[str, str | None]
+
+
+class LocalPlatform(Platform):
+    """Controller and brokers as supervised child processes of the runner."""
+
+    def __init__(self, config: LocalPlatformConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.failpoint_token = secrets.token_hex(16)
+        first = config.first_broker_id
+        self._broker_ids = tuple(range(first, first + config.brokers))
+        self._lock = threading.RLock()
+        self._node_locks = {node: threading.RLock() for node in self.nodes}
+        self._state = "new"
+        self._guardian: Guardian | None = None
+        self._spawner: Spawner | None = None
+        self._proxies: ProxyNetwork | None = None
+        self._netns: NetnsNetwork | None = None
+        self._wiring: _Wiring | None = None
+        self._processes: dict[str, ChildProcess] = {}
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if self._state != "new":
+                raise PlatformError(f"platform already {self._state}; create a new one")
+            self._state = "starting"
+            try:
+                self._start()
+            except BaseException:
+                self.stop()
+                raise
+            self._state = "running"
+
+    def _start(self) -> None:
+        command = self.config.command or default_command()
+        logs = self.config.workdir / "logs"
+        self._guardian = Guardian.start(logs / "guardian.log")
+        self._spawner = Spawner()
+        self._wiring = self._wire_netns() if self.config.network == "netns" else self._wire_proxy()
+        env = {**os.environ, FAILPOINT_TOKEN_ENV: self.failpoint_token, "PYTHONUNBUFFERED": "1"}
+        for node in self.nodes:
+            (self.config.workdir / "data" / node).mkdir(parents=True, exist_ok=True)
+            self._processes[node] = ChildProcess(
+                node, [*command, *self._wiring.argv[node]], log_path=logs / f"{node}.log",
+                spawner=self._spawner, guardian=self._guardian, env=env,
+                netns=self._wiring.netns[node])
+        self._start_nodes([CONTROLLER])
+        self._start_nodes(self.brokers)
+        wait_for(self._all_brokers_unfenced, self.config.start_timeout_s,
+                 "every broker to register with the controller, unfenced",
+                 interval=0.1, ignore=(admin.AdminError,))
+
+    def stop(self) -> None:
+        """Kill every process, close proxies, delete namespaces, release the guardian."""
+        with self._lock:
+            if self._state == "stopped":
+                return
+            self._state = "stopping"
+            errors: list[BaseException] = []
+            processes = list(self._processes.values())
+            for process in processes:  # all at once, so they share one grace period
+                process.send(signal.SIGCONT)
+                process.send(signal.SIGTERM)
+            deadline = time.monotonic() + self.config.stop_grace_s
+            for process in processes:
+                self._attempt(errors, process.terminate, max(0.0, deadline - time.monotonic()))
+            for closer in (self._proxies and self._proxies.close,
+                           self._netns and self._netns.teardown,
+                           self._spawner and self._spawner.close,
+                           self._guardian and self._guardian.close):
+                if closer:
+                    self._attempt(errors, closer)
+            with self._links_lock:
+                self._blocks.clear()
+            self._state = "stopped"
+            if errors:
+                raise PlatformError(f"stopping the local platform: {errors[0]}") from errors[0]
+
+    @staticmethod
+    def _attempt(errors: list[BaseException], action: Any, *args: Any) -> None:
+        try:
+            action(*args)
+        except Exception as exc:
+            errors.append(exc)
+
+    # ---- wiring -----------------------------------------------------------------------------
+
+    def _wire_proxy(self) -> _Wiring:
+        host = "127.0.0.1"
+        ports = iter(reserve_ports(2 * len(self.nodes), host))
+        listen = {node: (host, next(ports)) for node in self.nodes}
+        metrics = {node: next(ports) for node in self.nodes}
+        self._proxies = ProxyNetwork(host)
+
+        def via(src: str, dst: str) -> str:
+            proxy_host, proxy_port = self._proxies.add_link(Link(src, dst), listen[dst])
+            return f"{proxy_host}:{proxy_port}"
+
+        argv = {CONTROLLER: self._controller_argv(listen[CONTROLLER], metrics[CONTROLLER])}
+        client_addresses = []
+        for broker_id, node in zip(self._broker_ids, self.brokers, strict=True):
+            advertised = via(CLIENT, node)
+            client_addresses.append(advertised)
+            peers = [f"{peer_id}={via(node, broker_node(peer_id))}"
+                     for peer_id in self._broker_ids if peer_id != broker_id]
+            argv[node] = self._broker_argv(broker_id, listen[node], metrics[node],
+                                           controller=via(node, CONTROLLER),
+                                           advertised=advertised, peers=peers)
+        return _Wiring(argv=argv,
+                       admin_urls={node: f"http://{host}:{metrics[node]}" for node in self.nodes},
+                       bootstrap=",".join(client_addresses),
+                       netns=dict.fromkeys(self.nodes))
+
+    def _wire_netns(self) -> _Wiring:
+        self._netns = NetnsNetwork(self.nodes, self._guardian)
+        self._netns.setup()
+        address = self._netns.address
+        metrics = _NETNS_PORTS["metrics"]
+        controller = (address(CONTROLLER), _NETNS_PORTS["controller"])
+        argv = {CONTROLLER: self._controller_argv(controller, metrics)}
+        for broker_id, node in zip(self._broker_ids, self.brokers, strict=True):
+            listen = (address(node), _NETNS_PORTS["broker"])
+            argv[node] = self._broker_argv(broker_id, listen, metrics,
+                                           controller="{}:{}".format(*controller),
+                                           advertised="{}:{}".format(*listen), peers=[])
+        return _Wiring(
+            argv=argv,
+            admin_urls={node: f"http://{address(node)}:{metrics}" for node in self.nodes},
+            bootstrap=",".join(f"{address(node)}:{_NETNS_PORTS['broker']}"
+                               for node in self.brokers),
+            netns={node: self._netns.namespace(node) for node in self.nodes})
+
+    def _controller_argv(self, listen: tuple[str, int], metrics: int) -> list[str]:
+        return ["controller", "--listen", "{}:{}".format(*listen),
+                "--data-dir", str(self.config.workdir / "data" / CONTROLLER),
+                "--metrics-port", str(metrics),
+                *_config_args(self.config.controller_config)]
+
+    def _broker_argv(self, broker_id: int, listen: tuple[str, int], metrics: int, *,
+                     controller: str, advertised: str, peers: list[str]) -> list[str]:
+        argv = ["broker", "--id", str(broker_id), "--listen", "{}:{}".format(*listen),
+                "--controller", controller,
+                "--data-dir", str(self.config.workdir / "data" / broker_node(broker_id)),
+                "--metrics-port", str(metrics), "--advertised-listener", advertised]
+        for peer in peers:
+            argv += ["--broker-address", peer]
+        return argv + _config_args(self.config.broker_config)
+
+    # ---- names and addresses ----------------------------------------------------------------
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return self._broker_ids
+
+    @property
+    def bootstrap(self) -> str:
+        return self._wired().bootstrap
+
+    def admin_url(self, node: str) -> str:
+        return self._wired().admin_urls[self.check_node(node)]
+
+    def state(self, node: str) -> dict[str, Any]:
+        return admin.get_state(self.admin_url(node))
+
+    def log_path(self, node: str) -> Path:
+        return self.config.workdir / "logs" / f"{self.check_node(node)}.log"
+
+    def pid(self, node: str) -> int | None:
+        """The node's current process id (None before it was first started)."""
+        return self._process(node).pid
+
+    @property
+    def guardian_pid(self) -> int | None:
+        return self._guardian.pid if self._guardian is not None else None
+
+    @property
+    def proxies(self) -> ProxyNetwork | None:
+        return self._proxies
+
+    @property
+    def namespaces(self) -> NetnsNetwork | None:
+        return self._netns
+
+    # ---- processes --------------------------------------------------------------------------
+
+    def kill(self, node: str) -> None:
+        with self._node_locks[self.check_node(node)]:
+            process = self._process(node)
+            if not process.running:
+                raise PlatformError(f"cannot kill {node}: it is not running")
+            process.kill()
+
+    def restart(self, node: str) -> None:
+        with self._node_locks[self.check_node(node)]:
+            if self._state not in ("starting", "running"):
+                raise PlatformError(f"cannot restart {node}: the platform is {self._state}")
+            process = self._process(node)
+            if process.running:
+                return
+            process.kill()  # reap whatever exited on its own
+            self._start_nodes([node])
+
+    def pause(self, node: str) -> None:
+        with self._node_locks[self.check_node(node)]:
+            self._process(node).pause()
+
+    def resume(self, node: str) -> None:
+        with self._node_locks[self.check_node(node)]:
+            self._process(node).resume()
+
+    def is_running(self, node: str) -> bool:
+        return self._process(node).running
+
+    def is_paused(self, node: str) -> bool:
+        return self._process(node).paused
+
+    def _start_nodes(self, nodes: Sequence[str]) -> None:
+        """Start the processes together, then wait until each serves its admin endpoint."""
+        for node in nodes:
+            self._process(node).start()
+        for node in nodes:
+            process, url = self._process(node), self.admin_url(node)
+
+            def serving(node: str = node, process: ChildProcess = process,
+                        url: str = url) -> bool:
+                if not process.running:
+                    raise PlatformError(f"{node} exited with status {process.returncode} while "
+                                        f"starting:\n{self._log_tail(node)}")
+                admin.get_state(url, timeout=1.0)
+                return True
+
+            wait_for(serving, self.config.start_timeout_s, f"{node} to serve {url}/v1/state",
+                     ignore=(admin.AdminError,))
+
+    def _all_brokers_unfenced(self) -> bool:
+        brokers = self.state(CONTROLLER).get("brokers", [])
+        live = {b["id"] for b in brokers if not b.get("fenced", True)}
+        return live >= set(self._broker_ids)
+
+    # ---- disks ------------------------------------------------------------------------------
+
+    def stall_disk(self, node: str, duration_s: float) -> None:
+        self.check_broker(node)
+        if duration_s <= 0:
+            raise PlatformError(f"disk stall of {node}: duration must be positive")
+        self._require_responsive(node, "stall the disk of")
+        admin.set_failpoint(self.admin_url(node), "disk-stall", self.failpoint_token,
+                            {"duration_ms": round(duration_s * 1000)})
+
+    def clear_disk_stall(self, node: str) -> None:
+        self.check_broker(node)
+        if not self.is_running(node):
+            return  # the stall died with the process
+        if self.is_paused(node):
+            raise PlatformError(f"cannot clear the disk stall of {node} while it is paused")
+        admin.clear_failpoint(self.admin_url(node), "disk-stall", self.failpoint_token)
+
+    def power_loss(self, node: str) -> None:
+        with self._node_locks[self.check_broker(node)]:
+            process = self._process(node)
+            self._require_responsive(node, "cut the power of")
+            try:
+                admin.set_failpoint(self.admin_url(node), "power-loss", self.failpoint_token)
+            except admin.AdminError as exc:
+                # The broker may exit before it answers; a refusal (HTTP error) is real.
+                if exc.status is not None:
+                    raise
+            process.wait_exit(self.config.start_timeout_s)
+
+    def _require_responsive(self, node: str, action: str) -> None:
+        """Failpoints are HTTP calls: a dead or paused broker cannot answer them."""
+        if not self.is_running(node):
+            raise PlatformError(f"cannot {action} {node}: it is not running")
+        if self.is_paused(node):
+            raise PlatformError(f"cannot {action} {node}: it is paused")
+
+    # ---- network ----------------------------------------------------------------------------
+
+    def _set_link_blocked(self, link: Link, blocked: bool) -> None:
+        if self._proxies is not None:
+            self._proxies.set_blocked(link, blocked)
+        elif self._netns is not None:
+            self._netns.set_blocked(link, blocked)
+        else:
+            raise PlatformError("the platform is not started")
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _wired(self) -> _Wiring:
+        if self._wiring is None:
+            raise PlatformError("the platform is not started")
+        return self._wiring
+
+    def _process(self, node: str) -> ChildProcess:
+        try:
+            return self._processes[self.check_node(node)]
+        except KeyError:
+            raise PlatformError(f"{node} has no process: the platform is not started") from None
+
+    def _log_tail(self, node: str, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path(node).read_text(errors="replace")
+                             .splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def _config_args(config: Mapping[str, str]) -> list[str]:
+    args = []
+    for key, value in config.items():
+        args += ["--config", f"{key}={value}"]
+    return args

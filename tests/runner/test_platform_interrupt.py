@@ -1,0 +1,121 @@
+"""An interrupted or crashed run leaves no child process, stopped process or namespace behind.
+
+A runner subprocess starts a real cluster, pauses one broker and isolates another, and is
+then interrupted (Ctrl-C, SIGTERM: it heals and stops on the way out) or killed outright
+(SIGKILL: the parent-death signal and the guardian clean up). Every process of the run
+carries a mark in its environment, so /proc shows whatever survived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from undertow.platform import netns
+from undertow.platform.base import PlatformError, wait_for
+from undertow.platform.local import default_command
+from undertow.platform.process import alive, proc_stat
+
+try:
+    default_command()
+    MISSING = None
+except PlatformError as exc:
+    MISSING = str(exc)
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+
+RUNNER = """
+import json, sys, time
+from pathlib import Path
+from undertow.faults import build_fault
+from undertow.platform.base import sigterm_as_interrupt
+from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+
+config = LocalPlatformConfig(workdir=Path(sys.argv[1]), brokers=3, network=sys.argv[2])
+faults = []
+with sigterm_as_interrupt(), LocalPlatform(config) as platform:
+    try:
+        for kind, target in (("pause", platform.brokers[0]), ("partition", platform.brokers[1])):
+            fault = build_fault(kind, platform, target, time_limit_s=600)
+            fault.inject()
+            faults.append(fault)
+        print(json.dumps({"pids": [platform.pid(n) for n in platform.nodes],
+                          "blocked": len(platform.blocked_links),
+                          "namespaces": [platform.namespaces.namespace(n) for n in platform.nodes]
+                          if platform.namespaces else []}), flush=True)
+        time.sleep(600)
+    finally:
+        for fault in reversed(faults):
+            if fault.recover():
+                print(json.dumps({"recovered": str(fault)}), flush=True)
+"""
+
+
+def living_with_mark(mark: str) -> list[tuple[int, str]]:
+    """(pid, state) of live processes whose environment carries the mark."""
+    needle = f"UNDERTOW_TEST_MARK={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        pid = int(entry.name)
+        if needle in environ and alive(pid):
+            found.append((pid, proc_stat(pid)[0]))
+    return found
+
+
+def netns_names() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                         check=False).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+@pytest.mark.parametrize(("sig", "network"), [
+    pytest.param(signal.SIGINT, "proxy", id="ctrl-c"),
+    pytest.param(signal.SIGTERM, "proxy", id="sigterm"),
+    pytest.param(signal.SIGKILL, "proxy", id="sigkill"),
+    pytest.param(signal.SIGKILL, "netns", id="sigkill-netns", marks=pytest.mark.skipif(
+        netns.unavailable_reason() is not None, reason=str(netns.unavailable_reason()))),
+])
+def test_interrupted_or_killed_run_leaves_nothing_behind(tmp_path: Path, sig: signal.Signals,
+                                                         network: str) -> None:
+    mark = uuid.uuid4().hex
+    # Its own process group, like a shell job: SIGINT goes to the group, as Ctrl-C does.
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(tmp_path), network],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "UNDERTOW_TEST_MARK": mark},
+                              start_new_session=True)
+    try:
+        line = runner.stdout.readline()
+        assert line, f"the runner failed: {runner.stderr.read()}"
+        report = json.loads(line)
+        states = dict(living_with_mark(mark))
+        assert len(states) == 6  # runner, guardian, controller, three brokers
+        assert sorted(state for pid, state in states.items() if pid in report["pids"]) \
+            .count("T") == 1
+        assert report["blocked"] > 0
+        assert set(report["namespaces"]) <= netns_names()
+        os.killpg(runner.pid, sig)
+        runner.wait(60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    wait_for(lambda: not living_with_mark(mark), 20, "every process of the run to exit")
+    assert not set(report["namespaces"]) & netns_names()
+    if sig != signal.SIGKILL:
+        recovered = [json.loads(line)["recovered"] for line in runner.stdout]
+        assert recovered == ["partition broker-1", "pause broker-0"], runner.stderr.read()
+    else:
+        guardian_log = (tmp_path / "logs" / "guardian.log").read_text()
+        assert "the runner is gone; healing process groups" in guardian_log

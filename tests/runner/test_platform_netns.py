@@ -1,0 +1,140 @@
+"""Namespace mode: each node in its own network namespace, partitions as iptables DROP rules."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from undertow.platform import netns
+from undertow.platform.base import CLIENT, Link, PlatformError, wait_for
+from undertow.platform.guardian import Guardian
+from undertow.platform.netns import NetnsNetwork
+from undertow.platform.process import ChildProcess, Spawner
+
+pytestmark = pytest.mark.skipif(netns.unavailable_reason() is not None,
+                                reason=str(netns.unavailable_reason()))
+
+PORT = 7000
+NODES = ["controller", "broker-1", "broker-2"]
+ECHO = """
+import socket, sys, threading
+server = socket.create_server((sys.argv[1], int(sys.argv[2])))
+def serve(conn):
+    while data := conn.recv(65536):
+        conn.sendall(data)
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
+"""
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 0.5)"
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsNetwork]:
+    work = tmp_path_factory.mktemp("netns")
+    guardian = Guardian.start(work / "guardian.log")
+    spawner = Spawner()
+    net = NetnsNetwork(NODES, guardian)
+    net.setup()
+    servers = [ChildProcess(node, [sys.executable, "-c", ECHO, net.address(node), str(PORT)],
+                            log_path=work / f"{node}.log", spawner=spawner, guardian=guardian,
+                            netns=net.namespace(node))
+               for node in NODES]
+    try:
+        for server in servers:
+            server.start()
+        for node in NODES:
+            wait_for(lambda n=node: _can_connect_from(None, n, net), 10, f"{node}'s echo server")
+        yield net
+    finally:
+        for server in servers:
+            server.kill()
+        net.teardown()
+        spawner.close()
+        guardian.close()
+
+
+def _can_connect_from(src: str | None, dst: str, net: NetnsNetwork) -> bool:
+    """Connect from ``src``'s namespace (the root namespace for None) within half a second."""
+    prefix = ["ip", "netns", "exec", net.namespace(src)] if src else []
+    result = subprocess.run([*prefix, sys.executable, "-c", CONNECT, net.address(dst), str(PORT)],
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0 and "TimeoutError" not in result.stderr:
+        raise AssertionError(f"connect {src}->{dst} failed otherwise: {result.stderr}")
+    return result.returncode == 0
+
+
+def test_addresses_are_private_and_every_node_reaches_every_other(network: NetnsNetwork) -> None:
+    assert network.subnet is not None and network.subnet.is_private
+    assert network.subnet.prefixlen == 24
+    addresses = {network.address(n) for n in [*NODES, CLIENT]}
+    assert len(addresses) == 4
+    assert all(ipaddress.ip_address(a) in network.subnet for a in addresses)
+    assert _can_connect_from("broker-1", "broker-2", network)
+    assert _can_connect_from("broker-2", "controller", network)
+
+
+def test_one_way_node_link_is_an_input_drop_rule_and_heals(network: NetnsNetwork) -> None:
+    link = Link("broker-2", "broker-1")
+    network.set_blocked(link, True)
+    try:
+        rules = network.rules("broker-1")
+        assert f"-A INPUT -s {network.address('broker-2')}/32 -j DROP" in rules
+        assert not _can_connect_from("broker-2", "broker-1", network)  # SYN dropped
+        assert _can_connect_from("broker-2", "controller", network)  # other links unaffected
+    finally:
+        network.set_blocked(link, False)
+    assert "DROP" not in network.rules("broker-1")
+    assert _can_connect_from("broker-2", "broker-1", network)
+
+
+def _echo_connection(network: NetnsNetwork, node: str) -> socket.socket:
+    sock = socket.create_connection((network.address(node), PORT), timeout=5)
+    sock.sendall(b"x")
+    assert sock.recv(1) == b"x"
+    return sock
+
+
+def _quiet(sock: socket.socket) -> None:
+    sock.settimeout(0.5)
+    with pytest.raises(TimeoutError):
+        sock.recv(1)
+    sock.settimeout(10)
+
+
+def test_clients_one_way_drops_keep_established_connections_open(
+        network: NetnsNetwork) -> None:
+    with _echo_connection(network, "broker-1") as sock:
+        # The node's answers to the clients are dropped: an OUTPUT rule in the node.
+        network.set_blocked(Link("broker-1", CLIENT), True)
+        assert (f"-A OUTPUT -d {network.address(CLIENT)}/32 -j DROP"
+                in network.rules("broker-1"))
+        sock.sendall(b"late")
+        _quiet(sock)
+        network.set_blocked(Link("broker-1", CLIENT), False)
+        assert sock.recv(4) == b"late"  # TCP retransmits what was dropped
+        # The clients' requests to the node are dropped: an INPUT rule in the node.
+        network.set_blocked(Link(CLIENT, "broker-1"), True)
+        sock.sendall(b"held")
+        _quiet(sock)
+        network.set_blocked(Link(CLIENT, "broker-1"), False)
+        assert sock.recv(4) == b"held"
+
+
+def test_teardown_removes_everything_and_a_client_link_needs_a_node() -> None:
+    net = NetnsNetwork(["broker-1"])
+    net.setup()
+    namespace, prefix = net.namespace("broker-1"), f"ut{net.run_id}"
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert f"{prefix}br" in links and f"{prefix}h0" in links
+    net.teardown()
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert namespace not in listing
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert prefix not in links, "a veth or the bridge outlived the teardown"
+    with pytest.raises(PlatformError, match="clients' side"):
+        NetnsNetwork(["broker-1", CLIENT])

@@ -1,0 +1,212 @@
+"""``undertow run`` end to end on the local platform: real brokers, a real Kafka client, real
+signals. The analysis is skipped here (tests/analysis covers it); these tests check the
+history the run leaves, its exit codes, and that nothing outlives an interrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+EXPERIMENT = """
+apiVersion: undertow.dev/v1alpha1
+kind: BrokerCluster
+metadata: {{name: small}}
+spec:
+  brokers: 3
+  config:
+    min.insync.replicas: 2
+    replica.lag.time.max.ms: 1500
+    broker.session.timeout.ms: 1500
+---
+apiVersion: undertow.dev/v1alpha1
+kind: ChaosExperiment
+metadata: {{name: {name}}}
+spec:
+  cluster: {{ref: small}}
+  topic: {{name: t, partitions: 2, replicationFactor: 3}}
+  workload: {{producers: 1, consumers: 1, acks: all, retries: 0, rate: 100,
+             duration: {duration}}}
+  faults:
+{faults}
+  expect: clean
+"""
+
+NUMBER = {"type": "number"}
+INT_OR_NULL = {"type": ["integer", "null"]}
+SCHEMAS = {
+    "sends": {"type": "object", "additionalProperties": False,
+              "required": ["producer", "value", "topic", "partition", "status", "offset",
+                           "error", "t_invoke", "t_complete"],
+              "properties": {"producer": {"type": "string", "pattern": "^p[0-9]+$"},
+                             "value": {"type": "string", "pattern": "^p[0-9]+-[0-9]+$"},
+                             "topic": {"type": "string"}, "partition": INT_OR_NULL,
+                             "status": {"enum": ["ok", "fail", "info"]}, "offset": INT_OR_NULL,
+                             "error": {"type": ["string", "null"]}, "t_invoke": NUMBER,
+                             "t_complete": NUMBER}},
+    "reads": {"type": "object", "additionalProperties": False,
+              "required": ["consumer", "phase", "topic", "partition", "offset", "value", "t"],
+              "properties": {"consumer": {"type": "string"}, "phase": {"enum": ["run", "drain"]},
+                             "topic": {"type": "string"}, "partition": {"type": "integer"},
+                             "offset": {"type": "integer"}, "value": {"type": "string"},
+                             "t": NUMBER}},
+    "faults": {"type": "object", "additionalProperties": False,
+               "required": ["fault", "target", "role", "action", "t"],
+               "properties": {"fault": {"enum": ["kill", "pause", "partition", "disk-stall",
+                                                 "power-loss"]},
+                              "target": {"type": "string"}, "role": {"type": "string"},
+                              "action": {"enum": ["inject", "recover"]}, "t": NUMBER}},
+    "cluster": {"type": "object", "additionalProperties": False,
+                "required": ["t", "topic", "partition", "leader", "leader_epoch", "isr",
+                             "high_watermark", "log_end_offsets"],
+                "properties": {"t": NUMBER, "topic": {"type": "string"},
+                               "partition": {"type": "integer"}, "leader": {"type": "integer"},
+                               "leader_epoch": {"type": "integer"},
+                               "isr": {"type": "array", "items": {"type": "integer"}},
+                               "high_watermark": INT_OR_NULL,
+                               "log_end_offsets": {"type": "object",
+                                                   "additionalProperties": {"type": "integer"}}}},
+}
+
+
+def write_experiment(tmp_path: Path, name: str, duration: str, faults: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(EXPERIMENT.format(name=name, duration=duration, faults=faults))
+    return path
+
+
+def undertow(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "undertow", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **kwargs)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def processes_mentioning(marker: str) -> list[tuple[int, str]]:
+    """(pid, state) of every process whose command line mentions ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append((int(entry.name), state))
+    return found
+
+
+def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
+    experiment = write_experiment(tmp_path, "kill-leader", "8s", """
+    - kind: kill
+      target: {role: leader}
+      at: 2s
+      duration: 2s""")
+    out = tmp_path / "out"
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7")
+    output, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, output
+
+    history = out / "history"
+    for name, schema in SCHEMAS.items():
+        records = lines(history / f"{name}.jsonl")
+        assert records, f"{name}.jsonl is empty"
+        for record in records:
+            jsonschema.validate(record, schema)
+    meta = json.loads((history / "meta.json").read_text())
+    assert meta["seed"] == 7 and meta["expect"] == "clean" and meta["idempotent"] is False
+    assert meta["end"] > meta["start"]
+    assert meta["spec"]["topic"]["name"] == "t"
+
+    sends = lines(history / "sends.jsonl")
+    acked = {s["value"]: (s["partition"], s["offset"]) for s in sends if s["status"] == "ok"}
+    assert len(acked) > 300
+    drained = {r["value"]: (r["partition"], r["offset"])
+               for r in lines(history / "reads.jsonl") if r["phase"] == "drain"}
+    assert all(drained.get(v) == where for v, where in acked.items()), "acks=all lost a record"
+
+    faults = lines(history / "faults.jsonl")
+    assert [f["action"] for f in faults] == ["inject", "recover"]
+    assert faults[0]["target"].startswith("broker-") and faults[0]["role"] == "leader of t-0"
+    assert 1.5 < faults[1]["t"] - faults[0]["t"] < 10
+    # The sampler saw the leader change that the kill caused.
+    leaders = {c["leader"] for c in lines(history / "cluster.jsonl") if c["partition"] == 0}
+    assert len(leaders - {-1}) >= 2
+
+
+def test_bad_input_exits_2_naming_file_and_field(tmp_path: Path) -> None:
+    experiment = write_experiment(tmp_path, "bad", "5q", "    []")
+    proc = undertow("run", str(experiment), "--out", str(tmp_path / "out"))
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "bad.yaml" in output and "spec.workload.duration" in output and "5q" in output
+    assert not (tmp_path / "out" / "history").exists(), "a rejected experiment started"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_heals_and_leaves_nothing_behind(tmp_path: Path, sig) -> None:
+    experiment = write_experiment(tmp_path, "interrupted", "60s", """
+    - kind: pause
+      target: {role: follower}
+      at: 1s
+      duration: 50s
+    - kind: partition
+      target: {role: leader}
+      at: 1s
+      duration: 50s""")
+    out = tmp_path / "out"
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis")
+    faults = out / "history" / "faults.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if faults.exists() and sum(1 for f in lines(faults) if f["action"] == "inject") == 2:
+            break
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the faults were never injected")
+    assert any(state == "T" for _, state in processes_mentioning(str(out))), "no paused broker"
+    proc.send_signal(sig)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, output
+    assert processes_mentioning(str(out)) == [], "processes outlived the run"
+    records = lines(faults)
+    assert sorted(f["action"] for f in records) == ["inject", "inject", "recover", "recover"]
+    meta = json.loads((out / "history" / "meta.json").read_text())
+    assert meta["end"] is not None
+
+
+def test_a_seed_replays_the_same_random_schedule(tmp_path: Path) -> None:
+    experiment = write_experiment(tmp_path, "random", "40s", """
+    - random:
+        kinds: [kill, pause, disk-stall]
+        targets: [{role: leader}, {role: follower}]
+        interval: {min: 1s, max: 5s}
+        duration: {min: 1s, max: 3s}
+        count: 5""")
+
+    def planned(seed: str) -> list:
+        proc = undertow("plan", str(experiment), "--seed", seed)
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, output
+        return json.loads(output)["plan"]
+
+    first = planned("11")
+    assert first == planned("11")
+    assert first != planned("12")
+    assert len(first) == 5
