@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo broker-demo bench reliability clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -21,11 +21,23 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The main job: the same leader kills with acks=1 (loses acknowledged records) and with
+# acks=all + min.insync.replicas=2 (loses none), each ending with its loss report.
 demo: $(STAMP)
+	rm -rf runs/demo-acks1 runs/demo-acksall
+	$(BIN)/undertow run experiments/acks1-leader-kill.yaml --out runs/demo-acks1
+	$(BIN)/undertow run experiments/acksall-leader-kill.yaml --out runs/demo-acksall
+
+# A local 3-broker cluster, a stock client, the describe table (no faults).
+broker-demo: $(STAMP)
 	$(BIN)/python -m minibroker.demo
+
+reliability: $(STAMP)
+	$(BIN)/python benchmarks/experiment_reliability.py --runs 20
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/broker_produce.py
+	$(BIN)/python benchmarks/analysis_scale.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info runs

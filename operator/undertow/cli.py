@@ -72,13 +72,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = load_experiment(args.file, args.cluster_file)
     name = loaded.experiment.metadata.name
     out = args.out or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if (out / "history").exists() and any((out / "history").iterdir()):
+        print(f"undertow: {out} already holds a history; choose another --out",
+              file=sys.stderr)
+        return EXIT_ERROR
     out.mkdir(parents=True, exist_ok=True)
     cluster = loaded.cluster.spec
     config = cluster.config.as_overrides()
     platform = LocalPlatform(LocalPlatformConfig(
         workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
         broker_config=config, controller_config=config))
-    with Progress(enabled=not args.no_progress and sys.stdout.isatty()) as progress:
+    with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:
         result = run_experiment(loaded, platform, out, seed=args.seed,
                                 analyze=None if args.no_analysis else _analysis,
                                 on_progress=progress)
@@ -132,6 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("undertow: interrupted; every fault was recovered", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # an error, not a verdict: exit 2 with the reason
+        logging.getLogger("undertow").debug("failed", exc_info=True)
+        print(f"undertow: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     raise AssertionError(args.command)
 

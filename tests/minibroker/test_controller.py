@@ -96,3 +96,42 @@ def test_create_topic_defaults_and_validation() -> None:
     error, message = c.create_topic("bad", 1, 1, {"no.such.config": "1"})
     assert error == ErrorCode.invalid_config and "no.such.config" in message
     assert c.create_topic("bad name!", 1, 1, {})[0] == ErrorCode.invalid_topic_exception
+
+
+def test_preferred_leader_election_restores_the_first_replica() -> None:
+    clock = Clock()
+    c = controller(None, clock, **{"leader.imbalance.check.interval.ms": "1000"})
+    c.create_topic("t", 1, 3, {})
+    preferred = c.topics["t"].partitions[0].replicas[0]
+    c.fence_broker(preferred, "test")
+    moved = c.topics["t"].partitions[0]
+    assert moved.leader != preferred
+    c.register_broker(preferred, f"inc-{preferred}", "127.0.0.1", 9000)
+    # Back, but not in the ISR yet: no election.
+    clock.now = 1500
+    c.tick()
+    assert c.topics["t"].partitions[0].leader == moved.leader
+    # The leader adds it back to the ISR; at the next check it leads again.
+    reg = c.topics["t"].partitions[0]
+    c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch,
+                      (*reg.isr, preferred))
+    clock.now = 3000
+    c.tick()
+    after = c.topics["t"].partitions[0]
+    assert after.leader == preferred and after.leader_epoch == moved.leader_epoch + 1
+
+
+def test_no_rebalance_when_disabled() -> None:
+    clock = Clock()
+    c = controller(None, clock, **{"auto.leader.rebalance.enable": "false",
+                                    "leader.imbalance.check.interval.ms": "1000"})
+    c.create_topic("t", 1, 3, {})
+    preferred = c.topics["t"].partitions[0].replicas[0]
+    c.fence_broker(preferred, "test")
+    c.register_broker(preferred, f"inc-{preferred}", "127.0.0.1", 9000)
+    reg = c.topics["t"].partitions[0]
+    c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch,
+                      (*reg.isr, preferred))
+    clock.now = 5000
+    c.tick()
+    assert c.topics["t"].partitions[0].leader != preferred

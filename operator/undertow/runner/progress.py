@@ -3,6 +3,7 @@ errors, active faults, and leader and ISR per partition."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Group
@@ -35,12 +36,31 @@ def render(update: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-class Progress:
-    """Callable the runner feeds; shows a live panel on a terminal, nothing otherwise."""
+def line(update: dict[str, Any]) -> str:
+    """The same facts on one plain line, for logs and pipes."""
+    if update.get("phase") != "faults":
+        return f"[{update.get('phase')}]"
+    counts = update["counts"]
+    partitions = " ".join(
+        f"{p['topic']}-{p['partition']}:L{p['leader']}/isr={','.join(map(str, p['isr']))}"
+        for p in update.get("partitions") or [])
+    return (f"[{update['elapsed']:5.1f}/{update['total']:.0f}s] acked={counts['ok']} "
+            f"({update['acks_per_second']:.0f}/s) failed={counts['fail']} "
+            f"info={counts['info']} faults={','.join(update['active_faults']) or '-'} "
+            f"{partitions}")
 
-    def __init__(self, enabled: bool) -> None:
+
+class Progress:
+    """Callable the runner feeds: a live panel on a terminal, a line every few seconds
+    otherwise, nothing when disabled."""
+
+    PLAIN_EVERY_S = 5.0
+
+    def __init__(self, enabled: bool, live: bool) -> None:
+        self._enabled = enabled
         self._live = Live(Text("starting..."), refresh_per_second=4, transient=False) \
-            if enabled else None
+            if enabled and live else None
+        self._last_plain = 0.0
 
     def __enter__(self) -> Progress:
         if self._live is not None:
@@ -54,3 +74,7 @@ class Progress:
     def __call__(self, update: dict[str, Any]) -> None:
         if self._live is not None:
             self._live.update(render(update))
+        elif self._enabled and (update.get("phase") != "faults"
+                                or time.monotonic() - self._last_plain >= self.PLAIN_EVERY_S):
+            self._last_plain = time.monotonic()
+            print(line(update), flush=True)
