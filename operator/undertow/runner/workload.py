@@ -34,8 +34,9 @@ DEFINITE_ERRORS = {
     KafkaError._UNKNOWN_TOPIC,
 }
 SEPARATOR = "|"
-# librdkafka logs every disconnect a fault causes; keep its errors only (syslog level 3).
-LIBRDKAFKA_LOG_LEVEL = 3
+# librdkafka logs every disconnect and refused connection a fault causes (levels 3-6): keep
+# only its critical messages; the outcome of every send is in the history anyway.
+LIBRDKAFKA_LOG_LEVEL = 2
 
 
 @dataclass(frozen=True)

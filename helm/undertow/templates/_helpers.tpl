@@ -1,0 +1,29 @@
+{{/* The operator's name, labels and images. */}}
+{{- define "undertow.name" -}}
+{{- printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "undertow.labels" -}}
+app.kubernetes.io/name: undertow-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: undertow
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "undertow.selector" -}}
+app.kubernetes.io/name: undertow-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "undertow.image" -}}
+{{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) -}}
+{{- end -}}
+
+{{- define "undertow.namespaces" -}}
+{{- if .Values.watchNamespaces -}}
+{{- join "," .Values.watchNamespaces -}}
+{{- else -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,131 @@
+"""Rolling restarts and scale-downs of brokers, one at a time, never below min.insync.replicas.
+
+Strimzi's rule, decided from the brokers' own ``/v1/state``: a broker may stop only when,
+for every partition whose ISR holds it, the ISR without it still has at least the topic's
+``min.insync.replicas`` members (the ISR of a partition is read from its leader, the
+broker that maintains it). A partition whose leader did not answer, or that has none,
+blocks every broker: nobody can tell what stopping one would do to it. Brokers that are
+not ready are restarted first (they serve nothing), then ready ones that lead nothing,
+lowest id first; while any broker is not ready the rollout waits, so two brokers are
+never down at once because of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from undertow.kube.pods import PodView
+from undertow.platform.base import broker_id_of
+
+Action = Literal["none", "restart", "scale-down", "wait"]
+
+
+@dataclass(frozen=True)
+class RolloutDecision:
+    action: Action
+    broker: int | None = None
+    reason: str = ""
+
+    @property
+    def in_progress(self) -> bool:
+        return self.action != "none"
+
+
+def min_isr_of(controller_state: Mapping[str, Any] | None,
+               default: int) -> Callable[[str], int]:
+    """A topic's min.insync.replicas: its own config (as the controller holds it), else
+    the cluster's."""
+    topics = (controller_state or {}).get("topics", {})
+
+    def lookup(topic: str) -> int:
+        value = (topics.get(topic, {}).get("config") or {}).get("min.insync.replicas")
+        try:
+            return int(value) if value is not None else default
+        except ValueError:
+            return default
+
+    return lookup
+
+
+def leader_views(states: Mapping[int, Mapping[str, Any]]) -> dict[tuple[str, int], dict]:
+    """Each partition as its leader reports it, keyed by (topic, partition)."""
+    views: dict[tuple[str, int], dict] = {}
+    for state in states.values():
+        for p in state.get("partitions", []):
+            if p.get("role") == "leader":
+                views[(p["topic"], p["partition"])] = p
+    return views
+
+
+def blocking_partitions(broker: int, states: Mapping[int, Mapping[str, Any]],
+                        min_isr: Callable[[str], int]) -> list[str]:
+    """Why ``broker`` must not stop now: the partitions it would take below min ISR."""
+    leaders = leader_views(states)
+    known = {(p["topic"], p["partition"]) for s in states.values() for p in s.get("partitions", [])}
+    reasons = [f"{topic}-{index} has no leader that answered"
+               for topic, index in sorted(known - leaders.keys())]
+    for (topic, index), view in sorted(leaders.items()):
+        isr, needed = list(view["isr"]), min_isr(topic)
+        if broker in isr and len(isr) - 1 < needed:
+            reasons.append(f"{topic}-{index} (ISR {isr}, min.insync.replicas {needed})")
+    return reasons
+
+
+def _stale(brokers: Sequence[PodView], update_revision: str | None) -> dict[int, PodView]:
+    """Broker pods created from an older revision of the StatefulSet, by broker id."""
+    return {broker_id_of(p.node): p for p in brokers
+            if p.node and update_revision and p.revision and p.revision != update_revision}
+
+
+def pending(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
+            update_revision: str | None) -> bool:
+    """Whether any broker must restart or go (cheap: no /v1/state needed)."""
+    return current_replicas > desired or bool(_stale(brokers, update_revision))
+
+
+def plan(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
+         update_revision: str | None, states: Mapping[int, Mapping[str, Any]] | None,
+         controller_state: Mapping[str, Any] | None, default_min_isr: int,
+         locked_by: str | None = None) -> RolloutDecision:
+    """The next step of bringing the brokers to ``desired`` replicas on ``update_revision``.
+
+    ``states`` maps broker id to its ``/v1/state`` (None: not fetched; a missing id: that
+    broker did not answer).
+    """
+    by_id = {broker_id_of(p.node): p for p in brokers if p.node and p.node.startswith("broker-")}
+    stale = sorted(_stale(brokers, update_revision))
+    shrink = current_replicas > desired
+    if not stale and not shrink:
+        return RolloutDecision("none")
+    if locked_by:
+        return RolloutDecision("wait", reason=f"experiment {locked_by} is running")
+    for i in stale:
+        if not by_id[i].ready and not by_id[i].terminating:
+            return RolloutDecision("restart", i, f"broker-{i} is not ready and out of date")
+    not_ready = sorted(i for i in range(current_replicas) if i not in by_id or not by_id[i].ready)
+    if not_ready:
+        return RolloutDecision("wait", reason=f"broker-{not_ready[0]} is not ready yet")
+    missing = sorted(set(by_id) - set(states or {}))
+    if states is None or missing:
+        which = f"broker-{missing[0]}" if missing else "the brokers"
+        return RolloutDecision("wait", reason=f"no /v1/state from {which}")
+    min_isr = min_isr_of(controller_state, default_min_isr)
+    if shrink:
+        last = current_replicas - 1
+        blocked = blocking_partitions(last, states, min_isr)
+        if blocked:
+            return RolloutDecision("wait", reason=f"removing broker-{last} would leave "
+                                                  f"{'; '.join(blocked)}")
+        return RolloutDecision("scale-down", last, f"scaling down to {desired} brokers")
+    leaders = {view["leader"] for view in leader_views(states).values()}
+    blocked_by: dict[int, list[str]] = {}
+    for i in sorted(stale, key=lambda b: (b in leaders, b)):
+        blocked = blocking_partitions(i, states, min_isr)
+        if not blocked:
+            return RolloutDecision("restart", i, f"broker-{i} runs an old configuration")
+        blocked_by[i] = blocked
+    first = next(iter(blocked_by))  # the one it would have restarted first
+    return RolloutDecision("wait", reason=f"restarting broker-{first} would leave "
+                                          f"{'; '.join(blocked_by[first])}")

@@ -1,0 +1,133 @@
+"""Fixtures: kmock's Kubernetes emulator with the Undertow kinds, the real kopf operator
+loop against it, and a real fault agent on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import kmock
+import kopf
+import pytest
+import pytest_asyncio
+from kube_helpers import (
+    AGENT_TOKEN,
+    NAMESPACE,
+    RunningAgent,
+    Target,
+    can_use_netns,
+    free_port,
+    make_netfilter,
+)
+
+from undertow.kube.agent import FaultAgent, Processes, make_server
+from undertow.kube.api import KubeApi
+from undertow.kube.config import OperatorConfig
+from undertow.kube.handlers import register
+from undertow.kube.platform import Endpoints
+from undertow.kube.reconcile import Operator
+
+
+@pytest_asyncio.fixture
+async def emulator(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
+    """The emulator serving core, apps, batch, rbac and the two Undertow kinds."""
+    kmock.resources.load_bundled()
+    for plural, kind in (("brokerclusters", "BrokerCluster"),
+                         ("chaosexperiments", "ChaosExperiment")):
+        kmock.resources[f"undertow.dev/v1alpha1/{plural}"] = kmock.ResourceInfo(
+            kind=kind, singular=kind.lower(), namespaced=True, subresources={"status"},
+            verbs={"get", "list", "watch", "create", "patch", "delete"})
+    return kmock
+
+
+@pytest.fixture
+def api(emulator: kmock.KubernetesEmulator) -> KubeApi:
+    return KubeApi.for_server(str(emulator.url))
+
+
+@pytest.fixture
+def netns() -> Iterator[str | None]:
+    """A fresh network namespace (root only; None otherwise)."""
+    if not can_use_netns():
+        yield None
+        return
+    name = f"ut-test-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    t = Target()
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+@pytest.fixture
+def agent(target: Target, netns: str | None) -> Iterator[RunningAgent]:
+    """A real fault agent on loopback, targeting ``target``, its rules in ``netns``."""
+    fault_agent = FaultAgent(make_netfilter(netns), Processes(target.marker))
+    fault_agent.start()
+    server = make_server(fault_agent, "127.0.0.1", 0, AGENT_TOKEN)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield RunningAgent(fault_agent, server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        fault_agent.heal()
+        fault_agent.close()
+
+
+@pytest.fixture
+def operator_config(agent: RunningAgent) -> OperatorConfig:
+    """Every pod's endpoints on loopback: the agent answers, /v1/state is refused."""
+    return OperatorConfig(
+        namespaces=(NAMESPACE,), interval_s=0.1, heal_timeout_s=30.0, http_timeout_s=1.0,
+        endpoints=Endpoints(host_template="127.0.0.1", admin_port=free_port(),
+                            agent_port=agent.port))
+
+
+@pytest_asyncio.fixture
+async def operator(emulator: kmock.KubernetesEmulator, api: KubeApi,
+                   operator_config: OperatorConfig) -> AsyncIterator[Operator]:
+    """The real kopf operator loop against the emulator, in a thread with its own event
+    loop (kopf cancels every task of its loop when it stops)."""
+    registry = kopf.OperatorRegistry()
+    reconciler = Operator(api, operator_config)
+    register(registry, reconciler, kopf.ConnectionInfo(server=str(emulator.url)))
+    settings = kopf.OperatorSettings()
+    # Quick to stop and to retry: the emulator answers in microseconds.
+    settings.queueing.exit_timeout = 0.1
+    settings.queueing.error_delays = (0.1, 0.2, 0.5, 1.0)
+    settings.background.instant_exit_timeout = 0.01
+    stop, ready = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(kopf.operator(registry=registry, settings=settings,
+                                      namespaces=[NAMESPACE], standalone=True,
+                                      stop_flag=stop, ready_flag=ready))
+        except BaseException as exc:  # surfaced by the fixture below
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="kopf", daemon=True)
+    thread.start()
+    assert await asyncio.to_thread(ready.wait, 10), "the operator did not start"
+    try:
+        yield reconciler
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 15)
+        assert not thread.is_alive(), "the operator did not stop"
+        assert not failure, failure

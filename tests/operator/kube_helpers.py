@@ -1,0 +1,116 @@
+"""Helpers shared by the operator tests: polling, loopback ports, a real process for the
+fault agent to pause, and the agent's iptables half when there is no root."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from undertow.kube.agent import FaultAgent, Netfilter
+
+NAMESPACE = "chaos"
+AGENT_TOKEN = "agent-secret"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (connections to it are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def eventually(probe: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    """Poll ``probe`` (sync, run in a thread) until it returns something truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        last = await asyncio.to_thread(probe)
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}; "
+                                 f"last: {last!r}")
+        await asyncio.sleep(0.05)
+
+
+def can_use_netns() -> bool:
+    return os.geteuid() == 0 and all(shutil.which(t) for t in ("ip", "iptables"))
+
+
+class UnprivilegedNetfilter(Netfilter):
+    """Without root there is no network namespace to put rules in: keep them in a set
+    (the iptables half of the agent is tested on real namespaces when root)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+        self.dropped: set[tuple[str, str]] = set()
+
+    def setup(self) -> None:
+        self.dropped.clear()
+
+    def flush(self) -> None:
+        self.dropped.clear()
+
+    def drop(self, direction: str, peer: str) -> None:
+        self.dropped.add((direction, peer))
+
+    def undrop(self, direction: str, peer: str) -> None:
+        self.dropped.discard((direction, peer))
+
+    def rules(self) -> list[str]:
+        return sorted(f"-A {d} {p}" for d, p in self.dropped)
+
+
+def make_netfilter(namespace: str | None) -> Netfilter:
+    """iptables inside ``namespace`` (root), else the unprivileged stand-in."""
+    if namespace is None:
+        return UnprivilegedNetfilter()
+    return Netfilter(("ip", "netns", "exec", namespace, "iptables", "-w"))
+
+
+class Target:
+    """A real process standing in for the broker: the agent finds it by its marker."""
+
+    def __init__(self) -> None:
+        self.marker = f"undertow-test-target-{uuid.uuid4().hex}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)", self.marker])
+
+    def state(self) -> str:
+        """/proc state letter: T when stopped."""
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0]
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+class RunningAgent:
+    def __init__(self, agent: FaultAgent, port: int) -> None:
+        self.agent = agent
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+
+def stored(emulator: Any, kind: str, name: str) -> dict[str, Any] | None:
+    """The emulator's current copy of an object in NAMESPACE (None: absent or deleted);
+    read from memory, so it is safe to call in the event loop that serves the API."""
+    import kmock
+
+    from undertow.kube.api import KINDS
+
+    where = KINDS[kind]
+    key = (kmock.resource(f"{where.api_version}/{where.plural}"), NAMESPACE, name)
+    if key not in emulator.objects or emulator.objects[key].deleted:
+        return None
+    return copy.deepcopy(emulator.objects[key].raw)

@@ -1,0 +1,191 @@
+"""The fault agent: signals on a real process, iptables in real network namespaces (root),
+deadlines that heal without anyone asking, and its HTTP API's refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kube_helpers import AGENT_TOKEN, RunningAgent, Target, UnprivilegedNetfilter, can_use_netns
+
+from undertow.kube.agent import (
+    AgentClient,
+    AgentError,
+    FaultAgent,
+    Netfilter,
+    Processes,
+    main,
+    make_server,
+)
+from undertow.platform.base import wait_for
+
+needs_root = pytest.mark.skipif(not can_use_netns(),
+                                reason="network namespaces and iptables need root, ip and "
+                                       "iptables (apt-get install -y iptables iproute2)")
+
+
+def request(url: str, method: str, body: object = None,
+            token: str | None = AGENT_TOKEN) -> tuple[int, dict]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_pause_heals_itself_at_its_deadline(target: Target) -> None:
+    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker))
+    agent.start()
+    try:
+        assert agent.pause(0.3) == [target.process.pid]
+        assert target.state() == "T"
+        assert agent.faults()["paused"] is True
+        wait_for(lambda: target.state() != "T", 5, "the agent to resume at the deadline")
+        assert agent.faults() == {"faults": [], "paused": False}
+    finally:
+        agent.close()
+
+
+def test_a_restarted_agent_resumes_what_its_predecessor_paused(target: Target) -> None:
+    first = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker))
+    first.pause(600)
+    assert target.state() == "T"
+    second = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker))
+    second.start()  # the first one's deadlines died with it
+    try:
+        assert target.state() != "T"
+    finally:
+        second.close()
+
+
+def test_the_api_refuses_what_it_cannot_do(agent: RunningAgent) -> None:
+    url = agent.url
+    assert request(f"{url}/healthz", "GET", token=None) == (200, {"ok": True})
+    assert request(f"{url}/v1/faults", "GET", token="wrong")[0] == 401
+    for deadline in (0, -1, "10", True, 3601):
+        status, body = request(f"{url}/v1/pause", "POST", {"deadline_s": deadline})
+        assert status == 400 and "deadline_s must be a number" in body["error"], deadline
+    assert request(f"{url}/v1/drops/input/not-an-ip", "PUT", {"deadline_s": 1}) == (
+        400, {"error": "'not-an-ip' is not an IP address"})
+    assert request(f"{url}/v1/drops/input/fd00::1", "PUT", {"deadline_s": 1})[0] == 400
+    assert request(f"{url}/v1/drops/sideways/10.0.0.1", "PUT", {"deadline_s": 1})[0] == 404
+    assert request(f"{url}/v1/nothing", "POST", {})[0] == 404
+    assert agent.agent.faults()["faults"] == []
+
+
+def test_pause_without_a_target_process_is_a_conflict() -> None:
+    agent = FaultAgent(UnprivilegedNetfilter(), Processes(f"no-such-{uuid.uuid4().hex}"))
+    server = make_server(agent, "127.0.0.1", 0, AGENT_TOKEN)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = AgentClient(f"http://127.0.0.1:{server.server_address[1]}", AGENT_TOKEN)
+        with pytest.raises(AgentError, match="no process matches") as caught:
+            client.pause(5)
+        assert caught.value.status == 409
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_agent_needs_its_token(monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("UNDERTOW_AGENT_TOKEN", raising=False)
+    assert main(["--listen", "127.0.0.1:0"]) == 2
+    assert "$UNDERTOW_AGENT_TOKEN is not set" in capsys.readouterr().err
+
+
+# ---- iptables in real network namespaces ----------------------------------------------------
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=check)
+
+
+@pytest.fixture
+def two_namespaces() -> Iterator[tuple[str, str]]:
+    """Namespaces A (10.213.7.1) and B (10.213.7.2) joined by a veth pair, nothing else."""
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"ut-a-{tag}", f"ut-b-{tag}"
+    sh("ip", "netns", "add", a)
+    sh("ip", "netns", "add", b)
+    try:
+        sh("ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb",
+           "netns", b)
+        for ns, dev, address in ((a, "va", "10.213.7.1/24"), (b, "vb", "10.213.7.2/24")):
+            sh("ip", "-n", ns, "addr", "add", address, "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        sh("ip", "netns", "delete", a, check=False)
+        sh("ip", "netns", "delete", b, check=False)
+
+
+def connects(namespace: str, host: str, port: int) -> bool:
+    probe = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])),"
+             " timeout=0.5).close()\nexcept OSError:\n sys.exit(1)")
+    return sh("ip", "netns", "exec", namespace, sys.executable, "-c", probe, host, str(port),
+              check=False).returncode == 0
+
+
+@needs_root
+def test_netfilter_rules_live_in_the_agents_own_chains(netns: str) -> None:
+    netfilter = Netfilter(("ip", "netns", "exec", netns, "iptables", "-w"))
+    netfilter.setup()
+    netfilter.setup()  # idempotent: one jump per chain, not two
+    listing = sh("ip", "netns", "exec", netns, "iptables", "-w", "-S").stdout
+    assert listing.count("-A INPUT -j UNDERTOW-INPUT") == 1
+    assert listing.count("-A OUTPUT -j UNDERTOW-OUTPUT") == 1
+    netfilter.drop("input", "10.1.2.3")
+    netfilter.drop("input", "10.1.2.3")
+    netfilter.drop("output", "10.1.2.4")
+    assert netfilter.rules() == ["-N UNDERTOW-INPUT",
+                                 "-A UNDERTOW-INPUT -s 10.1.2.3/32 -j DROP",
+                                 "-N UNDERTOW-OUTPUT",
+                                 "-A UNDERTOW-OUTPUT -d 10.1.2.4/32 -j DROP"]
+    netfilter.undrop("input", "10.1.2.3")
+    netfilter.undrop("input", "10.1.2.3")  # already gone: fine
+    assert netfilter.rules() == ["-N UNDERTOW-INPUT", "-N UNDERTOW-OUTPUT",
+                                 "-A UNDERTOW-OUTPUT -d 10.1.2.4/32 -j DROP"]
+    netfilter.flush()
+    assert netfilter.rules() == ["-N UNDERTOW-INPUT", "-N UNDERTOW-OUTPUT"]
+
+
+@needs_root
+def test_a_dropped_link_cuts_real_packets_until_the_deadline(
+        two_namespaces: tuple[str, str], target: Target) -> None:
+    a, b = two_namespaces
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", b, sys.executable, "-c",
+         "import socket\ns = socket.create_server(('0.0.0.0', 9555))\n"
+         "while True: s.accept()[0].close()"])
+    agent = FaultAgent(Netfilter(("ip", "netns", "exec", b, "iptables", "-w")),
+                       Processes(target.marker))
+    try:
+        agent.start()
+        wait_for(lambda: connects(a, "10.213.7.2", 9555), 10, "the server in B")
+        agent.drop("input", "10.213.7.1", deadline_s=2.0)
+        started = time.monotonic()
+        assert not connects(a, "10.213.7.2", 9555)
+        wait_for(lambda: connects(a, "10.213.7.2", 9555), 10,
+                 "the link to heal at the agent's deadline")
+        assert time.monotonic() - started >= 1.0
+        assert agent.faults()["faults"] == []
+        assert agent.netfilter.rules() == ["-N UNDERTOW-INPUT", "-N UNDERTOW-OUTPUT"]
+    finally:
+        agent.close()
+        server.kill()
+        server.wait()

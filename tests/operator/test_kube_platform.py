@@ -1,0 +1,200 @@
+"""KubernetesPlatform's fault primitives: the API calls against kmock's emulator, pause and
+partition through a real fault agent, disk stall and power loss through a real broker's
+failpoint endpoint (the test plays the kubelet that restarts the broker's container)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+from kube_helpers import AGENT_TOKEN, NAMESPACE, RunningAgent, Target, free_port, stored
+
+from undertow.kube.api import KubeApi
+from undertow.kube.platform import (
+    Endpoints,
+    KubernetesPlatform,
+    KubernetesPlatformConfig,
+    longest_fault_s,
+)
+from undertow.kube.resources import fault_secret
+from undertow.platform.base import CLIENT, Link, PlatformError, wait_for
+from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+from undertow.spec import load_experiment
+
+pytestmark = pytest.mark.asyncio
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT_IP = "10.244.9.9"
+
+
+def pod_ip(index: int) -> str:
+    return f"10.244.0.{index + 10}"
+
+
+def add_pods(api: KubeApi, cluster: str = "c", brokers: int = 3) -> None:
+    """What the StatefulSets and the kubelet would show: running, ready pods."""
+    names = [f"{cluster}-controller-0"] + [f"{cluster}-broker-{i}" for i in range(brokers)]
+    for index, name in enumerate(names):
+        api.create({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
+                                 "labels": {"undertow.dev/cluster": cluster}},
+                    "status": running_status(index)})
+
+
+def running_status(index: int, restarts: int = 0) -> dict[str, Any]:
+    return {"podIP": pod_ip(index),
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "minibroker", "restartCount": restarts,
+                                   "state": {"running": {}}}]}
+
+
+def make_platform(api: KubeApi, *, agent_port: int, admin_port: int | None = None,
+                  failpoint_token: str = "failpoint-secret",
+                  client_ip: str | None = CLIENT_IP) -> KubernetesPlatform:
+    config = KubernetesPlatformConfig(
+        namespace=NAMESPACE, cluster="c", brokers=3, failpoint_token=failpoint_token,
+        agent_token=AGENT_TOKEN, fault_deadline_s=30, client_ip=client_ip, experiment="e",
+        experiment_uid="uid-e", start_timeout_s=10, poll_s=0.05,
+        endpoints=Endpoints(host_template="127.0.0.1", agent_port=agent_port,
+                            admin_port=admin_port or free_port()))
+    return KubernetesPlatform(config, api)
+
+
+def events(emulator: Any) -> list[tuple[str, str]]:
+    found = []
+    for (resource, _, name), obj in emulator.objects.items():
+        if resource == kmock.resource("v1/events") and not obj.deleted:
+            event = stored(emulator, "Event", name)
+            involved = event["involvedObject"]
+            assert (involved["kind"], involved["name"], involved["uid"]) == (
+                "ChaosExperiment", "e", "uid-e")
+            found.append((event["reason"], event["message"]))
+    return found
+
+
+async def test_kill_deletes_the_pod_with_grace_zero(emulator: Any, api: KubeApi,
+                                                    agent: RunningAgent) -> None:
+    await asyncio.to_thread(add_pods, api)
+    platform = make_platform(api, agent_port=agent.port)
+    await asyncio.to_thread(platform.kill, "broker-1")
+
+    deletes = [r for r in emulator[kmock.resource("v1/pods")] if r.method == "DELETE"]
+    assert [(r.name, r.data.get("gracePeriodSeconds")) for r in deletes] == [("c-broker-1", 0)]
+    assert stored(emulator, "Pod", "c-broker-1") is None
+    assert stored(emulator, "Pod", "c-broker-0") is not None
+    assert events(emulator) == [("FaultInjected",
+                                 "kill broker-1: pod c-broker-1 deleted with grace 0")]
+    assert not await asyncio.to_thread(platform.is_running, "broker-1")
+    with pytest.raises(PlatformError, match="cannot kill broker-1: its pod c-broker-1 is not"):
+        await asyncio.to_thread(platform.kill, "broker-1")
+
+
+async def test_pause_goes_through_the_pod_agent(emulator: Any, api: KubeApi,
+                                                agent: RunningAgent, target: Target) -> None:
+    await asyncio.to_thread(add_pods, api)
+    platform = make_platform(api, agent_port=agent.port)
+    await asyncio.to_thread(platform.pause, "broker-2")
+    assert target.state() == "T"
+    assert await asyncio.to_thread(platform.is_paused, "broker-2")
+    assert agent.agent.faults()["faults"][0]["expires_in_s"] > 29  # the platform's deadline
+    await asyncio.to_thread(platform.resume, "broker-2")
+    assert target.state() != "T"
+    assert not await asyncio.to_thread(platform.is_paused, "broker-2")
+    assert [reason for reason, _ in events(emulator)] == ["FaultInjected", "FaultRecovered"]
+
+
+async def test_partition_drops_by_pod_ip_at_the_receiving_agent(
+        emulator: Any, api: KubeApi, agent: RunningAgent) -> None:
+    await asyncio.to_thread(add_pods, api)
+    platform = make_platform(api, agent_port=agent.port)
+    links = [Link("broker-1", "broker-0"), Link("broker-0", CLIENT), Link(CLIENT, "broker-0")]
+    await asyncio.to_thread(platform.block, links, "isolate broker-0")
+    keys = sorted(f["key"] for f in agent.agent.faults()["faults"])
+    # broker-1 -> broker-0: at broker-0's INPUT from broker-1's pod IP; broker-0 -> clients:
+    # at broker-0's OUTPUT to the runner's IP; clients -> broker-0: INPUT from that IP.
+    assert keys == sorted([f"input/{pod_ip(2)}", f"input/{CLIENT_IP}", f"output/{CLIENT_IP}"])
+    rules = agent.agent.netfilter.rules()
+    assert any(pod_ip(2) in rule for rule in rules), rules
+    await asyncio.to_thread(platform.unblock, "isolate broker-0")
+    assert agent.agent.faults()["faults"] == []
+    assert not any(pod_ip(2) in rule for rule in agent.agent.netfilter.rules())
+    assert [reason for reason, _ in events(emulator)] == ["FaultInjected", "FaultRecovered"]
+
+    no_client_ip = make_platform(api, agent_port=agent.port, client_ip=None)
+    with pytest.raises(PlatformError, match=r"runner pod's IP \(\$POD_IP\)"):
+        await asyncio.to_thread(no_client_ip.block, [Link("broker-0", CLIENT)], "cut")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[LocalPlatform]:
+    """A real minibroker controller and broker 0, as child processes."""
+    local = LocalPlatform(LocalPlatformConfig(workdir=tmp_path, brokers=1))
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+async def test_disk_stall_and_power_loss_use_the_broker_failpoint(
+        emulator: Any, api: KubeApi, agent: RunningAgent, broker: LocalPlatform) -> None:
+    await asyncio.to_thread(add_pods, api)
+    admin_port = int(broker.admin_url("broker-0").rsplit(":", 1)[1])
+    platform = make_platform(api, agent_port=agent.port, admin_port=admin_port,
+                             failpoint_token=broker.failpoint_token)
+    assert (await asyncio.to_thread(platform.state, "broker-0"))["broker_id"] == 0
+
+    await asyncio.to_thread(platform.stall_disk, "broker-0", 5.0)
+    assert broker.state("broker-0")["disk_stalled"] is True
+    await asyncio.to_thread(platform.clear_disk_stall, "broker-0")
+    assert broker.state("broker-0")["disk_stalled"] is False
+
+    def kubelet() -> None:
+        """Sees the container exit and counts the restart, as the kubelet reports it."""
+        wait_for(lambda: not broker.is_running("broker-0"), 10, "broker-0 to exit")
+        api.patch("Pod", NAMESPACE, "c-broker-0", {"status": running_status(1, restarts=1)},
+                  subresource="status")
+
+    watcher = threading.Thread(target=kubelet)
+    watcher.start()
+    await asyncio.to_thread(platform.power_loss, "broker-0")
+    await asyncio.to_thread(watcher.join)
+    assert not broker.is_running("broker-0")
+
+    await asyncio.to_thread(broker.restart, "broker-0")  # the kubelet restarts it
+    await asyncio.to_thread(platform.restart, "broker-0")
+    assert [m.split(":")[0] for _, m in events(emulator)] == [
+        "disk-stall broker-0", "disk-stall broker-0", "power-loss broker-0",
+        "power-loss broker-0"]
+
+
+async def test_for_experiment_takes_tokens_from_env_or_the_secret(emulator: Any,
+                                                                   api: KubeApi) -> None:
+    loaded = load_experiment(REPO / "experiments" / "acks1-leader-kill.yaml")
+    env = {"MINIBROKER_FAILPOINT_TOKEN": "fp", "UNDERTOW_AGENT_TOKEN": "ag",
+           "POD_IP": CLIENT_IP, "UNDERTOW_EXPERIMENT_UID": "u1", "POD_NAME": "runner-x"}
+    platform = KubernetesPlatform.for_experiment(loaded, NAMESPACE, api=api, env=env)
+    config = platform.config
+    assert (config.cluster, config.brokers, config.failpoint_token, config.agent_token,
+            config.client_ip, config.experiment) == (
+        "acks1-leader-kill", 3, "fp", "ag", CLIENT_IP, "acks1-leader-kill")
+    assert config.fault_deadline_s == longest_fault_s(loaded) + 15 == 19
+    assert platform.bootstrap == ",".join(
+        f"acks1-leader-kill-broker-{i}.acks1-leader-kill-broker.{NAMESPACE}.svc:9092"
+        for i in range(3))
+
+    with pytest.raises(PlatformError, match="Secret chaos/acks1-leader-kill-faults not found"):
+        await asyncio.to_thread(KubernetesPlatform.for_experiment, loaded, NAMESPACE,
+                                api=api, env={})
+    owner = {"apiVersion": "undertow.dev/v1alpha1", "kind": "BrokerCluster",
+             "metadata": {"name": "acks1-leader-kill", "namespace": NAMESPACE, "uid": "u"}}
+    await asyncio.to_thread(api.create, fault_secret(owner, "fp2", "ag2"))
+    from_secret = await asyncio.to_thread(KubernetesPlatform.for_experiment, loaded,
+                                          NAMESPACE, api=api, env={})
+    assert (from_secret.config.failpoint_token, from_secret.config.agent_token) == ("fp2",
+                                                                                     "ag2")

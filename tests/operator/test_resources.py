@@ -1,0 +1,166 @@
+"""The objects the operator builds: valid Kubernetes (kubernetes-validate --strict), least
+privilege, non-root, and only the fault agent with NET_ADMIN."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from undertow.kube.config import ConfigError, OperatorConfig
+from undertow.kube.resources import (
+    Images,
+    JobSettings,
+    analysis_job,
+    check_name,
+    cluster_objects,
+    config_hash,
+    experiment_file,
+    experiment_setup,
+    fault_secret,
+    inline_cluster,
+    runner_job,
+)
+from undertow.spec import BrokerCluster, load_documents
+
+REPO = Path(__file__).resolve().parents[2]
+KUBERNETES = "1.30.0"
+
+
+def stored(path: str, kind: str) -> dict[str, Any]:
+    for document in yaml.safe_load_all((REPO / path).read_text()):
+        if document["kind"] == kind:
+            document["metadata"].update(namespace="chaos", uid=f"uid-{kind}")
+            return document
+    raise AssertionError(kind)
+
+
+def everything(storage: str = "ephemeral") -> list[dict[str, Any]]:
+    cluster = stored("experiments/acks1-leader-kill.yaml", "BrokerCluster")
+    cluster["spec"]["storage"] = {"type": storage, "size": "2Gi"}
+    experiment = stored("experiments/acks1-leader-kill.yaml", "ChaosExperiment")
+    spec = BrokerCluster.model_validate(cluster).spec
+    settings = JobSettings(storage_class="standard")
+    return [*cluster_objects(cluster, spec, Images()),
+            fault_secret(cluster, "a", "b"),
+            *experiment_setup(experiment, cluster, "acks1-leader-kill", 3, settings),
+            runner_job(experiment, "acks1-leader-kill", 7, 30.0, Images(), settings),
+            analysis_job(experiment, Images(), settings)]
+
+
+def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return spec.get("containers", [])
+
+
+@pytest.mark.parametrize("storage", ["ephemeral", "persistent"])
+def test_every_object_validates_strictly(storage: str) -> None:
+    for obj in everything(storage):
+        kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+
+
+def test_only_the_fault_agent_may_change_the_network_and_nothing_is_privileged() -> None:
+    for obj in everything():
+        for container in containers(obj):
+            security = container["securityContext"]
+            assert security.get("privileged") is not True
+            assert security["allowPrivilegeEscalation"] is False
+            assert security["capabilities"]["drop"] == ["ALL"]
+            assert security["readOnlyRootFilesystem"] is True
+            if container["name"] == "fault-agent":
+                assert security["capabilities"]["add"] == ["NET_ADMIN", "KILL"]
+            else:
+                assert "add" not in security["capabilities"]
+                assert security["runAsNonRoot"] is True and security["runAsUser"] == 10001
+
+
+def test_storage_follows_the_spec() -> None:
+    for storage in ("ephemeral", "persistent"):
+        brokers = next(o for o in everything(storage)
+                       if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith("broker"))
+        volumes = {v["name"]: v for v in brokers["spec"]["template"]["spec"]["volumes"]}
+        claims = brokers["spec"].get("volumeClaimTemplates", [])
+        if storage == "ephemeral":
+            assert volumes["data"] == {"name": "data", "emptyDir": {"sizeLimit": "2Gi"}}
+            assert claims == []
+        else:
+            assert "data" not in volumes
+            assert claims[0]["spec"]["resources"] == {"requests": {"storage": "2Gi"}}
+            assert brokers["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == \
+                "Delete"
+
+
+def test_a_config_change_changes_the_pod_template() -> None:
+    cluster = stored("experiments/acks1-leader-kill.yaml", "BrokerCluster")
+    before = BrokerCluster.model_validate(cluster).spec
+    changed = copy.deepcopy(cluster)
+    changed["spec"]["config"]["min.insync.replicas"] = 2
+    after = BrokerCluster.model_validate(changed).spec
+    assert config_hash(before) != config_hash(after)
+    assert config_hash(before) == config_hash(BrokerCluster.model_validate(cluster).spec)
+
+
+def test_the_runner_role_names_only_the_clusters_pods() -> None:
+    role = next(o for o in everything()
+                if o["kind"] == "Role" and o["metadata"]["name"].endswith("-runner"))
+    pods, events = role["rules"]
+    assert pods["verbs"] == ["get", "delete"]
+    assert pods["resourceNames"] == ["acks1-leader-kill-controller-0"] + [
+        f"acks1-leader-kill-broker-{i}" for i in range(3)]
+    assert events == {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+
+
+def test_an_inline_cluster_is_owned_by_its_experiment(tmp_path: Path) -> None:
+    experiment = stored("experiments/acks1-leader-kill.yaml", "ChaosExperiment")
+    experiment["spec"]["cluster"] = {"inline": {"brokers": 3}}
+    cluster = inline_cluster(experiment)
+    assert cluster["metadata"]["name"] == "acks1-leader-kill"
+    assert cluster["metadata"]["ownerReferences"][0]["kind"] == "ChaosExperiment"
+    path = tmp_path / "e.yaml"
+    path.write_text(experiment_file(experiment, None))
+    (document,) = load_documents([path])
+    assert document.resource.spec.cluster.inline.brokers == 3
+
+
+def test_derived_names_must_fit() -> None:
+    check_name("a" * 40, "BrokerCluster")
+    with pytest.raises(ValueError, match=r"BrokerCluster name 'a{41}' is 41 characters; at "
+                                         r"most 40"):
+        check_name("a" * 41, "BrokerCluster")
+
+
+def test_operator_config_from_the_environment() -> None:
+    config = OperatorConfig.from_env({
+        "UNDERTOW_NAMESPACES": "chaos, other", "UNDERTOW_OPERATOR_IMAGE": "op:1",
+        "UNDERTOW_RUNNER_RESOURCES": '{"requests": {"cpu": "1"}}',
+        "UNDERTOW_INTERVAL_S": "2.5"})
+    assert config.namespaces == ("chaos", "other")
+    assert config.images.operator == "op:1" and config.interval_s == 2.5
+    assert config.jobs.runner_resources == {"requests": {"cpu": "1"}}
+    assert OperatorConfig.from_env({"POD_NAMESPACE": "ns"}).namespaces == ("ns",)
+    for env, message in (({}, "UNDERTOW_NAMESPACES"),
+                         ({"POD_NAMESPACE": "n", "UNDERTOW_INTERVAL_S": "soon"},
+                          "UNDERTOW_INTERVAL_S='soon': expected a number"),
+                         ({"POD_NAMESPACE": "n", "UNDERTOW_HEAL_TIMEOUT_S": "0"},
+                          "must be positive"),
+                         ({"POD_NAMESPACE": "n", "UNDERTOW_AGENT_RESOURCES": "[1]"},
+                          "UNDERTOW_AGENT_RESOURCES: expected a JSON object")):
+        with pytest.raises(ConfigError, match=message):
+            OperatorConfig.from_env(env)
+
+
+def test_the_runner_job_refuses_a_bad_experiment_file(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from undertow.kube.jobs import main
+
+    bad = tmp_path / "experiment.yaml"
+    bad.write_text("apiVersion: undertow.dev/v1alpha1\nkind: ChaosExperiment\n"
+                   "metadata: {name: x}\nspec: {expect: maybe}\n")
+    assert main(["run", "--file", str(bad), "--out", str(tmp_path / "out"),
+                 "--namespace", "chaos", "--seed", "1"]) == 2
+    assert str(bad) in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
