@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--keep", type=Path, default=Path("runs/reliability-unexpected"),
+                        help="where runs whose verdict was not the expected one are kept")
     args = parser.parse_args()
     files = sorted((REPO / "experiments").glob("*.yaml"))
     if args.only:
@@ -42,6 +45,11 @@ def main() -> int:
                 report = Path(out) / "report.json"
                 verdicts.append(json.loads(report.read_text())["verdict"] if report.exists()
                                 else f"error({proc.returncode})")
+                if proc.returncode != 0:
+                    kept = args.keep / f"{path.stem}-{len(verdicts)}"
+                    shutil.rmtree(kept, ignore_errors=True)
+                    shutil.copytree(out, kept, ignore=shutil.ignore_patterns("cluster"))
+                    (kept / "output.txt").write_text(proc.stdout + proc.stderr)
         expect = "loss" if "expect: loss" in path.read_text() else "clean"
         matched = sum(v == expect for v in verdicts)
         print(f"{path.stem:36} {expect:6} {matched:>5}/{args.runs:<6} "

@@ -1,0 +1,142 @@
+"""report.html: one self-contained page (inline CSS, PNGs as data URIs), verdict first."""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+from typing import Any
+
+from undertow_analysis.report import ANOMALY_COUNTS
+
+VERDICT_COLOURS = {"clean": "#2a9d8f", "anomalies": "#e9c46a", "loss": "#d62828"}
+COUNT_HELP = {
+    "attempted": "distinct values sent",
+    "acked": "values with an ok send",
+    "failed": "values whose every send failed definitively",
+    "indeterminate": "values with no ok send and at least one timed-out (info) send",
+    "lost": "acked values missing from the drain",
+    "misplaced": "acked values drained, but not where their acknowledgement put them",
+    "phantom_reads": "values read during the run, missing from the drain",
+    "inconsistent_offsets": "positions at which reads saw two or more values",
+    "duplicates": "values drained at more than one position",
+    "aborted_reads": "values whose every send failed, yet were read",
+    "unexpected": "values read but never sent",
+    "indeterminate_committed": "indeterminate values found in the drain (not loss)",
+    "indeterminate_lost": "indeterminate values not in the drain (not loss)",
+}
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d3557}
+.verdict{padding:1em 1.5em;border-radius:8px;color:#fff;font-size:1.6em;font-weight:bold}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccd;padding:.25em .6em;text-align:left;font-size:.9em}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.bad td{background:#fde2e2}
+img{max-width:100%}
+.muted{color:#667}
+"""
+
+
+def _table(headers: list[str], rows: list[list[Any]], cls: str, row_cls: list[str] | None = None
+           ) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cells = "".join(
+            f'<td class="n">{v:,}</td>' if isinstance(v, int) and not isinstance(v, bool)
+            else f"<td>{escape('' if v is None else str(v))}</td>"
+            for v in row)
+        rc = f' class="{row_cls[i]}"' if row_cls and row_cls[i] else ""
+        body.append(f"<tr{rc}>{cells}</tr>")
+    return (f'<table class="{cls}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def _b64(png: bytes) -> str:
+    return base64.b64encode(png).decode()
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _records(rows: list[dict[str, Any]], t0: float) -> list[list[Any]]:
+    return [
+        [r["kind"], r["value"], f"{r['topic']}-{r['partition']}" if r["topic"] else None,
+         r["offset"], None if r["t_invoke"] is None else f"+{r['t_invoke'] - t0:.3f}",
+         r["fault"] or "none", r["detail"]]
+        for r in rows
+    ]
+
+
+RECORD_HEADERS = ["kind", "value", "partition", "offset", "sent (s)", "fault active", "detail"]
+
+
+def render(
+    report: dict[str, Any],
+    *,
+    timeline_png: bytes,
+    lost: list[dict[str, Any]],
+    other: list[dict[str, Any]],
+) -> str:
+    """The page: verdict, counts, timeline, lost records, other anomalies, latency,
+    availability, faults, malformed lines."""
+    c, t0 = report["counts"], report["run"]["start"]
+    verdict = report["verdict"]
+    expect = report.get("expect")
+    exp = (f" &mdash; expected {escape(expect)}, "
+           f"{'as expected' if report['as_expected'] else 'NOT as expected'}" if expect else "")
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Undertow loss report: "
+        f"{escape(verdict)}</title><style>{CSS}</style></head><body>",
+        f'<div class="verdict" id="verdict" style="background:{VERDICT_COLOURS[verdict]}">'
+        f"Verdict: {escape(verdict)}{exp}</div>",
+        f"<p class='muted'>history {escape(report['history'])}; experiment "
+        f"{escape(str(report.get('experiment')))}; idempotent producer: "
+        f"{report['idempotent']}; run {report['run']['duration_s']:.1f} s</p>",
+        "<h2>Counts</h2>",
+        _table(["count", "value", "meaning"], [[k, c[k], COUNT_HELP[k]] for k in COUNT_HELP],
+               "counts", ["bad" if k in ANOMALY_COUNTS and c[k] else "" for k in COUNT_HELP]),
+        "<h2>Timeline</h2>",
+        f'<img id="timeline" alt="timeline: acks per second, fault windows, lost records, ISR '
+        f'size per partition" src="data:image/png;base64,{_b64(timeline_png)}">',
+        "<h2>Lost records</h2>",
+        f"<p class='muted'>{len(lost):,} of {c['lost']:,} shown, earliest sent first; the full "
+        f"list is in {escape(report['outputs']['anomalies'])}.</p>",
+        _table(RECORD_HEADERS, _records(lost, t0), "lost"),
+    ]
+    if other:
+        parts += ["<h2>Other anomalies</h2>",
+                  "<p class='muted'>the earliest of each kind; all are in anomalies/.</p>",
+                  _table(RECORD_HEADERS, _records(other, t0), "anomalies")]
+    lat = report["latency_ms"]
+    parts += [
+        "<h2>Latency of acknowledged sends</h2>",
+        _table(["p50 (ms)", "p99 (ms)", "p999 (ms)"],
+               [[_ms(lat["p50"]), _ms(lat["p99"]), _ms(lat["p999"])]], "latency"),
+    ]
+    av = report["availability"]
+    parts += [
+        "<h2>Availability</h2>",
+        f"<p class='muted'>{escape(av['definition'])}</p>",
+        _table(["seconds", "available", "fraction", "attempts", "acked", "ack fraction",
+                "partition offline (s)"],
+               [[av["seconds"], av["available_seconds"], av["fraction"], av["attempts"],
+                 av["acked_attempts"], av["ack_fraction"], av["partition_offline_s"]]],
+               "availability"),
+        _table(["kind", "partition", "start (s)", "duration (s)"],
+               [[w["kind"], f"{w['topic']}-{w['partition']}" if "topic" in w else "all",
+                 w["start_s"], w["duration_s"]] for w in report["unavailable_windows"]],
+               "windows"),
+        "<h2>Faults</h2>",
+        _table(["#", "fault", "target", "role", "start (s)", "end (s)", "recovered"],
+               [[f["id"], f["fault"], f["target"], f["role"], f["start_s"], f["end_s"],
+                 f["recovered"]] for f in report["faults"]], "faults"),
+    ]
+    mal = report["malformed"]
+    parts.append(f"<h2>Malformed history lines: {mal['skipped']:,} skipped</h2>")
+    if mal["lines"]:
+        parts.append(_table(["file", "line", "reason", "text"],
+                            [[m["file"], m["line"], m["reason"], m["text"]] for m in mal["lines"]],
+                            "malformed"))
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,260 @@
+"""Reading a history directory and writing the report, through Spark and Hadoop's FileSystem.
+
+Every path is a URI Spark understands (file://, hdfs://, s3a://, or a plain local path), so the
+same code reads a two-minute local run and a week-long soak on object storage.
+
+Malformed lines (torn writes after a crash, bad types, missing fields) are skipped, counted and
+located by file and line number; they never stop the analysis.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+CORRUPT = "_corrupt_record"
+MAX_MALFORMED_EXAMPLES = 100
+
+SENDS_SCHEMA = T.StructType([
+    T.StructField("value", T.StringType()),
+    T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()),
+    T.StructField("status", T.StringType()),
+    T.StructField("offset", T.LongType()),
+    T.StructField("t_invoke", T.DoubleType()),
+    T.StructField("t_complete", T.DoubleType()),
+])
+READS_SCHEMA = T.StructType([
+    T.StructField("phase", T.StringType()),
+    T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()),
+    T.StructField("value", T.StringType()),
+    T.StructField("t", T.DoubleType()),
+])
+FAULTS_SCHEMA = T.StructType([
+    T.StructField("fault", T.StringType()),
+    T.StructField("target", T.StringType()),
+    T.StructField("role", T.StringType()),
+    T.StructField("action", T.StringType()),
+    T.StructField("t", T.DoubleType()),
+])
+CLUSTER_SCHEMA = T.StructType([
+    T.StructField("t", T.DoubleType()),
+    T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()),
+    T.StructField("leader", T.IntegerType()),
+    T.StructField("isr", T.ArrayType(T.IntegerType())),
+])
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """A history file's schema and what makes one of its parsed lines unusable."""
+
+    schema: T.StructType
+    required: tuple[str, ...]
+    allowed: dict[str, tuple[str, ...]]
+    required_if_ok: tuple[str, ...] = ()  # sends: an acknowledgement carries its position
+
+    def checks(self) -> list[tuple[Column, str]]:
+        checks = [(F.col(CORRUPT).isNotNull(), "not valid JSON, or a field has the wrong type")]
+        checks += [(F.col(n).isNull(), f"missing field {n}") for n in self.required]
+        checks += [(~F.col(n).isin(*values), f"{n} must be one of {', '.join(values)}")
+                   for n, values in self.allowed.items()]
+        checks += [((F.col("status") == "ok") & F.col(n).isNull(), f"ok send without {n}")
+                   for n in self.required_if_ok]
+        return checks
+
+    def reason(self) -> Column:
+        """Why a parsed line is unusable (the first failed check), or null when it is fine."""
+        return F.coalesce(*[F.when(cond, F.lit(msg)) for cond, msg in self.checks()])
+
+    def with_corrupt(self) -> T.StructType:
+        return T.StructType([*self.schema.fields, T.StructField(CORRUPT, T.StringType())])
+
+
+FILES = {
+    "sends": FileSpec(SENDS_SCHEMA, ("value", "topic", "status", "t_invoke", "t_complete"),
+                      {"status": ("ok", "fail", "info")}, ("partition", "offset")),
+    "reads": FileSpec(READS_SCHEMA, ("phase", "topic", "partition", "offset", "value", "t"),
+                      {"phase": ("run", "drain")}),
+    "faults": FileSpec(FAULTS_SCHEMA, ("fault", "target", "action", "t"),
+                       {"action": ("inject", "recover")}),
+    "cluster": FileSpec(CLUSTER_SCHEMA, ("t", "topic", "partition", "leader", "isr"), {}),
+}
+OPTIONAL_FILES = ("faults", "cluster")
+
+
+@dataclass
+class History:
+    """A history directory: meta.json, and each JSONL file parsed lazily with `_reason`.
+
+    Nothing is cached: parsing is the job's largest cost, and building Spark's columnar cache
+    costs several times a scan, so each file is scanned by as few queries as possible.
+    """
+
+    spark: SparkSession
+    uri: str
+    meta: dict[str, Any]
+    parsed: dict[str, DataFrame | None]
+    observations: dict[str, Observation] = field(default_factory=dict)
+
+    def file(self, name: str) -> str:
+        return child(self.uri, f"{name}.jsonl")
+
+    def valid(self, name: str) -> DataFrame:
+        """The usable lines of a file. The first query that runs on the result counts the
+        malformed ones (see `malformed`); use it in one query only."""
+        if self.parsed[name] is None:  # an optional file that is not there: no lines
+            return self.spark.createDataFrame([], FILES[name].schema)
+        if name in self.observations:
+            raise RuntimeError(f"{name}.jsonl is already observed")
+        obs = self.observations[name] = Observation(f"undertow-malformed-{name}")
+        bad = F.col("_reason").isNotNull()
+        observed = self.parsed[name].observe(obs, F.count(F.when(bad, 1)).alias("malformed"))
+        return observed.filter(~bad).drop("_reason")
+
+    def send_times(self) -> DataFrame:
+        """status, t_invoke, t_complete of every send line where those three are usable.
+
+        Parses only these fields (the JSON reader skips the others cheaply), for the
+        per-second series: parsing is the largest cost of the job.
+        """
+        spec = FILES["sends"]
+        fields = [f for f in spec.schema.fields if f.name in ("status", "t_invoke", "t_complete")]
+        df = (self.spark.read.schema(
+            T.StructType([*fields, T.StructField(CORRUPT, T.StringType())]))
+              .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
+              .json(self.file("sends")))
+        usable = (F.col(CORRUPT).isNull() & F.col("status").isin(*spec.allowed["status"])
+                  & F.col("t_invoke").isNotNull() & F.col("t_complete").isNotNull())
+        return df.filter(usable).select("status", "t_invoke", "t_complete")
+
+    def malformed(self) -> dict[str, Any]:
+        """Skipped lines: the total, per file, and up to MAX_MALFORMED_EXAMPLES located by file
+        and line number. Call after the queries on every `valid` frame have run."""
+        by_file = {self.file(name): int(obs.get["malformed"])
+                   for name, obs in self.observations.items()}
+        by_file = {uri: n for uri, n in by_file.items() if n}
+        lines: list[dict] = []
+        for name in FILES:
+            room = MAX_MALFORMED_EXAMPLES - len(lines)
+            if by_file.get(self.file(name)) and room > 0:
+                lines += locate_malformed(self.spark, self.file(name), name, room)
+        return {"skipped": sum(by_file.values()), "by_file": by_file, "lines": lines}
+
+
+def child(uri: str, name: str) -> str:
+    return uri.rstrip("/") + "/" + name
+
+
+def _hadoop_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def exists(spark: SparkSession, uri: str) -> bool:
+    fs, path = _hadoop_path(spark, uri)
+    return bool(fs.exists(path))
+
+
+def write_bytes(spark: SparkSession, uri: str, data: bytes) -> None:
+    """Write one file through Hadoop's FileSystem, so any URI scheme Spark knows works."""
+    fs, path = _hadoop_path(spark, uri)
+    stream = fs.create(path, True)
+    try:
+        stream.write(bytearray(data))
+    finally:
+        stream.close()
+
+
+def read_meta(spark: SparkSession, history_uri: str) -> dict[str, Any]:
+    uri = child(history_uri, "meta.json")
+    if not exists(spark, uri):
+        raise FileNotFoundError(f"history {history_uri} has no meta.json")
+    text = spark.read.text(uri, wholetext=True).first()
+    try:
+        meta = json.loads(text[0] if text else "")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{uri}: not valid JSON: {e}") from e
+    if not isinstance(meta, dict):
+        raise ValueError(f"{uri}: expected a JSON object")
+    if not isinstance(meta.get("idempotent", False), bool):
+        raise ValueError(f"{uri}: field 'idempotent' must be true or false")
+    for name in ("start", "end"):
+        if meta.get(name) is not None and not isinstance(meta[name], int | float):
+            raise ValueError(f"{uri}: field '{name}' must be Unix seconds or null")
+    return meta
+
+
+def _read_jsonl(spark: SparkSession, uri: str, name: str) -> DataFrame | None:
+    """The file's lines parsed with its schema, plus `_reason` (null for a usable line);
+    None for a missing optional file."""
+    spec = FILES[name]
+    full = spec.with_corrupt()
+    if not exists(spark, uri):
+        if name not in OPTIONAL_FILES:
+            raise FileNotFoundError(f"history file {uri} does not exist")
+        return None
+    df = (spark.read.schema(full).option("mode", "PERMISSIVE")
+          .option("columnNameOfCorruptRecord", CORRUPT).json(uri))
+    # Every schema column is selected, so a wrong type in any of them marks the line corrupt.
+    return df.select(*spec.schema.names, spec.reason().alias("_reason"))
+
+
+def locate_malformed(spark: SparkSession, uri: str, name: str, limit: int) -> list[dict]:
+    """File, line number, reason and text of up to `limit` malformed lines of one file.
+
+    The JSON source drops line numbers, so this rereads the file as text. Each input split keeps
+    its lines in order and in one Spark partition, where monotonically_increasing_id numbers
+    them consecutively; a line's number is the lines in earlier splits of the file plus its
+    rank in its split. Only runs when the main read found malformed lines.
+    """
+    spec = FILES[name]
+    text = spark.read.text(uri).select(
+        F.col("value").alias("_line"),
+        F.col("_metadata.file_block_start").alias("_block"),
+        F.monotonically_increasing_id().alias("_rid"),
+    )
+    splits = sorted(
+        (r["_block"], r["n"], r["rid0"])
+        for r in text.groupBy("_block").agg(F.count("*").alias("n"), F.min("_rid").alias("rid0"))
+        .collect()
+    )
+    first_line, before = {}, 0
+    for block, n, rid0 in splits:
+        first_line[block] = (before + 1, rid0)
+        before += n
+    opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    bad = (
+        text.filter(F.trim("_line") != "")  # the JSON source skips blank lines too
+        .select("_block", "_rid", "_line", F.from_json("_line", spec.with_corrupt(), opts)
+                .alias("_r"))
+        .select("_block", "_rid", "_line", "_r.*")
+        .select("_block", "_rid", F.substring("_line", 1, 200).alias("text"),
+                spec.reason().alias("reason"))
+        .filter(F.col("reason").isNotNull())
+        .orderBy("_block", "_rid")
+        .limit(limit)
+        .collect()
+    )
+    return [
+        {"file": uri, "line": first_line[r["_block"]][0] + r["_rid"] - first_line[r["_block"]][1],
+         "reason": r["reason"], "text": r["text"]}
+        for r in bad
+    ]
+
+
+def read_history(spark: SparkSession, history_uri: str) -> History:
+    """meta.json, and every JSONL file of the history parsed lazily with `_reason`."""
+    meta = read_meta(spark, history_uri)
+    parsed = {name: _read_jsonl(spark, child(history_uri, f"{name}.jsonl"), name)
+              for name in FILES}
+    return History(spark, history_uri, meta, parsed)

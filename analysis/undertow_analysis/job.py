@@ -1,0 +1,279 @@
+"""The analysis job: history in, report.json + report.html + anomalies/ out.
+
+    python -m undertow_analysis HISTORY --out DIR [--master URL] [--conf KEY=VALUE ...]
+    spark-submit analysis/undertow_analysis/__main__.py HISTORY --out DIR
+
+Only bounded results reach the driver: counts (a Spark Observation on the pass that writes the
+anomalies), per-second series for the plots, fault windows, and at most MAX_LOST_ROWS lost plus
+MAX_OTHER_ROWS per other kind of example records. The full anomaly list is written by Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from undertow_analysis import checks, html, plots, report
+from undertow_analysis.io import History, child, read_history, write_bytes
+
+MAX_LOST_ROWS = 1000
+MAX_OTHER_ROWS = 20
+PLOT_BUCKETS = 2000  # timeline resolution: at most this many points per series
+FAULT_BUCKETS = 10_000  # buckets of the fault range join
+SESSION_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def spark_session(master: str | None, conf: Mapping[str, str] | None = None
+                  ) -> tuple[SparkSession, bool]:
+    """The active session if there is one (tests, notebooks, `undertow run`), else a new one.
+
+    Returns (session, created): the caller stops only a session it created. `master` None
+    keeps the one spark-submit configured.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    builder = SparkSession.builder.appName("undertow-analysis")
+    if master:
+        builder = builder.master(master)
+    defaults = dict(SESSION_DEFAULTS)
+    if master and master.startswith("local"):
+        # Splits of 32 MB: several scan tasks per core keep every core busy to the end; few
+        # shuffle partitions, which adaptive execution coalesces further on small runs.
+        defaults["spark.sql.files.maxPartitionBytes"] = "32m"
+        defaults["spark.sql.shuffle.partitions"] = "32"
+    for key, value in {**defaults, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate(), True
+
+
+def run_analysis(
+    history_uri: str,
+    out_uri: str,
+    master: str | None = "local[*]",
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Check the history at `history_uri`, write the report to `out_uri`, print the one-screen
+    summary on stdout, and return report.json's content."""
+    spark, created = spark_session(master, conf)
+    try:
+        result = analyze(spark, history_uri, out_uri)
+    finally:
+        if created:
+            spark.stop()
+    print(report.summary_text(result), flush=True)
+    return result
+
+
+def analyze(spark: SparkSession, history_uri: str, out_uri: str) -> dict[str, Any]:
+    """run_analysis on a given session, without printing."""
+    with _keeping_observations(spark):
+        return _analyze(spark, read_history(spark, history_uri), out_uri)
+
+
+def _series(history: History, t_ref: float) -> tuple[list[tuple[int, int, int]], dict[str, Any]]:
+    """(second since t_ref, attempted, acked) for every second with sends, plus, observed on
+    the same pass, the first invoke, the last completion and the latency percentiles. The
+    series is bounded by the run's length (a week is 604,800 rows of three numbers)."""
+    obs = Observation("undertow-send-times")
+    sends = history.send_times().observe(
+        obs, F.min("t_invoke").alias("first"), F.max("t_complete").alias("last"),
+        *checks.latency_ms())
+    rows = checks.sends_per_second(sends, t_ref).collect()
+    return sorted((r["second"], r["attempted"], r["acked"]) for r in rows), obs.get
+
+
+def _end(history: History, last_send: float | None) -> float | None:
+    """meta.json's end, else (an interrupted run) the last send, fault or cluster sample."""
+    if history.meta.get("end") is not None:
+        return float(history.meta["end"])
+    times = [last_send] + [df.filter(F.col("_reason").isNull()).agg(F.max("t")).first()[0]
+                           for df in (history.parsed["faults"], history.parsed["cluster"])
+                           if df is not None]
+    return max((t for t in times if t is not None), default=None)
+
+
+def _faults(history: History, t0: float, t_end: float) -> list[dict[str, Any]]:
+    windows = checks.fault_windows(history.valid("faults"), t_end)
+    rows = windows.orderBy("start", "target").collect()
+    return [
+        {"id": i, **r.asDict(), "start_s": round(r["start"] - t0, 3),
+         "end_s": round(r["end"] - t0, 3)}
+        for i, r in enumerate(rows, start=1)
+    ]
+
+
+EMPTY_RELATION_RULE = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+
+
+@contextmanager
+def _keeping_observations(spark: SparkSession) -> Iterator[None]:
+    """Adaptive execution replaces a branch that turned out empty (no inconsistent offsets,
+    an empty faults.jsonl) by an empty relation, and an Observation in that branch then never
+    reports: keep such branches while the job runs."""
+    key = "spark.sql.adaptive.optimizer.excludedRules"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, ",".join(r for r in (before, EMPTY_RELATION_RULE) if r))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def _check(spark: SparkSession, history: History, faults: list[dict[str, Any]], t0: float,
+           t_end: float, anomalies_uri: str) -> tuple[dict[str, int], float | None]:
+    """Run every record checker in the one query that writes anomalies/; return the counts
+    (gathered by Observations on that query) and the last read's time."""
+    reads_obs, inconsistent_obs, counts_obs = (
+        Observation("undertow-reads"), Observation("undertow-inconsistent"),
+        Observation("undertow-counts"))
+    reads = history.valid("reads").observe(reads_obs, F.max("t").alias("last"))
+    positions = checks.positions_by_value(history.valid("sends"), reads)
+    inconsistent = checks.inconsistent_offsets(positions).observe(
+        inconsistent_obs, F.count("*").alias("inconsistent_offsets"))
+    classified = checks.classify(positions, inconsistent)
+    classified = classified.observe(counts_obs, *checks.value_counts(classified))
+    intervals = spark.createDataFrame(report.fault_intervals(faults),
+                                      "start double, end double, fault string")
+    width = max(1.0, (t_end - t0) / FAULT_BUCKETS)
+    (checks.with_active_fault(checks.value_anomalies(classified), intervals, width)
+     .hint("rebalance").write.mode("overwrite").parquet(anomalies_uri))
+    counts = {**counts_obs.get, **inconsistent_obs.get}
+    return {name: int(counts[name]) for name in report.COUNT_NAMES}, reads_obs.get["last"]
+
+
+def _examples(written: DataFrame) -> tuple[list[dict], list[dict]]:
+    """The earliest-sent MAX_LOST_ROWS lost records and MAX_OTHER_ROWS of every other kind."""
+    order = [F.col("t_invoke").asc_nulls_last(), "value"]
+    rank = F.row_number().over(Window.partitionBy("kind").orderBy(*order))
+    limit = F.when(F.col("kind") == "lost", MAX_LOST_ROWS).otherwise(MAX_OTHER_ROWS)
+    rows = [r.asDict() for r in written.withColumn("_rank", rank).filter(F.col("_rank") <= limit)
+            .drop("_rank").orderBy("kind", *order).collect()]
+    return [r for r in rows if r["kind"] == "lost"], [r for r in rows if r["kind"] != "lost"]
+
+
+def _availability(series: list[tuple[int, int, int]], t_ref: float, t0: float,
+                  offline: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    summary = report.availability(
+        attempted=sum(a for _, a, _ in series), acked=sum(k for _, _, k in series),
+        seconds=len(series), available_seconds=sum(1 for *_, k in series if k), offline=offline)
+    no_acks = report.no_ack_windows([s for s, _, k in series if not k], t_ref, t0)
+    return summary, sorted(no_acks + offline, key=lambda w: (w["start"], w["kind"]))
+
+
+def _acks_per_bucket(series: list[tuple[int, int, int]], t_ref: float, t0: float,
+                     width: float) -> list[tuple[int, int]]:
+    buckets: dict[int, int] = {}
+    for second, _, acked in series:
+        bucket = math.floor((second + t_ref - t0) / width)
+        buckets[bucket] = buckets.get(bucket, 0) + acked
+    return sorted(buckets.items())
+
+
+def _cluster(history: History, t0: float, width: float) -> tuple[list[dict], list[dict]]:
+    """Offline windows and per-bucket ISR sizes (cluster.jsonl is small next to sends)."""
+    cluster = history.valid("cluster")
+    offline = [r.asDict() for r in checks.offline_windows(cluster).collect()]
+    isr = [r.asDict() for r in checks.isr_per_bucket(cluster, t0, width).collect()]
+    return report.offline_windows(offline, t0), isr
+
+
+def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, Any]:
+    meta = history.meta
+    t_ref = float(meta.get("start") or 0.0)
+    series, send_times = _series(history, t_ref)
+    t0 = float(meta.get("start") or send_times["first"] or 0.0)
+    t_end = max(_end(history, send_times["last"]) or t0, t0)
+    faults = _faults(history, t0, t_end)
+    outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
+    counts, last_read = _check(spark, history, faults, t0, t_end, outputs["anomalies"])
+    lost, other = _examples(spark.read.parquet(outputs["anomalies"]))
+    width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
+    offline, isr = _cluster(history, t0, width)
+    availability, windows = _availability(series, t_ref, t0, offline)
+    idempotent = bool(meta.get("idempotent", False))
+    verdict = checks.verdict(counts, idempotent)
+    first = lost[0] if lost else None
+    result: dict[str, Any] = {
+        "verdict": verdict,
+        "expect": meta.get("expect"),
+        "as_expected": verdict == meta.get("expect") if meta.get("expect") else None,
+        "counts": counts,
+        "latency_ms": {k: send_times[k] for k in ("p50", "p99", "p999")},
+        "availability": availability,
+        "unavailable_windows": windows,
+        "faults": faults,
+        "first_loss": first and {**first, "t_rel_s": round(first["t_invoke"] - t0, 3)},
+        "malformed": history.malformed(),
+        "run": {"start": t0, "end": t_end, "duration_s": round(t_end - t0, 3),
+                "last_read": last_read},
+        "history": history.uri,
+        "experiment": meta.get("experiment"),
+        "idempotent": idempotent,
+        "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
+                    "anomalies": outputs["anomalies"]},
+    }
+    result = report.clean_json(result)
+    png = plots.timeline_png(
+        width=width, acks=_acks_per_bucket(series, t_ref, t0, width), isr=isr,
+        faults=result["faults"],
+        unavailable=result["unavailable_windows"],
+        lost_t=[r["t_invoke"] - t0 for r in lost if r["t_invoke"] is not None])
+    write_bytes(spark, outputs["report.json"], report.to_json(result))
+    write_bytes(spark, outputs["report.html"],
+                html.render(result, timeline_png=png, lost=lost, other=other).encode())
+    return result
+
+
+def _conf(pairs: Sequence[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--conf expects KEY=VALUE, got {pair!r}")
+        conf[key] = value
+    return conf
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="undertow-analysis",
+        description="Check a history for lost acknowledged records and write the loss report.")
+    p.add_argument("history", help="history directory (any URI Spark reads: file://, s3a://, "
+                                   "hdfs://, or a local path)")
+    p.add_argument("--out", required=True, help="output directory for report.json, "
+                                                "report.html and anomalies/ (any URI)")
+    p.add_argument("--master", default=None,
+                   help="Spark master (default local[*]; under spark-submit, its --master)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark configuration, repeatable")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: exit 0 whatever the verdict (the verdict is in the report), 2 on bad
+    input."""
+    args = parser().parse_args(argv)
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    master = args.master or (None if under_spark_submit else "local[*]")
+    try:
+        run_analysis(args.history, args.out, master, _conf(args.conf))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"undertow analyze: {e}", file=sys.stderr)
+        return 2
+    return 0

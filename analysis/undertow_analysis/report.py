@@ -1,0 +1,158 @@
+"""report.json: its sections, built from the small results the job collects, and the text summary.
+
+Everything here is plain Python over bounded data (aggregated counts, fault lists, windows):
+the large joins happen in checks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+AVAILABILITY_DEFINITION = (
+    "A second (since the run's start) is available when at least one send attempt invoked in "
+    "it was acknowledged. fraction = available seconds / seconds with send attempts; "
+    "ack_fraction = acknowledged attempts / attempts. A no_acks window is a maximal run of "
+    "consecutive seconds with attempts and no acknowledged attempt; an offline window is a "
+    "maximal run of cluster samples in which a partition had no leader (leader -1)."
+)
+
+COUNT_NAMES = (
+    "attempted", "acked", "failed", "indeterminate",
+    "lost", "misplaced", "phantom_reads", "inconsistent_offsets", "duplicates",
+    "aborted_reads", "unexpected", "indeterminate_committed", "indeterminate_lost",
+)
+ANOMALY_COUNTS = COUNT_NAMES[4:11]
+
+
+def fault_label(fault: dict[str, Any]) -> str:
+    role = f" ({fault['role']})" if fault.get("role") else ""
+    return f"#{fault['id']} {fault['fault']} {fault['target']}{role}"
+
+
+def fault_intervals(faults: list[dict[str, Any]]) -> list[tuple[float, float, str]]:
+    """Split overlapping fault windows into disjoint (start, end, label) intervals, labelled
+    with every fault active in them, so that a timestamp falls in at most one interval.
+
+    A sweep over the window edges: linear in the number of faults of a week-long soak.
+    """
+    lasting = [(i, f) for i, f in enumerate(faults) if f["end"] > f["start"]]
+    edges = sorted([(f["start"], 1, i) for i, f in lasting]
+                   + [(f["end"], 0, i) for i, f in lasting])
+    active: dict[int, str] = {}
+    intervals: list[tuple[float, float, str]] = []
+    previous = None
+    for t, starts, i in edges:
+        if active and previous is not None and t > previous:
+            intervals.append((previous, t, " + ".join(active.values())))
+        if starts:
+            active[i] = fault_label(faults[i])
+        else:
+            active.pop(i)
+        previous = t
+    return intervals
+
+
+def no_ack_windows(seconds: list[int], t_ref: float, t0: float) -> list[dict[str, Any]]:
+    """Merge seconds (since t_ref) with attempts and no acknowledgement into maximal runs."""
+    windows: list[dict[str, Any]] = []
+    for s in sorted(seconds):
+        if windows and windows[-1]["_last"] == s - 1:
+            windows[-1]["_last"] = s
+        else:
+            windows.append({"_first": s, "_last": s})
+    return [
+        _window("no_acks", t_ref + w["_first"], t_ref + w["_last"] + 1, t0) for w in windows
+    ]
+
+
+def _window(kind: str, start: float, end: float, t0: float, **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "start": start, "end": end, "start_s": round(start - t0, 3),
+            "duration_s": round(end - start, 3), **extra}
+
+
+def offline_windows(rows: list[dict[str, Any]], t0: float) -> list[dict[str, Any]]:
+    return [_window("offline", r["start"], r["end"], t0, topic=r["topic"],
+                    partition=r["partition"]) for r in rows]
+
+
+def availability(
+    attempted: int, acked: int, seconds: int, available_seconds: int,
+    offline: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "definition": AVAILABILITY_DEFINITION,
+        "seconds": seconds,
+        "available_seconds": available_seconds,
+        "fraction": _ratio(available_seconds, seconds),
+        "attempts": attempted,
+        "acked_attempts": acked,
+        "ack_fraction": _ratio(acked, attempted),
+        "partition_offline_s": round(sum(w["duration_s"] for w in offline), 3),
+    }
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 6) if b else None
+
+
+def clean_json(value: Any) -> Any:
+    """Report values as JSON: NaN/inf become null, tuples lists."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def to_json(report: dict[str, Any]) -> bytes:
+    return json.dumps(clean_json(report), indent=2, sort_keys=False).encode()
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    """The one-screen summary printed on stdout."""
+    c = report["counts"]
+    expect = report.get("expect")
+    verdict = report["verdict"].upper()
+    lines = [f"undertow analysis of {report['history']}", ""]
+    lines.append(f"VERDICT: {verdict}" + (
+        f"   (expected {expect}: {'as expected' if report['as_expected'] else 'UNEXPECTED'})"
+        if expect else ""))
+    lines.append("")
+    lines.append(f"sends   attempted {c['attempted']:>12,}  acked {c['acked']:>12,}  "
+                 f"failed {c['failed']:>10,}  indeterminate {c['indeterminate']:>10,}")
+    lines.append("anomalies")
+    for name in ANOMALY_COUNTS:
+        lines.append(f"  {name:<22}{c[name]:>12,}")
+    lines.append(f"indeterminate committed {c['indeterminate_committed']:>11,}  "
+                 f"lost {c['indeterminate_lost']:>11,}  (never counted as loss)")
+    lat = report["latency_ms"]
+    lines.append(f"latency (acked)  p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  "
+                 f"p999 {_ms(lat['p999'])}")
+    av = report["availability"]
+    frac = "-" if av["fraction"] is None else f"{av['fraction']:.1%}"
+    lines.append(f"availability {frac} of {av['seconds']} s; "
+                 f"{len(report['unavailable_windows'])} unavailable window(s); "
+                 f"{len(report['faults'])} fault(s) injected")
+    first = report.get("first_loss")
+    if first:
+        lines.append(f"first loss  {first['value']} at {first['topic']}-{first['partition']}"
+                     f"@{first['offset']}, sent at +{first['t_rel_s']:.3f} s, "
+                     f"fault: {first['fault'] or 'none active'}")
+    skipped = report["malformed"]["skipped"]
+    if skipped:
+        where = ", ".join(f"{m['file'].rsplit('/', 1)[-1]}:{m['line']}"
+                          for m in report["malformed"]["lines"][:5])
+        more = ", ..." if skipped > 5 else ""
+        lines.append(f"malformed lines skipped: {skipped} ({where}{more})")
+    lines.append("")
+    lines.append(f"report: {report['outputs']['html']}")
+    lines.append(f"anomalies: {report['outputs']['anomalies']}")
+    return "\n".join(lines)

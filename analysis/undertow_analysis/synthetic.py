@@ -1,0 +1,320 @@
+"""Synthetic histories in the format of docs/history-format.md, for tests and the benchmark.
+
+Two generators share the format:
+
+* `HistoryBuilder` writes a small history record by record, so a test can plant each anomaly by
+  hand and know every expected count without running the checker.
+* `write_scaled_history` writes millions of sends and reads with numpy (fixed-width lines, so a
+  chunk of a million lines is one byte matrix) and plants anomalies at fixed strides; it returns
+  the counts the analysis must find, derived from the plan rather than from the checker.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+START = 1_763_830_000.0
+
+
+@dataclass
+class HistoryBuilder:
+    """A small history written record by record; times are seconds after `start`."""
+
+    start: float = START
+    duration: float = 60.0
+    idempotent: bool = False
+    expect: str = "clean"
+    experiment: str = "synthetic"
+    sends: list[dict] = field(default_factory=list)
+    reads: list[dict] = field(default_factory=list)
+    faults: list[dict] = field(default_factory=list)
+    cluster: list[dict] = field(default_factory=list)
+
+    def send(
+        self,
+        value: str,
+        status: str = "ok",
+        *,
+        t: float,
+        partition: int | None = 0,
+        offset: int | None = None,
+        latency: float = 0.010,
+        topic: str = "t",
+        error: str | None = None,
+    ) -> None:
+        """One send attempt of `value`, invoked at `t` and completed `latency` later."""
+        self.sends.append({
+            "producer": value.split("-")[0],
+            "value": value,
+            "topic": topic,
+            "partition": partition,
+            "status": status,
+            "offset": offset if status == "ok" else None,
+            "error": error,
+            "t_invoke": self.start + t,
+            "t_complete": self.start + t + latency,
+        })
+
+    def read(
+        self,
+        value: str,
+        partition: int,
+        offset: int,
+        *,
+        phase: str = "drain",
+        t: float | None = None,
+        topic: str = "t",
+    ) -> None:
+        """One record a consumer returned; drain reads default to the end of the run."""
+        when = self.duration + 1.0 if t is None else t
+        self.reads.append({
+            "consumer": "drain" if phase == "drain" else "c0",
+            "phase": phase,
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "value": value,
+            "t": self.start + when,
+        })
+
+    def record(self, value: str, partition: int, offset: int, *, t: float,
+               latency: float = 0.010, topic: str = "t") -> None:
+        """A healthy record: acknowledged, seen by a run consumer and by the drain."""
+        self.send(value, "ok", t=t, partition=partition, offset=offset, latency=latency,
+                  topic=topic)
+        self.read(value, partition, offset, phase="run", t=t + 0.5, topic=topic)
+        self.read(value, partition, offset, phase="drain", topic=topic)
+
+    def fault(self, fault: str, target: str, action: str, *, t: float, role: str = "") -> None:
+        self.faults.append({
+            "fault": fault, "target": target, "role": role, "action": action, "t": self.start + t,
+        })
+
+    def sample(
+        self, *, t: float, partition: int, leader: int, isr: list[int], topic: str = "t"
+    ) -> None:
+        """One cluster.jsonl sample of a partition's leader and ISR."""
+        self.cluster.append({
+            "t": self.start + t, "topic": topic, "partition": partition, "leader": leader,
+            "leader_epoch": 0, "isr": isr, "high_watermark": 0,
+            "log_end_offsets": {str(b): 0 for b in isr},
+        })
+
+    def write(self, directory: str | Path, extra_lines: dict[str, list[str]] | None = None) -> Path:
+        """Write the history; `extra_lines` appends raw (possibly malformed) lines per file."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "experiment": self.experiment, "spec": {}, "seed": 0, "start": self.start,
+            "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
+        }
+        (out / "meta.json").write_text(json.dumps(meta))
+        files = {"sends": self.sends, "reads": self.reads, "faults": self.faults,
+                 "cluster": self.cluster}
+        for name, rows in files.items():
+            lines = [json.dumps(row) for row in rows] + (extra_lines or {}).get(name, [])
+            (out / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaled histories. Send i goes to partition i % PARTITIONS at offset i // PARTITIONS; its fate
+# is decided by i % plant_every (the residues below), every other send is a healthy record.
+
+PARTITIONS = 8
+PRODUCERS = 4
+RATE = 20_000.0  # sends per second, which sets the run's duration
+MISPLACED_SHIFT = 10**10  # offsets far above any real one, so planted copies collide with nothing
+DUPLICATE_SHIFT = 2 * 10**10
+UNEXPECTED_SHIFT = 3 * 10**10
+
+FAILED, IND_COMMITTED, IND_LOST, LOST, MISPLACED, DUPLICATE, INCONSISTENT, ABORTED, PHANTOM, \
+    UNEXPECTED = range(10)
+_STATUS_BY_RESIDUE = {FAILED: "fail", ABORTED: "fail", IND_COMMITTED: "info", IND_LOST: "info",
+                      PHANTOM: "info"}
+
+_SP = ord(" ")
+
+
+def _lit(text: bytes, n: int) -> np.ndarray:
+    return np.broadcast_to(np.frombuffer(text, dtype=np.uint8), (n, len(text)))
+
+
+def _digits(x: np.ndarray, width: int, pad: int = _SP) -> np.ndarray:
+    """Right-aligned decimal digits of non-negative ints as an (n, width) byte matrix.
+
+    Leading positions hold `pad`: a space is JSON whitespace, so fixed-width numbers stay valid.
+    """
+    pows = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    x = x.astype(np.int64)[:, None]
+    out = ((x // pows) % 10 + ord("0")).astype(np.uint8)
+    lead = x < pows
+    lead[:, -1] = False
+    out[lead] = pad
+    return out
+
+
+def _time(ms: np.ndarray) -> np.ndarray:
+    """Unix milliseconds as `1763830000.120`."""
+    return np.concatenate(
+        [_digits(ms // 1000, 10), _lit(b".", len(ms)), _digits(ms % 1000, 3, ord("0"))], axis=1
+    )
+
+
+def _choice(options: list[bytes], index: np.ndarray) -> np.ndarray:
+    """Pick one of a few JSON tokens per row, padded with trailing spaces to one width."""
+    width = max(len(o) for o in options)
+    table = np.array([np.frombuffer(o.ljust(width), dtype=np.uint8) for o in options])
+    return table[index]
+
+
+def _values(i: np.ndarray, prefix: bytes = b"p") -> np.ndarray:
+    """`p{producer}-{i:010d}`: unique per send."""
+    return np.concatenate(
+        [_lit(prefix, len(i)), _digits(i % PRODUCERS, 1), _lit(b"-", len(i)),
+         _digits(i, 10, ord("0"))],
+        axis=1,
+    )
+
+
+def _null_or_digits(x: np.ndarray, present: np.ndarray, width: int) -> np.ndarray:
+    null = np.frombuffer(b"null".ljust(width), dtype=np.uint8)
+    return np.where(present[:, None], _digits(x, width), null)
+
+
+def _send_lines(i: np.ndarray, status: np.ndarray, start_ms: int) -> bytes:
+    """sends.jsonl lines for sends `i`; status 0 ok, 1 fail, 2 info."""
+    n = len(i)
+    invoke = start_ms + i * 1000 // int(RATE)
+    complete = invoke + 1 + (i * 37) % 100
+    parts = [
+        _lit(b'{"producer":"p', n), _digits(i % PRODUCERS, 1),
+        _lit(b'","value":"', n), _values(i),
+        _lit(b'","topic":"t","partition":', n), _digits(i % PARTITIONS, 4),
+        _lit(b',"status":', n), _choice([b'"ok"', b'"fail"', b'"info"'], status),
+        _lit(b',"offset":', n), _null_or_digits(i // PARTITIONS, status == 0, 12),
+        _lit(b',"error":', n),
+        _choice([b"null", b'"NOT_ENOUGH_REPLICAS"', b'"REQUEST_TIMED_OUT"'], status),
+        _lit(b',"t_invoke":', n), _time(invoke),
+        _lit(b',"t_complete":', n), _time(complete),
+        _lit(b"}\n", n),
+    ]
+    return np.concatenate(parts, axis=1).tobytes()
+
+
+def _read_lines(
+    value: np.ndarray, partition: np.ndarray, offset: np.ndarray, t_ms: np.ndarray, drain: bool
+) -> bytes:
+    """reads.jsonl lines; `value` is a byte matrix from `_values`."""
+    n = len(value)
+    consumer, phase = (b"drain", b"drain") if drain else (b"c0", b"run")
+    parts = [
+        _lit(b'{"consumer":"' + consumer + b'","phase":"' + phase + b'","topic":"t","partition":',
+             n),
+        _digits(partition, 4), _lit(b',"offset":', n), _digits(offset, 12),
+        _lit(b',"value":"', n), value, _lit(b'","t":', n), _time(t_ms), _lit(b"}\n", n),
+    ]
+    return np.concatenate(parts, axis=1).tobytes()
+
+
+def scaled_expected_counts(n_sends: int, plant_every: int) -> dict[str, int]:
+    """The counts `write_scaled_history(n_sends, plant_every)` plants, by the report's names."""
+    limit = max(n_sends - PARTITIONS, 0)
+    c = [len(range(r, limit, plant_every)) for r in range(10)]
+    failed = c[FAILED] + c[ABORTED]
+    indeterminate = c[IND_COMMITTED] + c[IND_LOST] + c[PHANTOM]
+    return {
+        "attempted": n_sends, "acked": n_sends - failed - indeterminate, "failed": failed,
+        "indeterminate": indeterminate, "lost": c[LOST], "misplaced": c[MISPLACED],
+        "phantom_reads": c[PHANTOM], "inconsistent_offsets": c[INCONSISTENT],
+        "duplicates": c[DUPLICATE], "aborted_reads": c[ABORTED], "unexpected": c[UNEXPECTED],
+        "indeterminate_committed": c[IND_COMMITTED], "indeterminate_lost": c[IND_LOST] + c[PHANTOM],
+    }
+
+
+def write_scaled_history(
+    directory: str | Path,
+    n_sends: int,
+    *,
+    plant_every: int = 10_007,
+    chunk: int = 1_000_000,
+    idempotent: bool = False,
+) -> dict[str, int]:
+    """Write a history of `n_sends` sends, a run read and a drain read per healthy record.
+
+    Send i with i % plant_every == r < 10 carries the anomaly of residue r (FAILED ... UNEXPECTED
+    above); returns the expected counts (see `scaled_expected_counts`).
+    """
+    if plant_every < 10 + PARTITIONS:
+        raise ValueError(f"plant_every must be >= {10 + PARTITIONS}, got {plant_every}")
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    start_ms = int(START * 1000)
+    duration = n_sends / RATE
+    limit = n_sends - PARTITIONS
+    with open(out / "sends.jsonl", "wb") as sends, open(out / "reads.jsonl", "wb") as reads:
+        for lo in range(0, n_sends, chunk):
+            i = np.arange(lo, min(lo + chunk, n_sends), dtype=np.int64)
+            r = np.where(i < limit, i % plant_every, -1)
+            status = np.zeros(len(i), dtype=np.int64)
+            for residue, name in _STATUS_BY_RESIDUE.items():
+                status[r == residue] = {"fail": 1, "info": 2}[name]
+            sends.write(_send_lines(i, status, start_ms))
+            seen = np.isin(r, [LOST, FAILED, IND_COMMITTED, IND_LOST, ABORTED], invert=True)
+            t_run = start_ms + i * 1000 // int(RATE) + 150
+            _write_reads(reads, i[seen], i[seen], t_run[seen], drain=False)
+            extra = i[r == INCONSISTENT]  # the next record of the partition, read at this offset
+            _write_reads(reads, extra + PARTITIONS, extra, t_run[r == INCONSISTENT], drain=False)
+        t_drain = start_ms + int(duration * 1000) + 1000
+        for lo in range(0, n_sends, chunk):
+            i = np.arange(lo, min(lo + chunk, n_sends), dtype=np.int64)
+            r = np.where(i < limit, i % plant_every, -1)
+            drained = np.isin(r, [LOST, FAILED, IND_LOST, PHANTOM, MISPLACED], invert=True)
+            t = np.full(len(i), t_drain, dtype=np.int64)
+            _write_reads(reads, i[drained], i[drained], t[drained], drain=True)
+            for residue, shift in ((MISPLACED, MISPLACED_SHIFT), (DUPLICATE, DUPLICATE_SHIFT)):
+                planted = i[r == residue]
+                _write_reads(reads, planted, planted, t[r == residue], drain=True, shift=shift)
+            planted = i[r == UNEXPECTED]
+            _write_reads(reads, planted, planted, t[r == UNEXPECTED], drain=True,
+                         shift=UNEXPECTED_SHIFT, prefix=b"x")
+    _write_run_context(out, start_ms, duration, idempotent)
+    return scaled_expected_counts(n_sends, plant_every)
+
+
+def _write_reads(
+    f, values: np.ndarray, slots: np.ndarray, t_ms: np.ndarray, *, drain: bool, shift: int = 0,
+    prefix: bytes = b"p",
+) -> None:
+    """Reads of the records `values` found at the log positions of sends `slots` (+ shift)."""
+    if len(values):
+        f.write(_read_lines(_values(values, prefix), slots % PARTITIONS,
+                            slots // PARTITIONS + shift, t_ms, drain))
+
+
+def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bool) -> None:
+    """meta.json, a kill every 30 s lasting 10 s, and 4 cluster samples a second per partition."""
+    start = start_ms / 1000
+    meta = {"experiment": "scaled", "spec": {}, "seed": 0, "start": start,
+            "end": start + duration + 2, "idempotent": idempotent, "expect": "loss"}
+    (out / "meta.json").write_text(json.dumps(meta))
+    kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]
+    with open(out / "faults.jsonl", "w") as f:
+        for k, t in kills:
+            for action, at in (("inject", t), ("recover", t + 10)):
+                f.write(json.dumps({"fault": "kill", "target": f"broker-{k % 3}",
+                                    "role": f"leader of t-{k % PARTITIONS}", "action": action,
+                                    "t": start + at}) + "\n")
+    with open(out / "cluster.jsonl", "w") as f:
+        for step in range(int(duration * 4) + 1):
+            t = step / 4
+            down = next((k for k, at in kills if at <= t < at + 10), None)
+            for p in range(PARTITIONS):
+                isr = [b for b in range(3) if down is None or b != down % 3]
+                f.write(json.dumps({"t": start + t, "topic": "t", "partition": p,
+                                    "leader": isr[p % len(isr)], "leader_epoch": 0, "isr": isr,
+                                    "high_watermark": 0, "log_end_offsets": {}}) + "\n")

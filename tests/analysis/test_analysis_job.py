@@ -1,0 +1,248 @@
+"""The whole job on planted histories: report.json, anomalies/, report.html and stdout."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import pytest
+from analysis_histories import (
+    KILL,
+    PARTITION,
+    PLANTED_ANOMALIES,
+    PLANTED_COUNTS,
+    clean_history,
+    planted_history,
+)
+
+from undertow_analysis import main, run_analysis
+from undertow_analysis.report import ANOMALY_COUNTS, COUNT_NAMES
+from undertow_analysis.synthetic import HistoryBuilder, write_scaled_history
+
+
+@pytest.fixture(scope="module")
+def planted(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("planted")
+    history = planted_history().write(root / "history")
+    return run_analysis(str(history), str(root / "out")), root / "out"
+
+
+def test_planted_counts_are_exact_and_verdict_is_loss(planted):
+    result, _ = planted
+    assert result["counts"] == PLANTED_COUNTS
+    assert (result["verdict"], result["expect"], result["as_expected"]) == ("loss", "loss", True)
+
+
+def test_first_loss_is_the_earliest_sent_with_its_fault(planted):
+    first = planted[0]["first_loss"]
+    assert (first["value"], first["topic"], first["partition"], first["offset"]) == (
+        "p0-3", "t", 0, 2)
+    assert (first["t_rel_s"], first["fault"]) == (12.0, KILL)
+
+
+def test_anomalies_output_lists_every_record_with_the_fault_active(spark, planted):
+    rows = spark.read.parquet(str(planted[1] / "anomalies")).collect()
+    assert {(r["kind"], r["value"], r["topic"], r["partition"], r["offset"]) for r in rows} == (
+        PLANTED_ANOMALIES)
+    assert len(rows) == len(PLANTED_ANOMALIES)
+    lost = {r["value"]: r["fault"] for r in rows if r["kind"] == "lost"}
+    assert lost == {"p0-3": KILL, "p2-3": f"{KILL} + {PARTITION}"}
+    unexpected = next(r for r in rows if r["kind"] == "unexpected")
+    assert (unexpected["t_invoke"], unexpected["fault"]) == (None, None)
+
+
+def test_faults_availability_and_latency(planted):
+    result, _ = planted
+    assert [(f["id"], f["fault"], f["start_s"], f["end_s"], f["recovered"])
+            for f in result["faults"]] == [
+        (1, "kill", 10.0, 20.0, True), (2, "partition", 15.0, 60.0, False)]
+    # Seconds 4, 8-9, 13 and 15-16 had send attempts and no acknowledgement; t-0 had no
+    # leader in the samples at 10 s and 11 s.
+    assert [(w["kind"], w["start_s"], w["duration_s"], w.get("partition"))
+            for w in result["unavailable_windows"]] == [
+        ("no_acks", 4.0, 1.0, None), ("no_acks", 8.0, 2.0, None), ("offline", 10.0, 2.0, 0),
+        ("no_acks", 13.0, 1.0, None), ("no_acks", 15.0, 2.0, None)]
+    av = result["availability"]
+    assert (av["seconds"], av["available_seconds"], av["fraction"]) == (15, 9, 0.6)
+    assert (av["attempts"], av["acked_attempts"], av["partition_offline_s"]) == (17, 10, 2.0)
+    # The ten acknowledged attempts took 1, 2, ... 10 ms.
+    assert result["latency_ms"] == pytest.approx({"p50": 5.0, "p99": 10.0, "p999": 10.0},
+                                                 abs=0.01)
+
+
+def test_report_json_on_disk_is_the_returned_report(planted):
+    result, out = planted
+    assert json.loads((out / "report.json").read_text()) == result
+
+
+class _Page(HTMLParser):
+    """The parts of report.html the tests look at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_div: str | None = None
+        self.images: dict[str, str] = {}
+        self.tables: dict[str, list[list[str]]] = {}
+        self.verdict = ""
+        self._table: str | None = None
+        self._in_verdict = False
+        self._row: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "div" and self.first_div is None:
+            self.first_div = a.get("id")
+        self._in_verdict = self._in_verdict or a.get("id") == "verdict"
+        if tag == "img":
+            self.images[a["id"]] = a["src"]
+        elif tag == "table":
+            self._table = a["class"]
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self._row = []
+        elif tag == "td" and self._row is not None:
+            self._row.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            self._in_verdict = False
+        elif tag == "tr" and self._row:
+            self.tables[self._table].append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._in_verdict:
+            self.verdict += data
+        if self._row:
+            self._row[-1] += data
+
+
+def _page(out) -> _Page:
+    page = _Page()
+    page.feed((out / "report.html").read_text())
+    return page
+
+
+def _png(src: str) -> bytes:
+    prefix = "data:image/png;base64,"
+    assert src.startswith(prefix)
+    return base64.b64decode(src[len(prefix):])
+
+
+def test_html_shows_verdict_first_the_timeline_and_the_lost_records(planted):
+    page = _page(planted[1])
+    assert page.first_div == "verdict"
+    assert page.verdict.startswith("Verdict: loss")
+    png = _png(page.images["timeline"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    lost = page.tables["lost"]
+    assert [(r[0], r[1], r[2], r[3], r[5]) for r in lost] == [
+        ("lost", "p0-3", "t-0", "2", KILL), ("lost", "p2-3", "t-0", "7", f"{KILL} + {PARTITION}")]
+    counts = {r[0]: r[1] for r in page.tables["counts"]}
+    assert counts["lost"] == "2" and counts["attempted"] == "15"
+    assert [r[:3] for r in page.tables["latency"]] == [["5.00", "10.00", "10.00"]]
+    others = {(r[0], r[1]) for r in page.tables["anomalies"]}
+    assert others == {(kind, value) for kind, value, *_ in PLANTED_ANOMALIES if kind != "lost"}
+
+
+MALFORMED_SENDS = [
+    '{"value": "p9-1", "topic": "t", "partition": "zero", "status": "ok", "offset": 1, '
+    '"t_invoke": 1763830001.0, "t_complete": 1763830001.1}',
+    '{"value": "p9-2", "topic": "t", "partition": 0, "status": "maybe", "offset": 1, '
+    '"t_invoke": 1763830001.0, "t_complete": 1763830001.1}',
+    '{"producer": "p9", "value": "p9-3", "topic": "t", "partit',  # torn by a crash
+]
+MALFORMED_READS = ["", "not json at all"]
+
+
+def test_clean_history_with_malformed_lines(tmp_path, capsys):
+    """Malformed lines are skipped and located by file and line; the rest is still counted,
+    and a clean history stays clean."""
+    history = clean_history().write(tmp_path / "history",
+                                    {"sends": MALFORMED_SENDS, "reads": MALFORMED_READS})
+    assert main([str(history), "--out", str(tmp_path / "out")]) == 0
+    result = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert result["verdict"] == "clean" and result["as_expected"] is True
+    assert result["counts"] == dict.fromkeys(COUNT_NAMES, 0) | {"attempted": 6, "acked": 6}
+    assert result["first_loss"] is None
+    sends, reads = str(history / "sends.jsonl"), str(history / "reads.jsonl")
+    malformed = result["malformed"]
+    assert (malformed["skipped"], malformed["by_file"]) == (4, {sends: 3, reads: 1})
+    # 6 sends and 12 reads come first; the blank line 13 of reads.jsonl is not an error.
+    assert [(m["file"], m["line"], m["reason"]) for m in malformed["lines"]] == [
+        (sends, 7, "not valid JSON, or a field has the wrong type"),
+        (sends, 8, "status must be one of ok, fail, info"),
+        (sends, 9, "not valid JSON, or a field has the wrong type"),
+        (reads, 14, "not valid JSON, or a field has the wrong type"),
+    ]
+    assert malformed["lines"][2]["text"] == MALFORMED_SENDS[2]
+    stdout = capsys.readouterr().out
+    assert "VERDICT: CLEAN" in stdout
+    assert "malformed lines skipped: 4 (sends.jsonl:7, sends.jsonl:8, sends.jsonl:9, " \
+           "reads.jsonl:14)" in stdout
+    page = _page(tmp_path / "out")
+    assert page.verdict.startswith("Verdict: clean")
+    assert page.tables["lost"] == [] and _png(page.images["timeline"])[:4] == b"\x89PNG"
+    assert [r[1] for r in page.tables["malformed"]] == ["7", "8", "9", "14"]
+
+
+@pytest.mark.parametrize(("idempotent", "verdict"), [(True, "anomalies"), (False, "clean")])
+def test_duplicates_are_anomalies_only_with_an_idempotent_producer(tmp_path, idempotent,
+                                                                   verdict):
+    h = HistoryBuilder(idempotent=idempotent)
+    for i in range(3):
+        h.record(f"p0-{i}", 0, i, t=1.0 + i)
+    h.read("p0-1", 0, 3)  # drained a second time, at another offset: a producer retry
+    result = run_analysis(str(h.write(tmp_path / "history")), str(tmp_path / "out"))
+    assert result["counts"]["duplicates"] == 1
+    assert sum(result["counts"][k] for k in ANOMALY_COUNTS) == 1
+    assert result["verdict"] == verdict
+
+
+def test_scaled_generator_plants_what_the_job_finds(tmp_path):
+    expected = write_scaled_history(tmp_path / "history", 2_000, plant_every=101)
+    result = run_analysis(str(tmp_path / "history"), str(tmp_path / "out"))
+    assert result["counts"] == expected
+    assert min(expected[k] for k in ANOMALY_COUNTS) >= 19
+
+
+def test_interrupted_run_without_faults_or_cluster_samples(tmp_path):
+    """meta.end null, no faults.jsonl, no cluster.jsonl: the run ends at the last send."""
+    h = HistoryBuilder(expect="clean")
+    h.record("p0-0", 0, 0, t=1.0)
+    h.send("p0-1", t=2.0, partition=0, offset=1, latency=0.5)  # acknowledged, never drained
+    history = h.write(tmp_path / "history")
+    (history / "faults.jsonl").unlink()
+    (history / "cluster.jsonl").unlink()
+    meta = json.loads((history / "meta.json").read_text())
+    (history / "meta.json").write_text(json.dumps(meta | {"end": None}))
+    result = run_analysis(str(history), str(tmp_path / "out"))
+    assert (result["verdict"], result["as_expected"], result["counts"]["lost"]) == (
+        "loss", False, 1)
+    assert result["run"]["duration_s"] == pytest.approx(2.5)
+    assert (result["faults"], result["unavailable_windows"]) == ([], [])
+    assert result["first_loss"]["fault"] is None
+
+
+def test_missing_history_is_a_clear_error(tmp_path, capsys):
+    assert main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
+    assert f"history {tmp_path / 'nowhere'} has no meta.json" in capsys.readouterr().err
+
+
+def test_bad_meta_field_is_named(tmp_path, capsys):
+    history = clean_history().write(tmp_path / "history")
+    meta = json.loads((history / "meta.json").read_text())
+    (history / "meta.json").write_text(json.dumps(meta | {"idempotent": "yes"}))
+    assert main([str(history), "--out", str(tmp_path / "out")]) == 2
+    assert "field 'idempotent' must be true or false" in capsys.readouterr().err
+
+
+def test_module_entry_point_parses_the_command_line():
+    run = subprocess.run([sys.executable, "-m", "undertow_analysis", "--help"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert "--out" in run.stdout and "--master" in run.stdout
