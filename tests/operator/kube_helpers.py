@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +85,13 @@ class Target:
         self.marker = f"undertow-test-target-{uuid.uuid4().hex}"
         self.process = subprocess.Popen(
             [sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)", self.marker])
+        # Popen returns after fork; wait until exec shows the marker in the command line.
+        cmdline = Path(f"/proc/{self.process.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while self.marker.encode() not in cmdline.read_bytes():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the target process did not start")
+            time.sleep(0.01)
 
     def state(self) -> str:
         """/proc state letter: T when stopped."""

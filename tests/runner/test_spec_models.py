@@ -74,9 +74,9 @@ def test_dump_writes_durations_canonically() -> None:
     experiment = load_experiment(REPO / "experiments" / "hw-truncation-double-crash.yaml")
     dumped = experiment.experiment.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
     sequence = dumped["faults"][0]["sequence"]
-    assert sequence["at"] == "8s"
+    assert sequence["at"] == "4s"
     assert sequence["every"] == "12s"
-    assert sequence["steps"][1]["after"] == "0s"
+    assert sequence["steps"][1]["after"] == "1s"
     assert sequence["steps"][1]["timeout"] == "30s"
     assert dumped["workload"]["requestTimeout"] == "5s"
 
