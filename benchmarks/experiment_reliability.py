@@ -2,59 +2,116 @@
 prints, per experiment, how often the verdict matched ``expect`` and how long a run took.
 
     .venv/bin/python benchmarks/experiment_reliability.py [--runs 20] [--only NAME ...]
+    .venv/bin/python benchmarks/experiment_reliability.py --summary   # the ledger only
 
 The target: each experiment reaches its expected verdict in at least 19 of 20 runs, each run
 under 2 minutes.
+
+Runs go round-robin over the experiments, so a measurement cut short still covers each one
+evenly. Every run is appended to a ledger (``--ledger``, one JSON object a line: experiment,
+expect, verdict, seconds, the load average and the commit), and the summary is computed from
+the ledger, so measurements taken in several sittings add up. Runs whose verdict was not the
+expected one are kept (without broker data) under ``--keep`` for inspection.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+LEDGER = REPO / "benchmarks" / "results" / "reliability.jsonl"
+
+
+def expectation(path: Path) -> str:
+    return "loss" if "expect: loss" in path.read_text() else "clean"
+
+
+def commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                         capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def run_once(path: Path, keep: Path, index: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="undertow-reliability-") as out:
+        load = os.getloadavg()[0]
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "undertow", "run", str(path), "--out", out, "--no-progress"],
+            cwd=REPO, capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        report = Path(out) / "report.json"
+        verdict = (json.loads(report.read_text())["verdict"] if report.exists()
+                   else f"error({proc.returncode})")
+        if proc.returncode != 0:
+            kept = keep / f"{path.stem}-{index}"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(out, kept, ignore=shutil.ignore_patterns("cluster"))
+            (kept / "output.txt").write_text(proc.stdout + proc.stderr)
+    return {"experiment": path.stem, "expect": expectation(path), "verdict": verdict,
+            "seconds": round(seconds, 1), "load_before": round(load, 2), "commit": commit(),
+            "t": round(time.time(), 1)}
+
+
+def summary(ledger: Path, names: list[str]) -> str:
+    runs: dict[str, list[dict]] = defaultdict(list)
+    if ledger.exists():
+        for line in ledger.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                runs[entry["experiment"]].append(entry)
+    lines = [f"{'experiment':32} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6}  "
+             "other verdicts"]
+    for name in names:
+        done = runs.get(name, [])
+        if not done:
+            lines.append(f"{name:32} (no runs)")
+            continue
+        matched = sum(r["verdict"] == r["expect"] for r in done)
+        seconds = [r["seconds"] for r in done]
+        other = sorted({r["verdict"] for r in done if r["verdict"] != r["expect"]})
+        lines.append(f"{name:32} {done[0]['expect']:6} {matched:>5}/{len(done):<6} "
+                     f"{sum(seconds) / len(seconds):7.1f} {max(seconds):6.1f}  "
+                     f"{','.join(other)}")
+    return "\n".join(lines)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--only", nargs="*", default=None)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20, help="runs per experiment")
+    parser.add_argument("--only", nargs="*", default=None, help="experiment names (file stems)")
+    parser.add_argument("--ledger", type=Path, default=LEDGER)
+    parser.add_argument("--summary", action="store_true", help="print the ledger's summary only")
     parser.add_argument("--keep", type=Path, default=Path("runs/reliability-unexpected"),
                         help="where runs whose verdict was not the expected one are kept")
     args = parser.parse_args()
     files = sorted((REPO / "experiments").glob("*.yaml"))
     if args.only:
+        unknown = set(args.only) - {f.stem for f in files}
+        if unknown:
+            parser.error(f"--only: no experiment named {', '.join(sorted(unknown))}")
         files = [f for f in files if f.stem in args.only]
-    print(f"{'experiment':36} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6}  "
-          "verdicts", flush=True)
-    for path in files:
-        verdicts, durations = [], []
-        for _ in range(args.runs):
-            with tempfile.TemporaryDirectory(prefix="undertow-reliability-") as out:
-                started = time.monotonic()
-                proc = subprocess.run(
-                    [sys.executable, "-m", "undertow", "run", str(path), "--out", out,
-                     "--no-progress"], cwd=REPO, capture_output=True, text=True)
-                durations.append(time.monotonic() - started)
-                report = Path(out) / "report.json"
-                verdicts.append(json.loads(report.read_text())["verdict"] if report.exists()
-                                else f"error({proc.returncode})")
-                if proc.returncode != 0:
-                    kept = args.keep / f"{path.stem}-{len(verdicts)}"
-                    shutil.rmtree(kept, ignore_errors=True)
-                    shutil.copytree(out, kept, ignore=shutil.ignore_patterns("cluster"))
-                    (kept / "output.txt").write_text(proc.stdout + proc.stderr)
-        expect = "loss" if "expect: loss" in path.read_text() else "clean"
-        matched = sum(v == expect for v in verdicts)
-        print(f"{path.stem:36} {expect:6} {matched:>5}/{args.runs:<6} "
-              f"{sum(durations) / len(durations):7.1f} {max(durations):6.1f}  "
-              f"{','.join(verdicts)}", flush=True)
+    names = [f.stem for f in files]
+    if not args.summary:
+        args.ledger.parent.mkdir(parents=True, exist_ok=True)
+        for index in range(1, args.runs + 1):
+            for path in files:
+                entry = run_once(path, args.keep, index)
+                with args.ledger.open("a") as ledger:
+                    ledger.write(json.dumps(entry) + "\n")
+                print(f"[{index}/{args.runs}] {entry['experiment']}: {entry['verdict']} "
+                      f"(expected {entry['expect']}) in {entry['seconds']} s", flush=True)
+    print(summary(args.ledger, names), flush=True)
     return 0
 
 

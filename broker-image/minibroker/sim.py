@@ -218,21 +218,17 @@ class SimCluster:
                 self._truncate(rm, self.brokers[leader_id], tp)
 
     def _truncate(self, rm: ReplicaManager, leader: ReplicaManager, tp: TopicPartition) -> bool:
-        state = rm.follower_states.get(tp)
-        if state is None:
+        """Drive `tp`'s truncation to its end; True when the follower may fetch."""
+        if tp not in rm.follower_states:
             return False
-        if not state.needs_truncation:
-            return True
-        if rm.truncation_mode(tp) == "high-watermark":
-            rm.truncate_to_high_watermark(tp)
-            return True
         for _ in range(100):
-            current, latest = rm.epoch_request(tp)
-            error, epoch, end = leader.last_offset_for_leader_epoch(tp, current, latest)
+            request = rm.truncation_request(tp)
+            if request is None:
+                return True
+            error, epoch, end = leader.last_offset_for_leader_epoch(tp, *request)
             if error != ErrorCode.none:
                 return False
-            if rm.on_epoch_answer(tp, epoch, end):
-                return True
+            rm.on_epoch_answer(tp, epoch, end)
         raise RuntimeError(f"truncation of {tp} did not converge")
 
     def replicate(self, rounds: int = 3) -> None:

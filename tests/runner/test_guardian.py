@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import living_with_mark, netns_names
 
 from undertow.platform import netns
 from undertow.platform.base import wait_for
@@ -24,22 +25,6 @@ FAMILY = [sys.executable, "-c",
           "import subprocess, sys, time; "
           "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
           "print(c.pid, flush=True); time.sleep(600)"]
-
-
-def living_with_mark(mark: str) -> list[int]:
-    """Live (non-zombie) processes whose environment carries the test's mark."""
-    needle = f"UNDERTOW_TEST_MARK={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if needle in environ and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
@@ -149,22 +134,16 @@ def test_sigkilled_runner_leaves_no_namespace_or_bridge(tmp_path: Path) -> None:
                               stdout=subprocess.PIPE, text=True)
     try:
         report = json.loads(runner.stdout.readline())
-        assert set(report["namespaces"]) <= set(_netns_names())
+        assert set(report["namespaces"]) <= set(netns_names())
     finally:
         runner.kill()
         runner.wait()
 
     def cleaned() -> bool:
-        return (not set(report["namespaces"]) & set(_netns_names())
+        return (not set(report["namespaces"]) & set(netns_names())
                 and not [link for link in _link_names() if link.startswith(report["links"])])
 
     wait_for(cleaned, 10, "the guardian to delete the namespaces, veths and bridge")
-
-
-def _netns_names() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                         check=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
 def _link_names() -> list[str]:

@@ -17,11 +17,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from procs import living_with_mark, netns_names
 
 from undertow.platform import netns
 from undertow.platform.base import PlatformError, wait_for
 from undertow.platform.local import default_command
-from undertow.platform.process import alive, proc_stat
 
 try:
     default_command()
@@ -55,29 +55,6 @@ with sigterm_as_interrupt(), LocalPlatform(config) as platform:
             if fault.recover():
                 print(json.dumps({"recovered": str(fault)}), flush=True)
 """
-
-
-def living_with_mark(mark: str) -> list[tuple[int, str]]:
-    """(pid, state) of live processes whose environment carries the mark."""
-    needle = f"UNDERTOW_TEST_MARK={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        pid = int(entry.name)
-        if needle in environ and alive(pid):
-            found.append((pid, proc_stat(pid)[0]))
-    return found
-
-
-def netns_names() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                         check=False).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
 @pytest.mark.parametrize(("sig", "network"), [

@@ -5,7 +5,6 @@ history the run leaves, its exit codes, and that nothing outlives an interrupted
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from procs import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,22 +92,6 @@ def undertow(*args: str, **kwargs) -> subprocess.Popen:
 
 def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def processes_mentioning(marker: str) -> list[tuple[int, str]]:
-    """(pid, state) of every process whose command line mentions ``marker``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in cmdline:
-            found.append((int(entry.name), state))
-    return found
 
 
 def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:

@@ -8,8 +8,9 @@ import random
 import pytest
 from confluent_kafka import KafkaError
 
+from undertow.runner.outcomes import LeaderEpochGate, classify
 from undertow.runner.targets import TargetError, resolve, role_label
-from undertow.runner.workload import classify, decode_value
+from undertow.runner.workload import decode_value
 from undertow.spec import TargetSelector
 
 CONTROLLER = {
@@ -65,5 +66,53 @@ def test_outcomes() -> None:
     assert classify(KafkaError(KafkaError._MSG_TIMED_OUT), retries=0) == "info"
     after_append = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
     assert classify(after_append, retries=0) == "info"
+    # A leader that steps down answers NOT_LEADER_OR_FOLLOWER for records it had appended.
+    assert classify(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION), retries=0) == "info"
     assert decode_value(b"p3-17|xxxxxxxx") == "p3-17"
     assert decode_value(None) == ""
+
+
+def refused(t_invoke: float, t_complete: float, partition: int = 0) -> dict:
+    return {"producer": "p0", "value": f"p0-{t_invoke}", "topic": "t", "partition": partition,
+            "status": "fail", "offset": None, "error": "NOT_ENOUGH_REPLICAS",
+            "t_invoke": t_invoke, "t_complete": t_complete}
+
+
+def sampled(t: float, epochs: dict[int, int]) -> list[dict]:
+    return [{"t": t, "topic": "t", "partition": p, "leader_epoch": e} for p, e in epochs.items()]
+
+
+def test_a_refusal_stays_definite_only_while_the_leader_epoch_holds() -> None:
+    settled: list[dict] = []
+    gate = LeaderEpochGate(settled.append)
+    gate.observe(100.0, sampled(100.1, {0: 3, 1: 7}))
+    gate.hold(refused(101.0, 102.0, partition=0))
+    gate.hold(refused(101.0, 102.0, partition=1))
+    assert settled == []  # no sample began after the completions yet
+    gate.observe(101.5, sampled(101.6, {0: 3, 1: 7}))
+    assert settled == []
+    # Partition 1 changed leader while its send was out: librdkafka may have re-sent it after
+    # NOT_LEADER_OR_FOLLOWER, the first attempt appended.
+    gate.observe(102.5, sampled(102.6, {0: 3, 1: 8}))
+    assert [(r["partition"], r["status"]) for r in settled] == [(0, "fail"), (1, "info")]
+    assert settled[1]["error"] == "NOT_ENOUGH_REPLICAS"  # what the client said is kept
+    # A leader change before the invocation does not matter; one seen after it does.
+    gate.hold(refused(103.0, 103.5, partition=1))
+    gate.hold(refused(102.55, 103.5, partition=1))
+    gate.observe(104.0, sampled(104.1, {0: 3, 1: 8}))
+    assert [r["status"] for r in settled[2:]] == ["fail", "info"]
+    # Completed before a round that already ran: settled at once.
+    gate.hold(refused(103.6, 103.9, partition=0))
+    assert settled[-1]["status"] == "fail" and len(settled) == 5
+
+
+def test_what_the_gate_cannot_confirm_is_indeterminate() -> None:
+    settled: list[dict] = []
+    gate = LeaderEpochGate(settled.append)
+    gate.hold(refused(1.0, 2.0))  # no sample before the invocation
+    gate.observe(3.0, sampled(3.1, {0: 1}))
+    gate.hold(refused(4.0, 5.0))  # the controller never answered again
+    gate.observe(6.0, [])
+    gate.close()
+    gate.hold(refused(7.0, 8.0))  # after the run
+    assert [r["status"] for r in settled] == ["info", "info", "info"]

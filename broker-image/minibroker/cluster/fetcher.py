@@ -99,13 +99,9 @@ class ReplicaFetcher:
     async def _truncate(self, conn: KafkaConnection) -> None:
         for tp in self._followed():
             state = self._rm.follower_states[tp]
-            if not state.needs_truncation:
-                continue
-            if self._rm.truncation_mode(tp) == "high-watermark":
-                self._rm.truncate_to_high_watermark(tp)
-                continue
-            while self._rm.follower_states.get(tp) is state and state.needs_truncation:
-                current, latest = self._rm.epoch_request(tp)
+            while (self._rm.follower_states.get(tp) is state
+                   and (request := self._rm.truncation_request(tp)) is not None):
+                current, latest = request
                 response = await conn.request(epoch_req.OffsetForLeaderEpochRequest(
                     replica_id=i32(self._rm.broker_id),
                     topics=(epoch_req.OffsetForLeaderTopic(topic=tp.topic, partitions=(

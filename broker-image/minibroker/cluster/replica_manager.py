@@ -340,17 +340,29 @@ class ReplicaManager:
 
     # ---- the follower's side, driven by a fetcher -------------------------------------
 
-    def truncation_mode(self, tp: TopicPartition) -> str:
-        return self._log_config(tp.topic).truncation_mode
+    def truncation_request(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """The next step of a follower's truncation, before it may fetch.
 
-    def epoch_request(self, tp: TopicPartition) -> tuple[int, int]:
-        """(current leader epoch, our latest epoch) for an OffsetForLeaderEpoch request."""
+        None when the partition needs no (more) truncation. With
+        ``replication.truncation.mode=high-watermark`` (before KIP-101) the follower truncates
+        to its HW at once and None follows. Otherwise (current leader epoch, our latest epoch)
+        for the OffsetForLeaderEpoch request whose answer goes to `on_epoch_answer`.
+        """
+        state = self.follower_states.get(tp)
+        if state is None or not state.needs_truncation:
+            return None
         partition = self.partitions[tp]
+        if self._log_config(tp.topic).truncation_mode == "high-watermark":
+            partition.truncate_to(partition.high_watermark,
+                                  "pre-KIP-101 rule: truncate to the high watermark")
+            state.needs_truncation = False
+            return None
         latest = partition.leader_epoch_cache.latest_epoch
         return partition.leader_epoch, -1 if latest is None else latest
 
-    def on_epoch_answer(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> bool:
-        """Truncate per the leader's answer; True once truncation is complete."""
+    def on_epoch_answer(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> None:
+        """Truncate per the leader's answer (KIP-101/279); the next `truncation_request` says
+        whether another round is needed."""
         partition = self.partitions[tp]
         state = truncation_for_epoch_answer(
             partition.leader_epoch_cache, partition.log_end_offset, partition.high_watermark,
@@ -359,14 +371,6 @@ class ReplicaManager:
                               f"leader epoch {leader_epoch} ends at {end_offset} on the leader")
         if state.completed:
             self.follower_states[tp].needs_truncation = False
-        return state.completed
-
-    def truncate_to_high_watermark(self, tp: TopicPartition) -> None:
-        """The pre-KIP-101 rule (``replication.truncation.mode=high-watermark``)."""
-        partition = self.partitions[tp]
-        partition.truncate_to(partition.high_watermark,
-                              "pre-KIP-101 rule: truncate to the high watermark")
-        self.follower_states[tp].needs_truncation = False
 
     def build_follower_fetch(self, tps: list[TopicPartition], max_bytes: int
                              ) -> list[FetchPartition]:

@@ -85,7 +85,7 @@ def run_experiment(
     *,
     seed: int | None = None,
     analyze: Callable[[Path, Path], dict[str, Any]] | None = None,
-    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    on_progress: Callable[[dict[str, Any]], None] = lambda _update: None,
 ) -> RunResult:
     spec = loaded.experiment.spec
     seed = choose_seed(spec) if seed is None else seed
@@ -121,14 +121,14 @@ def run_experiment(
 
 def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWriter,
                 planned: list, seed: int, cfg: WorkloadConfig, meta: dict[str, Any],
-                on_progress: Callable[[dict[str, Any]], None] | None) -> None:
+                on_progress: Callable[[dict[str, Any]], None]) -> None:
     spec = loaded.experiment.spec
     topic, rf = spec.topic.name, spec.topic.replication_factor
     _create_topic(platform, loaded)
     wait_for(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
              "every partition to have a leader and a full ISR", ignore=(Exception,))
-    sampler = ClusterSampler(platform, topic, history)
     workload = Workload(platform.bootstrap, cfg, history)
+    sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe)
     nemesis = Nemesis(platform, planned, topic, history, seed)
     sampler.start()
     try:
@@ -139,20 +139,18 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
         duration = spec.workload.duration
         try:
             while (elapsed := time.time() - start) < duration:
-                if on_progress is not None:
-                    on_progress({"phase": "faults", "elapsed": elapsed, "total": duration,
-                                 "counts": dict(workload.stats.counts),
-                                 "errors": dict(workload.stats.errors),
-                                 "acks_per_second": workload.stats.acks_per_second(),
-                                 "active_faults": nemesis.active(),
-                                 "partitions": sampler.latest})
+                on_progress({"phase": "faults", "elapsed": elapsed, "total": duration,
+                             "counts": dict(workload.stats.counts),
+                             "errors": dict(workload.stats.errors),
+                             "acks_per_second": workload.stats.acks_per_second(),
+                             "active_faults": nemesis.active(),
+                             "partitions": sampler.latest})
                 time.sleep(0.5)
         finally:
             for producer in workload.producers:
                 producer.stop()
             nemesis.stop()
-        if on_progress is not None:
-            on_progress({"phase": "healing", "partitions": sampler.latest})
+        on_progress({"phase": "healing", "partitions": sampler.latest})
         for producer in workload.producers:
             producer.join()
         try:
@@ -165,8 +163,7 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
             log.warning("%s; draining anyway", exc)
         for consumer in workload.consumers:
             consumer.stop()
-        if on_progress is not None:
-            on_progress({"phase": "draining", "partitions": sampler.latest})
+        on_progress({"phase": "draining", "partitions": sampler.latest})
         drained = drain(platform.bootstrap, topic, spec.topic.partitions, history,
                         DRAIN_TIMEOUT_S)
         meta["drain"] = {str(p): {"end": end, "read_to": pos}
@@ -176,3 +173,4 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
             for r in nemesis.runs if r.skipped]
     finally:
         sampler.stop()
+        workload.epoch_gate.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from undertow.platform.base import CONTROLLER, Platform
@@ -57,12 +58,16 @@ def sample(platform: Platform, topic: str) -> list[dict[str, Any]]:
 
 
 class ClusterSampler:
-    """A background thread writing samples until stopped; keeps the latest for progress."""
+    """A background thread writing samples until stopped; keeps the latest for progress and
+    hands every round to `on_round(began, samples)` (the workload's leader-epoch gate)."""
 
-    def __init__(self, platform: Platform, topic: str, history: HistoryWriter) -> None:
+    def __init__(self, platform: Platform, topic: str, history: HistoryWriter,
+                 on_round: Callable[[float, list[dict[str, Any]]], None] = lambda _t, _s: None
+                 ) -> None:
         self._platform = platform
         self._topic = topic
         self._history = history
+        self._on_round = on_round
         self._stop = threading.Event()
         self.latest: list[dict[str, Any]] = []
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -76,10 +81,11 @@ class ClusterSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            started = time.monotonic()
+            started, began = time.monotonic(), time.time()
             samples = sample(self._platform, self._topic)
             for record in samples:
                 self._history.cluster_sample(record)
             if samples:
                 self.latest = samples
+            self._on_round(began, samples)
             self._stop.wait(max(INTERVAL_S - (time.monotonic() - started), 0.01))

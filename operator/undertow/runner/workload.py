@@ -2,9 +2,9 @@
 reading every partition, every outcome recorded in the history.
 
 A send is ``ok`` (acknowledged, with its offset), ``fail`` (the broker said no, and no earlier
-attempt could have been written) or ``info`` (timed out, disconnected, or an error after
-retries: the record may or may not be in the log). Values are ``p{producer}-{seq}``, padded
-to the record size after a ``|`` that readers cut off.
+attempt could have been written: see ``outcomes``) or ``info`` (timed out, disconnected, or an
+error after retries or a leader change: the record may or may not be in the log). Values are
+``p{producer}-{seq}``, padded to the record size after a ``|`` that readers cut off.
 """
 
 from __future__ import annotations
@@ -13,26 +13,18 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from undertow.runner.history import HistoryWriter
+from undertow.runner.outcomes import LeaderEpochGate, classify
 
 log = logging.getLogger("undertow.workload")
 
-# Errors that mean "not written", when the client made exactly one attempt.
-DEFINITE_ERRORS = {
-    KafkaError.NOT_ENOUGH_REPLICAS,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError.INVALID_REQUIRED_ACKS,
-    KafkaError.INVALID_MSG,
-    KafkaError._UNKNOWN_PARTITION,
-    KafkaError._UNKNOWN_TOPIC,
-}
 SEPARATOR = "|"
 # librdkafka logs every disconnect and refused connection a fault causes (levels 3-6): keep
 # only its critical messages; the outcome of every send is in the history anyway.
@@ -57,12 +49,6 @@ def error_name(error: KafkaError) -> str:
     return error.name().lstrip("_") if error.name() else str(error.code())
 
 
-def classify(error: KafkaError, retries: int) -> str:
-    if error.code() in DEFINITE_ERRORS and retries == 0:
-        return "fail"
-    return "info"
-
-
 def decode_value(raw: bytes | None) -> str:
     text = (raw or b"").decode("utf-8", errors="replace")
     return text.split(SEPARATOR, 1)[0]
@@ -70,11 +56,10 @@ def decode_value(raw: bytes | None) -> str:
 
 class ProducerWorker:
     def __init__(self, index: int, bootstrap: str, cfg: WorkloadConfig,
-                 history: HistoryWriter, stats: WorkloadStats) -> None:
+                 submit: Callable[[dict[str, Any]], None]) -> None:
         self.name = f"p{index}"
         self._cfg = cfg
-        self._history = history
-        self._stats = stats
+        self._submit = submit
         self._stop = threading.Event()
         self._producer = Producer({
             "bootstrap.servers": bootstrap,
@@ -135,10 +120,9 @@ class ProducerWorker:
                 status, offset, error = "ok", msg.offset(), None
             else:
                 status, offset, error = classify(err, self._cfg.retries), None, error_name(err)
-            self._history.send(producer=self.name, value=value, topic=self._cfg.topic,
-                               partition=partition, status=status, offset=offset, error=error,
-                               t_invoke=t_invoke, t_complete=t_complete)
-            self._stats.record(status, error)
+            self._submit({"producer": self.name, "value": value, "topic": self._cfg.topic,
+                          "partition": partition, "status": status, "offset": offset,
+                          "error": error, "t_invoke": t_invoke, "t_complete": t_complete})
 
         return callback
 
@@ -246,9 +230,14 @@ def drain(bootstrap: str, topic: str, partitions: int, history: HistoryWriter,
 
 
 class Workload:
+    """Producers and run-phase consumers. Definite failures pass through `epoch_gate`: feed
+    it the cluster sampler's rounds and close it when the sampler stops."""
+
     def __init__(self, bootstrap: str, cfg: WorkloadConfig, history: HistoryWriter) -> None:
         self.stats = WorkloadStats()
-        self.producers = [ProducerWorker(i, bootstrap, cfg, history, self.stats)
+        self._history = history
+        self.epoch_gate = LeaderEpochGate(self._record_send)
+        self.producers = [ProducerWorker(i, bootstrap, cfg, self._submit)
                           for i in range(cfg.producers)]
         self.consumers = [ConsumerWorker(f"c{i}", bootstrap, cfg.topic, cfg.partitions,
                                          history, "run")
@@ -258,10 +247,12 @@ class Workload:
         for worker in (*self.consumers, *self.producers):
             worker.start()
 
-    def stop(self) -> None:
-        for producer in self.producers:
-            producer.stop()
-        for producer in self.producers:
-            producer.join()
-        for consumer in self.consumers:
-            consumer.stop()
+    def _submit(self, send: dict[str, Any]) -> None:
+        if send["status"] == "fail":
+            self.epoch_gate.hold(send)
+        else:
+            self._record_send(send)
+
+    def _record_send(self, send: dict[str, Any]) -> None:
+        self._history.send(**send)
+        self.stats.record(send["status"], send["error"])
