@@ -3,7 +3,8 @@ follower fetchers, and the control endpoint.
 
 A broker registers with the controller (a new incarnation each start), heartbeats, and
 long-polls for metadata; every metadata change is applied by ``ReplicaManager`` (become
-leader / become follower). ISR changes go back to the controller as AlterPartition requests.
+leader / become follower). ISR changes go back to the controller as AlterPartition requests,
+and blocks of producer ids for idempotent producers come from it (AllocateProducerIds).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from minibroker.failpoints import DiskStall, power_loss
 from minibroker.metrics import broker_registry
 from minibroker.network.apis import KafkaApis
 from minibroker.network.kafka_server import KafkaServer
+from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
 from minibroker.rpc import RpcClient, RpcError
 from minibroker.storage.durability import DurabilityTracker
 
@@ -103,6 +105,7 @@ class BrokerServer:
             options.broker_id, options.data_dir, AsyncioScheduler(self.loop), config=config,
             alter_partition_sender=_ControllerAlterPartition(self),
             fetcher_manager=self.fetchers, durability=self.durability)
+        self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.kafka_server = KafkaServer(KafkaApis(self))
         self.admin: AdminServer | None = None
         self._tasks: list[asyncio.Task] = []
@@ -163,6 +166,16 @@ class BrokerServer:
             except RpcError as exc:
                 log.info("Registration with the controller failed (%s); retrying", exc)
                 await asyncio.sleep(0.2)
+
+    async def _allocate_producer_ids(self) -> tuple[int, int]:
+        try:
+            answer = await self.controller.call("allocate_producer_ids", {
+                "broker_id": self.broker_id, "incarnation_id": self.incarnation_id})
+        except RpcError as exc:
+            raise ProducerIdAllocationError(str(exc)) from exc
+        if answer["error"] != "none":
+            raise ProducerIdAllocationError(f"the controller refused: {answer['error']}")
+        return answer["producer_id_start"], answer["producer_id_len"]
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -249,6 +262,14 @@ class BrokerServer:
         except RpcError as exc:
             return ErrorCode.request_timed_out, str(exc)
         return ErrorCode[answer["error"]], answer["message"]
+
+    async def init_producer_id(self) -> tuple[ErrorCode, int]:
+        try:
+            return ErrorCode.none, await self.producer_ids.generate_producer_id()
+        except ProducerIdAllocationError as exc:
+            # Kafka's answer while no block is available: retriable, the producer retries.
+            log.warning("InitProducerId: no producer id block (%s)", exc)
+            return ErrorCode.coordinator_load_in_progress, -1
 
     def state(self) -> dict[str, Any]:
         state = self.replica_manager.state()

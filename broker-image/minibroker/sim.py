@@ -167,9 +167,12 @@ class SimCluster:
         return self.brokers[broker_id].partitions[tp]
 
     def produce(self, tp: TopicPartition, values: Iterable[bytes | str], *, acks: int = -1,
-                timeout_ms: int = 30_000, broker_id: int | None = None) -> SendResult:
-        """Send one batch to the leader (or to ``broker_id``) as a producer would."""
+                timeout_ms: int = 30_000, broker_id: int | None = None,
+                producer: tuple[int, int, int] | None = None) -> SendResult:
+        """Send one batch to the leader (or to ``broker_id``) as a producer would; an
+        idempotent one passes ``producer`` = (producer id, epoch, base sequence)."""
         encoded = [v.encode() if isinstance(v, str) else v for v in values]
+        pid, epoch, sequence = producer or (-1, -1, -1)
         send = SendResult(encoded)
         target = self.leader_of(tp) if broker_id is None else broker_id
         if target not in self.brokers:
@@ -179,9 +182,10 @@ class SimCluster:
         def done(results: dict[TopicPartition, ProduceResult]) -> None:
             send.result = results[tp]
 
+        batch = build_batch(encoded, producer_id=pid, producer_epoch=epoch,
+                            base_sequence=sequence)
         self.brokers[target].append_records(acks=acks, timeout_ms=timeout_ms,
-                                            entries={tp: build_batch(encoded)},
-                                            on_complete=done)
+                                            entries={tp: batch}, on_complete=done)
         return send
 
     def fetch_round(self, follower_id: int) -> None:

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,14 +195,27 @@ def test_confluent_kafka_produces_with_every_acks_and_reads_back_in_order(cluste
 # -- kafka-python -------------------------------------------------------------------------
 
 
+def _get_state(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/state", timeout=5) as response:
+        return json.load(response)
+
+
+def _producers_on_leader(cluster: Cluster, topic: str, partition: int) -> int:
+    """Idempotent producers in the leader's producer state for the partition."""
+    controller = _get_state(cluster.base_port + 100)
+    leader = controller["topics"][topic]["partitions"][str(partition)]["leader"]
+    state = _get_state(cluster.base_port + 100 + leader)
+    return next(p["producers"] for p in state["partitions"]
+                if (p["topic"], p["partition"]) == (topic, partition))
+
+
 def test_kafka_python_produces_with_every_acks_and_reads_back_in_order(cluster: Cluster
                                                                       ) -> None:
     for partition, acks in enumerate(ACKS):
-        # kafka-python >= 2.1 turns idempotence on by default with acks=all, which needs
-        # InitProducerId; minibroker has no idempotent producers, so say so explicitly.
-        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap,
-                                 acks=acks if acks == "all" else int(acks),
-                                 enable_idempotence=False, linger_ms=5)
+        # kafka-python's defaults are an idempotent producer with acks=all; a smaller acks
+        # needs idempotence off.
+        config = {} if acks == "all" else {"acks": int(acks), "enable_idempotence": False}
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=5, **config)
         try:
             futures = [producer.send("kafka-python", value=value, partition=partition)
                        for value in _payloads(f"kp-acks-{acks}")]
@@ -211,6 +225,9 @@ def test_kafka_python_produces_with_every_acks_and_reads_back_in_order(cluster: 
             producer.close(5)
         if acks != "0":
             assert [m.offset for m in metadata] == list(range(RECORDS))
+        # Only the default producer's batches carry a producer id.
+        assert _producers_on_leader(cluster, "kafka-python", partition) == (
+            1 if acks == "all" else 0)
 
     for partition, acks in enumerate(ACKS):
         consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=None,

@@ -74,6 +74,8 @@ class FakeBroker:
         self.fetch_requests: list[FetchRequestData] = []
         self.list_offset_calls: list[tuple[Any, ...]] = []
         self.created: list[tuple[Any, ...]] = []
+        self.next_producer_id = 4000
+        self.producer_id_error = ErrorCode.none
 
     def metadata_image(self) -> MetadataImage:
         return self.image
@@ -158,6 +160,12 @@ class FakeBroker:
         self.image = MetadataImage(self.image.metadata_offset + 1, self.image.brokers, topics,
                                    self.image.cluster_id)
         return ErrorCode.none, None
+
+    async def init_producer_id(self) -> tuple[ErrorCode, int]:
+        if self.producer_id_error != ErrorCode.none:
+            return self.producer_id_error, -1
+        self.next_producer_id += 1
+        return ErrorCode.none, self.next_producer_id - 1
 
 
 Scenario = Callable[[FakeBroker, int], Awaitable[None]]
@@ -580,6 +588,46 @@ def test_create_topics_times_out_and_refuses_validate_only() -> None:
         dry = await call(port, create_topics_request(7, ("dry", 1, 1), validate_only=True))
         assert dry.topics[0].error_code == ErrorCode.invalid_request
         assert [c[0] for c in broker.created] == [NEVER_ANSWERED]
+
+    run(scenario)
+
+
+# -- InitProducerId -----------------------------------------------------------------------
+
+
+def init_producer_id_request(version: int, transactional_id: str | None = None,
+                             producer_id: int = -1, producer_epoch: int = -1) -> Any:
+    m = request_module(ApiKey.INIT_PRODUCER_ID, version)
+    return build(m.InitProducerIdRequest, transactional_id=transactional_id,
+                 transaction_timeout=datetime.timedelta(seconds=60), producer_id=producer_id,
+                 producer_epoch=producer_epoch)
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.INIT_PRODUCER_ID))
+def test_init_producer_id_gives_each_idempotent_producer_a_fresh_id(version: int) -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        answers = [await call(port, init_producer_id_request(version)) for _ in range(2)]
+        assert [(a.error_code, a.producer_id, a.producer_epoch) for a in answers] == [
+            (ErrorCode.none, 4000, 0), (ErrorCode.none, 4001, 0)]
+        refused = await call(port, init_producer_id_request(version, "txn-1"))
+        assert (refused.error_code, refused.producer_id, refused.producer_epoch) == (
+            ErrorCode.invalid_request, -1, -1)
+        assert broker.next_producer_id == 4002
+
+    run(scenario)
+
+
+def test_init_producer_id_epoch_bump_gets_a_fresh_id_as_in_kafka() -> None:
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        bump = await call(port, init_producer_id_request(4, producer_id=4000, producer_epoch=3))
+        assert (bump.error_code, bump.producer_id, bump.producer_epoch) == (
+            ErrorCode.none, 4000, 0)
+        half = await call(port, init_producer_id_request(4, producer_id=4000))
+        assert half.error_code == ErrorCode.invalid_request
+        broker.producer_id_error = ErrorCode.coordinator_load_in_progress
+        waiting = await call(port, init_producer_id_request(4))
+        assert (waiting.error_code, waiting.producer_id) == (
+            ErrorCode.coordinator_load_in_progress, -1)
 
     run(scenario)
 

@@ -32,12 +32,24 @@ from minibroker.cluster.types import (
 from minibroker.config import LogConfig
 from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.log import Log, LogAppendInfo, OffsetOutOfRangeError
+from minibroker.storage.producer_state import (
+    InvalidProducerBatchError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProducerStateError,
+)
 from minibroker.storage.records import CorruptRecordError
 
 log = logging.getLogger("minibroker.partition")
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+
+_PRODUCER_STATE_ERRORS: dict[type[ProducerStateError], ErrorCode] = {
+    OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
+    InvalidProducerEpochError: ErrorCode.invalid_producer_epoch,
+    InvalidProducerBatchError: ErrorCode.invalid_record,
+}
 
 
 @dataclass(frozen=True)
@@ -182,6 +194,11 @@ class Partition:
             info = self.log.append_as_leader(records, self.leader_epoch)
         except CorruptRecordError as exc:
             raise KafkaApiError(ErrorCode.corrupt_message, f"{self.tp}: {exc}") from None
+        except ProducerStateError as exc:
+            raise KafkaApiError(_PRODUCER_STATE_ERRORS[type(exc)], str(exc)) from None
+        if info.duplicate:
+            log.info("%r duplicate batch: answering with the original offsets %d-%d", self,
+                     info.first_offset, info.last_offset)
         self.maybe_increment_high_watermark()
         return info
 

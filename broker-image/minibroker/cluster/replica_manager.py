@@ -416,6 +416,7 @@ class ReplicaManager:
                     "high_watermark": p.high_watermark,
                     "log_end_offset": p.log_end_offset,
                     "log_start_offset": p.log_start_offset,
+                    "producers": len(p.log.producer_state.producers),
                 }
                 for tp, p in sorted(self.partitions.items())
             ],

@@ -1,10 +1,11 @@
 """The controller's state machine (KRaft's role, one voter).
 
-It is the source of truth for broker liveness (registration, heartbeats, fencing) and for
-every partition's leader, leader epoch, ISR and partition epoch. It is plain Python with an
-injected clock so that tests can drive it step by step; ``controller.server`` puts it on the
-network. Every change is persisted (fsync) before the caller is answered, so a controller
-restart loses nothing.
+It is the source of truth for broker liveness (registration, heartbeats, fencing), for
+every partition's leader, leader epoch, ISR and partition epoch, and for the producer ids
+that brokers hand out to idempotent producers. It is plain Python with an injected clock so
+that tests can drive it step by step; ``controller.server`` puts it on the network. Every
+change is persisted (fsync) before the caller is answered, so a controller restart loses
+nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from minibroker.fsutil import atomic_write
 log = logging.getLogger("minibroker.controller")
 
 STATE_FILE = "controller-state.json"
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 
 @dataclass
@@ -68,6 +70,7 @@ class QuorumController:
         self.brokers: dict[int, BrokerRegistration] = {}
         self.topics: dict[str, TopicRecord] = {}
         self.metadata_offset = 0
+        self.next_producer_id = 0
         self.unclean_elections = 0
         self._last_rebalance_ms = clock_ms()
         self._listeners: list[Callable[[int], None]] = []
@@ -92,6 +95,7 @@ class QuorumController:
         state = {
             "cluster_id": self.cluster_id,
             "metadata_offset": self.metadata_offset,
+            "next_producer_id": self.next_producer_id,
             "brokers": [
                 {"id": b.broker_id, "incarnation_id": b.incarnation_id, "host": b.host,
                  "port": b.port, "fenced": b.fenced}
@@ -113,6 +117,7 @@ class QuorumController:
         state = json.loads(path.read_text())
         self.cluster_id = state["cluster_id"]
         self.metadata_offset = state["metadata_offset"]
+        self.next_producer_id = state.get("next_producer_id", 0)  # absent before idempotence
         now = self._clock_ms()
         # Every broker gets a full session from the controller's restart to heartbeat again.
         self.brokers = {
@@ -298,6 +303,25 @@ class QuorumController:
                  name, num_partitions, replication_factor, dict(config))
         self._commit()
         return ErrorCode.none, None
+
+    # ---- producer ids -----------------------------------------------------------------
+
+    def allocate_producer_ids(self, broker_id: int, incarnation_id: str
+                              ) -> tuple[ErrorCode, int, int]:
+        """Kafka's AllocateProducerIds: (error, first id, count) of a block that no broker,
+        nor an earlier incarnation of this one, was given. The new high-water mark is
+        persisted before the block leaves, so a controller restart cannot hand it out again."""
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            return ErrorCode.broker_id_not_registered, -1, 0
+        if broker.incarnation_id != incarnation_id:
+            return ErrorCode.stale_broker_epoch, -1, 0
+        start = self.next_producer_id
+        self.next_producer_id += PRODUCER_ID_BLOCK_SIZE
+        self._persist()
+        log.info("Allocated producer ids %d-%d to broker %d", start,
+                 self.next_producer_id - 1, broker_id)
+        return ErrorCode.none, start, PRODUCER_ID_BLOCK_SIZE
 
     # ---- AlterPartition -------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """The controller process: ``QuorumController`` on the network, with metrics and state.
 
-Brokers register, heartbeat, long-poll for metadata changes, and send AlterPartition and
-CreateTopic requests over ``minibroker.rpc``. Every state change is persisted before the
-answer leaves (the controller fsyncs in ``QuorumController._commit``).
+Brokers register, heartbeat, long-poll for metadata changes, and send AlterPartition,
+CreateTopic and AllocateProducerIds requests over ``minibroker.rpc``. Every state change is
+persisted before the answer leaves (the controller fsyncs in ``QuorumController._persist``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ControllerServer:
             "fetch_metadata": self._fetch_metadata,
             "alter_partition": self._alter_partition,
             "create_topic": self._create_topic,
+            "allocate_producer_ids": self._allocate_producer_ids,
             "state": self._state,
         })
         self._tick_task: asyncio.Task | None = None
@@ -104,6 +105,11 @@ class ControllerServer:
                                                       p["replication_factor"], p["config"])
         return {"error": error.name, "message": message}
 
+    async def _allocate_producer_ids(self, p: dict[str, Any]) -> dict[str, Any]:
+        error, start, length = self.controller.allocate_producer_ids(p["broker_id"],
+                                                                     p["incarnation_id"])
+        return {"error": error.name, "producer_id_start": start, "producer_id_len": length}
+
     async def _state(self, _p: dict[str, Any]) -> dict[str, Any]:
         return self.state()
 
@@ -123,4 +129,5 @@ class ControllerServer:
             },
             "offline_partitions": c.offline_partitions_count(),
             "unclean_elections": c.unclean_elections,
+            "next_producer_id": c.next_producer_id,
         }

@@ -42,6 +42,8 @@ T = TypeVar("T")
 _NO_THROTTLE = timedelta(0)
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" sentinel
 _NO_NODE = -1
+_NO_PRODUCER_ID = -1
+_NO_PRODUCER_EPOCH = -1
 _TRANSACTIONS_UNSUPPORTED = "minibroker does not support transactional producers"
 
 
@@ -94,6 +96,10 @@ class BrokerApi(Protocol):
         v4+) ask for the broker's defaults."""
         ...
 
+    async def init_producer_id(self) -> tuple[ErrorCode, int]:
+        """(error, producer id): an id no producer was given before, on any broker."""
+        ...
+
 
 @cache
 def _response_module(api_key: ApiKey, version: int) -> ModuleType:
@@ -136,6 +142,7 @@ class KafkaApis:
             ApiKey.FIND_COORDINATOR: self._handle_find_coordinator,
             ApiKey.API_VERSIONS: self._handle_api_versions,
             ApiKey.CREATE_TOPICS: self._handle_create_topics,
+            ApiKey.INIT_PRODUCER_ID: self._handle_init_producer_id,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self._handle_offset_for_leader_epoch,
         }
 
@@ -434,6 +441,29 @@ class KafkaApis:
             )
         except TimeoutError:
             return ErrorCode.request_timed_out, f"not created within {timeout:g} s"
+
+    # -- InitProducerId ------------------------------------------------------------------
+
+    async def _handle_init_producer_id(self, request: Request) -> ResponsePayload:
+        """Idempotent producers only: there is no transaction coordinator, so a transactional
+        id gets INVALID_REQUEST (not retriable: ``init_transactions`` fails at once). As in
+        Kafka, a null transactional id always gets a fresh producer id at epoch 0, also when
+        the request names its current id and epoch (a KIP-360 epoch bump, v3+); naming only
+        one of the two is INVALID_REQUEST."""
+        body = request.body
+        m = _response_module(ApiKey.INIT_PRODUCER_ID, request.api_version)
+        names_id = getattr(body, "producer_id", _NO_PRODUCER_ID) != _NO_PRODUCER_ID
+        names_epoch = getattr(body, "producer_epoch", _NO_PRODUCER_EPOCH) != _NO_PRODUCER_EPOCH
+        if body.transactional_id is not None or names_id != names_epoch:
+            error, producer_id = ErrorCode.invalid_request, _NO_PRODUCER_ID
+        else:
+            error, producer_id = await self._broker.init_producer_id()
+        return m.InitProducerIdResponse(
+            throttle_time=_NO_THROTTLE,
+            error_code=error,
+            producer_id=producer_id,
+            producer_epoch=0 if error is ErrorCode.none else _NO_PRODUCER_EPOCH,
+        )
 
     # -- FindCoordinator -----------------------------------------------------------------
 

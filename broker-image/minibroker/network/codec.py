@@ -57,10 +57,13 @@ class ApiKey(IntEnum):
     FIND_COORDINATOR = 10
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
 
 
 # Inclusive (min, max) version per API. Fetch stops at 12: v13+ address topics by id.
+# InitProducerId: librdkafka 2.x and kafka-python use up to v4; v5 only adds an error code
+# that transactional producers may see.
 SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 12),
@@ -69,6 +72,7 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
 

@@ -7,7 +7,10 @@ reported to the ``DurabilityTracker`` so a simulated power loss drops exactly th
 tail. Opening a log recovers it: every batch is validated and the first bad one (a torn
 write, a flipped bit, a gap in the offsets) and everything after it is cut, the way Kafka
 recovers after an unclean shutdown; the recovered state is then fsynced, so it is the
-durable baseline of this process.
+durable baseline of this process. Like Kafka's UnifiedLog, the log owns its partition's
+``ProducerStateManager``: appends check and record idempotent producers' batches, and the
+state is rebuilt from the batch headers after recovery and after a truncation, so every way
+the log can shrink keeps it consistent.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from minibroker.fsutil import fsync_dir
 from minibroker.storage.durability import DurabilityTracker
+from minibroker.storage.producer_state import ProducerStateManager
 from minibroker.storage.records import BatchHeader, assign_offsets, iter_batches
 from minibroker.storage.segment import LogSegment, delete_files, index_path, log_path
 
@@ -43,10 +47,14 @@ class UnexpectedAppendOffsetError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class LogAppendInfo:
+    """What an append wrote; for a producer's retry (``duplicate``) nothing was written and
+    the offsets are those of the original batch."""
+
     first_offset: int
     last_offset: int
     num_records: int
     batches: list[BatchHeader]
+    duplicate: bool = False
 
 
 class Log:
@@ -79,6 +87,8 @@ class Log:
         self._log_end_offset = self._active.next_offset
         self._last_flushed_offset = self._log_end_offset
         self._last_flush_time = clock()
+        self.producer_state = ProducerStateManager(self._dir.name)
+        self._rebuild_producer_state()
 
     # ---- views ---------------------------------------------------------------------
 
@@ -164,9 +174,18 @@ class Log:
     # ---- appends --------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes, leader_epoch: int) -> LogAppendInfo:
-        """Validate a producer's batches, give them the next offsets and the leader epoch."""
+        """Validate a producer's batches, give them the next offsets and the leader epoch.
+
+        Raises ``ProducerStateError`` for an idempotent batch that is fenced or out of
+        sequence; a retry of a recent batch is not appended again (``duplicate``)."""
         data, headers = assign_offsets(records, self._log_end_offset, leader_epoch)
-        return self._append(data, headers)
+        original = self.producer_state.check_leader_append(headers)
+        if original is not None:
+            return LogAppendInfo(original.first_offset, original.last_offset, 0, [],
+                                 duplicate=True)
+        info = self._append(data, headers)
+        self.producer_state.append(headers)
+        return info
 
     def append_as_follower(self, records: bytes) -> LogAppendInfo:
         """Append batches fetched from the leader, which already carry offsets and epochs."""
@@ -179,7 +198,9 @@ class Log:
                     f"{expected} was expected (log end offset {self._log_end_offset})")
             headers.append(header)
             expected = header.next_offset
-        return self._append(bytes(records), headers)
+        info = self._append(bytes(records), headers)
+        self.producer_state.append(headers)
+        return info
 
     def _append(self, data: bytes, headers: list[BatchHeader]) -> LogAppendInfo:
         if not headers:
@@ -275,6 +296,8 @@ class Log:
             fsync_dir(self._dir)
         self._log_end_offset = self._active.next_offset
         self._last_flushed_offset = min(self._last_flushed_offset, self._log_end_offset)
+        if self.producer_state.knows_offsets_from(self._log_end_offset):
+            self._rebuild_producer_state()
         log.info("%r truncated to offset %d (asked %d, was %d, %d segments deleted)", self,
                  self._log_end_offset, offset, old_end, deleted)
         return self._log_end_offset
@@ -293,7 +316,16 @@ class Log:
         fsync_dir(self._dir)
         self._log_end_offset = offset
         self._last_flushed_offset = offset
+        self.producer_state.rebuild(())
         log.info("%r truncated fully, log now starts at offset %d", self, offset)
+
+    def _rebuild_producer_state(self) -> None:
+        """Replay every batch header (no snapshots: the headers are the state's source)."""
+        started = time.monotonic()
+        self.producer_state.rebuild(self.batches_from(self.log_start_offset))
+        if self.producer_state.producers:
+            log.info("%r rebuilt the state of %d producers from the log in %.1f ms", self,
+                     len(self.producer_state.producers), (time.monotonic() - started) * 1000)
 
     # ---- flushing -------------------------------------------------------------------
 

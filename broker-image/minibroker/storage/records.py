@@ -238,8 +238,12 @@ def build_batch(
     base_offset: int = 0,
     leader_epoch: int = 0,
     timestamp_ms: int | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
 ) -> bytes:
-    """An uncompressed v2 batch with a valid CRC, as a non-idempotent producer would send."""
+    """An uncompressed v2 batch with a valid CRC, as a producer would send it: without a
+    producer id (-1) unless it is idempotent."""
     if not values:
         raise ValueError("build_batch: a record batch needs at least one record")
     if keys is not None and len(keys) != len(values):
@@ -256,7 +260,8 @@ def build_batch(
         _write_varint(body, len(record))
         body += record
     after_crc = bytearray(struct.pack(
-        ">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, -1, -1, -1, len(values)))
+        ">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
+        base_sequence, len(values)))
     after_crc += body
     batch_length = len(after_crc) + (_CRC_START - LOG_OVERHEAD)
     prefix = struct.pack(">qiibI", base_offset, batch_length, leader_epoch, MAGIC,
