@@ -26,6 +26,7 @@ LIBRARY = {
     "leader-pause": "clean",
     "power-loss-no-fsync": "loss",
     "min-isr-rejects-writes": "clean",
+    "idempotent-leader-kill": "clean",
 }
 
 
@@ -59,6 +60,14 @@ def test_library_experiment_loads(name: str) -> None:
 
 def test_library_is_complete() -> None:
     assert {p.stem for p in (REPO / "experiments").glob("*.yaml")} == set(LIBRARY)
+
+
+def test_idempotent_pair_differs_only_in_idempotence() -> None:
+    plain = load_experiment(REPO / "experiments" / "acksall-leader-kill.yaml").experiment.spec
+    idem = load_experiment(REPO / "experiments" / "idempotent-leader-kill.yaml").experiment.spec
+    assert idem.workload.idempotent and not plain.workload.idempotent
+    assert idem.workload.model_copy(update={"idempotent": False}) == plain.workload
+    assert idem.faults == plain.faults
 
 
 def test_truncation_pair_differs_only_in_truncation_mode() -> None:
