@@ -639,7 +639,8 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.config[\"min.isr\"]: unknown broker config key 'min.isr'; known keys: "
         "min.insync.replicas, unclean.leader.election.enable, replication.truncation.mode, "
         "log.flush.interval.messages, log.flush.interval.ms, replica.lag.time.max.ms, "
-        "broker.session.timeout.ms, broker.heartbeat.interval.ms, replica.fetch.wait.max.ms, "
+        "broker.session.timeout.ms, broker.heartbeat.interval.ms, "
+        "leader.imbalance.check.interval.ms, replica.fetch.wait.max.ms, "
         "replica.high.watermark.checkpoint.interval.ms, segment.bytes",
     ),
     (

@@ -90,6 +90,11 @@ class BrokerConfig(TopicConfig):
         None, alias="broker.heartbeat.interval.ms"
     )
     """Heartbeat period to the controller; must stay below the session timeout."""
+    leader_imbalance_check_interval_ms: PositiveInt | None = Field(
+        None, alias="leader.imbalance.check.interval.ms"
+    )
+    """How often the controller moves leadership back to each partition's preferred replica
+    once it is in sync (auto.leader.rebalance.enable; Kafka: 300000, minibroker: 5000)."""
     replica_fetch_wait_max_ms: PositiveInt | None = Field(None, alias="replica.fetch.wait.max.ms")
     """How long a follower's fetch waits on the leader for new data."""
     replica_high_watermark_checkpoint_interval_ms: PositiveInt | None = Field(
