@@ -3,20 +3,25 @@
 Jepsen's habit, on Spark: nothing here collects or writes; every join and aggregation stays in
 the cluster, so a week-long soak is checked by the same code as a two-minute local run.
 
-A record is identified by its value (unique per send). A log position is (topic, partition,
-offset): the topic is part of the key everywhere.
+A record is identified by its value (unique per send). A log position (topic, partition,
+offset) is carried as two longs: `tk`, the topic's 64-bit xxhash (`topic_key`), and `pos`,
+partition << 40 | offset. Numeric positions keep every per-value aggregation buffer
+fixed-width, so Spark hash-aggregates where a struct of strings would make it sort: after
+parsing, the aggregations are the job's largest cost. Names come back only for the few
+anomalous records (`value_anomalies`). Two topics of one history with the same 64-bit key would
+count as one; with a handful of topics the odds are about 1e-19.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from functools import reduce
-from operator import and_
+from operator import or_
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
-
-POSITION = ("topic", "partition", "offset")
 
 INCONSISTENT = "inconsistent_offset"
 # Anomaly kinds (one anomalies/ row per value and kind) and the name of their count.
@@ -32,93 +37,129 @@ KINDS = {
 OUTCOMES = ("acked", "failed", "indeterminate")
 
 
-SEND, RUN, DRAIN = 0, 1, 2
+# Event codes: the three outcomes of a send attempt, then the two phases of a read.
+OK, INFO, FAIL, RUN, DRAIN = 0, 1, 2, 3, 4
+OFFSET_BITS = 40
+MAX_PARTITION = 2**23 - 1  # partition << OFFSET_BITS must stay a non-negative long
+MAX_OFFSET = 2**40 - 1
+LATENCY_RATIO = 1.001  # width of a latency bucket: 0.1 %
+LATENCY_FLOOR_MS = 0.001
 
 
-def _position() -> Column:
-    return F.struct(*POSITION)
+def topic_key(topic: Column) -> Column:
+    """The 64-bit key standing for a topic name in positions (see the module docstring)."""
+    return F.xxhash64(topic)
 
 
-def _show(position: Column) -> Column:
-    """A position as 't-0@17'."""
-    return F.concat(position["topic"], F.lit("-"), position["partition"], F.lit("@"),
-                    position["offset"])
+def packed_position(partition: Column, offset: Column) -> Column:
+    """partition and offset as one long (null if either is): equal iff both are equal."""
+    return F.shiftleft(partition.cast("long"), OFFSET_BITS).bitwiseOR(offset)
 
 
 def events(sends: DataFrame, reads: DataFrame) -> DataFrame:
-    """Sends and reads as one table: value, src (SEND, RUN, DRAIN), status, position, t_invoke."""
-    return sends.select("value", F.lit(SEND).alias("src"), "status", *POSITION, "t_invoke") \
-        .unionByName(reads.select(
-            "value", F.when(F.col("phase") == "drain", DRAIN).otherwise(RUN).alias("src"),
-            F.lit(None).cast("string").alias("status"), *POSITION,
-            F.lit(None).cast("double").alias("t_invoke")))
+    """Sends and reads as one narrow table: value, tk, pos, code, t_invoke and t_complete
+    (sends only)."""
+    status = F.col("status")
+    send_code = F.when(status == "ok", OK).when(status == "info", INFO).otherwise(FAIL)
+    read_code = F.when(F.col("phase") == "drain", DRAIN).otherwise(RUN)
+
+    def narrow(df: DataFrame, code: Column, *times: Column) -> DataFrame:
+        return df.select("value", topic_key(F.col("topic")).alias("tk"),
+                         packed_position(F.col("partition"), F.col("offset")).alias("pos"),
+                         code.cast("byte").alias("code"), *times)
+
+    no_time = F.lit(None).cast("double")
+    return narrow(sends, send_code, F.col("t_invoke"), F.col("t_complete")).unionByName(
+        narrow(reads, read_code, no_time.alias("t_invoke"), no_time.alias("t_complete")))
 
 
-def positions_by_value(sends: DataFrame, reads: DataFrame) -> DataFrame:
-    """One row per (value, position) that a send or read mentions: n_ok / n_info / n_sends
-    (send attempts there; a send that got no offset has a null offset), drained, run_read,
-    t_invoke (first attempt there).
+def by_value(events: DataFrame) -> DataFrame:
+    """The history shuffled once, by value: `positions_by_value`, `inconsistent_offsets` and
+    `send_series` all start from this one exchange, and every later per-value step keeps its
+    partitioning."""
+    return events.repartition("value")
 
-    The whole history is shuffled once, by value: every later per-value step reuses that
-    partitioning, so the checkers cost one shuffle of the history plus small ones.
-    """
-    status, src = F.col("status"), F.col("src")
-    return events(sends, reads).repartition("value").groupBy("value", *POSITION).agg(
-        F.count(F.when(status == "ok", 1)).alias("n_ok"),
-        F.count(F.when(status == "info", 1)).alias("n_info"),
-        F.count(F.when(src == SEND, 1)).alias("n_sends"),
-        F.max(src == DRAIN).alias("drained"),
-        F.max(src == RUN).alias("run_read"),
+
+def _every_column(df: DataFrame) -> Column:
+    """Always true, but it mentions every column of `df`: a branch that uses it prunes no
+    column and pushes no filter below, so its plan under the exchange of `by_value` is the
+    same as the other branches' and Spark reuses that exchange instead of parsing again."""
+    return F.hash(*df.columns) >= F.lit(-(2**31))
+
+
+def positions_by_value(by_value: DataFrame) -> DataFrame:
+    """One row per (value, tk, pos) that a send or read mentions: n_ok / n_info / n_sends
+    (send attempts there; a send that got no offset has a null pos), drained, run_read (0 or
+    1), t_invoke (first attempt there)."""
+    code = F.col("code")
+    return by_value.groupBy("value", "tk", "pos").agg(
+        F.count(F.when(code == OK, 1)).alias("n_ok"),
+        F.count(F.when(code == INFO, 1)).alias("n_info"),
+        F.count(F.when((code <= FAIL) & _every_column(by_value), 1)).alias("n_sends"),
+        F.max((code == DRAIN).cast("byte")).alias("drained"),
+        F.max((code == RUN).cast("byte")).alias("run_read"),
         F.min("t_invoke").alias("t_invoke"),
     )
 
 
-def inconsistent_offsets(positions: DataFrame) -> DataFrame:
-    """Positions at which reads (any phase) saw two or more different values: topic,
-    partition, offset, n_values."""
-    read = F.col("drained") | F.col("run_read")
-    # Always true, but it mentions every column of `positions`: the optimizer then prunes
-    # nothing here, and `classify`, the other consumer, shares this one scan and shuffle
-    # (Spark reuses an exchange only when the plans below it are identical).
-    every_column = F.hash(*positions.columns) >= F.lit(-(2**31))
-    return (positions.filter(read & every_column).groupBy(*POSITION)
-            .agg(F.count("*").alias("n_values")).filter(F.col("n_values") >= 2))
+def inconsistent_offsets(by_value: DataFrame) -> DataFrame:
+    """Positions (tk, pos) at which reads (any phase) saw two or more different values.
+
+    Values are compared by their 64-bit xxhash; sends group under a null position, so no
+    filter (which the optimizer would push below the shared exchange) is needed.
+    """
+    read = F.col("code") >= RUN
+    value_hash = F.when(read, F.xxhash64("value"))
+    return (by_value.groupBy("tk", F.when(read & _every_column(by_value), F.col("pos"))
+                             .alias("pos"))
+            .agg(F.min(value_hash).alias("_lo"), F.max(value_hash).alias("_hi"))
+            .filter(F.col("_lo") != F.col("_hi")).select("tk", "pos"))
+
+
+def _at(cond: Column, last: bool = False) -> Column:
+    """The first (or last) position (tk, pos) of a value's rows where `cond` holds: numeric
+    aggregation buffers, so Spark hash-aggregates."""
+    pos = F.when(cond, F.col("pos"))
+    if last:
+        return F.struct(F.max_by("tk", pos).alias("tk"), F.max(pos).alias("pos"))
+    return F.struct(F.min_by("tk", pos).alias("tk"), F.min(pos).alias("pos"))
 
 
 def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
-    """Per value: outcome, t_invoke, one boolean column per anomaly kind, and the positions
-    that explain them.
+    """Per value: outcome, t_invoke, n_drained, one boolean column per anomaly kind, and the
+    positions (structs of tk, pos) that explain them.
 
-    outcome: `acked` if any attempt was ok; else `failed` if every attempt failed
-    definitively; else `indeterminate` (an attempt timed out: it may have been written); null
-    for a value never sent. lost: acked, nowhere in the drain. misplaced: acked and drained,
-    but never at a position an acknowledgement gave. phantom_read: read during the run,
-    nowhere in the drain. inconsistent_offset: read at a position where another value was
-    read too. duplicate: drained at two or more positions. aborted_read: every attempt
-    failed, yet read. unexpected: read, never sent. indeterminate_committed /
-    indeterminate_lost: indeterminate and drained / not drained (never loss).
+    outcome: `acked` if any attempt was ok; else `indeterminate` if an attempt timed out (it
+    may have been written); else `failed` (every attempt failed definitively); null for a
+    value never sent. lost: acked, nowhere in the drain. misplaced: acked and drained, but
+    never at a position an acknowledgement gave (an acks=0 send gets none). phantom_read:
+    read during the run, nowhere in the drain. inconsistent_offset: read at a position where
+    another value was read too.
+    duplicate: drained at two or more positions. aborted_read: every attempt failed, yet
+    read. unexpected: read, never sent. indeterminate_committed / indeterminate_lost:
+    indeterminate and drained / not drained (never loss).
     """
     # Broadcast: inconsistent positions are few, and joining without a shuffle keeps
-    # `positions` partitioned by value for the aggregation below.
-    # Null-safe keys, so the optimizer infers no not-null filter to push into this branch only.
-    bad = F.broadcast(inconsistent.select(*[F.col(c).alias(f"_{c}") for c in POSITION]))
+    # `positions` partitioned by value for the aggregation below. Null-safe keys, so the
+    # optimizer infers no not-null filter to push into the other branch only.
+    bad = F.broadcast(inconsistent.select(F.col("tk").alias("_tk"), F.col("pos").alias("_pos")))
     marked = positions.join(
-        bad, reduce(and_, [positions[c].eqNullSafe(bad[f"_{c}"]) for c in POSITION]), "left"
-    ).select(*positions.columns, bad["_offset"].isNotNull().alias("inconsistent"))
-    here = _position()
-    ok_here, drained, run_read = F.col("n_ok") > 0, F.col("drained"), F.col("run_read")
+        bad, positions["tk"].eqNullSafe(bad["_tk"]) & positions["pos"].eqNullSafe(bad["_pos"]),
+        "left",
+    ).select(*positions.columns, bad["_pos"].isNotNull().alias("inconsistent"))
+    ok_here, drained, run_read = F.col("n_ok") > 0, F.col("drained") == 1, F.col("run_read") == 1
     v = marked.groupBy("value").agg(
         F.sum("n_ok").alias("n_ok"), F.sum("n_info").alias("n_info"),
         F.sum("n_sends").alias("n_sends"),
         F.count(F.when(drained, 1)).alias("n_drained"),
-        F.max(ok_here & drained).alias("placed"),
+        F.max((ok_here & drained).cast("byte")).alias("placed"),
         F.min("t_invoke").alias("t_invoke"),
-        F.min(F.when(ok_here, here)).alias("acked_at"),
-        F.min(F.when(drained, here)).alias("drained_at"),
-        F.max(F.when(drained, here)).alias("drained_last"),
-        F.min(F.when(run_read, here)).alias("run_read_at"),
-        F.min(F.when(drained | run_read, here)).alias("read_at"),
-        F.min(F.when(F.col("inconsistent"), here)).alias("inconsistent_at"),
+        _at(ok_here).alias("acked_at"),
+        _at(drained).alias("drained_at"),
+        _at(drained, last=True).alias("drained_last"),
+        _at(run_read).alias("run_read_at"),
+        _at(drained | run_read).alias("read_at"),
+        _at(F.col("inconsistent")).alias("inconsistent_at"),
     )
     outcome = (F.when(F.col("n_sends") == 0, F.lit(None))
                .when(F.col("n_ok") > 0, "acked")
@@ -127,14 +168,16 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
     v = v.withColumn("outcome", outcome)
     acked, is_drained = F.col("outcome") == "acked", F.col("n_drained") > 0
     indeterminate = F.col("outcome") == "indeterminate"
+    read = F.col("read_at.pos").isNotNull()
     flags = {
         "lost": acked & ~is_drained,
-        "misplaced": acked & is_drained & ~F.col("placed"),
-        "phantom_read": F.col("run_read_at").isNotNull() & ~is_drained,
-        "inconsistent_offset": F.col("inconsistent_at").isNotNull(),
+        "misplaced": acked & is_drained & (F.col("placed") == 0)
+        & F.col("acked_at.pos").isNotNull(),
+        "phantom_read": F.col("run_read_at.pos").isNotNull() & ~is_drained,
+        "inconsistent_offset": F.col("inconsistent_at.pos").isNotNull(),
         "duplicate": F.col("n_drained") > 1,
-        "aborted_read": (F.col("outcome") == "failed") & F.col("read_at").isNotNull(),
-        "unexpected": F.col("outcome").isNull() & F.col("read_at").isNotNull(),
+        "aborted_read": (F.col("outcome") == "failed") & read,
+        "unexpected": F.col("outcome").isNull() & read,
         "indeterminate_committed": indeterminate & is_drained,
         "indeterminate_lost": indeterminate & ~is_drained,
     }
@@ -157,24 +200,50 @@ def value_counts(classified: DataFrame) -> list[Column]:
     return counts
 
 
-def value_anomalies(classified: DataFrame) -> DataFrame:
+def anomalous(classified: DataFrame) -> DataFrame:
+    """The classified values with at least one anomaly kind: few, even in a lossy run."""
+    return classified.filter(reduce(or_, [F.col(k) for k in KINDS]))
+
+
+def _named(at: Column, topics: Mapping[int, str]) -> tuple[Column, Column, Column]:
+    """topic, partition, offset of a (tk, pos) struct."""
+    names = F.create_map(*[x for tk, name in topics.items()
+                           for x in (F.lit(tk).cast("long"), F.lit(name))]) \
+        if topics else F.create_map().cast("map<bigint,string>")
+    pos = at["pos"]
+    topic = F.coalesce(F.element_at(names, at["tk"]), F.concat(F.lit("#"), at["tk"]))
+    return (F.when(pos.isNotNull(), topic),
+            F.shiftright(pos, OFFSET_BITS).cast("int"),
+            pos.bitwiseAND(F.lit(MAX_OFFSET)))
+
+
+def _show(at: Column, topics: Mapping[int, str]) -> Column:
+    """A position as 't-0@17'."""
+    topic, partition, offset = _named(at, topics)
+    return F.concat(topic, F.lit("-"), partition, F.lit("@"), offset)
+
+
+def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFrame:
     """One row per (anomalous value, kind): kind, topic, partition, offset, value, t_invoke,
     detail. The position is the one the acknowledgement gave (lost, misplaced, duplicate of an
-    acked record), the inconsistent one, or where a read found the record."""
+    acked record), the inconsistent one, or where a read found the record. `topics` maps the
+    topic keys of `anomalous` to names (`topic_key`)."""
     kinds = F.filter(F.array(*[F.when(F.col(k), F.lit(k)) for k in KINDS]),
                      lambda k: k.isNotNull())
     kind = F.col("kind")
     position = (
         F.when(kind.isin("lost", "misplaced"), F.col("acked_at"))
-        .when(kind == "duplicate", F.coalesce("acked_at", "drained_at"))
+        .when(kind == "duplicate",
+              F.when(F.col("acked_at.pos").isNotNull(), F.col("acked_at"))
+              .otherwise(F.col("drained_at")))
         .when(kind == "phantom_read", F.col("run_read_at"))
         .when(kind == INCONSISTENT, F.col("inconsistent_at"))
         .otherwise(F.col("read_at"))
     )
     drained = F.concat(
-        F.lit("drained at "), _show(F.col("drained_at")),
+        F.lit("drained at "), _show(F.col("drained_at"), topics),
         F.when(F.col("n_drained") > 1,
-               F.concat(F.lit(" ... "), _show(F.col("drained_last")), F.lit(" ("),
+               F.concat(F.lit(" ... "), _show(F.col("drained_last"), topics), F.lit(" ("),
                         F.col("n_drained"), F.lit(" positions)"))).otherwise(F.lit("")))
     detail = (
         F.when(kind == "lost", F.lit("acknowledged, missing from the drain"))
@@ -184,11 +253,13 @@ def value_anomalies(classified: DataFrame) -> DataFrame:
         .when(kind == "aborted_read", F.lit("every send attempt failed, yet it was read"))
         .otherwise(F.lit("read, but never sent"))
     )
+    topic, partition, offset = _named(F.col("p"), topics)
     return (
-        classified.filter(F.size(kinds) > 0)
+        anomalous.filter(F.size(kinds) > 0)
         .select("*", F.explode(kinds).alias("kind"))
         .select("kind", position.alias("p"), "value", "t_invoke", detail.alias("detail"))
-        .select("kind", "p.*", "value", "t_invoke", "detail")
+        .select("kind", topic.alias("topic"), partition.alias("partition"),
+                offset.alias("offset"), "value", "t_invoke", "detail")
     )
 
 
@@ -231,20 +302,37 @@ def with_active_fault(df: DataFrame, intervals: DataFrame, width: float,
     return keyed.join(F.broadcast(buckets), cond, "left").select(*df.columns, "fault")
 
 
-def latency_ms() -> list[Column]:
-    """Aggregate columns p50, p99, p999 of t_complete - t_invoke over acknowledged attempts,
-    in ms: nearest-rank percentiles (percentile_approx, rank error 1e-4: exact on small runs).
+def send_series(by_value: DataFrame, t_ref: float) -> DataFrame:
+    """Two small tables from the send attempts, told apart by `kind`:
+
+    - "second": second (since t_ref), attempted, acked (attempts invoked in that second and
+      how many of those were acknowledged), first (invoke) and last (completion);
+    - "latency": bucket, acked, max_ms: acknowledged attempts by latency, in buckets
+      LATENCY_RATIO wide (a histogram, so percentiles need no sort; see
+      `report.latency_percentiles`).
+
+    Both are bounded: by the run's length in seconds, and by the range of latencies. Reads
+    fall into a null second and a null bucket, groups without attempts (or acks) that are
+    dropped after aggregating: a filter before would be pushed below the shared exchange.
     """
-    ms = F.when(F.col("status") == "ok", (F.col("t_complete") - F.col("t_invoke")) * 1000.0)
-    p = F.percentile_approx(ms, [0.5, 0.99, 0.999], 10_000)
-    return [p[i].alias(name) for i, name in enumerate(("p50", "p99", "p999"))]
-
-
-def sends_per_second(sends: DataFrame, t0: float) -> DataFrame:
-    """second (since t0), attempted, acked: send attempts invoked in that second and how many
-    of those were acknowledged; seconds without attempts have no row."""
-    return sends.groupBy(F.floor(F.col("t_invoke") - t0).cast("long").alias("second")).agg(
-        F.count("*").alias("attempted"), F.count(F.when(F.col("status") == "ok", 1)).alias("acked"))
+    code = F.col("code")
+    send, ok = (code <= FAIL) & _every_column(by_value), code == OK
+    ms = (F.col("t_complete") - F.col("t_invoke")) * 1000.0
+    bucket = F.floor(F.log(F.greatest(ms, F.lit(LATENCY_FLOOR_MS)))
+                     / math.log(LATENCY_RATIO)).cast("int")
+    rows = by_value.select(
+        F.when(send, F.floor(F.col("t_invoke") - t_ref)).cast("long").alias("second"),
+        send.alias("send"),
+        F.when(ok, bucket).alias("bucket"), ok.alias("ok"), F.when(ok, ms).alias("ms"),
+        "t_invoke", "t_complete")
+    kind = F.when(F.grouping("bucket") == 1, "second").otherwise("latency")
+    return rows.groupingSets([["second"], ["bucket"]], "second", "bucket").agg(
+        kind.alias("kind"),
+        F.count(F.when(F.col("send"), 1)).alias("attempted"),
+        F.count(F.when(F.col("ok"), 1)).alias("acked"),
+        F.max("ms").alias("max_ms"), F.min("t_invoke").alias("first"),
+        F.max("t_complete").alias("last"),
+    ).filter(F.when(F.col("kind") == "second", F.col("attempted")).otherwise(F.col("acked")) > 0)
 
 
 def isr_per_bucket(cluster: DataFrame, t0: float, width: float) -> DataFrame:

@@ -17,6 +17,8 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from undertow_analysis.checks import MAX_OFFSET, MAX_PARTITION
+
 CORRUPT = "_corrupt_record"
 MAX_MALFORMED_EXAMPLES = 100
 
@@ -60,7 +62,10 @@ class FileSpec:
     schema: T.StructType
     required: tuple[str, ...]
     allowed: dict[str, tuple[str, ...]]
-    required_if_ok: tuple[str, ...] = ()  # sends: an acknowledgement carries its position
+    required_if_ok: tuple[str, ...] = ()  # sends: an acknowledgement carries its partition
+    # Inclusive bounds: positions are packed into one long (checks.packed_position).
+    ranges: tuple[tuple[str, int, int], ...] = (("partition", 0, MAX_PARTITION),
+                                                ("offset", 0, MAX_OFFSET))
 
     def checks(self) -> list[tuple[Column, str]]:
         checks = [(F.col(CORRUPT).isNotNull(), "not valid JSON, or a field has the wrong type")]
@@ -69,6 +74,8 @@ class FileSpec:
                    for n, values in self.allowed.items()]
         checks += [((F.col("status") == "ok") & F.col(n).isNull(), f"ok send without {n}")
                    for n in self.required_if_ok]
+        checks += [((F.col(n) < lo) | (F.col(n) > hi), f"{n} must be {lo}..{hi}")
+                   for n, lo, hi in self.ranges if n in self.schema.names]
         return checks
 
     def reason(self) -> Column:
@@ -81,7 +88,7 @@ class FileSpec:
 
 FILES = {
     "sends": FileSpec(SENDS_SCHEMA, ("value", "topic", "status", "t_invoke", "t_complete"),
-                      {"status": ("ok", "fail", "info")}, ("partition", "offset")),
+                      {"status": ("ok", "fail", "info")}, ("partition",)),
     "reads": FileSpec(READS_SCHEMA, ("phase", "topic", "partition", "offset", "value", "t"),
                       {"phase": ("run", "drain")}),
     "faults": FileSpec(FAULTS_SCHEMA, ("fault", "target", "action", "t"),
@@ -120,22 +127,6 @@ class History:
         observed = self.parsed[name].observe(obs, F.count(F.when(bad, 1)).alias("malformed"))
         return observed.filter(~bad).drop("_reason")
 
-    def send_times(self) -> DataFrame:
-        """status, t_invoke, t_complete of every send line where those three are usable.
-
-        Parses only these fields (the JSON reader skips the others cheaply), for the
-        per-second series: parsing is the largest cost of the job.
-        """
-        spec = FILES["sends"]
-        fields = [f for f in spec.schema.fields if f.name in ("status", "t_invoke", "t_complete")]
-        df = (self.spark.read.schema(
-            T.StructType([*fields, T.StructField(CORRUPT, T.StringType())]))
-              .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
-              .json(self.file("sends")))
-        usable = (F.col(CORRUPT).isNull() & F.col("status").isin(*spec.allowed["status"])
-                  & F.col("t_invoke").isNotNull() & F.col("t_complete").isNotNull())
-        return df.filter(usable).select("status", "t_invoke", "t_complete")
-
     def malformed(self) -> dict[str, Any]:
         """Skipped lines: the total, per file, and up to MAX_MALFORMED_EXAMPLES located by file
         and line number. Call after the queries on every `valid` frame have run."""
@@ -163,6 +154,12 @@ def _hadoop_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
 def exists(spark: SparkSession, uri: str) -> bool:
     fs, path = _hadoop_path(spark, uri)
     return bool(fs.exists(path))
+
+
+def delete(spark: SparkSession, uri: str) -> None:
+    """Remove a file or directory tree, if there."""
+    fs, path = _hadoop_path(spark, uri)
+    fs.delete(path, True)
 
 
 def write_bytes(spark: SparkSession, uri: str, data: bytes) -> None:

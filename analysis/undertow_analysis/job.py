@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -23,8 +24,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from undertow_analysis import checks, html, plots, report
-from undertow_analysis.io import History, child, read_history, write_bytes
+from undertow_analysis.io import History, child, delete, read_history, write_bytes
 
+VALUE_PART = "value"  # the scratch output's anomalous values; the rest are series rows
+SERIES_COLUMNS = ("part", "second", "bucket", "attempted", "acked", "max_ms", "first", "last")
 MAX_LOST_ROWS = 1000
 MAX_OTHER_ROWS = 20
 PLOT_BUCKETS = 2000  # timeline resolution: at most this many points per series
@@ -83,16 +86,18 @@ def analyze(spark: SparkSession, history_uri: str, out_uri: str) -> dict[str, An
         return _analyze(spark, read_history(spark, history_uri), out_uri)
 
 
-def _series(history: History, t_ref: float) -> tuple[list[tuple[int, int, int]], dict[str, Any]]:
-    """(second since t_ref, attempted, acked) for every second with sends, plus, observed on
-    the same pass, the first invoke, the last completion and the latency percentiles. The
-    series is bounded by the run's length (a week is 604,800 rows of three numbers)."""
-    obs = Observation("undertow-send-times")
-    sends = history.send_times().observe(
-        obs, F.min("t_invoke").alias("first"), F.max("t_complete").alias("last"),
-        *checks.latency_ms())
-    rows = checks.sends_per_second(sends, t_ref).collect()
-    return sorted((r["second"], r["attempted"], r["acked"]) for r in rows), obs.get
+def _series(written: DataFrame) -> tuple[list[tuple[int, int, int]], dict[str, Any]]:
+    """(second since t_ref, attempted, acked) for every second with sends, plus the first
+    invoke, the last completion and the latency percentiles, from the series rows `_check`
+    wrote. The series is bounded by the run's length (a week is 604,800 rows of three
+    numbers)."""
+    rows = written.filter(F.col("part") != VALUE_PART).select(*SERIES_COLUMNS).collect()
+    seconds = [r for r in rows if r["part"] == "second"]
+    histogram = [(r["bucket"], r["acked"], r["max_ms"]) for r in rows if r["part"] == "latency"]
+    times = {"first": min((r["first"] for r in seconds), default=None),
+             "last": max((r["last"] for r in seconds), default=None),
+             **report.latency_percentiles(histogram)}
+    return sorted((r["second"], r["attempted"], r["acked"]) for r in seconds), times
 
 
 def _end(history: History, last_send: float | None) -> float | None:
@@ -135,26 +140,60 @@ def _keeping_observations(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def _check(spark: SparkSession, history: History, faults: list[dict[str, Any]], t0: float,
-           t_end: float, anomalies_uri: str) -> tuple[dict[str, int], float | None]:
-    """Run every record checker in the one query that writes anomalies/; return the counts
-    (gathered by Observations on that query) and the last read's time."""
-    reads_obs, inconsistent_obs, counts_obs = (
-        Observation("undertow-reads"), Observation("undertow-inconsistent"),
-        Observation("undertow-counts"))
-    reads = history.valid("reads").observe(reads_obs, F.max("t").alias("last"))
-    positions = checks.positions_by_value(history.valid("sends"), reads)
-    inconsistent = checks.inconsistent_offsets(positions).observe(
+@dataclass(frozen=True)
+class Checked:
+    """What the one query over the history gathered besides what it wrote: all bounded."""
+
+    counts: dict[str, int]
+    last_read: float | None
+    topics: dict[int, str]  # topic_key -> name
+
+
+def _check(spark: SparkSession, history: History, t_ref: float, scratch: str) -> Checked:
+    """Run every record checker and the send series in one query: one parse, one shuffle.
+
+    The query gathers the counts (Spark Observations) and writes to `scratch` the anomalous
+    values (part VALUE_PART) and the series rows (part "second" and "latency"), all few.
+    """
+    sends_obs, reads_obs, inconsistent_obs, counts_obs = (
+        Observation("undertow-sends"), Observation("undertow-reads"),
+        Observation("undertow-inconsistent"), Observation("undertow-counts"))
+    topics = F.collect_set("topic").alias("topics")
+    sends = history.valid("sends").observe(sends_obs, topics)
+    reads = history.valid("reads").observe(reads_obs, F.max("t").alias("last"), topics)
+    by_value = checks.by_value(checks.events(sends, reads))
+    inconsistent = checks.inconsistent_offsets(by_value).observe(
         inconsistent_obs, F.count("*").alias("inconsistent_offsets"))
-    classified = checks.classify(positions, inconsistent)
+    classified = checks.classify(checks.positions_by_value(by_value), inconsistent)
     classified = classified.observe(counts_obs, *checks.value_counts(classified))
+    values = checks.anomalous(classified).withColumn("part", F.lit(VALUE_PART))
+    series = checks.send_series(by_value, t_ref).withColumnRenamed("kind", "part")
+    (values.unionByName(series, allowMissingColumns=True)
+     .write.mode("overwrite").parquet(scratch))
+    counts = {**counts_obs.get, **inconsistent_obs.get}
+    names = set(sends_obs.get["topics"]) | set(reads_obs.get["topics"])
+    return Checked({name: int(counts[name]) for name in report.COUNT_NAMES},
+                   reads_obs.get["last"], topic_keys(spark, names))
+
+
+def _write_anomalies(spark: SparkSession, written: DataFrame, topics: dict[int, str],
+                     faults: list[dict[str, Any]], t0: float, t_end: float, uri: str) -> None:
+    """anomalies/: the anomalous values `_check` wrote, one row per kind, with their
+    positions named and the fault active when they were sent."""
+    anomalous = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS)
     intervals = spark.createDataFrame(report.fault_intervals(faults),
                                       "start double, end double, fault string")
     width = max(1.0, (t_end - t0) / FAULT_BUCKETS)
-    (checks.with_active_fault(checks.value_anomalies(classified), intervals, width)
-     .hint("rebalance").write.mode("overwrite").parquet(anomalies_uri))
-    counts = {**counts_obs.get, **inconsistent_obs.get}
-    return {name: int(counts[name]) for name in report.COUNT_NAMES}, reads_obs.get["last"]
+    (checks.with_active_fault(checks.value_anomalies(anomalous, topics), intervals, width)
+     .write.mode("overwrite").parquet(uri))
+
+
+def topic_keys(spark: SparkSession, names: set[str]) -> dict[int, str]:
+    """topic_key -> name for the topics a history mentions (a handful)."""
+    if not names:
+        return {}
+    df = spark.createDataFrame([(n,) for n in sorted(names)], "topic string")
+    return {r[0]: r[1] for r in df.select(checks.topic_key(F.col("topic")), "topic").collect()}
 
 
 def _examples(written: DataFrame) -> tuple[list[dict], list[dict]]:
@@ -196,12 +235,20 @@ def _cluster(history: History, t0: float, width: float) -> tuple[list[dict], lis
 def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, Any]:
     meta = history.meta
     t_ref = float(meta.get("start") or 0.0)
-    series, send_times = _series(history, t_ref)
-    t0 = float(meta.get("start") or send_times["first"] or 0.0)
-    t_end = max(_end(history, send_times["last"]) or t0, t0)
-    faults = _faults(history, t0, t_end)
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
-    counts, last_read = _check(spark, history, faults, t0, t_end, outputs["anomalies"])
+    scratch = child(out_uri, "_scratch")
+    try:
+        checked = _check(spark, history, t_ref, scratch)
+        written = spark.read.parquet(scratch)
+        series, send_times = _series(written)
+        t0 = float(meta.get("start") or send_times["first"] or 0.0)
+        t_end = max(_end(history, send_times["last"]) or t0, t0)
+        faults = _faults(history, t0, t_end)
+        _write_anomalies(spark, written, checked.topics, faults, t0, t_end,
+                         outputs["anomalies"])
+    finally:
+        delete(spark, scratch)
+    counts, last_read = checked.counts, checked.last_read
     lost, other = _examples(spark.read.parquet(outputs["anomalies"]))
     width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
     offline, isr = _cluster(history, t0, width)

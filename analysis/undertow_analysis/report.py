@@ -93,6 +93,25 @@ def availability(
     }
 
 
+def latency_percentiles(histogram: list[tuple[int, int, float]],
+                        quantiles: dict[str, float] | None = None) -> dict[str, float | None]:
+    """Nearest-rank percentiles from (bucket, count, largest latency in the bucket) rows of
+    `checks.send_series`: the largest latency of the bucket holding the rank, so at most one
+    bucket width (0.1 %) above the exact value, and exact when the bucket holds one latency."""
+    quantiles = quantiles or {"p50": 0.5, "p99": 0.99, "p999": 0.999}
+    rows = sorted(histogram)
+    total = sum(count for _, count, _ in rows)
+    found: dict[str, float | None] = {}
+    for name, q in quantiles.items():
+        rank, seen, found[name] = max(1, math.ceil(q * total)), 0, None
+        for _, count, largest in rows:
+            seen += count
+            if total and seen >= rank:
+                found[name] = largest
+                break
+    return found
+
+
 def _ratio(a: int, b: int) -> float | None:
     return round(a / b, 6) if b else None
 

@@ -7,19 +7,22 @@ from analysis_histories import PLANTED_ANOMALIES, PLANTED_COUNTS, planted_histor
 
 from undertow_analysis import checks, report
 from undertow_analysis.io import read_history
+from undertow_analysis.job import topic_keys
 
 
 @pytest.fixture(scope="module")
 def planted(spark, tmp_path_factory):
     """inconsistent_offsets, classify and value_anomalies on the planted history, collected."""
     history = read_history(spark, str(planted_history().write(tmp_path_factory.mktemp("h"))))
-    positions = checks.positions_by_value(history.valid("sends"), history.valid("reads"))
-    inconsistent = checks.inconsistent_offsets(positions)
-    classified = checks.classify(positions, inconsistent).cache()
+    by_value = checks.by_value(checks.events(history.valid("sends"), history.valid("reads")))
+    inconsistent = checks.inconsistent_offsets(by_value)
+    classified = checks.classify(checks.positions_by_value(by_value), inconsistent).cache()
+    topics = topic_keys(spark, {"t", "u"})
     found = {
-        "inconsistent": [tuple(r) for r in inconsistent.collect()],
+        "inconsistent": [(topics[r["tk"]], r["pos"] >> checks.OFFSET_BITS,
+                          r["pos"] & checks.MAX_OFFSET) for r in inconsistent.collect()],
         "classified": classified.collect(),
-        "anomalies": checks.value_anomalies(classified).collect(),
+        "anomalies": checks.value_anomalies(checks.anomalous(classified), topics).collect(),
     }
     classified.unpersist()
     return found
@@ -27,7 +30,7 @@ def planted(spark, tmp_path_factory):
 
 def test_inconsistent_offsets_keys_on_topic_partition_offset(planted):
     # p0-2 (t-0@1) and p3-3 (u-0@1) share partition and offset but not the topic.
-    assert planted["inconsistent"] == [("t", 1, 2, 2)]
+    assert planted["inconsistent"] == [("t", 1, 2)]
 
 
 def test_classify_flags_each_planted_value(planted):

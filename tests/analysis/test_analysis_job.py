@@ -19,7 +19,7 @@ from analysis_histories import (
 )
 
 from undertow_analysis import main, run_analysis
-from undertow_analysis.report import ANOMALY_COUNTS, COUNT_NAMES
+from undertow_analysis.report import ANOMALY_COUNTS, COUNT_NAMES, latency_percentiles
 from undertow_analysis.synthetic import HistoryBuilder, write_scaled_history
 
 
@@ -52,6 +52,9 @@ def test_anomalies_output_lists_every_record_with_the_fault_active(spark, plante
     assert lost == {"p0-3": KILL, "p2-3": f"{KILL} + {PARTITION}"}
     unexpected = next(r for r in rows if r["kind"] == "unexpected")
     assert (unexpected["t_invoke"], unexpected["fault"]) == (None, None)
+    # The job's scratch output (anomalous values and series rows) is gone.
+    assert sorted(p.name for p in planted[1].iterdir() if not p.name.startswith(".")) == [
+        "anomalies", "report.html", "report.json"]
 
 
 def test_faults_availability_and_latency(planted):
@@ -202,6 +205,39 @@ def test_duplicates_are_anomalies_only_with_an_idempotent_producer(tmp_path, ide
     assert result["counts"]["duplicates"] == 1
     assert sum(result["counts"][k] for k in ANOMALY_COUNTS) == 1
     assert result["verdict"] == verdict
+
+
+def test_acks0_sends_have_no_offset_and_are_never_misplaced(tmp_path):
+    """acks=0: the client reports success without an offset. Drained anywhere is fine; not
+    drained is lost. Positions outside the packable range are malformed lines."""
+    h = HistoryBuilder(expect="loss")
+    h.send("p0-0", t=1.0, partition=0, offset=None)
+    h.read("p0-0", 0, 0)
+    h.send("p0-1", t=2.0, partition=0, offset=None)  # never drained
+    h.record("p0-2", 0, 1, t=3.0)
+    bad = ['{"value": "p9-1", "topic": "t", "partition": 0, "status": "ok", "offset": -1001, '
+           '"t_invoke": 1763830001.0, "t_complete": 1763830001.1}',
+           '{"value": "p9-2", "topic": "t", "partition": 8388608, "status": "ok", "offset": 1, '
+           '"t_invoke": 1763830001.0, "t_complete": 1763830001.1}']
+    history = h.write(tmp_path / "history", {"sends": bad})
+    result = run_analysis(str(history), str(tmp_path / "out"))
+    counts = result["counts"]
+    assert (counts["attempted"], counts["acked"], counts["lost"], counts["misplaced"]) == (
+        3, 3, 1, 0)
+    assert result["first_loss"]["value"] == "p0-1"
+    assert result["first_loss"]["offset"] is None
+    assert [m["reason"] for m in result["malformed"]["lines"]] == [
+        "offset must be 0..1099511627775", "partition must be 0..8388607"]
+
+
+def test_latency_percentiles_are_nearest_rank_over_the_histogram():
+    exact = [(i, 1, float(i)) for i in range(1, 11)]  # one latency per bucket: exact
+    assert latency_percentiles(exact) == {"p50": 5.0, "p99": 10.0, "p999": 10.0}
+    # 1000 latencies in 10 buckets of 100: the rank's bucket gives its largest latency.
+    shared = [(b, 100, 10.0 * b) for b in range(10)]
+    assert latency_percentiles(shared, {"p10": 0.1, "p101": 0.101}) == {"p10": 0.0,
+                                                                          "p101": 10.0}
+    assert latency_percentiles([]) == {"p50": None, "p99": None, "p999": None}
 
 
 def test_scaled_generator_plants_what_the_job_finds(tmp_path):

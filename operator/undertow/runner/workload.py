@@ -117,7 +117,8 @@ class ProducerWorker:
         def callback(err: KafkaError | None, msg) -> None:
             t_complete = time.time()
             if err is None:
-                status, offset, error = "ok", msg.offset(), None
+                # acks=0: the broker never answers, so the client has no offset (-1001).
+                status, offset, error = "ok", msg.offset() if msg.offset() >= 0 else None, None
             else:
                 status, offset, error = classify(err, self._cfg.retries), None, error_name(err)
             self._submit({"producer": self.name, "value": value, "topic": self._cfg.topic,
