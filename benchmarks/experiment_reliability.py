@@ -2,7 +2,7 @@
 prints, per experiment, how often the verdict matched ``expect`` and how long a run took.
 
     .venv/bin/python benchmarks/experiment_reliability.py [--runs 20] [--only NAME ...] [--jobs 2]
-    .venv/bin/python benchmarks/experiment_reliability.py --summary   # the ledger only
+    .venv/bin/python benchmarks/experiment_reliability.py --summary [--commits 7c69964,4f12915]
 
 The target: each experiment reaches its expected verdict in at least 19 of 20 runs, each run
 under 2 minutes.
@@ -66,15 +66,18 @@ def run_once(path: Path, keep: Path, index: int) -> dict:
             "t": round(time.time(), 1)}
 
 
-def summary(ledger: Path, names: list[str]) -> str:
+def summary(ledger: Path, names: list[str], commits: list[str] | None = None) -> str:
+    """Per experiment: runs as expected, mean and max seconds, runs under 2 minutes and the
+    mean load average they started under; only runs at `commits` (prefixes) if given."""
     runs: dict[str, list[dict]] = defaultdict(list)
     if ledger.exists():
         for line in ledger.read_text().splitlines():
             if line.strip():
                 entry = json.loads(line)
-                runs[entry["experiment"]].append(entry)
-    lines = [f"{'experiment':32} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6}  "
-             "other verdicts"]
+                if not commits or any(entry["commit"].startswith(c) for c in commits):
+                    runs[entry["experiment"]].append(entry)
+    lines = [f"{'experiment':32} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6} "
+             f"{'<120 s':>7} {'load':>5}  other verdicts"]
     for name in names:
         done = runs.get(name, [])
         if not done:
@@ -83,9 +86,11 @@ def summary(ledger: Path, names: list[str]) -> str:
         matched = sum(r["verdict"] == r["expect"] for r in done)
         seconds = [r["seconds"] for r in done]
         other = sorted({r["verdict"] for r in done if r["verdict"] != r["expect"]})
+        quick = sum(s < 120 for s in seconds)
+        load = sum(r["load_before"] for r in done) / len(done)
         lines.append(f"{name:32} {done[0]['expect']:6} {matched:>5}/{len(done):<6} "
-                     f"{sum(seconds) / len(seconds):7.1f} {max(seconds):6.1f}  "
-                     f"{','.join(other)}")
+                     f"{sum(seconds) / len(seconds):7.1f} {max(seconds):6.1f} "
+                     f"{quick:>3}/{len(done):<3} {load:5.1f}  {','.join(other)}")
     return "\n".join(lines)
 
 
@@ -96,6 +101,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None, help="experiment names (file stems)")
     parser.add_argument("--ledger", type=Path, default=LEDGER)
     parser.add_argument("--summary", action="store_true", help="print the ledger's summary only")
+    parser.add_argument("--commits", default=None,
+                        help="summary of the runs at these commits only (comma-separated prefixes)")
     parser.add_argument("--jobs", type=int, default=1, help="experiments run at the same time")
     parser.add_argument("--keep", type=Path, default=Path("runs/reliability-unexpected"),
                         help="where runs whose verdict was not the expected one are kept")
@@ -123,7 +130,8 @@ def main() -> int:
                     for index in range(1, args.runs + 1) for path in files]
             for run in runs:
                 run.result()
-    print(summary(args.ledger, names), flush=True)
+    commits = args.commits.split(",") if args.commits else None
+    print(summary(args.ledger, names, commits), flush=True)
     return 0
 
 

@@ -236,7 +236,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     meta = history.meta
     t_ref = float(meta.get("start") or 0.0)
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
-    scratch = child(out_uri, "_scratch")
+    scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
     try:
         checked = _check(spark, history, t_ref, scratch)
         written = spark.read.parquet(scratch)
