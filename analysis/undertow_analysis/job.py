@@ -38,6 +38,20 @@ SESSION_DEFAULTS = {
 }
 
 
+def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The configuration of a session the job creates: its defaults, then `conf`."""
+    defaults = dict(SESSION_DEFAULTS)
+    if master and master.startswith("local"):
+        # Splits of 32 MB: several scan tasks per core keep every core busy to the end; few
+        # shuffle partitions, which adaptive execution coalesces further on small runs.
+        defaults["spark.sql.files.maxPartitionBytes"] = "32m"
+        defaults["spark.sql.shuffle.partitions"] = "32"
+        # The driver JVM is the executor: the throughput collector has no concurrent threads
+        # and cheaper write barriers than G1, which leaves more of a small machine to tasks.
+        defaults["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+    return {**defaults, **(conf or {})}
+
+
 def spark_session(master: str | None, conf: Mapping[str, str] | None = None
                   ) -> tuple[SparkSession, bool]:
     """The active session if there is one (tests, notebooks, `undertow run`), else a new one.
@@ -51,13 +65,7 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None
     builder = SparkSession.builder.appName("undertow-analysis")
     if master:
         builder = builder.master(master)
-    defaults = dict(SESSION_DEFAULTS)
-    if master and master.startswith("local"):
-        # Splits of 32 MB: several scan tasks per core keep every core busy to the end; few
-        # shuffle partitions, which adaptive execution coalesces further on small runs.
-        defaults["spark.sql.files.maxPartitionBytes"] = "32m"
-        defaults["spark.sql.shuffle.partitions"] = "32"
-    for key, value in {**defaults, **(conf or {})}.items():
+    for key, value in session_conf(master, conf).items():
         builder = builder.config(key, value)
     return builder.getOrCreate(), True
 

@@ -19,6 +19,7 @@ from analysis_histories import (
 )
 
 from undertow_analysis import main, run_analysis
+from undertow_analysis.job import session_conf
 from undertow_analysis.report import ANOMALY_COUNTS, COUNT_NAMES, latency_percentiles
 from undertow_analysis.synthetic import HistoryBuilder, write_scaled_history
 
@@ -282,3 +283,17 @@ def test_module_entry_point_parses_the_command_line():
     run = subprocess.run([sys.executable, "-m", "undertow_analysis", "--help"],
                          capture_output=True, text=True, timeout=60, check=True)
     assert "--out" in run.stdout and "--master" in run.stdout
+
+
+def test_a_local_session_gets_the_throughput_collector_unless_the_user_says_otherwise():
+    local = session_conf("local[*]")
+    assert local["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
+    assert local["spark.sql.shuffle.partitions"] == "32"
+    mine = session_conf("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})
+    assert mine["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC"
+    # A cluster master (or spark-submit's own, None) keeps its JVM and partitioning settings.
+    for master in ("spark://head:7077", None):
+        conf = session_conf(master)
+        assert "spark.driver.extraJavaOptions" not in conf
+        assert "spark.sql.shuffle.partitions" not in conf
+        assert conf["spark.sql.session.timeZone"] == "UTC"
