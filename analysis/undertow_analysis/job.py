@@ -256,19 +256,18 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
                          outputs["anomalies"])
     finally:
         delete(spark, scratch)
-    counts, last_read = checked.counts, checked.last_read
     lost, other = _examples(spark.read.parquet(outputs["anomalies"]))
     width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
     offline, isr = _cluster(history, t0, width)
     availability, windows = _availability(series, t_ref, t0, offline)
     idempotent = bool(meta.get("idempotent", False))
-    verdict = checks.verdict(counts, idempotent)
+    verdict = checks.verdict(checked.counts, idempotent)
     first = lost[0] if lost else None
     result: dict[str, Any] = {
         "verdict": verdict,
         "expect": meta.get("expect"),
         "as_expected": verdict == meta.get("expect") if meta.get("expect") else None,
-        "counts": counts,
+        "counts": checked.counts,
         "latency_ms": {k: send_times[k] for k in ("p50", "p99", "p999")},
         "availability": availability,
         "unavailable_windows": windows,
@@ -276,7 +275,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         "first_loss": first and {**first, "t_rel_s": round(first["t_invoke"] - t0, 3)},
         "malformed": history.malformed(),
         "run": {"start": t0, "end": t_end, "duration_s": round(t_end - t0, 3),
-                "last_read": last_read},
+                "last_read": checked.last_read},
         "history": history.uri,
         "experiment": meta.get("experiment"),
         "idempotent": idempotent,
