@@ -118,7 +118,8 @@ class ProducerWorker:
             t_complete = time.time()
             if err is None:
                 # acks=0: the broker never answers, so the client has no offset (-1001).
-                status, offset, error = "ok", msg.offset() if msg.offset() >= 0 else None, None
+                offset = msg.offset()
+                status, offset, error = "ok", offset if offset >= 0 else None, None
             else:
                 status, offset, error = classify(err, self._cfg.retries), None, error_name(err)
             self._submit({"producer": self.name, "value": value, "topic": self._cfg.topic,
