@@ -57,8 +57,8 @@ def packed_position(partition: Column, offset: Column) -> Column:
 
 
 def events(sends: DataFrame, reads: DataFrame) -> DataFrame:
-    """Sends and reads as one narrow table: value, tk, pos, code, t_invoke and t_complete
-    (sends only)."""
+    """Sends and reads as one narrow table: value, tk, pos, code, t_invoke (sends only) and
+    t_complete (a send's completion, a read's time: the report's last read comes from it)."""
     status = F.col("status")
     send_code = F.when(status == "ok", OK).when(status == "info", INFO).otherwise(FAIL)
     read_code = F.when(F.col("phase") == "drain", DRAIN).otherwise(RUN)
@@ -70,7 +70,7 @@ def events(sends: DataFrame, reads: DataFrame) -> DataFrame:
 
     no_time = F.lit(None).cast("double")
     return narrow(sends, send_code, F.col("t_invoke"), F.col("t_complete")).unionByName(
-        narrow(reads, read_code, no_time.alias("t_invoke"), no_time.alias("t_complete")))
+        narrow(reads, read_code, no_time.alias("t_invoke"), F.col("t").alias("t_complete")))
 
 
 def by_value(events: DataFrame) -> DataFrame:
@@ -114,6 +114,10 @@ def inconsistent_offsets(by_value: DataFrame) -> DataFrame:
                              .alias("pos"))
             .agg(F.min(value_hash).alias("_lo"), F.max(value_hash).alias("_hi"))
             .filter(F.col("_lo") != F.col("_hi")).select("tk", "pos"))
+
+
+POSITIONS = ("acked_at", "drained_at", "drained_last", "run_read_at", "read_at",
+             "inconsistent_at")  # the (tk, pos) structs `classify` gives each value
 
 
 def _at(cond: Column, last: bool = False) -> Column:
@@ -182,8 +186,7 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
         "indeterminate_lost": indeterminate & ~is_drained,
     }
     return v.select(
-        "value", "outcome", "t_invoke", "n_drained", "acked_at", "drained_at", "drained_last",
-        "run_read_at", "read_at", "inconsistent_at",
+        "value", "outcome", "t_invoke", "n_drained", *POSITIONS,
         *[F.coalesce(cond, F.lit(False)).alias(name) for name, cond in flags.items()],
     )
 
@@ -303,17 +306,18 @@ def with_active_fault(df: DataFrame, intervals: DataFrame, width: float,
 
 
 def send_series(by_value: DataFrame, t_ref: float) -> DataFrame:
-    """Two small tables from the send attempts, told apart by `kind`:
+    """Small tables from the send attempts and reads, told apart by `kind`:
 
     - "second": second (since t_ref), attempted, acked (attempts invoked in that second and
       how many of those were acknowledged), first (invoke) and last (completion);
     - "latency": bucket, acked, max_ms: acknowledged attempts by latency, in buckets
       LATENCY_RATIO wide (a histogram, so percentiles need no sort; see
-      `report.latency_percentiles`).
+      `report.latency_percentiles`);
+    - "reads": one row, last = the time of the last read (absent without reads).
 
-    Both are bounded: by the run's length in seconds, and by the range of latencies. Reads
-    fall into a null second and a null bucket, groups without attempts (or acks) that are
-    dropped after aggregating: a filter before would be pushed below the shared exchange.
+    All are bounded: by the run's length in seconds, and by the range of latencies. Reads
+    fall into the null second ("reads") and the null bucket, which is dropped after
+    aggregating: a filter before would be pushed below the shared exchange.
     """
     code = F.col("code")
     send, ok = (code <= FAIL) & _every_column(by_value), code == OK
@@ -325,14 +329,17 @@ def send_series(by_value: DataFrame, t_ref: float) -> DataFrame:
         send.alias("send"),
         F.when(ok, bucket).alias("bucket"), ok.alias("ok"), F.when(ok, ms).alias("ms"),
         "t_invoke", "t_complete")
-    kind = F.when(F.grouping("bucket") == 1, "second").otherwise("latency")
+    kind = (F.when(F.grouping("bucket") == 0, "latency")
+            .when(F.col("second").isNull(), "reads").otherwise("second"))
     return rows.groupingSets([["second"], ["bucket"]], "second", "bucket").agg(
         kind.alias("kind"),
         F.count(F.when(F.col("send"), 1)).alias("attempted"),
         F.count(F.when(F.col("ok"), 1)).alias("acked"),
         F.max("ms").alias("max_ms"), F.min("t_invoke").alias("first"),
         F.max("t_complete").alias("last"),
-    ).filter(F.when(F.col("kind") == "second", F.col("attempted")).otherwise(F.col("acked")) > 0)
+    ).filter((F.col("kind") == "reads")
+             | (F.when(F.col("kind") == "second", F.col("attempted"))
+                .otherwise(F.col("acked")) > 0))
 
 
 def isr_per_bucket(cluster: DataFrame, t0: float, width: float) -> DataFrame:

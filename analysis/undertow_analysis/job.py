@@ -11,12 +11,12 @@ MAX_OTHER_ROWS per other kind of example records. The full anomaly list is writt
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -96,14 +96,15 @@ def analyze(spark: SparkSession, history_uri: str, out_uri: str) -> dict[str, An
 
 def _series(written: DataFrame) -> tuple[list[tuple[int, int, int]], dict[str, Any]]:
     """(second since t_ref, attempted, acked) for every second with sends, plus the first
-    invoke, the last completion and the latency percentiles, from the series rows `_check`
-    wrote. The series is bounded by the run's length (a week is 604,800 rows of three
-    numbers)."""
+    invoke, the last completion, the last read and the latency percentiles, from the series
+    rows `_check` wrote. The series is bounded by the run's length (a week is 604,800 rows of
+    three numbers)."""
     rows = written.filter(F.col("part") != VALUE_PART).select(*SERIES_COLUMNS).collect()
     seconds = [r for r in rows if r["part"] == "second"]
     histogram = [(r["bucket"], r["acked"], r["max_ms"]) for r in rows if r["part"] == "latency"]
     times = {"first": min((r["first"] for r in seconds), default=None),
              "last": max((r["last"] for r in seconds), default=None),
+             "last_read": max((r["last"] for r in rows if r["part"] == "reads"), default=None),
              **report.latency_percentiles(histogram)}
     return sorted((r["second"], r["attempted"], r["acked"]) for r in seconds), times
 
@@ -148,28 +149,16 @@ def _keeping_observations(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-@dataclass(frozen=True)
-class Checked:
-    """What the one query over the history gathered besides what it wrote: all bounded."""
-
-    counts: dict[str, int]
-    last_read: float | None
-    topics: dict[int, str]  # topic_key -> name
-
-
-def _check(spark: SparkSession, history: History, t_ref: float, scratch: str) -> Checked:
+def _check(history: History, t_ref: float, scratch: str) -> dict[str, int]:
     """Run every record checker and the send series in one query: one parse, one shuffle.
 
     The query gathers the counts (Spark Observations) and writes to `scratch` the anomalous
-    values (part VALUE_PART) and the series rows (part "second" and "latency"), all few.
+    values (part VALUE_PART) and the series rows (parts "second", "latency" and "reads"), all
+    few. Nothing else is observed row by row: topic names come from `topic_names`.
     """
-    sends_obs, reads_obs, inconsistent_obs, counts_obs = (
-        Observation("undertow-sends"), Observation("undertow-reads"),
-        Observation("undertow-inconsistent"), Observation("undertow-counts"))
-    topics = F.collect_set("topic").alias("topics")
-    sends = history.valid("sends").observe(sends_obs, topics)
-    reads = history.valid("reads").observe(reads_obs, F.max("t").alias("last"), topics)
-    by_value = checks.by_value(checks.events(sends, reads))
+    inconsistent_obs = Observation("undertow-inconsistent")
+    counts_obs = Observation("undertow-counts")
+    by_value = checks.by_value(checks.events(history.valid("sends"), history.valid("reads")))
     inconsistent = checks.inconsistent_offsets(by_value).observe(
         inconsistent_obs, F.count("*").alias("inconsistent_offsets"))
     classified = checks.classify(checks.positions_by_value(by_value), inconsistent)
@@ -179,29 +168,72 @@ def _check(spark: SparkSession, history: History, t_ref: float, scratch: str) ->
     (values.unionByName(series, allowMissingColumns=True)
      .write.mode("overwrite").parquet(scratch))
     counts = {**counts_obs.get, **inconsistent_obs.get}
-    names = set(sends_obs.get["topics"]) | set(reads_obs.get["topics"])
-    return Checked({name: int(counts[name]) for name in report.COUNT_NAMES},
-                   reads_obs.get["last"], topic_keys(spark, names))
+    return {name: int(counts[name]) for name in report.COUNT_NAMES}
 
 
-def _write_anomalies(spark: SparkSession, written: DataFrame, topics: dict[int, str],
-                     faults: list[dict[str, Any]], t0: float, t_end: float, uri: str) -> None:
+def _write_anomalies(spark: SparkSession, anomalous: DataFrame, topics: dict[int, str],
+                     faults: list[dict[str, Any]], t0: float, t_end: float, uri: str,
+                     scratch: str) -> None:
     """anomalies/: the anomalous values `_check` wrote, one row per kind, with their
-    positions named and the fault active when they were sent."""
-    anomalous = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS)
-    intervals = spark.createDataFrame(report.fault_intervals(faults),
-                                      "start double, end double, fault string")
+    positions named and the fault active when they were sent.
+
+    The fault intervals reach Spark as a JSON Lines file next to `scratch` rather than as
+    Python rows: a soak has thousands, and Python rows would start a Python worker."""
+    intervals_uri = scratch + "-intervals.jsonl"
+    lines = (json.dumps({"start": s, "end": e, "fault": f}) + "\n"
+             for s, e, f in report.fault_intervals(faults))
+    write_bytes(spark, intervals_uri, "".join(lines).encode())
+    intervals = spark.read.schema("start double, end double, fault string").json(intervals_uri)
     width = max(1.0, (t_end - t0) / FAULT_BUCKETS)
     (checks.with_active_fault(checks.value_anomalies(anomalous, topics), intervals, width)
      .write.mode("overwrite").parquet(uri))
 
 
 def topic_keys(spark: SparkSession, names: set[str]) -> dict[int, str]:
-    """topic_key -> name for the topics a history mentions (a handful)."""
-    if not names:
+    """topic_key -> name for a handful of topic names (a one-row query of literals: no Python
+    worker)."""
+    ordered = sorted(names)
+    if not ordered:
         return {}
-    df = spark.createDataFrame([(n,) for n in sorted(names)], "topic string")
-    return {r[0]: r[1] for r in df.select(checks.topic_key(F.col("topic")), "topic").collect()}
+    keys = spark.range(1).select(*[checks.topic_key(F.lit(n)) for n in ordered]).first()
+    return dict(zip(keys, ordered, strict=True))
+
+
+def topic_names(history: History, anomalous: DataFrame) -> dict[int, str]:
+    """topic_key -> name for the topics of the anomalous values' positions.
+
+    The experiment's topic (meta.json) and the sampled ones (cluster.jsonl) name them without
+    a pass over sends and reads; only a topic neither knows (say, reads of another topic)
+    costs a scan of the topic field of both.
+    """
+    wanted = {r[0] for r in anomalous.select(F.explode(F.array(
+        *[F.col(f"{c}.tk") for c in checks.POSITIONS])).alias("tk")).distinct().collect()}
+    wanted.discard(None)
+    spec = history.meta.get("spec")
+    spec_topic = spec.get("topic") if isinstance(spec, dict) else None
+    sources = (
+        lambda: {spec_topic.get("name")} if isinstance(spec_topic, dict) else set(),
+        lambda: _topics_in(history, ("cluster",)),
+        lambda: _topics_in(history, ("sends", "reads"), keys=wanted),
+    )
+    named: dict[int, str] = {}
+    for names in sources:
+        if not wanted - named.keys():
+            break
+        named |= topic_keys(history.spark, {n for n in names() if isinstance(n, str)})
+    return {tk: name for tk, name in named.items() if tk in wanted}
+
+
+def _topics_in(history: History, files: Sequence[str], keys: set[int] | None = None) -> set[str]:
+    """The distinct topics of `files` (only those with a key in `keys`): a read of the one
+    field, malformed lines included, which is harmless for naming."""
+    uris = [history.file(name) for name in files if history.parsed[name] is not None]
+    if not uris:
+        return set()
+    topics = history.spark.read.schema("topic string").json(uris).filter(F.col("topic").isNotNull())
+    if keys is not None:
+        topics = topics.filter(checks.topic_key(F.col("topic")).isin(*keys))
+    return {r[0] for r in topics.distinct().collect()}
 
 
 def _examples(written: DataFrame) -> tuple[list[dict], list[dict]]:
@@ -246,28 +278,30 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
     scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
     try:
-        checked = _check(spark, history, t_ref, scratch)
+        counts = _check(history, t_ref, scratch)
         written = spark.read.parquet(scratch)
         series, send_times = _series(written)
         t0 = float(meta.get("start") or send_times["first"] or 0.0)
         t_end = max(_end(history, send_times["last"]) or t0, t0)
         faults = _faults(history, t0, t_end)
-        _write_anomalies(spark, written, checked.topics, faults, t0, t_end,
-                         outputs["anomalies"])
+        anomalous = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS)
+        _write_anomalies(spark, anomalous, topic_names(history, anomalous), faults, t0, t_end,
+                         outputs["anomalies"], scratch)
     finally:
         delete(spark, scratch)
+        delete(spark, scratch + "-intervals.jsonl")
     lost, other = _examples(spark.read.parquet(outputs["anomalies"]))
     width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
     offline, isr = _cluster(history, t0, width)
     availability, windows = _availability(series, t_ref, t0, offline)
     idempotent = bool(meta.get("idempotent", False))
-    verdict = checks.verdict(checked.counts, idempotent)
+    verdict = checks.verdict(counts, idempotent)
     first = lost[0] if lost else None
     result: dict[str, Any] = {
         "verdict": verdict,
         "expect": meta.get("expect"),
         "as_expected": verdict == meta.get("expect") if meta.get("expect") else None,
-        "counts": checked.counts,
+        "counts": counts,
         "latency_ms": {k: send_times[k] for k in ("p50", "p99", "p999")},
         "availability": availability,
         "unavailable_windows": windows,
@@ -275,7 +309,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         "first_loss": first and {**first, "t_rel_s": round(first["t_invoke"] - t0, 3)},
         "malformed": history.malformed(),
         "run": {"start": t0, "end": t_end, "duration_s": round(t_end - t0, 3),
-                "last_read": checked.last_read},
+                "last_read": send_times["last_read"]},
         "history": history.uri,
         "experiment": meta.get("experiment"),
         "idempotent": idempotent,

@@ -18,8 +18,9 @@ from analysis_histories import (
     planted_history,
 )
 
-from undertow_analysis import main, run_analysis
-from undertow_analysis.job import session_conf
+from undertow_analysis import checks, main, run_analysis
+from undertow_analysis.io import read_history
+from undertow_analysis.job import session_conf, topic_keys, topic_names
 from undertow_analysis.report import ANOMALY_COUNTS, COUNT_NAMES, latency_percentiles
 from undertow_analysis.synthetic import HistoryBuilder, write_scaled_history
 
@@ -75,6 +76,7 @@ def test_faults_availability_and_latency(planted):
     # The ten acknowledged attempts took 1, 2, ... 10 ms.
     assert result["latency_ms"] == pytest.approx({"p50": 5.0, "p99": 10.0, "p999": 10.0},
                                                  abs=0.01)
+    assert result["run"]["last_read"] == max(r["t"] for r in planted_history().reads)
 
 
 def test_report_json_on_disk_is_the_returned_report(planted):
@@ -297,3 +299,43 @@ def test_a_local_session_gets_the_throughput_collector_unless_the_user_says_othe
         assert "spark.driver.extraJavaOptions" not in conf
         assert "spark.sql.shuffle.partitions" not in conf
         assert conf["spark.sql.session.timeZone"] == "UTC"
+
+
+@pytest.fixture
+def three_topics(tmp_path):
+    """Anomalies on topic m (meta.json's experiment topic), c (sampled in cluster.jsonl) and r
+    (only in reads.jsonl)."""
+    h = HistoryBuilder()
+    h.send("p0-1", t=1.0, partition=0, offset=0, topic="m")
+    h.send("p0-2", t=1.0, partition=0, offset=0, topic="c")
+    h.read("zz-1", 0, 0, topic="r")
+    h.sample(t=1.0, partition=0, leader=1, isr=[1], topic="c")
+    history = h.write(tmp_path / "history")
+    meta = json.loads((history / "meta.json").read_text())
+    (history / "meta.json").write_text(json.dumps(meta | {"spec": {"topic": {"name": "m"}}}))
+    return history
+
+
+def _anomalous_at(spark, keys):
+    """Anomalous values, one per topic key, positioned at offset 0 of partition 0."""
+    struct = "struct<tk:bigint,pos:bigint>"
+    schema = ", ".join(f"{c} {struct}" for c in checks.POSITIONS)
+    rows = [tuple((tk, 0) if i == 0 else None for i in range(len(checks.POSITIONS)))
+            for tk in keys]
+    return spark.createDataFrame(rows, schema)
+
+
+def test_topic_names_come_from_meta_and_cluster_without_reading_sends_and_reads(
+        spark, three_topics):
+    history = read_history(spark, str(three_topics))
+    for name in ("sends", "reads"):  # a scan of either would now fail
+        (three_topics / f"{name}.jsonl").unlink()
+    keys = topic_keys(spark, {"m", "c"})
+    assert topic_names(history, _anomalous_at(spark, keys)) == keys
+
+
+def test_a_topic_only_the_reads_mention_is_named_by_a_scan(spark, three_topics):
+    history = read_history(spark, str(three_topics))
+    keys = topic_keys(spark, {"m", "r"})
+    assert topic_names(history, _anomalous_at(spark, keys)) == keys
+    assert topic_names(history, _anomalous_at(spark, [])) == {}
