@@ -37,8 +37,9 @@ KINDS = {
 OUTCOMES = ("acked", "failed", "indeterminate")
 
 
-# Event codes: the three outcomes of a send attempt, then the two phases of a read.
-OK, INFO, FAIL, RUN, DRAIN = 0, 1, 2, 3, 4
+# Event codes: the three outcomes of a send attempt, the two phases of a read, then a
+# malformed line of sends.jsonl or reads.jsonl (counted, otherwise ignored).
+OK, INFO, FAIL, RUN, DRAIN, BAD_SEND, BAD_READ = 0, 1, 2, 3, 4, 5, 6
 OFFSET_BITS = 40
 MAX_PARTITION = 2**23 - 1  # partition << OFFSET_BITS must stay a non-negative long
 MAX_OFFSET = 2**40 - 1
@@ -58,19 +59,29 @@ def packed_position(partition: Column, offset: Column) -> Column:
 
 def events(sends: DataFrame, reads: DataFrame) -> DataFrame:
     """Sends and reads as one narrow table: value, tk, pos, code, t_invoke (sends only) and
-    t_complete (a send's completion, a read's time: the report's last read comes from it)."""
+    t_complete (a send's completion, a read's time: the report's last read comes from it).
+
+    A line marked `malformed` (a column the frames may have) becomes a row of code BAD_SEND
+    or BAD_READ without value or time, which `send_series` counts: counting them on the way
+    through the one shuffle is cheaper than an Observation, which would split the scan's
+    generated code in two and copy every line once more.
+    """
     status = F.col("status")
     send_code = F.when(status == "ok", OK).when(status == "info", INFO).otherwise(FAIL)
     read_code = F.when(F.col("phase") == "drain", DRAIN).otherwise(RUN)
 
-    def narrow(df: DataFrame, code: Column, *times: Column) -> DataFrame:
-        return df.select("value", topic_key(F.col("topic")).alias("tk"),
+    def narrow(df: DataFrame, code: Column, bad_code: int, t_invoke: Column,
+               t_complete: Column) -> DataFrame:
+        good = ~F.col("malformed") if "malformed" in df.columns else F.lit(True)
+        return df.select(F.when(good, F.col("value")).alias("value"),
+                         topic_key(F.col("topic")).alias("tk"),
                          packed_position(F.col("partition"), F.col("offset")).alias("pos"),
-                         code.cast("byte").alias("code"), *times)
+                         F.when(good, code).otherwise(bad_code).cast("byte").alias("code"),
+                         t_invoke.alias("t_invoke"),
+                         F.when(good, t_complete).alias("t_complete"))
 
-    no_time = F.lit(None).cast("double")
-    return narrow(sends, send_code, F.col("t_invoke"), F.col("t_complete")).unionByName(
-        narrow(reads, read_code, no_time.alias("t_invoke"), F.col("t").alias("t_complete")))
+    return narrow(sends, send_code, BAD_SEND, F.col("t_invoke"), F.col("t_complete")).unionByName(
+        narrow(reads, read_code, BAD_READ, F.lit(None).cast("double"), F.col("t")))
 
 
 def by_value(events: DataFrame) -> DataFrame:
@@ -108,7 +119,7 @@ def inconsistent_offsets(by_value: DataFrame) -> DataFrame:
     Values are compared by their 64-bit xxhash; sends group under a null position, so no
     filter (which the optimizer would push below the shared exchange) is needed.
     """
-    read = F.col("code") >= RUN
+    read = F.col("code").between(RUN, DRAIN)
     value_hash = F.when(read, F.xxhash64("value"))
     return (by_value.groupBy("tk", F.when(read & _every_column(by_value), F.col("pos"))
                              .alias("pos"))
@@ -306,17 +317,18 @@ def with_active_fault(df: DataFrame, intervals: DataFrame, width: float,
 
 
 def send_series(by_value: DataFrame, t_ref: float) -> DataFrame:
-    """Small tables from the send attempts and reads, told apart by `kind`:
+    """Small tables from the rows of `events`, told apart by `kind`:
 
     - "second": second (since t_ref), attempted, acked (attempts invoked in that second and
       how many of those were acknowledged), first (invoke) and last (completion);
     - "latency": bucket, acked, max_ms: acknowledged attempts by latency, in buckets
       LATENCY_RATIO wide (a histogram, so percentiles need no sort; see
       `report.latency_percentiles`);
-    - "reads": one row, last = the time of the last read (absent without reads).
+    - "other": one row for the rest, reads and malformed lines: last (the last read's time),
+      bad_sends and bad_reads (malformed lines of sends.jsonl and reads.jsonl).
 
-    All are bounded: by the run's length in seconds, and by the range of latencies. Reads
-    fall into the null second ("reads") and the null bucket, which is dropped after
+    All are bounded: by the run's length in seconds, and by the range of latencies. The rest
+    falls into the null second ("other") and the null bucket, which is dropped after
     aggregating: a filter before would be pushed below the shared exchange.
     """
     code = F.col("code")
@@ -328,16 +340,18 @@ def send_series(by_value: DataFrame, t_ref: float) -> DataFrame:
         F.when(send, F.floor(F.col("t_invoke") - t_ref)).cast("long").alias("second"),
         send.alias("send"),
         F.when(ok, bucket).alias("bucket"), ok.alias("ok"), F.when(ok, ms).alias("ms"),
-        "t_invoke", "t_complete")
+        "t_invoke", "t_complete", "code")
     kind = (F.when(F.grouping("bucket") == 0, "latency")
-            .when(F.col("second").isNull(), "reads").otherwise("second"))
+            .when(F.col("second").isNull(), "other").otherwise("second"))
     return rows.groupingSets([["second"], ["bucket"]], "second", "bucket").agg(
         kind.alias("kind"),
         F.count(F.when(F.col("send"), 1)).alias("attempted"),
         F.count(F.when(F.col("ok"), 1)).alias("acked"),
         F.max("ms").alias("max_ms"), F.min("t_invoke").alias("first"),
         F.max("t_complete").alias("last"),
-    ).filter((F.col("kind") == "reads")
+        F.count(F.when(code == BAD_SEND, 1)).alias("bad_sends"),
+        F.count(F.when(code == BAD_READ, 1)).alias("bad_reads"),
+    ).filter((F.col("kind") == "other")
              | (F.when(F.col("kind") == "second", F.col("attempted"))
                 .otherwise(F.col("acked")) > 0))
 

@@ -111,6 +111,7 @@ class History:
     meta: dict[str, Any]
     parsed: dict[str, DataFrame | None]
     observations: dict[str, Observation] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=dict)  # malformed lines counted elsewhere
 
     def file(self, name: str) -> str:
         return child(self.uri, f"{name}.jsonl")
@@ -127,12 +128,20 @@ class History:
         observed = self.parsed[name].observe(obs, F.count(F.when(bad, 1)).alias("malformed"))
         return observed.filter(~bad).drop("_reason")
 
+    def lines(self, name: str) -> DataFrame:
+        """Every line of a (required) file, the malformed ones too, marked by a boolean column
+        `malformed`. The query that uses it counts them and says so with `count_malformed`."""
+        return self.parsed[name].select(
+            *FILES[name].schema.names, F.col("_reason").isNotNull().alias("malformed"))
+
+    def count_malformed(self, name: str, n: int) -> None:
+        self.counted[name] = n
+
     def malformed(self) -> dict[str, Any]:
         """Skipped lines: the total, per file, and up to MAX_MALFORMED_EXAMPLES located by file
-        and line number. Call after the queries on every `valid` frame have run."""
-        by_file = {self.file(name): int(obs.get["malformed"])
-                   for name, obs in self.observations.items()}
-        by_file = {uri: n for uri, n in by_file.items() if n}
+        and line number. Call after the queries on every `valid` and `lines` frame have run."""
+        counts = {name: int(obs.get["malformed"]) for name, obs in self.observations.items()}
+        by_file = {self.file(name): n for name, n in {**counts, **self.counted}.items() if n}
         lines: list[dict] = []
         for name in FILES:
             room = MAX_MALFORMED_EXAMPLES - len(lines)

@@ -27,7 +27,8 @@ from undertow_analysis import checks, html, plots, report
 from undertow_analysis.io import History, child, delete, read_history, write_bytes
 
 VALUE_PART = "value"  # the scratch output's anomalous values; the rest are series rows
-SERIES_COLUMNS = ("part", "second", "bucket", "attempted", "acked", "max_ms", "first", "last")
+SERIES_COLUMNS = ("part", "second", "bucket", "attempted", "acked", "max_ms", "first", "last",
+                  "bad_sends", "bad_reads")
 MAX_LOST_ROWS = 1000
 MAX_OTHER_ROWS = 20
 PLOT_BUCKETS = 2000  # timeline resolution: at most this many points per series
@@ -94,17 +95,21 @@ def analyze(spark: SparkSession, history_uri: str, out_uri: str) -> dict[str, An
         return _analyze(spark, read_history(spark, history_uri), out_uri)
 
 
-def _series(written: DataFrame) -> tuple[list[tuple[int, int, int]], dict[str, Any]]:
+def _series(written: DataFrame, history: History
+            ) -> tuple[list[tuple[int, int, int]], dict[str, Any]]:
     """(second since t_ref, attempted, acked) for every second with sends, plus the first
     invoke, the last completion, the last read and the latency percentiles, from the series
-    rows `_check` wrote. The series is bounded by the run's length (a week is 604,800 rows of
-    three numbers)."""
+    rows `_check` wrote; the malformed lines of sends and reads go to `history`. The series
+    is bounded by the run's length (a week is 604,800 rows of three numbers)."""
     rows = written.filter(F.col("part") != VALUE_PART).select(*SERIES_COLUMNS).collect()
+    other = [r for r in rows if r["part"] == "other"]
+    history.count_malformed("sends", sum(r["bad_sends"] for r in other))
+    history.count_malformed("reads", sum(r["bad_reads"] for r in other))
     seconds = [r for r in rows if r["part"] == "second"]
     histogram = [(r["bucket"], r["acked"], r["max_ms"]) for r in rows if r["part"] == "latency"]
     times = {"first": min((r["first"] for r in seconds), default=None),
              "last": max((r["last"] for r in seconds), default=None),
-             "last_read": max((r["last"] for r in rows if r["part"] == "reads"), default=None),
+             "last_read": max((r["last"] for r in other), default=None),
              **report.latency_percentiles(histogram)}
     return sorted((r["second"], r["attempted"], r["acked"]) for r in seconds), times
 
@@ -153,12 +158,13 @@ def _check(history: History, t_ref: float, scratch: str) -> dict[str, int]:
     """Run every record checker and the send series in one query: one parse, one shuffle.
 
     The query gathers the counts (Spark Observations) and writes to `scratch` the anomalous
-    values (part VALUE_PART) and the series rows (parts "second", "latency" and "reads"), all
-    few. Nothing else is observed row by row: topic names come from `topic_names`.
+    values (part VALUE_PART) and the series rows (parts "second", "latency" and "other"), all
+    few. Nothing is observed line by line: the malformed lines are counted in the series, and
+    topic names come from `topic_names`.
     """
     inconsistent_obs = Observation("undertow-inconsistent")
     counts_obs = Observation("undertow-counts")
-    by_value = checks.by_value(checks.events(history.valid("sends"), history.valid("reads")))
+    by_value = checks.by_value(checks.events(history.lines("sends"), history.lines("reads")))
     inconsistent = checks.inconsistent_offsets(by_value).observe(
         inconsistent_obs, F.count("*").alias("inconsistent_offsets"))
     classified = checks.classify(checks.positions_by_value(by_value), inconsistent)
@@ -280,7 +286,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     try:
         counts = _check(history, t_ref, scratch)
         written = spark.read.parquet(scratch)
-        series, send_times = _series(written)
+        series, send_times = _series(written, history)
         t0 = float(meta.get("start") or send_times["first"] or 0.0)
         t_end = max(_end(history, send_times["last"]) or t0, t0)
         faults = _faults(history, t0, t_end)
