@@ -291,6 +291,7 @@ def test_a_local_session_gets_the_throughput_collector_unless_the_user_says_othe
     local = session_conf("local[*]")
     assert local["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
     assert local["spark.sql.shuffle.partitions"] == "32"
+    assert local["spark.shuffle.sort.bypassMergeThreshold"] == "0"
     mine = session_conf("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})
     assert mine["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC"
     # A cluster master (or spark-submit's own, None) keeps its JVM and partitioning settings.
@@ -298,6 +299,7 @@ def test_a_local_session_gets_the_throughput_collector_unless_the_user_says_othe
         conf = session_conf(master)
         assert "spark.driver.extraJavaOptions" not in conf
         assert "spark.sql.shuffle.partitions" not in conf
+        assert "spark.shuffle.sort.bypassMergeThreshold" not in conf
         assert conf["spark.sql.session.timeZone"] == "UTC"
 
 
