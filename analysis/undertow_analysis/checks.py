@@ -34,7 +34,6 @@ KINDS = {
     "aborted_read": "aborted_reads",
     "unexpected": "unexpected",
 }
-OUTCOMES = ("acked", "failed", "indeterminate")
 
 
 # Event codes: the three outcomes of a send attempt, the two phases of a read, then a
@@ -197,26 +196,41 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
         "indeterminate_lost": indeterminate & ~is_drained,
     }
     return v.select(
-        "value", "outcome", "t_invoke", "n_drained", *POSITIONS,
+        "value", "outcome", "n_sends", "t_invoke", "n_drained", *POSITIONS,
         *[F.coalesce(cond, F.lit(False)).alias(name) for name, cond in flags.items()],
     )
 
 
-def value_counts(classified: DataFrame) -> list[Column]:
-    """Aggregate columns counting each outcome and flag of `classify`, named as in the report
-    (inconsistent_offsets counts positions: see `inconsistent_offsets`)."""
-    counts = [F.count("outcome").alias("attempted")]
-    counts += [F.count(F.when(F.col("outcome") == o, 1)).alias(o) for o in OUTCOMES]
+def noteworthy(classified: DataFrame) -> DataFrame:
+    """The classified values the report needs one by one: every anomalous value, and every
+    value not acknowledged at its only attempt (failed, indeterminate or retried).
+
+    Few even in a lossy run, and with the number of send attempts they give every count
+    (`value_counts`), so no count runs over all values: an Observation there would make
+    Spark build every value's row, where only these few rows are built now.
+    """
+    return classified.filter(reduce(or_, [F.col(k) for k in KINDS])
+                             | F.col("outcome").isin("failed", "indeterminate")
+                             | (F.col("n_sends") > 1))
+
+
+def value_counts(noteworthy: DataFrame) -> list[Column]:
+    """Aggregate columns over the `noteworthy` values: `retries` (send attempts after each
+    value's first), failed, indeterminate, and each flag, named as in the report
+    (inconsistent_offsets counts positions: see `inconsistent_offsets`).
+
+    Every value with more than one attempt or an outcome other than acked is noteworthy, so
+    attempted = send attempts - retries and acked = attempted - failed - indeterminate.
+    """
+    counts = [F.coalesce(F.sum(F.greatest(F.col("n_sends") - 1, F.lit(0))), F.lit(0))
+              .alias("retries")]
+    counts += [F.count(F.when(F.col("outcome") == o, 1)).alias(o)
+               for o in ("failed", "indeterminate")]
     counts += [F.count(F.when(F.col(k), 1)).alias(name) for k, name in KINDS.items()
                if k != INCONSISTENT]
     counts += [F.count(F.when(F.col(k), 1)).alias(k)
                for k in ("indeterminate_committed", "indeterminate_lost")]
     return counts
-
-
-def anomalous(classified: DataFrame) -> DataFrame:
-    """The classified values with at least one anomaly kind: few, even in a lossy run."""
-    return classified.filter(reduce(or_, [F.col(k) for k in KINDS]))
 
 
 def _named(at: Column, topics: Mapping[int, str]) -> tuple[Column, Column, Column]:
@@ -241,7 +255,7 @@ def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFram
     """One row per (anomalous value, kind): kind, topic, partition, offset, value, t_invoke,
     detail. The position is the one the acknowledgement gave (lost, misplaced, duplicate of an
     acked record), the inconsistent one, or where a read found the record. `topics` maps the
-    topic keys of `anomalous` to names (`topic_key`)."""
+    topic keys of `anomalous` to names (`topic_key`). Values without an anomaly give no row."""
     kinds = F.filter(F.array(*[F.when(F.col(k), F.lit(k)) for k in KINDS]),
                      lambda k: k.isNotNull())
     kind = F.col("kind")

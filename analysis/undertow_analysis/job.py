@@ -3,9 +3,10 @@
     python -m undertow_analysis HISTORY --out DIR [--master URL] [--conf KEY=VALUE ...]
     spark-submit analysis/undertow_analysis/__main__.py HISTORY --out DIR
 
-Only bounded results reach the driver: counts (a Spark Observation on the pass that writes the
-anomalies), per-second series for the plots, fault windows, and at most MAX_LOST_ROWS lost plus
-MAX_OTHER_ROWS per other kind of example records. The full anomaly list is written by Spark.
+Only bounded results reach the driver: counts (aggregated from the few noteworthy values the
+one pass over the history writes), per-second series for the plots, fault windows, and at most
+MAX_LOST_ROWS lost plus MAX_OTHER_ROWS per other kind of example records. The full anomaly list
+is written by Spark.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pyspark.sql.window import Window
 from undertow_analysis import checks, html, plots, report
 from undertow_analysis.io import History, child, delete, read_history, write_bytes
 
-VALUE_PART = "value"  # the scratch output's anomalous values; the rest are series rows
+VALUE_PART = "value"  # the scratch output's noteworthy values; the rest are series rows
 SERIES_COLUMNS = ("part", "second", "bucket", "attempted", "acked", "max_ms", "first", "last",
                   "bad_sends", "bad_reads")
 MAX_LOST_ROWS = 1000
@@ -158,33 +159,42 @@ def _keeping_observations(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def _check(history: History, t_ref: float, scratch: str) -> dict[str, int]:
+def _check(history: History, t_ref: float, scratch: str) -> int:
     """Run every record checker and the send series in one query: one parse, one shuffle.
 
-    The query gathers the counts (Spark Observations) and writes to `scratch` the anomalous
-    values (part VALUE_PART) and the series rows (parts "second", "latency" and "other"), all
-    few. Nothing is observed line by line: the malformed lines are counted in the series, and
-    topic names come from `topic_names`.
+    The query writes to `scratch` the noteworthy values (part VALUE_PART) and the series rows
+    (parts "second", "latency" and "other"), all few, and returns the number of inconsistent
+    offsets (an Observation of the few positions). Nothing is observed line by line or value
+    by value: malformed lines are counted in the series, the other counts come from the
+    written rows (`_counts`) and topic names from `topic_names`.
     """
     inconsistent_obs = Observation("undertow-inconsistent")
-    counts_obs = Observation("undertow-counts")
     by_value = checks.by_value(checks.events(history.lines("sends"), history.lines("reads")))
     inconsistent = checks.inconsistent_offsets(by_value).observe(
         inconsistent_obs, F.count("*").alias("inconsistent_offsets"))
     classified = checks.classify(checks.positions_by_value(by_value), inconsistent)
-    classified = classified.observe(counts_obs, *checks.value_counts(classified))
-    values = checks.anomalous(classified).withColumn("part", F.lit(VALUE_PART))
+    values = checks.noteworthy(classified).withColumn("part", F.lit(VALUE_PART))
     series = checks.send_series(by_value, t_ref).withColumnRenamed("kind", "part")
     (values.unionByName(series, allowMissingColumns=True)
      .write.mode("overwrite").parquet(scratch))
-    counts = {**counts_obs.get, **inconsistent_obs.get}
+    return int(inconsistent_obs.get["inconsistent_offsets"])
+
+
+def _counts(values: DataFrame, series: list[tuple[int, int, int]],
+            inconsistent_offsets: int) -> dict[str, int]:
+    """Every count of the report from the noteworthy values `_check` wrote and the number of
+    send attempts in the series (see `checks.value_counts`)."""
+    row = values.agg(*checks.value_counts(values)).first().asDict()
+    attempted = sum(a for _, a, _ in series) - row.pop("retries")
+    counts = {**row, "attempted": attempted, "inconsistent_offsets": inconsistent_offsets,
+              "acked": attempted - row["failed"] - row["indeterminate"]}
     return {name: int(counts[name]) for name in report.COUNT_NAMES}
 
 
-def _write_anomalies(spark: SparkSession, anomalous: DataFrame, topics: dict[int, str],
+def _write_anomalies(spark: SparkSession, values: DataFrame, topics: dict[int, str],
                      faults: list[dict[str, Any]], t0: float, t_end: float, uri: str,
                      scratch: str) -> None:
-    """anomalies/: the anomalous values `_check` wrote, one row per kind, with their
+    """anomalies/: the anomalous ones of the values `_check` wrote, one row per kind, with their
     positions named and the fault active when they were sent.
 
     The fault intervals reach Spark as a JSON Lines file next to `scratch` rather than as
@@ -195,7 +205,7 @@ def _write_anomalies(spark: SparkSession, anomalous: DataFrame, topics: dict[int
     write_bytes(spark, intervals_uri, "".join(lines).encode())
     intervals = spark.read.schema("start double, end double, fault string").json(intervals_uri)
     width = max(1.0, (t_end - t0) / FAULT_BUCKETS)
-    (checks.with_active_fault(checks.value_anomalies(anomalous, topics), intervals, width)
+    (checks.with_active_fault(checks.value_anomalies(values, topics), intervals, width)
      .write.mode("overwrite").parquet(uri))
 
 
@@ -209,14 +219,14 @@ def topic_keys(spark: SparkSession, names: set[str]) -> dict[int, str]:
     return dict(zip(keys, ordered, strict=True))
 
 
-def topic_names(history: History, anomalous: DataFrame) -> dict[int, str]:
-    """topic_key -> name for the topics of the anomalous values' positions.
+def topic_names(history: History, values: DataFrame) -> dict[int, str]:
+    """topic_key -> name for the topics of the positions of `values` (the noteworthy ones).
 
     The experiment's topic (meta.json) and the sampled ones (cluster.jsonl) name them without
     a pass over sends and reads; only a topic neither knows (say, reads of another topic)
     costs a scan of the topic field of both.
     """
-    wanted = {r[0] for r in anomalous.select(F.explode(F.array(
+    wanted = {r[0] for r in values.select(F.explode(F.array(
         *[F.col(f"{c}.tk") for c in checks.POSITIONS])).alias("tk")).distinct().collect()}
     wanted.discard(None)
     spec = history.meta.get("spec")
@@ -288,14 +298,15 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
     scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
     try:
-        counts = _check(history, t_ref, scratch)
+        inconsistent_offsets = _check(history, t_ref, scratch)
         written = spark.read.parquet(scratch)
         series, send_times = _series(written, history)
+        values = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS)
+        counts = _counts(values, series, inconsistent_offsets)
         t0 = float(meta.get("start") or send_times["first"] or 0.0)
         t_end = max(_end(history, send_times["last"]) or t0, t0)
         faults = _faults(history, t0, t_end)
-        anomalous = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS)
-        _write_anomalies(spark, anomalous, topic_names(history, anomalous), faults, t0, t_end,
+        _write_anomalies(spark, values, topic_names(history, values), faults, t0, t_end,
                          outputs["anomalies"], scratch)
     finally:
         delete(spark, scratch)

@@ -22,7 +22,7 @@ def planted(spark, tmp_path_factory):
         "inconsistent": [(topics[r["tk"]], r["pos"] >> checks.OFFSET_BITS,
                           r["pos"] & checks.MAX_OFFSET) for r in inconsistent.collect()],
         "classified": classified.collect(),
-        "anomalies": checks.value_anomalies(checks.anomalous(classified), topics).collect(),
+        "anomalies": checks.value_anomalies(checks.noteworthy(classified), topics).collect(),
     }
     classified.unpersist()
     return found
