@@ -60,8 +60,8 @@ def events(sends: DataFrame, reads: DataFrame) -> DataFrame:
     """Sends and reads as one narrow table: value, tk, pos, code, t_invoke (sends only) and
     t_complete (a send's completion, a read's time: the report's last read comes from it).
 
-    A line marked `malformed` (a column the frames may have) becomes a row of code BAD_SEND
-    or BAD_READ without value or time, which `send_series` counts: counting them on the way
+    Both frames carry `malformed` (`History.lines`): a malformed line becomes a row of code
+    BAD_SEND or BAD_READ without value or time, which `send_series` counts: counting them on the way
     through the one shuffle is cheaper than an Observation, which would split the scan's
     generated code in two and copy every line once more.
     """
@@ -71,7 +71,7 @@ def events(sends: DataFrame, reads: DataFrame) -> DataFrame:
 
     def narrow(df: DataFrame, code: Column, bad_code: int, t_invoke: Column,
                t_complete: Column) -> DataFrame:
-        good = ~F.col("malformed") if "malformed" in df.columns else F.lit(True)
+        good = ~F.col("malformed")
         return df.select(F.when(good, F.col("value")).alias("value"),
                          topic_key(F.col("topic")).alias("tk"),
                          packed_position(F.col("partition"), F.col("offset")).alias("pos"),

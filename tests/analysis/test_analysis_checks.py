@@ -14,7 +14,7 @@ from undertow_analysis.job import topic_keys
 def planted(spark, tmp_path_factory):
     """inconsistent_offsets, classify and value_anomalies on the planted history, collected."""
     history = read_history(spark, str(planted_history().write(tmp_path_factory.mktemp("h"))))
-    by_value = checks.by_value(checks.events(history.valid("sends"), history.valid("reads")))
+    by_value = checks.by_value(checks.events(history.lines("sends"), history.lines("reads")))
     inconsistent = checks.inconsistent_offsets(by_value)
     classified = checks.classify(checks.positions_by_value(by_value), inconsistent).cache()
     topics = topic_keys(spark, {"t", "u"})
