@@ -181,14 +181,23 @@ def write_bytes(spark: SparkSession, uri: str, data: bytes) -> None:
         stream.close()
 
 
+def read_bytes(spark: SparkSession, uri: str) -> bytes:
+    """A small file's content through Hadoop's FileSystem: no Spark job for a few bytes."""
+    fs, path = _hadoop_path(spark, uri)
+    stream = fs.open(path)
+    try:
+        return bytes(stream.readAllBytes())
+    finally:
+        stream.close()
+
+
 def read_meta(spark: SparkSession, history_uri: str) -> dict[str, Any]:
     uri = child(history_uri, "meta.json")
     if not exists(spark, uri):
         raise FileNotFoundError(f"history {history_uri} has no meta.json")
-    text = spark.read.text(uri, wholetext=True).first()
     try:
-        meta = json.loads(text[0] if text else "")
-    except json.JSONDecodeError as e:
+        meta = json.loads(read_bytes(spark, uri))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{uri}: not valid JSON: {e}") from e
     if not isinstance(meta, dict):
         raise ValueError(f"{uri}: expected a JSON object")

@@ -281,6 +281,15 @@ def test_bad_meta_field_is_named(tmp_path, capsys):
     assert "field 'idempotent' must be true or false" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("content", [b'{"experiment": "torn', b"", b'{"experiment": "\xff"}'])
+def test_unreadable_meta_is_named(tmp_path, capsys, content):
+    """A torn, empty or non-UTF-8 meta.json is bad input naming the file, not a crash."""
+    history = clean_history().write(tmp_path / "history")
+    (history / "meta.json").write_bytes(content)
+    assert main([str(history), "--out", str(tmp_path / "out")]) == 2
+    assert f"{history / 'meta.json'}: not valid JSON" in capsys.readouterr().err
+
+
 def test_module_entry_point_parses_the_command_line():
     run = subprocess.run([sys.executable, "-m", "undertow_analysis", "--help"],
                          capture_output=True, text=True, timeout=60, check=True)
