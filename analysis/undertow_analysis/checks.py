@@ -201,6 +201,11 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
     )
 
 
+def is_anomalous() -> Column:
+    """True for a classified value with at least one anomaly kind."""
+    return reduce(or_, [F.col(k) for k in KINDS])
+
+
 def noteworthy(classified: DataFrame) -> DataFrame:
     """The classified values the report needs one by one: every anomalous value, and every
     value not acknowledged at its only attempt (failed, indeterminate or retried).
@@ -209,8 +214,7 @@ def noteworthy(classified: DataFrame) -> DataFrame:
     (`value_counts`), so no count runs over all values: an Observation there would make
     Spark build every value's row, where only these few rows are built now.
     """
-    return classified.filter(reduce(or_, [F.col(k) for k in KINDS])
-                             | F.col("outcome").isin("failed", "indeterminate")
+    return classified.filter(is_anomalous() | F.col("outcome").isin("failed", "indeterminate")
                              | (F.col("n_sends") > 1))
 
 

@@ -220,13 +220,14 @@ def topic_keys(spark: SparkSession, names: set[str]) -> dict[int, str]:
 
 
 def topic_names(history: History, values: DataFrame) -> dict[int, str]:
-    """topic_key -> name for the topics of the positions of `values` (the noteworthy ones).
+    """topic_key -> name for the topics of the anomalous ones of `values` (the noteworthy ones):
+    only they are named in anomalies/.
 
     The experiment's topic (meta.json) and the sampled ones (cluster.jsonl) name them without
     a pass over sends and reads; only a topic neither knows (say, reads of another topic)
     costs a scan of the topic field of both.
     """
-    wanted = {r[0] for r in values.select(F.explode(F.array(
+    wanted = {r[0] for r in values.filter(checks.is_anomalous()).select(F.explode(F.array(
         *[F.col(f"{c}.tk") for c in checks.POSITIONS])).alias("tk")).distinct().collect()}
     wanted.discard(None)
     spec = history.meta.get("spec")

@@ -328,11 +328,12 @@ def three_topics(tmp_path):
 
 
 def _anomalous_at(spark, keys):
-    """Anomalous values, one per topic key, positioned at offset 0 of partition 0."""
+    """Anomalous (lost) values, one per topic key, positioned at offset 0 of partition 0."""
     struct = "struct<tk:bigint,pos:bigint>"
-    schema = ", ".join(f"{c} {struct}" for c in checks.POSITIONS)
+    schema = ", ".join([f"{c} {struct}" for c in checks.POSITIONS]
+                       + [f"{k} boolean" for k in checks.KINDS])
     rows = [tuple((tk, 0) if i == 0 else None for i in range(len(checks.POSITIONS)))
-            for tk in keys]
+            + tuple(k == "lost" for k in checks.KINDS) for tk in keys]
     return spark.createDataFrame(rows, schema)
 
 
