@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from analysis_histories import PLANTED_ANOMALIES, PLANTED_COUNTS, planted_history
 
@@ -117,3 +119,34 @@ def test_verdict(changes, idempotent, expected):
 def test_no_ack_windows_merge_consecutive_seconds():
     windows = report.no_ack_windows([4, 8, 9, 13], t_ref=100.0, t0=100.0)
     assert [(w["start_s"], w["duration_s"]) for w in windows] == [(4, 1), (8, 2), (13, 1)]
+
+
+def test_send_series_decodes_negative_seconds_and_submillisecond_buckets(spark):
+    """The series key packs a second or a latency bucket with its kind: seconds before t_ref
+    and latencies under a millisecond are negative and must come back intact."""
+    t_ref = 1_000.0
+    rows = [  # value, tk, pos, code, t_invoke, t_complete
+        ("a", 1, 0, checks.OK, t_ref - 1.5, t_ref - 1.4995),  # second -2, 0.5 ms
+        ("b", 1, 1, checks.OK, t_ref + 3.2, t_ref + 3.21),  # second 3, 10 ms
+        ("c", 1, None, checks.FAIL, t_ref + 3.9, t_ref + 4.0),  # second 3, not acked
+        ("a", 1, 0, checks.RUN, None, t_ref + 9.0),
+        (None, None, None, checks.BAD_READ, None, None),
+    ]
+    events = spark.createDataFrame(
+        rows, "value string, tk long, pos long, code byte, t_invoke double, t_complete double")
+    got = {(r["kind"], r["second"], r["bucket"]): r
+           for r in checks.send_series(events, t_ref).collect()}
+
+    def bucket(t_invoke: float, t_complete: float) -> int:
+        return math.floor(math.log((t_complete - t_invoke) * 1000.0) / math.log(
+            checks.LATENCY_RATIO))
+
+    small, large = bucket(*rows[0][4:6]), bucket(*rows[1][4:6])
+    assert small < 0 < large
+    assert set(got) == {("second", -2, None), ("second", 3, None), ("latency", None, small),
+                        ("latency", None, large), ("other", None, None)}
+    assert (got["second", 3, None]["attempted"], got["second", 3, None]["acked"]) == (2, 1)
+    assert got["second", -2, None]["first"] == t_ref - 1.5
+    assert got["latency", None, small]["max_ms"] == pytest.approx(0.5)
+    other = got["other", None, None]
+    assert (other["last"], other["bad_reads"], other["bad_sends"]) == (t_ref + 9.0, 1, 0)
