@@ -29,6 +29,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+from ledger import commit
+
 LEVELS = ("session", "parse", "shuffle", "job")
 RESULTS = Path(__file__).parent / "results" / "analysis_floor.jsonl"
 DRIVER_MEMORY = "4g"
@@ -70,11 +72,6 @@ def timed(history: str, level: str) -> float:
         return time.monotonic() - start
 
 
-def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=Path(__file__).parent).stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("history")
@@ -101,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                  for name in ("sends", "reads")}
         row = {"history_bytes": sizes, "rounds": args.rounds,
                **{f"{k}_s": v for k, v in median.items()},
-               "commit": _commit(), "date": date.today().isoformat()}
+               "commit": commit(), "date": date.today().isoformat()}
         with RESULTS.open("a") as f:
             f.write(json.dumps(row) + "\n")
     return 0

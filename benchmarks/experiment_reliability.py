@@ -31,18 +31,14 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ledger import commit
+
 REPO = Path(__file__).resolve().parents[1]
 LEDGER = REPO / "benchmarks" / "results" / "reliability.jsonl"
 
 
 def expectation(path: Path) -> str:
     return "loss" if "expect: loss" in path.read_text() else "clean"
-
-
-def commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                         capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
 
 
 def run_once(path: Path, keep: Path, index: int) -> dict:

@@ -370,7 +370,7 @@ def send_series(by_value: DataFrame, t_ref: float) -> DataFrame:
     rows = by_value.select(F.explode(keys).alias("key"), "code", "t_invoke", "t_complete")
     return rows.groupBy("key").agg(
         F.count(F.when(kind == SECOND, 1)).alias("attempted"),
-        F.count(F.when((kind != OTHER) & (code == OK), 1)).alias("acked"),
+        F.count(F.when(code == OK, 1)).alias("acked"),  # ok rows have no OTHER key
         F.max(F.when(kind == LATENCY, ms)).alias("max_ms"),
         F.min(F.when(kind == SECOND, F.col("t_invoke"))).alias("first"),
         F.max("t_complete").alias("last"),
