@@ -301,6 +301,7 @@ def test_a_local_session_gets_the_throughput_collector_unless_the_user_says_othe
     assert local["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
     assert local["spark.sql.shuffle.partitions"] == "32"
     assert local["spark.shuffle.sort.bypassMergeThreshold"] == "0"
+    assert "spark.sql.files.maxPartitionBytes" not in local  # Spark's 128 MB splits
     mine = session_conf("local[2]", {"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})
     assert mine["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC"
     # A cluster master (or spark-submit's own, None) keeps its JVM and partitioning settings.
