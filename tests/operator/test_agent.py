@@ -22,9 +22,9 @@ from undertow.kube.agent import (
     FaultAgent,
     Netfilter,
     Processes,
-    main,
     make_server,
 )
+from undertow.kube.agent.__main__ import main
 from undertow.platform.base import wait_for
 
 needs_root = pytest.mark.skipif(not can_use_netns(),

@@ -1,15 +1,15 @@
-"""What the operator's two Jobs run.
+"""What the operator's Jobs run in the operator image.
 
     python -m undertow.kube.jobs run --file F --out /data --namespace NS --seed S
-    python -m undertow.kube.jobs analyze --history /data/history --out /data/report \\
-        --configmap NAME --namespace NS
+    python -m undertow.kube.jobs publish --report /data/report --configmap NAME --namespace NS
 
 ``run`` is ``undertow run``'s runner (``run_experiment``) on the Kubernetes platform,
 without the analysis: it writes the history to ``OUT/history`` on the experiment's volume
 and exits 0 when the run went through, 2 on a bad experiment file, 1 otherwise (the
-operator then heals and marks the experiment Failed). ``analyze`` runs the PySpark
-analysis in the analysis image and publishes ``report.json`` (and ``report.html`` when it
-fits) into the experiment's report ConfigMap, which the operator reads the verdict from.
+operator then heals and marks the experiment Failed). ``publish`` is the analysis Job's
+second step: once the analysis image's ``python -m undertow_analysis`` has written the
+report, it patches ``report.json`` (and ``report.html`` when it fits) into the
+experiment's report ConfigMap, which the operator reads the verdict from.
 """
 
 from __future__ import annotations
@@ -71,15 +71,11 @@ def publish_report(api: KubeApi, namespace: str, config_map: str, out: Path) -> 
     return sorted(data)
 
 
-def analyze(history: str, out: Path, namespace: str, config_map: str) -> int:
-    from undertow_analysis.job import run_analysis
-
-    try:
-        run_analysis(history, str(out))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"undertow analyze: {exc}", file=sys.stderr)
+def publish(report: Path, namespace: str, config_map: str) -> int:
+    if not (report / REPORT_KEY).is_file():
+        print(f"undertow publish: no {REPORT_KEY} in {report}", file=sys.stderr)
         return 2
-    keys = publish_report(KubeApi.from_environment(), namespace, config_map, out)
+    keys = publish_report(KubeApi.from_environment(), namespace, config_map, report)
     log.info("published %s to ConfigMap %s", ", ".join(keys), config_map)
     return 0
 
@@ -93,17 +89,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--namespace", required=True)
     r.add_argument("--seed", type=int, required=True)
-    a = sub.add_parser("analyze", help="analyse the history; publish the report")
-    a.add_argument("--history", required=True)
-    a.add_argument("--out", type=Path, required=True)
-    a.add_argument("--namespace", required=True)
-    a.add_argument("--configmap", required=True)
+    p = sub.add_parser("publish", help="patch the analysis' report into its ConfigMap")
+    p.add_argument("--report", type=Path, required=True)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--configmap", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
     if args.command == "run":
         return run(args.file, args.out, args.namespace, args.seed)
-    return analyze(args.history, args.out, args.namespace, args.configmap)
+    return publish(args.report, args.namespace, args.configmap)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from undertow.kube.resources import (
     fault_secret,
     inline_cluster,
     runner_job,
+    storage_change,
 )
 from undertow.platform import admin
 from undertow.platform.base import CONTROLLER, PlatformError, broker_id_of, broker_node
@@ -88,6 +89,9 @@ class Operator:
         if self.api.get("Secret", names.namespace, names.secret) is None:
             self._create(fault_secret(body, secrets.token_hex(16), secrets.token_hex(16)))
         current = self.api.get("StatefulSet", names.namespace, names.brokers)
+        problem = storage_change(current, spec)
+        if problem is not None:
+            raise SpecError(problem)
         replicas = spec.brokers
         if current is not None:
             replicas = max(spec.brokers, int(current.get("spec", {}).get("replicas") or 0))
@@ -104,9 +108,12 @@ class Operator:
             spec_error = None
         except SpecError as exc:
             spec, spec_error = None, str(exc)
+        if spec is not None:
+            spec_error = storage_change(
+                self.api.get("StatefulSet", names.namespace, names.brokers), spec)
         pods = self.cluster_pods(names)
         decision = None
-        if spec is not None:
+        if spec is not None and spec_error is None:
             decision = self._roll(body, names, spec.brokers, spec.config.min_insync_replicas,
                                   pods, notify)
         return st.cluster_status(
@@ -127,8 +134,12 @@ class Operator:
         update_revision = (sts.get("status") or {}).get("updateRevision")
         current = int(sts.get("spec", {}).get("replicas") or 0)
         brokers = [p for p in pods if p.node and p.node.startswith("broker-")]
+        controller_sts = self.api.get("StatefulSet", names.namespace, names.controller) or {}
+        controller_pod = rollout.ControllerPod(
+            next((p for p in pods if p.node == CONTROLLER), None),
+            (controller_sts.get("status") or {}).get("updateRevision"))
         if not rollout.pending(brokers, desired=desired, current_replicas=current,
-                               update_revision=update_revision):
+                               update_revision=update_revision, controller=controller_pod):
             return rollout.RolloutDecision("none")
         states = {}
         for pod in brokers:
@@ -142,8 +153,11 @@ class Operator:
         decision = rollout.plan(brokers, desired=desired, current_replicas=current,
                                 update_revision=update_revision, states=states,
                                 controller_state=controller, default_min_isr=min_isr or 1,
-                                locked_by=locked)
-        if decision.action == "restart":
+                                locked_by=locked, controller=controller_pod)
+        if decision.action == "restart-controller":
+            self.api.delete("Pod", names.namespace, names.pod(CONTROLLER))
+            notify("RollingRestart", f"restarting {names.pod(CONTROLLER)}: {decision.reason}")
+        elif decision.action == "restart":
             pod_name = names.pod(broker_node(decision.broker or 0))
             self.api.delete("Pod", names.namespace, pod_name)
             notify("RollingRestart", f"restarting {pod_name}: {decision.reason}")

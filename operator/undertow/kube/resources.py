@@ -64,8 +64,11 @@ MAX_DERIVED_NAME = 40
 revision label ``<sts>-<hash>``) must stay within Kubernetes' 63-character limit."""
 
 DATA_DIR = "/var/lib/minibroker"
+CONTROLLER_STORAGE = "256Mi"
+"""The controller's metadata volume (a few KB of fsynced JSON per cluster)."""
 CONFIG_DIR = "/etc/minibroker"
 HISTORY_DIR = "/data"
+REPORT_DIR = f"{HISTORY_DIR}/report"
 EXPERIMENT_DIR = "/etc/undertow"
 
 # Reads server.properties into repeated --config flags, then execs minibroker so that the
@@ -102,6 +105,9 @@ class JobSettings:
         "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}})
     agent_resources: Mapping[str, Any] = field(default_factory=lambda: {
         "requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}})
+    publish_resources: Mapping[str, Any] = field(default_factory=lambda: {
+        "requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}})
+    """The analysis Job's second container, which patches the report into its ConfigMap."""
     run_margin_s: int = 900
     """Added to the workload's duration for the runner Job's activeDeadlineSeconds."""
 
@@ -388,8 +394,9 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
             "serviceName": name,
             "replicas": replicas,
             "podManagementPolicy": "Parallel",
-            # Brokers: the operator restarts them itself, never below min.insync.replicas.
-            "updateStrategy": {"type": "OnDelete" if component == "broker" else "RollingUpdate"},
+            # The operator restarts every pod itself (rollout.py): the controller while the
+            # brokers are ready, brokers never below min.insync.replicas.
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": {**MANAGED_BY, **labels},
@@ -407,18 +414,57 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
             },
         },
     }
-    if spec.storage.type == "persistent":
+    size = _data_volume_size(spec, component)
+    if size is not None:
         body["spec"]["volumeClaimTemplates"] = [{
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": "data", "labels": {**MANAGED_BY, **labels}},
             "spec": {"accessModes": ["ReadWriteOnce"],
-                     "resources": {"requests": {"storage": str(spec.storage.size)}}},
+                     "resources": {"requests": {"storage": size}}},
         }]
         body["spec"]["persistentVolumeClaimRetentionPolicy"] = {
             "whenDeleted": "Delete", "whenScaled": "Delete"}
     else:
         volumes.append({"name": "data", "emptyDir": {"sizeLimit": str(spec.storage.size)}})
     return body
+
+
+def _data_volume_size(spec: BrokerClusterSpec, component: str) -> str | None:
+    """The PersistentVolumeClaim size of a component's data volume; None: an emptyDir.
+
+    The controller's metadata (registrations, partition leaders, epochs and ISRs) is always
+    on a claim: an emptyDir would be wiped by every restart of its pod, an operator upgrade
+    included, and every broker would find a controller that knows no topic. Brokers follow
+    ``spec.storage``.
+    """
+    if component == "controller":
+        return CONTROLLER_STORAGE
+    return str(spec.storage.size) if spec.storage.type == "persistent" else None
+
+
+def storage_change(current: Mapping[str, Any] | None, spec: BrokerClusterSpec) -> str | None:
+    """Why ``spec`` cannot be applied to the brokers' existing StatefulSet, or None.
+
+    A StatefulSet's volumeClaimTemplates are immutable: the API server answers 422 to a
+    change of storage type (the pod template would mount a volume the StatefulSet no
+    longer has), and a new persistent size would never reach the existing claims.
+    """
+    if current is None:
+        return None
+    templates = current.get("spec", {}).get("volumeClaimTemplates") or []
+    claim = next((t for t in templates if t.get("metadata", {}).get("name") == "data"), None)
+    current_type = "persistent" if claim is not None else "ephemeral"
+    if current_type != spec.storage.type:
+        return (f"spec.storage.type: cannot change from {current_type} to "
+                f"{spec.storage.type} on an existing cluster (StatefulSet volume claims are "
+                f"immutable); delete and recreate the BrokerCluster")
+    if claim is not None:
+        size = claim.get("spec", {}).get("resources", {}).get("requests", {}).get("storage")
+        if size is not None and str(size) != str(spec.storage.size):
+            return (f"spec.storage.size: cannot change from {size} to {spec.storage.size} "
+                    f"on persistent storage (StatefulSet volume claims are immutable); "
+                    f"delete and recreate the BrokerCluster")
+    return None
 
 
 def fault_agent_container(names: ClusterNames, images: Images,
@@ -543,28 +589,31 @@ def _account(owner: Mapping[str, Any], name: str,
     ]
 
 
-def _job(experiment: Mapping[str, Any], name: str, component: str, container: dict[str, Any],
-         volumes: list[dict[str, Any]], deadline_s: int | None) -> dict[str, Any]:
+def _job(experiment: Mapping[str, Any], name: str, component: str,
+         containers: list[dict[str, Any]], volumes: list[dict[str, Any]],
+         deadline_s: int | None,
+         init_containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     names = _experiment_names(experiment)
     labels = {LABEL_EXPERIMENT: names.experiment, LABEL_COMPONENT: component}
-    container["securityContext"] = _restricted()
-    container["volumeMounts"] = [*container.get("volumeMounts", []),
-                                 {"name": "tmp", "mountPath": "/tmp"}]
+    for container in [*(init_containers or []), *containers]:
+        container["securityContext"] = _restricted()
+        container["volumeMounts"] = [*container.get("volumeMounts", []),
+                                     {"name": "tmp", "mountPath": "/tmp"}]
+    pod: dict[str, Any] = {
+        "serviceAccountName": name,
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        # Time for the runner to heal every fault when the Job is deleted.
+        "terminationGracePeriodSeconds": 60,
+        "securityContext": _pod_security(),
+        "containers": containers,
+        "volumes": [*volumes, {"name": "tmp", "emptyDir": {}}],
+    }
+    if init_containers:
+        pod["initContainers"] = init_containers
     spec: dict[str, Any] = {
         "backoffLimit": 0,
-        "template": {
-            "metadata": {"labels": {**MANAGED_BY, **labels}},
-            "spec": {
-                "serviceAccountName": name,
-                "restartPolicy": "Never",
-                "enableServiceLinks": False,
-                # Time for the runner to heal every fault when the Job is deleted.
-                "terminationGracePeriodSeconds": 60,
-                "securityContext": _pod_security(),
-                "containers": [container],
-                "volumes": [*volumes, {"name": "tmp", "emptyDir": {}}],
-            },
-        },
+        "template": {"metadata": {"labels": {**MANAGED_BY, **labels}}, "spec": pod},
     }
     if deadline_s is not None:
         spec["activeDeadlineSeconds"] = deadline_s
@@ -602,23 +651,84 @@ def runner_job(experiment: Mapping[str, Any], cluster_name: str, seed: int,
     }
     volumes = [_history_volume(names), {"name": "spec", "configMap": {"name": names.spec}}]
     deadline = int(duration_s) + settings.run_margin_s
-    return _job(experiment, names.runner, "runner", container, volumes, deadline)
+    return _job(experiment, names.runner, "runner", [container], volumes, deadline)
 
 
 def analysis_job(experiment: Mapping[str, Any], images: Images,
                  settings: JobSettings) -> dict[str, Any]:
-    """The Job that runs the PySpark analysis on the history and publishes the report."""
+    """The Job that checks the history and publishes the report, in two steps.
+
+    The analysis image holds PySpark and the analysis only, so the check runs there as an
+    init container (``python -m undertow_analysis``, exit 2 on a bad history fails the
+    Job); the operator image, which has the Kubernetes client, then patches the report into
+    the report ConfigMap (``python -m undertow.kube.jobs publish``).
+    """
     names = _experiment_names(experiment)
-    container = {
+    resources = dict(settings.analysis_resources)
+    command = ["python", "-m", "undertow_analysis", f"{HISTORY_DIR}/history",
+               "--out", REPORT_DIR]
+    heap = driver_memory(resources)
+    if heap is not None:
+        command += ["--conf", f"spark.driver.memory={heap}"]
+    analysis = {
         "name": "analysis",
         "image": images.analysis,
         "imagePullPolicy": images.pull_policy,
-        "command": ["python", "-m", "undertow.kube.jobs", "analyze",
-                    "--history", f"{HISTORY_DIR}/history", "--out", f"{HISTORY_DIR}/report",
-                    "--configmap", names.report, "--namespace", names.namespace],
+        "command": command,
         "env": [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
-        "resources": dict(settings.analysis_resources),
+        "resources": resources,
         "volumeMounts": [{"name": "history", "mountPath": HISTORY_DIR}],
     }
-    return _job(experiment, names.analysis, "analysis", container, [_history_volume(names)],
-                None)
+    publish = {
+        "name": "publish",
+        "image": images.operator,
+        "imagePullPolicy": images.pull_policy,
+        "command": ["python", "-m", "undertow.kube.jobs", "publish", "--report", REPORT_DIR,
+                    "--configmap", names.report, "--namespace", names.namespace],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "resources": dict(settings.publish_resources),
+        "volumeMounts": [{"name": "history", "mountPath": HISTORY_DIR, "readOnly": True}],
+    }
+    return _job(experiment, names.analysis, "analysis", [publish], [_history_volume(names)],
+                None, init_containers=[analysis])
+
+
+_QUANTITY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+                   "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_MIB = 2**20
+DRIVER_OVERHEAD_MIB = 384
+"""Memory left outside the driver's heap: at least this, or a quarter of the limit (the
+JVM's metaspace, threads and direct buffers, and the Python process that drives it); the
+same floor as Spark's ``spark.driver.memoryOverheadFactor`` minimum on Kubernetes."""
+
+
+def driver_memory(resources: Mapping[str, Any]) -> str | None:
+    """Spark's ``spark.driver.memory`` for a container with these resources.
+
+    In local mode the driver JVM runs every task, so its heap is nearly all the container
+    may use: the memory limit less the overhead above. Without a limit Spark's default
+    (1g) stands. A limit too small for a 256 MiB heap is refused: the Job could only be
+    OOM-killed.
+    """
+    limit = (resources.get("limits") or {}).get("memory")
+    if limit is None:
+        return None
+    limit_bytes = parse_quantity(str(limit))
+    heap_mib = (limit_bytes - max(DRIVER_OVERHEAD_MIB * _MIB, limit_bytes // 4)) // _MIB
+    if heap_mib < 256:
+        raise ValueError(f"analysis memory limit {limit} leaves {heap_mib} MiB for Spark's "
+                         f"driver; give it at least {256 + DRIVER_OVERHEAD_MIB}Mi")
+    return f"{heap_mib}m"
+
+
+def parse_quantity(text: str) -> int:
+    """A Kubernetes memory quantity (``2Gi``, ``1500M``, ``512Mi``, ``1e9``) in bytes."""
+    number = text.rstrip("kMGTi")
+    unit = text[len(number):]
+    if unit not in _QUANTITY_UNITS or not number:
+        raise ValueError(f"memory quantity {text!r}: expected a number with an optional "
+                         f"unit ({', '.join(u for u in _QUANTITY_UNITS if u)})")
+    try:
+        return int(float(number) * _QUANTITY_UNITS[unit])
+    except ValueError:
+        raise ValueError(f"memory quantity {text!r} is not a number") from None

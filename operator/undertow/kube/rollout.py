@@ -1,4 +1,9 @@
-"""Rolling restarts and scale-downs of brokers, one at a time, never below min.insync.replicas.
+"""Rolling restarts and scale-downs, one pod at a time, never below min.insync.replicas.
+
+Both StatefulSets use ``OnDelete`` updates: the operator alone decides when a pod restarts.
+The controller goes first, as Strimzi rolls KRaft controllers before brokers: its
+metadata is on a PersistentVolumeClaim and survives the restart, and it restarts only
+while every broker is ready and no experiment holds the cluster.
 
 Strimzi's rule, decided from the brokers' own ``/v1/state``: a broker may stop only when,
 for every partition whose ISR holds it, the ISR without it still has at least the topic's
@@ -19,7 +24,7 @@ from typing import Any, Literal
 from undertow.kube.pods import PodView
 from undertow.platform.base import broker_id_of
 
-Action = Literal["none", "restart", "scale-down", "wait"]
+Action = Literal["none", "restart", "restart-controller", "scale-down", "wait"]
 
 
 @dataclass(frozen=True)
@@ -79,17 +84,33 @@ def _stale(brokers: Sequence[PodView], update_revision: str | None) -> dict[int,
             if p.node and update_revision and p.revision and p.revision != update_revision}
 
 
+@dataclass(frozen=True)
+class ControllerPod:
+    """The controller's pod (None: there is none yet) and its StatefulSet's revision."""
+
+    pod: PodView | None
+    update_revision: str | None
+
+    @property
+    def stale(self) -> bool:
+        return bool(self.pod and self.update_revision and self.pod.revision
+                    and self.pod.revision != self.update_revision)
+
+
 def pending(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
-            update_revision: str | None) -> bool:
-    """Whether any broker must restart or go (cheap: no /v1/state needed)."""
-    return current_replicas > desired or bool(_stale(brokers, update_revision))
+            update_revision: str | None, controller: ControllerPod | None = None) -> bool:
+    """Whether any pod must restart or go (cheap: no /v1/state needed)."""
+    return (current_replicas > desired or bool(_stale(brokers, update_revision))
+            or bool(controller and controller.stale))
 
 
 def plan(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
          update_revision: str | None, states: Mapping[int, Mapping[str, Any]] | None,
          controller_state: Mapping[str, Any] | None, default_min_isr: int,
-         locked_by: str | None = None) -> RolloutDecision:
-    """The next step of bringing the brokers to ``desired`` replicas on ``update_revision``.
+         locked_by: str | None = None,
+         controller: ControllerPod | None = None) -> RolloutDecision:
+    """The next step of bringing the controller to its StatefulSet's revision and the
+    brokers to ``desired`` replicas on ``update_revision``.
 
     ``states`` maps broker id to its ``/v1/state`` (None: not fetched; a missing id: that
     broker did not answer).
@@ -97,10 +118,13 @@ def plan(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
     by_id = {broker_id_of(p.node): p for p in brokers if p.node and p.node.startswith("broker-")}
     stale = sorted(_stale(brokers, update_revision))
     shrink = current_replicas > desired
-    if not stale and not shrink:
+    controller_stale = bool(controller and controller.stale)
+    if not stale and not shrink and not controller_stale:
         return RolloutDecision("none")
     if locked_by:
         return RolloutDecision("wait", reason=f"experiment {locked_by} is running")
+    if controller_stale:
+        return _controller_step(controller, by_id, current_replicas)
     for i in stale:
         if not by_id[i].ready and not by_id[i].terminating:
             return RolloutDecision("restart", i, f"broker-{i} is not ready and out of date")
@@ -129,3 +153,20 @@ def plan(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
     first = next(iter(blocked_by))  # the one it would have restarted first
     return RolloutDecision("wait", reason=f"restarting broker-{first} would leave "
                                           f"{'; '.join(blocked_by[first])}")
+
+
+def _controller_step(controller: ControllerPod | None, by_id: Mapping[int, PodView],
+                     current_replicas: int) -> RolloutDecision:
+    """Restart an out-of-date controller: at once when it is not ready (it serves
+    nothing), else once every broker is ready, so that no election waits on two restarts."""
+    assert controller is not None and controller.pod is not None
+    if controller.pod.terminating:
+        return RolloutDecision("wait", reason="the controller is restarting")
+    if not controller.pod.ready:
+        return RolloutDecision("restart-controller",
+                               reason="the controller is not ready and out of date")
+    not_ready = sorted(i for i in range(current_replicas) if i not in by_id or not by_id[i].ready)
+    if not_ready:
+        return RolloutDecision("wait", reason=f"broker-{not_ready[0]} is not ready yet")
+    return RolloutDecision("restart-controller",
+                           reason="the controller runs an old configuration")

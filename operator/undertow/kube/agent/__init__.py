@@ -1,0 +1,35 @@
+"""The fault agent: a sidecar in every broker and controller pod that pauses the broker and
+cuts its links, and heals both on its own when their deadline passes.
+
+It shares the pod's process namespace (``shareProcessNamespace: true``), so it finds the
+broker by its command line and stops it with SIGSTOP (SIGCONT resumes it); it shares the
+pod's network namespace, so its iptables rules drop exactly this pod's packets whatever
+the CNI. Rules live in chains of its own (``UNDERTOW-INPUT``, ``UNDERTOW-OUTPUT``) jumped
+to from INPUT and OUTPUT, so healing is a flush and nothing else in the pod is touched.
+
+Every fault carries a deadline: when it passes, the agent removes the rule or resumes the
+process itself, even if the runner and the operator are gone. A restarted agent has
+forgotten its deadlines, so it heals everything as it starts.
+
+HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /healthz)::
+
+    GET    /healthz
+    GET    /v1/faults                           -> {"faults": [...], "paused": bool}
+    POST   /v1/pause   {"deadline_s": 10}       SIGSTOP the target; returns once stopped
+    POST   /v1/resume                           SIGCONT the target
+    PUT    /v1/drops/{input|output}/{ip}  {"deadline_s": 10}
+    DELETE /v1/drops/{input|output}/{ip}
+    POST   /v1/heal                             remove every rule, resume every target
+
+``input`` drops packets from the peer (INPUT -s), ``output`` packets to it (OUTPUT -d).
+"""
+
+from undertow.kube.agent.client import AgentClient
+from undertow.kube.agent.errors import AgentError
+from undertow.kube.agent.fault_agent import Fault, FaultAgent
+from undertow.kube.agent.netfilter import Netfilter, iptables_command
+from undertow.kube.agent.processes import Processes
+from undertow.kube.agent.server import make_server
+
+__all__ = ["AgentClient", "AgentError", "Fault", "FaultAgent", "Netfilter", "Processes",
+           "iptables_command", "make_server"]

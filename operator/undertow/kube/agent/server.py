@@ -1,0 +1,110 @@
+"""The agent's HTTP API (see the package docstring), behind a bearer token."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from undertow.kube.agent.errors import AgentError
+from undertow.kube.agent.fault_agent import FaultAgent
+from undertow.kube.agent.netfilter import DIRECTIONS
+
+log = logging.getLogger("undertow.agent")
+
+
+MAX_DEADLINE_S = 3600.0
+
+
+def _deadline(body: dict[str, Any]) -> float:
+    value = body.get("deadline_s")
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0 < value <= MAX_DEADLINE_S:
+        raise AgentError(f"deadline_s must be a number in (0, {MAX_DEADLINE_S:g}], "
+                         f"got {value!r}", 400)
+    return float(value)
+
+
+def _drop_target(path: str) -> tuple[str, str]:
+    parts = path.removeprefix("/v1/drops/").split("/")
+    if len(parts) != 2 or parts[0] not in DIRECTIONS:
+        raise AgentError(f"expected /v1/drops/{{input|output}}/IP, got {path}", 404)
+    try:
+        address = ipaddress.ip_address(parts[1])
+    except ValueError:
+        raise AgentError(f"{parts[1]!r} is not an IP address", 400) from None
+    if address.version != 4:
+        raise AgentError(f"{address} is IPv6; the agent drops IPv4 peers only", 400)
+    return parts[0], str(address)
+
+
+def make_server(agent: FaultAgent, host: str, port: int, token: str) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _reply(self, status: int, payload: Any) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _handle(self, method: str) -> None:
+            if method == "GET" and self.path == "/healthz":
+                self._reply(200, {"ok": True})
+                return
+            supplied = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            if not hmac.compare_digest(supplied.encode(), token.encode()):
+                self._reply(401, {"error": "missing or wrong bearer token"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(body, dict):
+                    raise AgentError("the body must be a JSON object", 400)
+                self._reply(200, self._route(method, body))
+            except json.JSONDecodeError as exc:
+                self._reply(400, {"error": f"the body is not JSON: {exc}"})
+            except AgentError as exc:
+                self._reply(exc.status, {"error": str(exc)})
+
+        def _route(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+            path = self.path
+            if (method, path) == ("GET", "/v1/faults"):
+                return agent.faults()
+            if (method, path) == ("POST", "/v1/pause"):
+                return {"paused": agent.pause(_deadline(body))}
+            if (method, path) == ("POST", "/v1/resume"):
+                return {"resumed": agent.resume()}
+            if (method, path) == ("POST", "/v1/heal"):
+                agent.heal()
+                return {"healed": True}
+            if path.startswith("/v1/drops/") and method in ("PUT", "DELETE"):
+                direction, peer = _drop_target(path)
+                if method == "PUT":
+                    agent.drop(direction, peer, _deadline(body))
+                else:
+                    agent.undrop(direction, peer)
+                return {"direction": direction, "peer": peer}
+            raise AgentError(f"no such endpoint {method} {path}", 404)
+
+        def do_GET(self) -> None:
+            self._handle("GET")
+
+        def do_POST(self) -> None:
+            self._handle("POST")
+
+        def do_PUT(self) -> None:
+            self._handle("PUT")
+
+        def do_DELETE(self) -> None:
+            self._handle("DELETE")
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
