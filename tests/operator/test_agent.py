@@ -4,6 +4,7 @@ deadlines that heal without anyone asking, and its HTTP API's refusals."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -25,6 +26,7 @@ from undertow.kube.agent import (
     make_server,
 )
 from undertow.kube.agent.__main__ import main
+from undertow.kube.agent.netfilter import choose_backend, iptables_command
 from undertow.platform.base import wait_for
 
 needs_root = pytest.mark.skipif(not can_use_netns(),
@@ -189,3 +191,40 @@ def test_a_dropped_link_cuts_real_packets_until_the_deadline(
         agent.close()
         server.kill()
         server.wait()
+
+
+def test_the_iptables_back_end_follows_the_rules_already_there() -> None:
+    assert choose_backend({"nft": 0, "legacy": 0}) == "nft"
+    assert choose_backend({"nft": 2, "legacy": 5}) == "legacy"
+    assert choose_backend({"nft": 5, "legacy": 5}) == "nft"
+    assert choose_backend({"nft": None, "legacy": 0}) == "legacy"
+    assert choose_backend({"nft": 0, "legacy": None}) == "nft"
+    assert choose_backend({"nft": 9, "legacy": None}, override="legacy") == "legacy"
+    with pytest.raises(AgentError, match="neither iptables-nft nor iptables-legacy works"):
+        choose_backend({"nft": None, "legacy": None})
+    with pytest.raises(AgentError, match=r"\$UNDERTOW_IPTABLES='ipfw': expected nft or legacy"):
+        choose_backend({"nft": 0, "legacy": 0}, override="ipfw")
+    assert iptables_command({}, {"iptables-nft": 0, "iptables-legacy": 3}.get) == (
+        "iptables-legacy", "-w")
+
+
+@needs_root
+def test_the_iptables_back_end_is_read_from_a_real_network_namespace(netns: str) -> None:
+    """A namespace whose rules are in the legacy tables makes the agent use legacy too."""
+    probe = [sys.executable, "-c",
+             "from undertow.kube.agent.netfilter import iptables_command as c; print(c()[0])"]
+    for tool in ("iptables-legacy", "iptables-nft"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    empty = subprocess.run(["ip", "netns", "exec", netns, *probe], capture_output=True,
+                           text=True, check=True)
+    assert empty.stdout.strip() == "iptables-nft"
+    subprocess.run(["ip", "netns", "exec", netns, "iptables-legacy", "-A", "INPUT",
+                    "-s", "192.0.2.1/32", "-j", "DROP"], check=True)
+    try:
+        legacy = subprocess.run(["ip", "netns", "exec", netns, *probe], capture_output=True,
+                                text=True, check=True)
+        assert legacy.stdout.strip() == "iptables-legacy"
+    finally:
+        subprocess.run(["ip", "netns", "exec", netns, "iptables-legacy", "-F", "INPUT"],
+                       check=False)

@@ -161,6 +161,31 @@ async def test_broker_cluster_objects_and_readiness(operator: Any, api: KubeApi,
     assert template["spec"]["containers"][0]["name"] == "minibroker"
 
 
+async def test_a_storage_type_change_is_refused_as_invalid_spec(operator: Any, api: KubeApi,
+                                                              emulator: Any) -> None:
+    await ready_cluster(api, "c3")
+    before = stored(emulator, "StatefulSet", "c3-broker")
+    await asyncio.to_thread(api.patch, "BrokerCluster", NAMESPACE, "c3",
+                            {"spec": {"storage": {"type": "persistent"},
+                                      "config": {"min.insync.replicas": 2}}})
+    invalid = await eventually(
+        lambda: (c := condition(stored(emulator, "BrokerCluster", "c3"), "Ready"))
+        and c["reason"] == "InvalidSpec" and c, what="Ready False with InvalidSpec")
+    assert invalid["status"] == "False"
+    assert invalid["message"].startswith(
+        "spec.storage.type: cannot change from ephemeral to persistent")
+    # Nothing of the refused spec was applied, the config change in it neither.
+    assert stored(emulator, "StatefulSet", "c3-broker")["spec"] == before["spec"]
+    assert "min.insync.replicas=2" not in stored(
+        emulator, "ConfigMap", "c3-config")["data"]["server.properties"]
+
+    # Reverting the storage type applies the rest.
+    await asyncio.to_thread(api.patch, "BrokerCluster", NAMESPACE, "c3",
+                            {"spec": {"storage": {"type": "ephemeral"}}})
+    await eventually(lambda: "min.insync.replicas=2" in stored(
+        emulator, "ConfigMap", "c3-config")["data"]["server.properties"], what="new config")
+
+
 async def create_experiment(api: KubeApi, name: str, cluster: str,
                             **spec: Any) -> None:
     _, experiment = documents("acks1-leader-kill")

@@ -19,11 +19,14 @@ from undertow.kube.resources import (
     check_name,
     cluster_objects,
     config_hash,
+    driver_memory,
     experiment_file,
     experiment_setup,
     fault_secret,
     inline_cluster,
+    parse_quantity,
     runner_job,
+    storage_change,
 )
 from undertow.spec import BrokerCluster, load_documents
 
@@ -54,7 +57,7 @@ def everything(storage: str = "ephemeral") -> list[dict[str, Any]]:
 
 def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     spec = obj.get("spec", {}).get("template", {}).get("spec", {})
-    return spec.get("containers", [])
+    return [*spec.get("initContainers", []), *spec.get("containers", [])]
 
 
 @pytest.mark.parametrize("storage", ["ephemeral", "persistent"])
@@ -92,6 +95,89 @@ def test_storage_follows_the_spec() -> None:
             assert claims[0]["spec"]["resources"] == {"requests": {"storage": "2Gi"}}
             assert brokers["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == \
                 "Delete"
+
+
+def test_the_controller_keeps_its_metadata_on_a_claim_whatever_the_brokers_storage() -> None:
+    for storage in ("ephemeral", "persistent"):
+        controller = next(o for o in everything(storage) if o["kind"] == "StatefulSet"
+                          and o["metadata"]["name"].endswith("controller"))
+        volumes = {v["name"] for v in controller["spec"]["template"]["spec"]["volumes"]}
+        (claim,) = controller["spec"]["volumeClaimTemplates"]
+        assert claim["metadata"]["name"] == "data" and "data" not in volumes
+        assert claim["spec"]["resources"] == {"requests": {"storage": "256Mi"}}
+    # Only the operator restarts pods (rollout.py), the controller included.
+    for sts in (o for o in everything() if o["kind"] == "StatefulSet"):
+        assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_a_storage_change_is_refused_with_the_field_named() -> None:
+    cluster = stored("experiments/acks1-leader-kill.yaml", "BrokerCluster")
+
+    def brokers_sts(storage: dict[str, str]) -> dict[str, Any]:
+        body = copy.deepcopy(cluster)
+        body["spec"]["storage"] = storage
+        spec = spec_of(storage)
+        return next(o for o in cluster_objects(body, spec, Images())
+                    if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith("-broker"))
+
+    def spec_of(storage: dict[str, str]) -> Any:
+        body = copy.deepcopy(cluster)
+        body["spec"]["storage"] = storage
+        return BrokerCluster.model_validate(body).spec
+
+    ephemeral = {"type": "ephemeral", "size": "1Gi"}
+    persistent = {"type": "persistent", "size": "1Gi"}
+    assert storage_change(None, spec_of(persistent)) is None
+    assert storage_change(brokers_sts(ephemeral), spec_of(ephemeral)) is None
+    assert storage_change(brokers_sts(ephemeral),
+                          spec_of({"type": "ephemeral", "size": "5Gi"})) is None
+    assert storage_change(brokers_sts(persistent), spec_of(persistent)) is None
+    message = storage_change(brokers_sts(ephemeral), spec_of(persistent))
+    assert message is not None and message.startswith(
+        "spec.storage.type: cannot change from ephemeral to persistent")
+    message = storage_change(brokers_sts(persistent), spec_of(ephemeral))
+    assert message is not None and "from persistent to ephemeral" in message
+    message = storage_change(brokers_sts(persistent),
+                             spec_of({"type": "persistent", "size": "2Gi"}))
+    assert message is not None and message.startswith(
+        "spec.storage.size: cannot change from 1Gi to 2Gi")
+
+
+def test_the_analysis_job_checks_in_the_analysis_image_and_publishes_from_the_operators() -> None:
+    experiment = stored("experiments/acks1-leader-kill.yaml", "ChaosExperiment")
+    images = Images(operator="op:1", analysis="an:1")
+    job = analysis_job(experiment, images, JobSettings())
+    pod = job["spec"]["template"]["spec"]
+    (analysis,) = pod["initContainers"]
+    (publish,) = pod["containers"]
+    assert analysis["image"] == "an:1"
+    assert analysis["command"] == ["python", "-m", "undertow_analysis", "/data/history",
+                                   "--out", "/data/report",
+                                   "--conf", "spark.driver.memory=1536m"]
+    assert publish["image"] == "op:1"
+    assert publish["command"] == ["python", "-m", "undertow.kube.jobs", "publish",
+                                  "--report", "/data/report",
+                                  "--configmap", "acks1-leader-kill-report",
+                                  "--namespace", "chaos"]
+    history = {m["name"]: m for m in publish["volumeMounts"]}["history"]
+    assert history["readOnly"] is True
+
+
+@pytest.mark.parametrize(("limit", "heap"), [
+    ("2Gi", "1536m"), ("1Gi", "640m"), ("8Gi", "6144m"), ("4G", "2861m"), ("1073741824", "640m"),
+])
+def test_the_driver_heap_leaves_room_below_the_memory_limit(limit: str, heap: str) -> None:
+    assert driver_memory({"limits": {"memory": limit}}) == heap
+
+
+def test_no_memory_limit_keeps_sparks_default_and_a_tiny_one_is_refused() -> None:
+    assert driver_memory({"requests": {"memory": "1Gi"}}) is None
+    with pytest.raises(ValueError, match="analysis memory limit 512Mi leaves 128 MiB"):
+        driver_memory({"limits": {"memory": "512Mi"}})
+    with pytest.raises(ValueError, match="memory quantity '2Qi'"):
+        parse_quantity("2Qi")
+    with pytest.raises(ValueError, match="memory quantity 'Gi'"):
+        parse_quantity("Gi")
 
 
 def test_a_config_change_changes_the_pod_template() -> None:

@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from undertow.kube.pods import PodView
-from undertow.kube.rollout import RolloutDecision, blocking_partitions, min_isr_of, pending, plan
+from undertow.kube.rollout import (
+    ControllerPod,
+    RolloutDecision,
+    blocking_partitions,
+    min_isr_of,
+    pending,
+    plan,
+)
 
 
 def pod(broker: int, revision: str = "old", ready: bool = True,
@@ -35,12 +42,41 @@ BROKERS = [pod(0), pod(1), pod(2)]
 def decide(brokers: list[PodView] = BROKERS, *, desired: int = 3, current: int = 3,
            revision: str | None = "new", broker_states: dict | None = None,
            min_isr: int = 2, controller: dict | None = None,
-           locked: str | None = None) -> RolloutDecision:
+           locked: str | None = None, controller_pod: ControllerPod | None = None,
+           ) -> RolloutDecision:
     if broker_states is None:
         broker_states = states(("t", 0, 0, [0, 1, 2]))
     return plan(brokers, desired=desired, current_replicas=current, update_revision=revision,
                 states=broker_states, controller_state=controller, default_min_isr=min_isr,
-                locked_by=locked)
+                locked_by=locked, controller=controller_pod)
+
+
+def controller_pod(revision: str = "c-old", ready: bool = True,
+                   terminating: bool = False) -> ControllerPod:
+    pod = PodView(name="c-controller-0", node="controller", component="controller",
+                  ready=ready, terminating=terminating, running=True, revision=revision,
+                  ip=None, uid=None, restarts=0)
+    return ControllerPod(pod, "c-new")
+
+
+def test_an_out_of_date_controller_restarts_first_once_every_broker_is_ready() -> None:
+    current = [pod(i, "new") for i in range(3)]
+    assert pending(current, desired=3, current_replicas=3, update_revision="new",
+                   controller=controller_pod())
+    assert not pending(current, desired=3, current_replicas=3, update_revision="new",
+                       controller=controller_pod("c-new"))
+    assert decide(current, controller_pod=controller_pod("c-new")) == RolloutDecision("none")
+    # Before any broker, even with stale brokers waiting.
+    assert decide(controller_pod=controller_pod()) == RolloutDecision(
+        "restart-controller", reason="the controller runs an old configuration")
+    one_down = [pod(0, "new"), pod(1, "new", ready=False), pod(2, "new")]
+    assert decide(one_down, controller_pod=controller_pod()) == RolloutDecision(
+        "wait", reason="broker-1 is not ready yet")
+    assert decide(controller_pod=controller_pod(ready=False)).action == "restart-controller"
+    assert decide(controller_pod=controller_pod(terminating=True)) == RolloutDecision(
+        "wait", reason="the controller is restarting")
+    assert decide(controller_pod=controller_pod(), locked="e1") == RolloutDecision(
+        "wait", reason="experiment e1 is running")
 
 
 def test_nothing_to_do_when_every_broker_is_current() -> None:
