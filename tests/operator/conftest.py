@@ -1,5 +1,5 @@
-"""Fixtures: kmock's Kubernetes emulator with the Undertow kinds, the real kopf operator
-loop against it, and a real fault agent on loopback."""
+"""Fixtures: the real kopf operator loop against kmock's emulator (``tests/conftest.py``),
+and a real fault agent on loopback."""
 
 from __future__ import annotations
 
@@ -29,23 +29,6 @@ from undertow.kube.config import OperatorConfig
 from undertow.kube.handlers import register
 from undertow.kube.platform import Endpoints
 from undertow.kube.reconcile import Operator
-
-
-@pytest_asyncio.fixture
-async def emulator(kmock: kmock.KubernetesEmulator) -> kmock.KubernetesEmulator:
-    """The emulator serving core, apps, batch, rbac and the two Undertow kinds."""
-    kmock.resources.load_bundled()
-    for plural, kind in (("brokerclusters", "BrokerCluster"),
-                         ("chaosexperiments", "ChaosExperiment")):
-        kmock.resources[f"undertow.dev/v1alpha1/{plural}"] = kmock.ResourceInfo(
-            kind=kind, singular=kind.lower(), namespaced=True, subresources={"status"},
-            verbs={"get", "list", "watch", "create", "patch", "delete"})
-    return kmock
-
-
-@pytest.fixture
-def api(emulator: kmock.KubernetesEmulator) -> KubeApi:
-    return KubeApi.for_server(str(emulator.url))
 
 
 @pytest.fixture
