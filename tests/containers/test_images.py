@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, Engine, kubeconfig, run_args, wait_for_log
+from container_helpers import REPO, Engine, kubeconfig, run_args, wait_for_log
 from kube_helpers import NAMESPACE, eventually, free_port, stored
 
 from undertow.kube.api import KubeApi

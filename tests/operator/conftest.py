@@ -3,14 +3,12 @@ and a real fault agent on loopback."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import kmock
-import kopf
 import pytest
 import pytest_asyncio
 from kube_helpers import (
@@ -21,12 +19,12 @@ from kube_helpers import (
     can_use_netns,
     free_port,
     make_netfilter,
+    running_operator,
 )
 
 from undertow.kube.agent import FaultAgent, Processes, make_server
 from undertow.kube.api import KubeApi
 from undertow.kube.config import OperatorConfig
-from undertow.kube.handlers import register
 from undertow.kube.platform import Endpoints
 from undertow.kube.reconcile import Operator
 
@@ -83,34 +81,6 @@ def operator_config(agent: RunningAgent) -> OperatorConfig:
 @pytest_asyncio.fixture
 async def operator(emulator: kmock.KubernetesEmulator, api: KubeApi,
                    operator_config: OperatorConfig) -> AsyncIterator[Operator]:
-    """The real kopf operator loop against the emulator, in a thread with its own event
-    loop (kopf cancels every task of its loop when it stops)."""
-    registry = kopf.OperatorRegistry()
-    reconciler = Operator(api, operator_config)
-    register(registry, reconciler, kopf.ConnectionInfo(server=str(emulator.url)))
-    settings = kopf.OperatorSettings()
-    # Quick to stop and to retry: the emulator answers in microseconds.
-    settings.queueing.exit_timeout = 0.1
-    settings.queueing.error_delays = (0.1, 0.2, 0.5, 1.0)
-    settings.background.instant_exit_timeout = 0.01
-    stop, ready = threading.Event(), threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(kopf.operator(registry=registry, settings=settings,
-                                      namespaces=[NAMESPACE], standalone=True,
-                                      stop_flag=stop, ready_flag=ready))
-        except BaseException as exc:  # surfaced by the fixture below
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="kopf", daemon=True)
-    thread.start()
-    assert await asyncio.to_thread(ready.wait, 10), "the operator did not start"
-    try:
+    """The real kopf operator loop against the emulator."""
+    async with running_operator(str(emulator.url), api, operator_config) as reconciler:
         yield reconciler
-    finally:
-        stop.set()
-        await asyncio.to_thread(thread.join, 15)
-        assert not thread.is_alive(), "the operator did not stop"
-        assert not failure, failure

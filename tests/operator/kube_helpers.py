@@ -1,22 +1,31 @@
-"""Helpers shared by the operator tests: polling, loopback ports, a real process for the
-fault agent to pause, and the agent's iptables half when there is no root."""
+"""Helpers shared by the operator tests: the real kopf loop, polling, loopback ports, a
+real process for the fault agent to pause, and the agent's iptables half when there is no
+root."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import kopf
+
 from undertow.kube.agent import FaultAgent, Netfilter
+from undertow.kube.api import KubeApi
+from undertow.kube.config import OperatorConfig
+from undertow.kube.handlers import register
+from undertow.kube.reconcile import Operator
 
 NAMESPACE = "chaos"
 AGENT_TOKEN = "agent-secret"
@@ -122,3 +131,50 @@ def stored(emulator: Any, kind: str, name: str) -> dict[str, Any] | None:
     if key not in emulator.objects or emulator.objects[key].deleted:
         return None
     return copy.deepcopy(emulator.objects[key].raw)
+
+
+@contextlib.asynccontextmanager
+async def running_operator(server: str, api: KubeApi,
+                           config: OperatorConfig) -> AsyncIterator[Operator]:
+    """The real kopf operator loop against ``server``, in a thread with its own event loop
+    (kopf cancels every task of its loop when it stops)."""
+    registry = kopf.OperatorRegistry()
+    reconciler = Operator(api, config)
+    register(registry, reconciler, kopf.ConnectionInfo(server=server))
+    settings = kopf.OperatorSettings()
+    # Quick to stop and to retry: the emulator answers in microseconds.
+    settings.queueing.exit_timeout = 0.1
+    settings.queueing.error_delays = (0.1, 0.2, 0.5, 1.0)
+    settings.background.instant_exit_timeout = 0.01
+    stop, ready = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(kopf.operator(registry=registry, settings=settings,
+                                      namespaces=[NAMESPACE], standalone=True,
+                                      stop_flag=stop, ready_flag=ready))
+        except BaseException as exc:  # surfaced below
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="kopf", daemon=True)
+    thread.start()
+    assert await asyncio.to_thread(ready.wait, 10), "the operator did not start"
+    try:
+        yield reconciler
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 15)
+        assert not thread.is_alive(), "the operator did not stop"
+        assert not failure, failure
+
+
+def serve_undertow_kinds(emulator: Any) -> None:
+    """What installing the two CRDs makes the API server serve."""
+    import kmock
+
+    for plural, kind in (("brokerclusters", "BrokerCluster"),
+                         ("chaosexperiments", "ChaosExperiment")):
+        emulator.resources[f"undertow.dev/v1alpha1/{plural}"] = kmock.ResourceInfo(
+            kind=kind, singular=kind.lower(), namespaced=True, subresources={"status"},
+            verbs={"get", "list", "watch", "create", "patch", "delete"})

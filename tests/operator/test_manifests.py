@@ -42,6 +42,13 @@ EXPECTED_RULES = {
 }
 
 
+# Cluster-wide, read-only (see manifests/operator/clusterrole.yaml).
+EXPECTED_CLUSTER_RULES = {
+    ("apiextensions.k8s.io", "customresourcedefinitions"): ["list", "watch"],
+    ("", "namespaces"): ["list", "watch"],
+}
+
+
 def documents(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
@@ -89,10 +96,12 @@ def test_kubectl_kustomize_builds_the_install() -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["CustomResourceDefinition", "CustomResourceDefinition",
                             "Namespace", "ServiceAccount", "Role", "RoleBinding",
-                            "Deployment"])
+                            "ClusterRole", "ClusterRoleBinding", "Deployment"])
+    cluster_scoped = ("CustomResourceDefinition", "Namespace", "ClusterRole",
+                      "ClusterRoleBinding")
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
-        if doc["kind"] not in ("CustomResourceDefinition", "Namespace"):
+        if doc["kind"] not in cluster_scoped:
             assert doc["metadata"]["namespace"] == "undertow"
 
 
@@ -126,6 +135,14 @@ def test_helm_and_kustomize_grant_the_same_least_privilege() -> None:
     manifest_role = documents((MANIFESTS / "operator" / "role.yaml").read_text())[0]
     helm_role = next(d for d in render() if d["kind"] == "Role")
     assert flatten(manifest_role) == flatten(helm_role) == EXPECTED_RULES
+    manifest_cluster_role = documents(
+        (MANIFESTS / "operator" / "clusterrole.yaml").read_text())[0]
+    helm_cluster_role = next(d for d in render() if d["kind"] == "ClusterRole")
+    assert flatten(manifest_cluster_role) == flatten(helm_cluster_role) == \
+        EXPECTED_CLUSTER_RULES
+    binding = next(d for d in render() if d["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "undertow-operator",
+                                    "namespace": "chaos"}]
 
 
 def test_the_crds_helm_installs_are_the_committed_ones() -> None:
@@ -167,3 +184,31 @@ def test_kind_end_to_end() -> None:  # pragma: no cover - needs Docker, kind and
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     assert "acks1-leader-kill: verdict loss" in result.stdout
     assert "acksall-leader-kill: verdict clean" in result.stdout
+
+
+def test_every_pod_the_operator_makes_pulls_as_the_chart_says() -> None:
+    """images.pullPolicy reaches the operator, and through it every container it renders:
+    brokers, fault agents, runner and analysis (kind loads images it cannot pull)."""
+    from undertow.kube.config import OperatorConfig
+    from undertow.kube.resources import analysis_job, cluster_objects, runner_job
+    from undertow.spec import BrokerCluster
+
+    deployment = next(d for d in render({"images": {"pullPolicy": "Never"}})
+                      if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["imagePullPolicy"] == "Never"
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    config = OperatorConfig.from_env(env)
+    cluster, experiment = (d for d in yaml.safe_load_all(
+        (REPO / "experiments" / "acks1-leader-kill.yaml").read_text()))
+    for body in (cluster, experiment):
+        body["metadata"].update(namespace="chaos", uid="uid")
+    spec = BrokerCluster.model_validate(cluster).spec
+    objects = [*cluster_objects(cluster, spec, config.images, config.jobs),
+               runner_job(experiment, "c", 1, 30.0, config.images, config.jobs),
+               analysis_job(experiment, config.images, config.jobs)]
+    pulls = {(c["name"], c["imagePullPolicy"]) for o in objects
+             for key in ("initContainers", "containers")
+             for c in o.get("spec", {}).get("template", {}).get("spec", {}).get(key, [])}
+    assert pulls == {(name, "Never") for name in ("minibroker", "fault-agent", "runner",
+                                                   "analysis", "publish")}

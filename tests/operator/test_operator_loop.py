@@ -10,12 +10,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import AGENT_TOKEN, NAMESPACE, RunningAgent, Target, eventually, stored
+from kube_helpers import (
+    AGENT_TOKEN,
+    NAMESPACE,
+    RunningAgent,
+    Target,
+    eventually,
+    running_operator,
+    serve_undertow_kinds,
+    stored,
+)
 
 from undertow.kube.agent import AgentClient
 from undertow.kube.api import KubeApi
@@ -184,6 +194,32 @@ async def test_a_storage_type_change_is_refused_as_invalid_spec(operator: Any, a
                             {"spec": {"storage": {"type": "ephemeral"}}})
     await eventually(lambda: "min.insync.replicas=2" in stored(
         emulator, "ConfigMap", "c3-config")["data"]["server.properties"], what="new config")
+
+
+async def test_crds_installed_after_the_operator_started_are_served(
+        bare_emulator: Any, api: KubeApi, operator_config: Any) -> None:
+    """kopf watches CustomResourceDefinitions: the operator need not restart when the CRDs
+    come after it (``kubectl apply`` of the chart's CRDs and the operator in any order)."""
+    async with running_operator(str(bare_emulator.url), api, operator_config):
+        # kopf has scanned the API and now watches the CRDs, the Undertow kinds unknown.
+        await eventually(lambda: len(bare_emulator[
+            "get /apis/apiextensions.k8s.io/v1/customresourcedefinitions"]) > 0,
+            what="kopf's watch of CustomResourceDefinitions")
+        serve_undertow_kinds(bare_emulator)
+        for path in sorted((REPO / "manifests" / "crds").glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            await asyncio.to_thread(post, str(bare_emulator.url),
+                                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                    crd)
+        await ready_cluster(api, "late")
+
+
+def post(server: str, path: str, body: dict[str, Any]) -> None:
+    request = urllib.request.Request(server.rstrip("/") + path, method="POST",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10):
+        pass
 
 
 async def create_experiment(api: KubeApi, name: str, cluster: str,

@@ -1,8 +1,8 @@
 """``python -m undertow.kube``: run the operator (what the operator Deployment runs).
 
 Configuration comes from the environment (``config.OperatorConfig.from_env``); the
-operator watches only the namespaces it is told to, runs standalone (one replica, no
-peering) and needs no cluster-wide permissions.
+operator watches only the namespaces it is told to and runs standalone (one replica, no
+peering); cluster-wide, it only lists and watches CRDs and namespaces.
 """
 
 from __future__ import annotations

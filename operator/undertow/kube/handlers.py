@@ -27,12 +27,18 @@ CHAOSEXPERIMENTS = (GROUP, VERSION, "chaosexperiments")
 
 def configure(settings: kopf.OperatorSettings) -> None:
     """Keep kopf's bookkeeping in ``undertow.dev`` annotations (the CRDs' status schema
-    has no room for it) and need no cluster-wide permissions."""
+    has no room for it).
+
+    kopf's scanning stays on: it watches CustomResourceDefinitions, so CRDs installed after
+    the operator started are served as soon as they appear, and lists the namespaces to
+    serve those that exist (the install's ClusterRole grants list and watch on both and
+    nothing else cluster-wide). Without those permissions kopf logs "Not enough
+    permissions to watch for resources" and serves only the CRDs that existed at start.
+    """
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration")
-    settings.scanning.disabled = True
     settings.posting.level = logging.WARNING
     # A timer still inside its (sync) handler when its object is deleted keeps the finalizer
     # until it returns; look again every second rather than every minute.
