@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo broker-demo bench reliability clean
+.PHONY: install test lint demo broker-demo bench reliability images clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ broker-demo: $(STAMP)
 
 reliability: $(STAMP)
 	$(BIN)/python benchmarks/experiment_reliability.py --runs 20
+
+# The three images (minibroker, operator, analysis) tagged with the chart's appVersion, with
+# Docker where a Docker engine runs, else podman (scripts/images.sh).
+images:
+	scripts/images.sh
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/broker_produce.py

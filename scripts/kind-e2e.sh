@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # End-to-end on kind: build the three images, install the operator with Helm, run
-# experiments/acks1-leader-kill.yaml and experiments/acksall-leader-kill.yaml, print both
-# reports, and fail unless acks=1 loses acknowledged records (verdict loss) and acks=all
-# with min.insync.replicas=2 does not (verdict clean).
+# experiments/acks1-leader-kill.yaml, then experiments/acksall-leader-kill.yaml (one at a
+# time: both use three brokers and the machine's cores), print both reports, and fail
+# unless acks=1 loses acknowledged records (verdict loss) and acks=all with
+# min.insync.replicas=2 does not (verdict clean). On failure every pod's logs, the
+# operator's and the objects' descriptions are saved under $E2E_LOGS.
 #
 # Needs docker, kind, kubectl and helm. Environment:
 #   KIND_CLUSTER   cluster name (default undertow-e2e; created unless it exists)
 #   NAMESPACE      where the operator and the experiments run (default undertow)
 #   E2E_TIMEOUT    seconds to wait for each experiment (default 1200)
+#   E2E_LOGS       where logs go on failure (default e2e-logs/)
 #   KEEP_CLUSTER=1 keep the cluster afterwards (default: delete it if this script made it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +18,7 @@ cd "$(dirname "$0")/.."
 CLUSTER=${KIND_CLUSTER:-undertow-e2e}
 NAMESPACE=${NAMESPACE:-undertow}
 TIMEOUT=${E2E_TIMEOUT:-1200}
-TAG=0.1.0  # the chart's appVersion and the BrokerCluster spec's default broker image tag
+LOGS=${E2E_LOGS:-e2e-logs}
 EXPERIMENTS=(acks1-leader-kill acksall-leader-kill)
 EXPECTED=(loss clean)
 
@@ -41,35 +44,44 @@ trap cleanup EXIT
 kubectl config use-context "kind-$CLUSTER" >/dev/null
 
 log "building images"
-docker build -f broker-image/Dockerfile -t "undertow/minibroker:$TAG" .
-docker build -f operator/Dockerfile -t "undertow/operator:$TAG" .
-docker build -f analysis/Dockerfile -t "undertow/analysis:$TAG" .
+ENGINE=docker scripts/images.sh
+# The tag scripts/images.sh used: the chart's appVersion.
+TAG=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' helm/undertow/Chart.yaml)
 for image in minibroker operator analysis; do
     kind load docker-image "undertow/$image:$TAG" --name "$CLUSTER"
 done
 
 log "installing the operator with Helm into $NAMESPACE"
-helm upgrade --install undertow helm/undertow --namespace "$NAMESPACE" --create-namespace \
+# The fault agent needs NET_ADMIN: the namespace admits privileged pods.
+kubectl create namespace "$NAMESPACE" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl label namespace "$NAMESPACE" pod-security.kubernetes.io/enforce=privileged --overwrite
+helm upgrade --install undertow helm/undertow --namespace "$NAMESPACE" \
     --set images.pullPolicy=Never --wait --timeout 5m
 
 diagnose() {
-    log "diagnostics"
-    kubectl -n "$NAMESPACE" get all,brokerclusters,chaosexperiments,pvc,configmaps || true
-    kubectl -n "$NAMESPACE" describe chaosexperiments || true
-    kubectl -n "$NAMESPACE" logs deployment/undertow-operator --tail=200 || true
-    for experiment in "${EXPERIMENTS[@]}"; do
-        kubectl -n "$NAMESPACE" logs "job/$experiment-runner" --tail=200 || true
-        kubectl -n "$NAMESPACE" logs "job/$experiment-analysis" --tail=200 || true
+    log "diagnostics (saved under $LOGS)"
+    mkdir -p "$LOGS"
+    kubectl -n "$NAMESPACE" get all,brokerclusters,chaosexperiments,pvc,configmaps -o wide \
+        > "$LOGS/objects.txt" 2>&1 || true
+    kubectl -n "$NAMESPACE" describe brokerclusters,chaosexperiments,pods,jobs \
+        > "$LOGS/describe.txt" 2>&1 || true
+    kubectl -n "$NAMESPACE" get events --sort-by=.lastTimestamp > "$LOGS/events.txt" 2>&1 || true
+    kubectl -n "$NAMESPACE" logs deployment/undertow-operator --all-containers \
+        > "$LOGS/operator.log" 2>&1 || true
+    for pod in $(kubectl -n "$NAMESPACE" get pods -o name 2>/dev/null); do
+        name=${pod#pod/}
+        kubectl -n "$NAMESPACE" logs "$pod" --all-containers --prefix \
+            > "$LOGS/$name.log" 2>&1 || true
+        kubectl -n "$NAMESPACE" logs "$pod" --all-containers --prefix --previous \
+            > "$LOGS/$name.previous.log" 2>/dev/null || rm -f "$LOGS/$name.previous.log"
     done
+    tail -n 50 "$LOGS/operator.log" || true
+    echo "kind-e2e: logs of every pod and the operator are in $LOGS/" >&2
 }
 
-log "applying the experiments"
 for experiment in "${EXPERIMENTS[@]}"; do
+    log "running $experiment (at most ${TIMEOUT}s)"
     kubectl -n "$NAMESPACE" apply -f "experiments/$experiment.yaml"
-done
-
-for experiment in "${EXPERIMENTS[@]}"; do
-    log "waiting for $experiment (at most ${TIMEOUT}s)"
     deadline=$((SECONDS + TIMEOUT))
     while :; do
         phase=$(kubectl -n "$NAMESPACE" get chaosexperiment "$experiment" \
