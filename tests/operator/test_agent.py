@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kube_helpers import AGENT_TOKEN, RunningAgent, Target, UnprivilegedNetfilter, can_use_netns
@@ -21,6 +23,7 @@ from undertow.kube.agent import (
     AgentClient,
     AgentError,
     FaultAgent,
+    Hold,
     Netfilter,
     Processes,
     make_server,
@@ -55,7 +58,7 @@ def test_pause_heals_itself_at_its_deadline(target: Target) -> None:
         assert target.state() == "T"
         assert agent.faults()["paused"] is True
         wait_for(lambda: target.state() != "T", 5, "the agent to resume at the deadline")
-        assert agent.faults() == {"faults": [], "paused": False}
+        assert agent.faults() == {"faults": [], "paused": False, "running": True}
     finally:
         agent.close()
 
@@ -228,3 +231,60 @@ def test_the_iptables_back_end_is_read_from_a_real_network_namespace(netns: str)
     finally:
         subprocess.run(["ip", "netns", "exec", netns, "iptables-legacy", "-F", "INPUT"],
                        check=False)
+
+
+def test_a_kill_holds_the_target_down_until_release_or_its_deadline(target: Target,
+                                                                    tmp_path: Path) -> None:
+    """SIGKILL in place; the hold file tells the container's launcher to wait, and goes
+    away on release, at the deadline, or when a new agent starts."""
+    hold_file = tmp_path / "hold"
+    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker), Hold(hold_file))
+    agent.start()
+    try:
+        assert agent.kill(30) == [target.process.pid]
+        assert target.process.wait(5) == -signal.SIGKILL
+        assert Hold(hold_file).active()
+        assert int(hold_file.read_text()) >= time.time() + 29
+        assert agent.faults()["running"] is False
+        assert [f["kind"] for f in agent.faults()["faults"]] == ["kill"]
+        agent.release()
+        assert not hold_file.exists() and agent.faults()["faults"] == []
+
+        second = Target()
+        try:
+            agent.processes = Processes(second.marker)
+            agent.kill(0.3)
+            wait_for(lambda: not hold_file.exists(), 5, "the hold to end at its deadline")
+        finally:
+            second.close()
+        with pytest.raises(AgentError, match="no process matches") as refused:
+            agent.kill(30)
+        assert refused.value.status == 409 and not hold_file.exists()
+    finally:
+        agent.close()
+
+
+def test_the_launcher_waits_on_the_hold_file_and_its_deadline(tmp_path: Path) -> None:
+    """The broker container's own launcher (``resources._LAUNCHER``) run by a real sh."""
+    from undertow.kube.resources import _LAUNCHER
+
+    hold_file, config = tmp_path / "hold", tmp_path / "config"
+    config.mkdir()
+    (config / "server.properties").write_text("min.insync.replicas=2\n")
+    script = _LAUNCHER.format(hold_file=hold_file, config_dir=config,
+                              role="--version").replace("exec minibroker", "exec echo started")
+    hold = Hold(hold_file)
+    hold.set(2)
+    began = time.monotonic()
+    held = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert held.poll() is None  # still waiting
+    hold.clear()
+    out, _ = held.communicate(timeout=5)
+    assert out.split() == ["started", "--version", "--config", "min.insync.replicas=2"]
+    assert time.monotonic() - began < 2
+    hold.set(1)  # a hold nobody releases ends at its deadline
+    began = time.monotonic()
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
+                         timeout=10).stdout
+    assert out.startswith("started") and time.monotonic() - began >= 0.5

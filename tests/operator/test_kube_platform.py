@@ -5,6 +5,7 @@ failpoint endpoint (the test plays the kubelet that restarts the broker's contai
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,20 +78,25 @@ def events(emulator: Any) -> list[tuple[str, str]]:
     return found
 
 
-async def test_kill_deletes_the_pod_with_grace_zero(emulator: Any, api: KubeApi,
-                                                    agent: RunningAgent) -> None:
+async def test_kill_sigkills_the_broker_in_its_pod_through_the_agent(
+        emulator: Any, api: KubeApi, agent: RunningAgent, target: Target) -> None:
+    """In place, as locally: no pod is deleted, the process dies, and it is not running
+    while held down (its container may be)."""
     await asyncio.to_thread(add_pods, api)
     platform = make_platform(api, agent_port=agent.port)
+    assert await asyncio.to_thread(platform.is_running, "broker-1")
     await asyncio.to_thread(platform.kill, "broker-1")
 
-    deletes = [r for r in emulator[kmock.resource("v1/pods")] if r.method == "DELETE"]
-    assert [(r.name, r.data.get("gracePeriodSeconds")) for r in deletes] == [("c-broker-1", 0)]
-    assert stored(emulator, "Pod", "c-broker-1") is None
-    assert stored(emulator, "Pod", "c-broker-0") is not None
+    assert target.process.wait(5) == -signal.SIGKILL
+    assert not [r for r in emulator[kmock.resource("v1/pods")] if r.method == "DELETE"]
+    assert stored(emulator, "Pod", "c-broker-1") is not None
+    assert [f["kind"] for f in agent.agent.faults()["faults"]] == ["kill"]
+    assert agent.agent.faults()["faults"][0]["expires_in_s"] > 29  # the platform's deadline
     assert events(emulator) == [("FaultInjected",
-                                 "kill broker-1: pod c-broker-1 deleted with grace 0")]
+                                 "kill broker-1: SIGKILL in pod c-broker-1 (held down for "
+                                 "30s at the latest)")]
     assert not await asyncio.to_thread(platform.is_running, "broker-1")
-    with pytest.raises(PlatformError, match="cannot kill broker-1: its pod c-broker-1 is not"):
+    with pytest.raises(PlatformError, match=r"cannot kill broker-1: .*no process matches"):
         await asyncio.to_thread(platform.kill, "broker-1")
 
 

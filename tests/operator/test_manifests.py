@@ -157,10 +157,20 @@ def test_the_e2e_script_and_workflow_hang_together() -> None:
     steps = [s.get("run", "") for job in workflow["jobs"].values() for s in job["steps"]]
     assert any("scripts/kind-e2e.sh" in run for run in steps)
     script = E2E.read_text()
-    for needle in ("experiments/acks1-leader-kill.yaml", "experiments/acksall-leader-kill.yaml",
-                   "broker-image/Dockerfile", "operator/Dockerfile", "analysis/Dockerfile",
-                   "helm upgrade --install"):
+    for needle in ("scripts/images.sh", "helm upgrade --install",
+                   "pod-security.kubernetes.io/enforce=privileged"):
         assert needle in script, needle
+    assert 'EXPERIMENTS=(acks1-leader-kill acksall-leader-kill)' in script
+    images = (REPO / "scripts" / "images.sh").read_text()
+    for dockerfile in ("broker-image/Dockerfile", "operator/Dockerfile", "analysis/Dockerfile"):
+        assert dockerfile in images and (REPO / dockerfile).is_file()
+    # On failure the script saves the logs where the workflow uploads them from.
+    (job,) = workflow["jobs"].values()
+    run = next(s for s in job["steps"] if "scripts/kind-e2e.sh" in s.get("run", ""))
+    upload = next(s for s in job["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert upload["if"] == "failure()"
+    assert upload["with"]["path"].rstrip("/") == run["env"]["E2E_LOGS"]
+    assert "E2E_LOGS" in script
 
 
 def e2e_unavailable() -> str | None:

@@ -1,8 +1,10 @@
 """The Kubernetes platform: the runner's faults on a BrokerCluster the operator deployed.
 
-- kill: delete the pod with grace period 0; the StatefulSet recreates it, and ``restart``
-  waits for it to be ready and serving again (how long it stays down is the time that
-  takes, not the fault's duration);
+- kill: the fault agent in the pod SIGKILLs the broker in place, as the local platform
+  does (Kafka's hard bounce): no clean shutdown, and its container restarts under the
+  pod's restart policy with the same IP and the same volumes, held down until ``restart``
+  releases it (or the fault's deadline passes); ``restart`` then waits for it to be ready
+  and serving again;
 - pause and partition: the fault agent in the pod (SIGSTOP/SIGCONT; iptables DROP in the
   pod's network namespace, peers addressed by pod IP, the clients by the runner pod's IP);
 - disk stall and power loss: the broker's failpoint endpoint, with the token from the
@@ -213,26 +215,26 @@ class KubernetesPlatform(Platform):
     # ---- processes --------------------------------------------------------------------------
 
     def kill(self, node: str) -> None:
-        """Delete the pod with grace period 0; return once the API server no longer has it
-        (the StatefulSet then creates a new one with the same name)."""
-        pod = self.pod(node)
-        if pod is None or pod.terminating:
-            raise PlatformError(f"cannot kill {node}: its pod {self.names.pod(node)} is not "
-                                "running")
-        self.api.delete("Pod", self.config.namespace, pod.name, grace_period_s=0)
-
-        def gone() -> bool:
-            now = self.pod(node)
-            return now is None or now.uid != pod.uid
-
-        wait_for(gone, self.config.start_timeout_s, f"pod {pod.name} to be deleted",
-                 interval=self.config.poll_s)
+        """SIGKILL the broker in its pod; return once it is dead. Its container restarts
+        but the broker stays down until ``restart`` (at most ``fault_deadline_s``)."""
+        try:
+            self._agent(node).kill(self.config.fault_deadline_s)
+        except AgentError as exc:
+            raise PlatformError(f"cannot kill {node}: {exc}") from exc
         with self._lock:
             self._down[node] = "kill"
-        self._event("FaultInjected", f"kill {node}: pod {pod.name} deleted with grace 0")
+        self._event("FaultInjected", f"kill {node}: SIGKILL in pod {self.names.pod(node)} "
+                                     f"(held down for {self.config.fault_deadline_s:g}s at "
+                                     "the latest)")
 
     def restart(self, node: str) -> None:
-        """Kubernetes restarts pods by itself: wait until the node serves again."""
+        """Release a killed broker (its container starts it again), then wait until the
+        node serves again; a power loss or a pod restart needs only the waiting."""
+        try:
+            self._agent(node).release()
+        except AgentError as exc:
+            if exc.status:
+                raise  # unreachable: the pod is gone, and its hold with it
         self._wait_ready(node, self.config.start_timeout_s)
         wait_for(lambda: self.state(node), self.config.start_timeout_s,
                  f"{node} to serve {self.admin_url(node)}/v1/state",
@@ -262,8 +264,17 @@ class KubernetesPlatform(Platform):
             self._event("FaultRecovered", f"pause {node}: SIGCONT")
 
     def is_running(self, node: str) -> bool:
+        """Whether the broker process runs in its pod (a killed one held down does not,
+        although its container does)."""
         pod = self.pod(node)
-        return pod is not None and pod.running
+        if pod is None or not pod.running:
+            return False
+        try:
+            return bool(self._agent(node).faults().get("running"))
+        except AgentError as exc:
+            if exc.status:
+                raise
+            return False
 
     def is_paused(self, node: str) -> bool:
         try:

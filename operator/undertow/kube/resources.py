@@ -64,6 +64,9 @@ MAX_DERIVED_NAME = 40
 revision label ``<sts>-<hash>``) must stay within Kubernetes' 63-character limit."""
 
 DATA_DIR = "/var/lib/minibroker"
+HOLD_DIR = "/run/undertow"
+HOLD_FILE = f"{HOLD_DIR}/hold"
+"""Shared by the broker and its fault agent: how long a killed broker stays down."""
 CONTROLLER_STORAGE = "256Mi"
 """The controller's metadata volume (a few KB of fsynced JSON per cluster)."""
 CONFIG_DIR = "/etc/minibroker"
@@ -71,9 +74,14 @@ HISTORY_DIR = "/data"
 REPORT_DIR = f"{HISTORY_DIR}/report"
 EXPERIMENT_DIR = "/etc/undertow"
 
-# Reads server.properties into repeated --config flags, then execs minibroker so that the
-# broker is the container's main process (signals reach it, the agent finds it).
+# Waits while a kill holds the broker down (the fault agent's hold file: a deadline in
+# seconds since the epoch; see agent/hold.py), reads server.properties into repeated
+# --config flags, then execs minibroker so that the broker is the container's main process
+# (signals reach it, the agent finds it).
 _LAUNCHER = """set -eu
+while [ -f {hold_file} ] && [ "$(date +%s)" -lt "$(cat {hold_file} 2>/dev/null || echo 0)" ]; do
+  sleep 0.2
+done
 set --
 while IFS= read -r line || [ -n "$line" ]; do
   case "$line" in ''|'#'*) continue ;; esac
@@ -361,7 +369,7 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
                  replicas: int) -> dict[str, Any]:
     name = names.controller if component == "controller" else names.brokers
     labels = cluster_labels(names.cluster, component)
-    launcher = _LAUNCHER.format(config_dir=CONFIG_DIR,
+    launcher = _LAUNCHER.format(config_dir=CONFIG_DIR, hold_file=HOLD_FILE,
                                 role=_minibroker_args(names, component))
     minibroker = {
         "name": "minibroker",
@@ -378,7 +386,8 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
         "securityContext": _restricted(),
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+                         {"name": "tmp", "mountPath": "/tmp"},
+                         {"name": "fault-hold", "mountPath": HOLD_DIR, "readOnly": True}],
     }
     if spec.resources is not None:
         minibroker["resources"] = spec.resources.model_dump(exclude_none=True)
@@ -386,6 +395,7 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
         {"name": "config", "configMap": {"name": names.config}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "agent-run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": "fault-hold", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
     ]
     body: dict[str, Any] = {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -469,7 +479,8 @@ def storage_change(current: Mapping[str, Any] | None, spec: BrokerClusterSpec) -
 
 def fault_agent_container(names: ClusterNames, images: Images,
                           settings: JobSettings) -> dict[str, Any]:
-    """The sidecar that pauses the broker and cuts links; the only one with NET_ADMIN.
+    """The sidecar that pauses and kills the broker and cuts its links; the only one with
+    NET_ADMIN.
 
     It runs as root because Linux grants added capabilities to root processes only; it
     drops every capability but NET_ADMIN (iptables) and KILL (signals to the broker's
@@ -480,7 +491,8 @@ def fault_agent_container(names: ClusterNames, images: Images,
         "image": images.operator,
         "imagePullPolicy": images.pull_policy,
         "command": ["python", "-m", "undertow.kube.agent", "--listen",
-                    f"0.0.0.0:{AGENT_PORT}", "--target", "minibroker"],
+                    f"0.0.0.0:{AGENT_PORT}", "--target", "minibroker",
+                    "--hold-file", HOLD_FILE],
         "env": [_secret_env(AGENT_TOKEN_ENV, names.secret, AGENT_TOKEN_KEY)],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "agent"},
@@ -492,8 +504,9 @@ def fault_agent_container(names: ClusterNames, images: Images,
             "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "KILL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        # iptables takes its lock in /run.
-        "volumeMounts": [{"name": "agent-run", "mountPath": "/run"}],
+        # iptables takes its lock in /run; a kill holds the broker down through fault-hold.
+        "volumeMounts": [{"name": "agent-run", "mountPath": "/run"},
+                         {"name": "fault-hold", "mountPath": HOLD_DIR}],
     }
 
 

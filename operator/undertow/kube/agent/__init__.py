@@ -1,9 +1,10 @@
-"""The fault agent: a sidecar in every broker and controller pod that pauses the broker and
-cuts its links, and heals both on its own when their deadline passes.
+"""The fault agent: a sidecar in every broker and controller pod that pauses or kills the
+broker and cuts its links, and heals all three on its own when their deadline passes.
 
 It shares the pod's process namespace (``shareProcessNamespace: true``), so it finds the
-broker by its command line and stops it with SIGSTOP (SIGCONT resumes it); it shares the
-pod's network namespace, so its iptables rules drop exactly this pod's packets whatever
+broker by its command line, stops it with SIGSTOP (SIGCONT resumes it) and kills it with
+SIGKILL in place (its container restarts, held down until released: ``hold.py``); it
+shares the pod's network namespace, so its iptables rules drop exactly this pod's packets whatever
 the CNI. Rules live in chains of its own (``UNDERTOW-INPUT``, ``UNDERTOW-OUTPUT``) jumped
 to from INPUT and OUTPUT, so healing is a flush and nothing else in the pod is touched.
 
@@ -14,12 +15,15 @@ forgotten its deadlines, so it heals everything as it starts.
 HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /healthz)::
 
     GET    /healthz
-    GET    /v1/faults                           -> {"faults": [...], "paused": bool}
+    GET    /v1/faults                -> {"faults": [...], "paused": bool, "running": bool}
     POST   /v1/pause   {"deadline_s": 10}       SIGSTOP the target; returns once stopped
     POST   /v1/resume                           SIGCONT the target
+    POST   /v1/kill    {"deadline_s": 10}       SIGKILL the target; held down until release
+    POST   /v1/release                          let a killed target start again
     PUT    /v1/drops/{input|output}/{ip}  {"deadline_s": 10}
     DELETE /v1/drops/{input|output}/{ip}
-    POST   /v1/heal                             remove every rule, resume every target
+    POST   /v1/heal                             remove every rule, resume and release every
+                                                target
 
 ``input`` drops packets from the peer (INPUT -s), ``output`` packets to it (OUTPUT -d).
 """
@@ -27,9 +31,10 @@ HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /h
 from undertow.kube.agent.client import AgentClient
 from undertow.kube.agent.errors import AgentError
 from undertow.kube.agent.fault_agent import Fault, FaultAgent
+from undertow.kube.agent.hold import Hold
 from undertow.kube.agent.netfilter import Netfilter, iptables_command
 from undertow.kube.agent.processes import Processes
 from undertow.kube.agent.server import make_server
 
-__all__ = ["AgentClient", "AgentError", "Fault", "FaultAgent", "Netfilter", "Processes",
-           "iptables_command", "make_server"]
+__all__ = ["AgentClient", "AgentError", "Fault", "FaultAgent", "Hold", "Netfilter",
+           "Processes", "iptables_command", "make_server"]

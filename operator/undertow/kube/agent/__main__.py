@@ -9,10 +9,12 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from undertow.kube.agent.errors import AgentError
 from undertow.kube.agent.fault_agent import FaultAgent
+from undertow.kube.agent.hold import Hold
 from undertow.kube.agent.netfilter import Netfilter, iptables_command
 from undertow.kube.agent.processes import Processes
 from undertow.kube.agent.server import make_server
@@ -29,6 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--listen", default="0.0.0.0:9200", help="HOST:PORT")
     parser.add_argument("--target", default="minibroker",
                         help="pause the processes whose command line contains this")
+    parser.add_argument("--hold-file", type=Path, default=None,
+                        help="where a kill holds the target down (its launcher waits on it)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
@@ -46,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fault agent: {exc}", file=sys.stderr)
         return 2
     log.info("iptables back end: %s", command[0])
-    agent = FaultAgent(Netfilter(command), Processes(args.target))
+    agent = FaultAgent(Netfilter(command), Processes(args.target), Hold(args.hold_file))
     agent.start()
     server = make_server(agent, host, int(port), token)
 

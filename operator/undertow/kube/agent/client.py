@@ -25,6 +25,12 @@ class AgentClient:
     def resume(self) -> None:
         self._call("POST", "/v1/resume", {})
 
+    def kill(self, deadline_s: float) -> None:
+        self._call("POST", "/v1/kill", {"deadline_s": deadline_s})
+
+    def release(self) -> None:
+        self._call("POST", "/v1/release", {})
+
     def drop(self, direction: str, peer: str, deadline_s: float) -> None:
         self._call("PUT", f"/v1/drops/{direction}/{peer}", {"deadline_s": deadline_s})
 

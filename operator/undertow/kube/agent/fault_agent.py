@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from undertow.kube.agent.errors import AgentError
+from undertow.kube.agent.hold import Hold
 from undertow.kube.agent.netfilter import Netfilter
 from undertow.kube.agent.processes import Processes
 
@@ -19,9 +20,10 @@ log = logging.getLogger("undertow.agent")
 @dataclass
 class Fault:
     kind: str
-    """``pause`` or ``drop``."""
+    """``pause``, ``kill`` or ``drop``."""
     key: str
-    """``pause`` or ``input/10.0.0.5``: one fault per key, a new one replaces the old."""
+    """``pause``, ``kill`` or ``input/10.0.0.5``: one fault per key, a new one replaces the
+    old."""
     deadline: float
     """``time.monotonic()`` at which the agent heals it."""
 
@@ -33,10 +35,11 @@ class Fault:
 class FaultAgent:
     """Applies faults, remembers their deadlines and heals each one when its time is up."""
 
-    def __init__(self, netfilter: Netfilter, processes: Processes,
+    def __init__(self, netfilter: Netfilter, processes: Processes, hold: Hold | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.netfilter = netfilter
         self.processes = processes
+        self.hold = hold or Hold(None)
         self._clock = clock
         self._faults: dict[str, Fault] = {}
         self._lock = threading.Condition()
@@ -47,6 +50,7 @@ class FaultAgent:
         """Heal what a previous agent may have left (its deadlines died with it), then run."""
         self.netfilter.setup()
         self.processes.resume()
+        self.hold.clear()
         self._reaper.start()
 
     def close(self) -> None:
@@ -70,6 +74,26 @@ class FaultAgent:
             self._faults.pop("pause", None)
             return self.processes.resume()
 
+    def kill(self, deadline_s: float) -> list[int]:
+        """SIGKILL the target in place; its restart waits (``Hold``) until ``release`` or
+        the deadline, whichever comes first."""
+        with self._lock:
+            self.hold.set(deadline_s)
+            try:
+                pids = self.processes.kill()
+            except AgentError:
+                self.hold.clear()
+                raise
+            self._remember(Fault("kill", "kill", self._clock() + deadline_s))
+            log.info("killed %s; held down for at most %.1fs", pids, deadline_s)
+            return pids
+
+    def release(self) -> None:
+        """Let a killed target start again."""
+        with self._lock:
+            self._faults.pop("kill", None)
+            self.hold.clear()
+
     def drop(self, direction: str, peer: str, deadline_s: float) -> None:
         with self._lock:
             self.netfilter.drop(direction, peer)
@@ -86,13 +110,15 @@ class FaultAgent:
         with self._lock:
             self.netfilter.flush()
             self.processes.resume()
+            self.hold.clear()
             self._faults.clear()
 
     def faults(self) -> dict[str, Any]:
         with self._lock:
             now = self._clock()
             return {"faults": [f.to_json(now) for f in self._faults.values()],
-                    "paused": self.processes.paused()}
+                    "paused": self.processes.paused(),
+                    "running": bool(self.processes.pids())}
 
     # ---- deadlines ------------------------------------------------------------------------
 
@@ -113,6 +139,8 @@ class FaultAgent:
         try:
             if fault.kind == "pause":
                 self.processes.resume()
+            elif fault.kind == "kill":
+                self.hold.clear()
             else:
                 direction, peer = fault.key.split("/", 1)
                 self.netfilter.undrop(direction, peer)

@@ -56,6 +56,20 @@ class Processes:
             time.sleep(0.01)
         return pids
 
+    def kill(self) -> list[int]:
+        """SIGKILL every target; return once none of them runs any more."""
+        pids = self.pids()
+        if not pids:
+            raise AgentError(f"no process matches {self.marker!r}", 409)
+        for pid in pids:
+            self._signal(pid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while any(self.state(pid) not in ("Z", "X", None) for pid in pids):
+            if time.monotonic() > deadline:
+                raise AgentError(f"processes {pids} did not die within {STOP_TIMEOUT_S:g}s")
+            time.sleep(0.01)
+        return pids
+
     def resume(self) -> list[int]:
         pids = self.pids()
         for pid in pids:

@@ -81,6 +81,11 @@ def make_server(agent: FaultAgent, host: str, port: int, token: str) -> Threadin
                 return {"paused": agent.pause(_deadline(body))}
             if (method, path) == ("POST", "/v1/resume"):
                 return {"resumed": agent.resume()}
+            if (method, path) == ("POST", "/v1/kill"):
+                return {"killed": agent.kill(_deadline(body))}
+            if (method, path) == ("POST", "/v1/release"):
+                agent.release()
+                return {"released": True}
             if (method, path) == ("POST", "/v1/heal"):
                 agent.heal()
                 return {"healed": True}
