@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo broker-demo bench reliability images clean
+.PHONY: install test lint demo broker-demo bench reliability images e2e-pods clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ reliability: $(STAMP)
 # Docker where a Docker engine runs, else podman (scripts/images.sh).
 images:
 	scripts/images.sh
+
+# acks1-leader-kill and acksall-leader-kill on the operator's own pods under podman
+# (tests/pods): they must give loss and clean, as they do locally.
+e2e-pods: $(STAMP)
+	UNDERTOW_E2E_PODS=1 $(BIN)/pytest -q -p no:cacheprovider tests/pods
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/broker_produce.py

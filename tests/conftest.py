@@ -11,8 +11,9 @@ import kmock._internal.parsing as kmock_parsing
 import pytest
 import pytest_asyncio
 
-# The Kubernetes tests' helpers (kube_helpers) serve the container tests too.
+# The Kubernetes and container tests' helpers serve the tests beside them too.
 sys.path.insert(0, str(Path(__file__).parent / "operator"))
+sys.path.insert(0, str(Path(__file__).parent / "containers"))
 
 from kube_helpers import NAMESPACE, serve_undertow_kinds
 

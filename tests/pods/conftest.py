@@ -1,0 +1,43 @@
+"""``make e2e-pods``: experiments end to end on the operator's pods under podman. Slow
+(minutes), so only run when asked: ``UNDERTOW_E2E_PODS=1`` (the make target sets it);
+skipped with the reason where podman is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from container_helpers import REPO, Engine, probe_engine
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.pods)
+            item.add_marker(pytest.mark.timeout(1800))
+            if os.environ.get("UNDERTOW_E2E_PODS") != "1":
+                item.add_marker(pytest.mark.skip(
+                    reason="end to end on pods: run with make e2e-pods (UNDERTOW_E2E_PODS=1)"))
+
+
+@pytest.fixture(scope="session")
+def pod_images() -> Engine:
+    """The three images, built for podman (``kube play`` is podman's alone)."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (apt-get install podman)")
+    os.environ["ENGINE"] = "podman"
+    try:
+        found = probe_engine()
+    finally:
+        os.environ.pop("ENGINE")
+    if isinstance(found, str):
+        pytest.skip(f"podman does not run here: {found}")
+    build = subprocess.run([str(REPO / "scripts" / "images.sh")], cwd=REPO,
+                           env={**found.env, "ENGINE": "podman"}, capture_output=True,
+                           text=True, check=False, timeout=1800)
+    assert build.returncode == 0, f"scripts/images.sh failed:\n{build.stdout}\n{build.stderr}"
+    return found

@@ -1,0 +1,54 @@
+"""The two demo experiments end to end on the operator's own pods, under podman: the
+BrokerCluster's StatefulSets as pods with their fault agents, the runner Job driving the
+workload and the faults through the agents and failpoints as on Kubernetes, the analysis
+Job's two containers. The verdicts must be the ones the experiments give locally."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from container_helpers import REPO, Engine
+from pods_helpers import ClusterOnPods
+
+from undertow.kube.resources import Images
+
+LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
+
+
+@pytest.mark.parametrize(("experiment", "expected"), [("acks1-leader-kill", "loss"),
+                                                      ("acksall-leader-kill", "clean")])
+def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, expected: str,
+                                                        pod_images: Engine,
+                                                        tmp_path: Path) -> None:
+    cluster, chaos = yaml.safe_load_all((REPO / "experiments" / f"{experiment}.yaml")
+                                        .read_text())
+    images = Images(operator=pod_images.image("operator"),
+                    analysis=pod_images.image("analysis"), pull_policy="Never")
+    cluster["spec"]["image"] = pod_images.image("minibroker")
+    pods = ClusterOnPods(cluster, chaos, images, tmp_path)
+    try:
+        pods.start_cluster()
+        assert pods.run_experiment(seed=7) == {"runner": 0}
+        assert pods.run_analysis() == {"analysis": 0, "publish": 0}
+        published = pods.api.objects["ConfigMap"][f"{experiment}-report"]["data"]
+        report = json.loads(published["report.json"])
+        on_volume = json.loads((pods.history_dir / "report" / "report.json").read_text())
+        assert report == on_volume
+        faults = [f["fault"] for f in report["faults"]]
+        assert faults and set(faults) == {"kill"}, report["faults"]
+        assert report["verdict"] == expected, report["counts"]
+        events = [e["reason"] for e in pods.api.objects["Event"].values()]
+        assert events.count("FaultInjected") == events.count("FaultRecovered") == len(faults)
+    except BaseException:
+        where = LOGS / experiment
+        where.mkdir(parents=True, exist_ok=True)
+        for name, text in pods.logs():
+            (where / f"{name}.log").write_text(text)
+        print(f"e2e-pods: the logs of every container of {experiment} are in {where}/")
+        raise
+    finally:
+        pods.stop()
