@@ -44,11 +44,71 @@ def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, expecte
         events = [e["reason"] for e in pods.api.objects["Event"].values()]
         assert events.count("FaultInjected") == events.count("FaultRecovered") == len(faults)
     except BaseException:
-        where = LOGS / experiment
-        where.mkdir(parents=True, exist_ok=True)
-        for name, text in pods.logs():
-            (where / f"{name}.log").write_text(text)
-        print(f"e2e-pods: the logs of every container of {experiment} are in {where}/")
+        save_logs(pods, experiment)
+        raise
+    finally:
+        pods.stop()
+
+
+def save_logs(pods: ClusterOnPods, label: str) -> None:
+    where = LOGS / label
+    where.mkdir(parents=True, exist_ok=True)
+    for name, text in pods.logs():
+        (where / f"{name}.log").write_text(text)
+    print(f"e2e-pods: the logs of every container of {label} are in {where}/")
+
+
+MIXED_FAULTS = """\
+apiVersion: undertow.dev/v1alpha1
+kind: BrokerCluster
+metadata: {name: pods-faults}
+spec:
+  brokers: 3
+  config:
+    min.insync.replicas: 2
+    replica.lag.time.max.ms: 2000
+    broker.session.timeout.ms: 3000
+---
+apiVersion: undertow.dev/v1alpha1
+kind: ChaosExperiment
+metadata: {name: pods-faults}
+spec:
+  cluster: {ref: pods-faults}
+  topic: {name: mixed, partitions: 1, replicationFactor: 3}
+  workload: {producers: 1, consumers: 1, acks: all, rate: 150, duration: 30s}
+  faults:
+    - {kind: pause, target: {role: leader}, at: 3s, duration: 4s}
+    - {kind: partition, target: {role: leader}, network: {mode: isolate}, at: 11s,
+       duration: 5s}
+    - {kind: disk-stall, target: {role: follower}, at: 20s, duration: 4s}
+  expect: clean
+"""
+
+
+def test_pause_partition_and_disk_stall_go_through_the_pods_agents_and_failpoints(
+        pod_images: Engine, tmp_path: Path) -> None:
+    """The other fault kinds on pods: SIGSTOP by the agent through the shared process
+    namespace, iptables in the pod's network namespace, the broker's failpoint; acks=all
+    with min.insync.replicas=2 loses nothing under them."""
+    cluster, chaos = yaml.safe_load_all(MIXED_FAULTS)
+    images = Images(operator=pod_images.image("operator"),
+                    analysis=pod_images.image("analysis"), pull_policy="Never")
+    cluster["spec"]["image"] = pod_images.image("minibroker")
+    pods = ClusterOnPods(cluster, chaos, images, tmp_path)
+    try:
+        pods.start_cluster()
+        assert pods.run_experiment(seed=3) == {"runner": 0}
+        assert pods.run_analysis() == {"analysis": 0, "publish": 0}
+        report = json.loads((pods.history_dir / "report" / "report.json").read_text())
+        assert sorted(f["fault"] for f in report["faults"]) == [
+            "disk-stall", "partition", "pause"], report["faults"]
+        assert report["verdict"] == "clean", report["counts"]
+        messages = [e["message"] for e in pods.api.objects["Event"].values()]
+        assert any(m.startswith("pause ") and "SIGSTOP" in m for m in messages), messages
+        assert any(m.startswith("partition ") for m in messages), messages
+        assert any(m.startswith("disk-stall ") for m in messages), messages
+    except BaseException:
+        save_logs(pods, "pods-faults")
         raise
     finally:
         pods.stop()
