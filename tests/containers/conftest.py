@@ -9,16 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from container_helpers import REPO, Engine, probe_engine
+from container_helpers import REPO, Engine, mark_folder, probe_engine
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.containers)
-            # The first test builds the images: minutes on a fresh machine.
-            item.add_marker(pytest.mark.timeout(1800))
+    # The first test builds the images: minutes on a fresh machine.
+    mark_folder(items, Path(__file__).parent, pytest.mark.containers,
+                pytest.mark.timeout(1800))
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 
+def mark_folder(items: list[Any], folder: Path, *marks: Any) -> None:
+    """Add ``marks`` to every collected test under ``folder``."""
+    for item in items:
+        if folder in Path(item.fspath).parents:
+            for mark in marks:
+                item.add_marker(mark)
+
+
 @dataclass(frozen=True)
 class Engine:
     """The engine, its settings and the image tag, exactly as the build scripts see them."""

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 from container_helpers import REPO, Engine, kubeconfig, run_args, wait_for_log
-from kube_helpers import NAMESPACE, eventually, free_port, stored
+from kube_helpers import NAMESPACE, eventually, stored
+from ports import free_port, ports_free
 
 from undertow.kube.api import KubeApi
 from undertow.kube.resources import (
@@ -42,20 +43,9 @@ def free_cluster_ports(brokers: int) -> int:
     for _ in range(50):
         base = free_port()
         ports = [*range(base, base + brokers + 1), *range(base + 100, base + brokers + 101)]
-        if ports[-1] < 65536 and all(_free(port) for port in ports):
+        if ports[-1] < 65536 and ports_free(ports):
             return base
     raise AssertionError("no free port range")
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def test_the_broker_image_serves_a_cluster_that_kcat_uses(images: Engine,

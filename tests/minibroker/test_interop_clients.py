@@ -14,7 +14,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as metadata_req
+from ports import ports_free
 
 from minibroker.network.client import KafkaClientError, KafkaConnection
 
@@ -52,21 +52,11 @@ class Cluster:
         return ",".join(f"127.0.0.1:{self.base_port + i}" for i in range(1, BROKERS + 1))
 
 
-def _ports_free(ports: list[int]) -> bool:
-    for port in ports:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                return False
-    return True
-
-
 def _free_base_port() -> int:
     """The cluster takes BASE..BASE+3 (controller, brokers) and BASE+100..BASE+103 (metrics)."""
     for _ in range(50):
         base = random.randrange(20000, 60000)
-        if _ports_free([base + i for i in range(BROKERS + 1)]
+        if ports_free([base + i for i in range(BROKERS + 1)]
                        + [base + 100 + i for i in range(BROKERS + 1)]):
             return base
     raise RuntimeError("no free port range for the cluster")

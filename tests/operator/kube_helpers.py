@@ -9,7 +9,6 @@ import contextlib
 import copy
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from ports import free_port, ports_free  # noqa: F401  (re-exported for the operator tests)
 
 from undertow.kube.agent import FaultAgent, Netfilter
 from undertow.kube.api import KubeApi
@@ -29,13 +29,6 @@ from undertow.kube.reconcile import Operator
 
 NAMESPACE = "chaos"
 AGENT_TOKEN = "agent-secret"
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (connections to it are refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def eventually(probe: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:

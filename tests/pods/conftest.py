@@ -10,18 +10,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from container_helpers import REPO, Engine, probe_engine
+from container_helpers import REPO, Engine, mark_folder, probe_engine
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.pods)
-            item.add_marker(pytest.mark.timeout(1800))
-            if os.environ.get("UNDERTOW_E2E_PODS") != "1":
-                item.add_marker(pytest.mark.skip(
-                    reason="end to end on pods: run with make e2e-pods (UNDERTOW_E2E_PODS=1)"))
+    marks = [pytest.mark.pods, pytest.mark.timeout(1800)]
+    if os.environ.get("UNDERTOW_E2E_PODS") != "1":
+        marks.append(pytest.mark.skip(
+            reason="end to end on pods: run with make e2e-pods (UNDERTOW_E2E_PODS=1)"))
+    mark_folder(items, Path(__file__).parent, *marks)
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,12 @@ Job's two containers. The verdicts must be the ones the experiments give locally
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -24,14 +27,8 @@ LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
 def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, expected: str,
                                                         pod_images: Engine,
                                                         tmp_path: Path) -> None:
-    cluster, chaos = yaml.safe_load_all((REPO / "experiments" / f"{experiment}.yaml")
-                                        .read_text())
-    images = Images(operator=pod_images.image("operator"),
-                    analysis=pod_images.image("analysis"), pull_policy="Never")
-    cluster["spec"]["image"] = pod_images.image("minibroker")
-    pods = ClusterOnPods(cluster, chaos, images, tmp_path)
-    try:
-        pods.start_cluster()
+    documents = yaml.safe_load_all((REPO / "experiments" / f"{experiment}.yaml").read_text())
+    with on_pods(*documents, pod_images, tmp_path) as pods:
         assert pods.run_experiment(seed=7) == {"runner": 0}
         assert pods.run_analysis() == {"analysis": 0, "publish": 0}
         published = pods.api.objects["ConfigMap"][f"{experiment}-report"]["data"]
@@ -43,19 +40,29 @@ def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, expecte
         assert report["verdict"] == expected, report["counts"]
         events = [e["reason"] for e in pods.api.objects["Event"].values()]
         assert events.count("FaultInjected") == events.count("FaultRecovered") == len(faults)
+
+
+@contextlib.contextmanager
+def on_pods(cluster: dict[str, Any], chaos: dict[str, Any], pod_images: Engine,
+            work: Path) -> Iterator[ClusterOnPods]:
+    """The cluster's pods, started with the images just built; on a failure every
+    container's log is saved (and where is printed); removed in any case."""
+    images = Images(operator=pod_images.image("operator"),
+                    analysis=pod_images.image("analysis"), pull_policy="Never")
+    cluster["spec"]["image"] = pod_images.image("minibroker")
+    pods = ClusterOnPods(cluster, chaos, images, work)
+    try:
+        pods.start_cluster()
+        yield pods
     except BaseException:
-        save_logs(pods, experiment)
+        where = LOGS / chaos["metadata"]["name"]
+        where.mkdir(parents=True, exist_ok=True)
+        for name, text in pods.logs():
+            (where / f"{name}.log").write_text(text)
+        print(f"e2e-pods: the logs of every container are in {where}/")
         raise
     finally:
         pods.stop()
-
-
-def save_logs(pods: ClusterOnPods, label: str) -> None:
-    where = LOGS / label
-    where.mkdir(parents=True, exist_ok=True)
-    for name, text in pods.logs():
-        (where / f"{name}.log").write_text(text)
-    print(f"e2e-pods: the logs of every container of {label} are in {where}/")
 
 
 MIXED_FAULTS = """\
@@ -90,13 +97,7 @@ def test_pause_partition_and_disk_stall_go_through_the_pods_agents_and_failpoint
     """The other fault kinds on pods: SIGSTOP by the agent through the shared process
     namespace, iptables in the pod's network namespace, the broker's failpoint; acks=all
     with min.insync.replicas=2 loses nothing under them."""
-    cluster, chaos = yaml.safe_load_all(MIXED_FAULTS)
-    images = Images(operator=pod_images.image("operator"),
-                    analysis=pod_images.image("analysis"), pull_policy="Never")
-    cluster["spec"]["image"] = pod_images.image("minibroker")
-    pods = ClusterOnPods(cluster, chaos, images, tmp_path)
-    try:
-        pods.start_cluster()
+    with on_pods(*yaml.safe_load_all(MIXED_FAULTS), pod_images, tmp_path) as pods:
         assert pods.run_experiment(seed=3) == {"runner": 0}
         assert pods.run_analysis() == {"analysis": 0, "publish": 0}
         report = json.loads((pods.history_dir / "report" / "report.json").read_text())
@@ -107,8 +108,3 @@ def test_pause_partition_and_disk_stall_go_through_the_pods_agents_and_failpoint
         assert any(m.startswith("pause ") and "SIGSTOP" in m for m in messages), messages
         assert any(m.startswith("partition ") for m in messages), messages
         assert any(m.startswith("disk-stall ") for m in messages), messages
-    except BaseException:
-        save_logs(pods, "pods-faults")
-        raise
-    finally:
-        pods.stop()

@@ -44,29 +44,25 @@ class Processes:
         return stat.rsplit(")", 1)[1].split()[0]
 
     def stop(self) -> list[int]:
-        pids = self.pids()
-        if not pids:
-            raise AgentError(f"no process matches {self.marker!r}", 409)
-        for pid in pids:
-            self._signal(pid, signal.SIGSTOP)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while any(self.state(pid) not in ("T", "t", None) for pid in pids):
-            if time.monotonic() > deadline:
-                raise AgentError(f"processes {pids} did not stop within {STOP_TIMEOUT_S:g}s")
-            time.sleep(0.01)
-        return pids
+        """SIGSTOP every target; return once all of them are stopped."""
+        return self._signal_all(signal.SIGSTOP, until=("T", "t", None), what="stop")
 
     def kill(self) -> list[int]:
         """SIGKILL every target; return once none of them runs any more."""
+        return self._signal_all(signal.SIGKILL, until=("Z", "X", None), what="die")
+
+    def _signal_all(self, sig: signal.Signals, *, until: tuple[str | None, ...],
+                    what: str) -> list[int]:
+        """Send ``sig`` to every target, then wait until each one's state is in ``until``."""
         pids = self.pids()
         if not pids:
             raise AgentError(f"no process matches {self.marker!r}", 409)
         for pid in pids:
-            self._signal(pid, signal.SIGKILL)
+            self._signal(pid, sig)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while any(self.state(pid) not in ("Z", "X", None) for pid in pids):
+        while any(self.state(pid) not in until for pid in pids):
             if time.monotonic() > deadline:
-                raise AgentError(f"processes {pids} did not die within {STOP_TIMEOUT_S:g}s")
+                raise AgentError(f"processes {pids} did not {what} within {STOP_TIMEOUT_S:g}s")
             time.sleep(0.01)
         return pids
 
