@@ -10,7 +10,7 @@ explore random fault sequences deterministically.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,13 +137,21 @@ class SimCluster:
                 request.new_isr)
             on_response(error, reg)
 
-    def advance(self, ms: float) -> None:
-        """Let time pass: live brokers heartbeat, timers fire, expired sessions are fenced."""
+    def advance(self, ms: float, *, silent: Collection[int] = ()) -> None:
+        """Let time pass: live brokers heartbeat (but those in ``silent``, cut off from the
+        controller while they keep running) and register again once fenced, timers fire,
+        expired sessions are fenced."""
         remaining = ms
         while remaining > 0:
             step = min(self.heartbeat_interval_ms, remaining)
             for broker_id in list(self.brokers):
-                self.controller.heartbeat(broker_id, self._incarnations[broker_id])
+                if broker_id in silent:
+                    continue
+                incarnation = self._incarnations[broker_id]
+                if self.controller.heartbeat(broker_id, incarnation) != ErrorCode.none:
+                    # As the real broker's heartbeat loop: fenced, so register again.
+                    self.controller.register_broker(broker_id, incarnation, "sim",
+                                                    9000 + broker_id)
             self.scheduler.advance(step)
             self.controller.tick()
             remaining -= step

@@ -171,3 +171,42 @@ def test_divergent_logs_after_double_power_loss(tmp_path: Path, mode: str) -> No
         assert sim.log_values(a, TP) == sim.log_values(b, TP)
     else:
         assert at_2[a] == b"old"
+
+
+def test_kip279_a_noop_truncation_still_truncates_the_epoch_cache(tmp_path: Path) -> None:
+    """Kafka's UnifiedLog.truncateTo: a truncation at or past the log end offset still drops
+    epoch entries starting there. Broker 3 becomes leader of epoch 2, appends nothing, and
+    is fenced while it runs (its heartbeats are lost); broker 2, which holds epoch-1 records
+    3 never saw, is elected (unclean) and writes epoch 3. As a follower, 3 asks for epoch 2,
+    is told epoch 1 ends at 12, truncates to its own end of epoch 0 (10, its log end
+    offset: nothing to cut) and must then ask for epoch 0 instead of epoch 2 again, or it
+    never fetches nor rejoins the ISR."""
+    sim = SimCluster(tmp_path, brokers=3, config={
+        "min.insync.replicas": "1", "unclean.leader.election.enable": "true"})
+    sim.create_topic("orders", replication_factor=3)
+    fill(sim, 10)
+    sim.crash(1)
+    sim.advance(SESSION_MS + 500)
+    assert (sim.leader_of(TP), sim.registration(TP).leader_epoch) == (2, 1)
+    for value in ("e1-a", "e1-b"):  # acks=1, never fetched by broker 3
+        assert sim.produce(TP, [value], acks=1).acknowledged
+    sim.crash(2)
+    sim.advance(SESSION_MS + 500)
+    assert (sim.leader_of(TP), sim.registration(TP).leader_epoch) == (3, 2)
+    follower = sim.replica(3, TP)
+    assert [(e.epoch, e.start_offset) for e in follower.leader_epoch_cache.entries] == [
+        (0, 0), (2, 10)]
+    sim.start(2)  # back, but not fetching yet: its log still holds epoch 1
+    sim.advance(SESSION_MS + 500, silent=[3])
+    assert sim.leader_of(TP) == 2 and sim.controller.unclean_elections == 1
+    assert sim.produce(TP, ["e3"], acks=1).acknowledged
+    assert [(e.epoch, e.start_offset) for e in sim.replica(2, TP).leader_epoch_cache.entries
+            ] == [(0, 0), (1, 10), (3, 12)]
+
+    sim.advance(500)  # 3 heartbeats again, still running, now a follower of 2
+    sim.fetch_round(3)  # before the fix: RuntimeError, the truncation did not converge
+    assert [(e.epoch, e.start_offset) for e in follower.leader_epoch_cache.entries] == [
+        (0, 0), (1, 10), (3, 12)]
+    assert follower.log_end_offset == 13
+    sim.replicate()
+    assert 3 in sim.registration(TP).isr

@@ -26,6 +26,10 @@ from minibroker.network.client import KafkaConnection
 log = logging.getLogger("minibroker.fetcher")
 
 RETRY_BACKOFF_S = 0.1
+MAX_TRUNCATION_ROUNDS = 16
+"""OffsetForLeaderEpoch rounds for one partition before the fetcher backs off and says so.
+KIP-279 needs one round per epoch the follower has and the leader lacks; a follower that
+asks the same question again and again (as the no-op truncation bug did) must not spin."""
 
 
 class ReplicaFetcher:
@@ -99,8 +103,16 @@ class ReplicaFetcher:
     async def _truncate(self, conn: KafkaConnection) -> None:
         for tp in self._followed():
             state = self._rm.follower_states[tp]
+            rounds = 0
             while (self._rm.follower_states.get(tp) is state
                    and (request := self._rm.truncation_request(tp)) is not None):
+                rounds += 1
+                if rounds > MAX_TRUNCATION_ROUNDS:
+                    # _fetch skips the partition while it needs truncation and sleeps.
+                    log.warning("%s: truncation unfinished after %d OffsetForLeaderEpoch "
+                                "rounds (still asking for epoch %d); backing off", tp,
+                                MAX_TRUNCATION_ROUNDS, request[1])
+                    break
                 current, latest = request
                 response = await conn.request(epoch_req.OffsetForLeaderEpochRequest(
                     replica_id=i32(self._rm.broker_id),

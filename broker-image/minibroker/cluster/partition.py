@@ -364,6 +364,13 @@ class Partition:
 
     def truncate_to(self, offset: int, reason: str) -> None:
         if offset >= self.log_end_offset:
+            # As Kafka 3.x's UnifiedLog.truncateTo (KIP-279 era): truncate the epoch
+            # cache even when the log keeps everything. A broker that became leader of an
+            # epoch and appended nothing before losing leadership has an entry starting at
+            # its log end offset; left there, its OffsetForLeaderEpoch requests keep naming
+            # that epoch, the leader keeps answering with an epoch this broker never saw,
+            # and it never fetches (a livelock).
+            self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
             return
         old_end = self.log_end_offset
         self.log.truncate_to(offset)
