@@ -143,7 +143,7 @@ class BrokerServer:
         self.controller.close()
         if self.admin is not None:
             self.admin.stop()
-        self.replica_manager.close()
+        self.replica_manager.shutdown()
 
     @property
     def advertised(self) -> tuple[str, int]:

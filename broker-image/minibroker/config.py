@@ -88,6 +88,10 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "Bytes per partition per follower fetch."),
         ConfigDef("replica.high.watermark.checkpoint.interval.ms", _positive_int, 1000, False,
                   "How often the high watermarks are checkpointed (Kafka: 5000)."),
+        ConfigDef("log.flush.offset.checkpoint.interval.ms", _positive_int, 6000, False,
+                  "How often each log's recovery point (everything below it fsynced) is "
+                  "checkpointed; a restart after a crash trusts only that much of the log to "
+                  "be durable (Kafka: 60000)."),
         ConfigDef("broker.heartbeat.interval.ms", _positive_int, 250, False,
                   "Broker heartbeat period to the controller (Kafka: 2000)."),
         ConfigDef("broker.session.timeout.ms", _positive_int, 3000, False,

@@ -108,6 +108,11 @@ class SimCluster:
         rm.apply_metadata(self.controller.image())
         return rm
 
+    def stop(self, broker_id: int) -> None:
+        """A clean shutdown (SIGTERM): every log flushed, its recovery point checkpointed."""
+        self._fetchers.pop(broker_id)
+        self.brokers.pop(broker_id).shutdown()
+
     def crash(self, broker_id: int, *, power_loss: bool = False) -> None:
         """kill -9 (page cache survives) or power loss (unflushed writes are gone)."""
         rm = self.brokers.pop(broker_id)

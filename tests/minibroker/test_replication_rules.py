@@ -210,3 +210,25 @@ def test_kip279_a_noop_truncation_still_truncates_the_epoch_cache(tmp_path: Path
     assert follower.log_end_offset == 13
     sim.replicate()
     assert 3 in sim.registration(TP).isr
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_only_a_flush_makes_records_survive_a_power_loss_after_a_restart(tmp_path: Path,
+                                                                       clean: bool) -> None:
+    """Kafka's flush triggers: a clean shutdown flushes every log and checkpoints its
+    recovery point, so a power loss after the restart drops nothing; a kill does not flush,
+    the restart does not either (LogLoader), and the same power loss drops what was never
+    fsynced. acks=1 with no replicas and the default (no) flush policy."""
+    sim = SimCluster(tmp_path, brokers=1, config={"min.insync.replicas": "1"})
+    sim.create_topic("orders", replication_factor=1)
+    for i in range(10):
+        assert sim.produce(TP, [f"m{i}"], acks=1).acknowledged
+    if clean:
+        sim.stop(1)
+    else:
+        sim.crash(1)
+    sim.start(1)
+    assert sim.replica(1, TP).log_end_offset == 10  # the page cache survived either way
+    sim.crash(1, power_loss=True)
+    sim.start(1)
+    assert sim.replica(1, TP).log_end_offset == (10 if clean else 0)

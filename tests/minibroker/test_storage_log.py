@@ -417,6 +417,31 @@ def test_power_loss_without_any_flush_loses_everything_unrolled(log_dir: Path) -
     recovered.close()
 
 
+def test_loading_flushes_nothing_past_the_recovery_point(log_dir: Path) -> None:
+    """Kafka's LogLoader after an unclean shutdown: the unflushed tail is recovered (its CRCs
+    checked) but not fsynced, and the recovery point stays where the checkpoint put it. A
+    kill leaves the tail in the page cache; a power loss after the restart still drops it.
+    (Two power losses in a row cannot show this: the first one leaves nothing unflushed.)"""
+    log = open_log(log_dir, DurabilityTracker())
+    produce(log, 4, 5)
+    log.flush()
+    recovery_point = log.last_flushed_offset
+    produce(log, 3, 5)  # offsets 20-34, in the page cache only
+    log.close()  # kill -9: the page cache keeps them
+
+    tracker = DurabilityTracker()  # the restarted process
+    restarted = open_log(log_dir, tracker, recovery_point=recovery_point)
+    assert (restarted.log_end_offset, restarted.last_flushed_offset) == (35, 20)
+    assert tracker.fsync_count == 0
+    restarted.close()
+    tracker.simulate_power_loss()
+
+    after = open_log(log_dir, DurabilityTracker(), recovery_point=recovery_point)
+    assert after.log_end_offset == recovery_point
+    assert offsets_read(after, 0) == list(range(20))
+    after.close()
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
     """Appends, truncations, flushes, reopens and power losses against a list of batches;

@@ -32,6 +32,7 @@ from minibroker.cluster.types import (
 from minibroker.config import LogConfig, resolve
 from minibroker.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
+    RECOVERY_POINT_OFFSET_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
@@ -104,6 +105,9 @@ class ReplicaManager:
         self.replica_lag_time_max_ms: int = resolve("replica.lag.time.max.ms", self.config)
         self._hw_checkpoint = OffsetCheckpointFile(data_dir / REPLICATION_OFFSET_CHECKPOINT_FILE)
         self._checkpointed_hws = dict(self._hw_checkpoint.read())
+        self._recovery_checkpoint = OffsetCheckpointFile(
+            data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT_FILE)
+        self._checkpointed_recovery_points = dict(self._recovery_checkpoint.read())
         self._closed = False
         data_dir.mkdir(parents=True, exist_ok=True)
 
@@ -114,6 +118,8 @@ class ReplicaManager:
         self._every(self.replica_lag_time_max_ms / 2, self.maybe_shrink_isrs)
         self._every(resolve("replica.high.watermark.checkpoint.interval.ms", self.config),
                     self.checkpoint_high_watermarks)
+        self._every(resolve("log.flush.offset.checkpoint.interval.ms", self.config),
+                    self.checkpoint_recovery_points)
         self._every(100, self._flush_logs_on_time)
 
     def _every(self, period_ms: float, action: Callable[[], None]) -> None:
@@ -137,11 +143,30 @@ class ReplicaManager:
             self._hw_checkpoint.write(hws)
             self._checkpointed_hws = hws
 
+    def checkpoint_recovery_points(self) -> None:
+        """Kafka's LogManager.checkpointLogRecoveryOffsets: where each log's fsynced prefix
+        ends, read back at load (``Log(recovery_point=...)``)."""
+        points = {(tp.topic, tp.partition): p.log.last_flushed_offset
+                  for tp, p in self.partitions.items()}
+        if points != self._checkpointed_recovery_points:
+            self._recovery_checkpoint.write(points)
+            self._checkpointed_recovery_points = points
+
     def _flush_logs_on_time(self) -> None:
         for partition in self.partitions.values():
             partition.log.maybe_flush()
 
+    def shutdown(self) -> None:
+        """A clean shutdown, as Kafka's LogManager.shutdown: flush every log, checkpoint the
+        recovery points and high watermarks, then close."""
+        for partition in self.partitions.values():
+            partition.log.flush()
+        self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
+        self.close()
+
     def close(self) -> None:
+        """Release the logs without flushing them: a crash (``shutdown`` is the clean way)."""
         self._closed = True
         for partition in self.partitions.values():
             partition.log.close()
@@ -165,6 +190,7 @@ class ReplicaManager:
             flush_interval_messages=config.flush_interval_messages,
             flush_interval_ms=config.flush_interval_ms,
             clock=lambda: self.scheduler.now_ms() / 1000.0,
+            recovery_point=self._checkpointed_recovery_points.get((tp.topic, tp.partition), 0),
         )
         checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE)
         cache = LeaderEpochCache(checkpoint)

@@ -27,6 +27,7 @@ __all__ = [
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"  # in the partition directory
 REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"  # in the data directory
+RECOVERY_POINT_OFFSET_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"  # ditto
 
 T = TypeVar("T")
 

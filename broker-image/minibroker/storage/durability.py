@@ -35,6 +35,11 @@ class DurabilityTracker:
         self._durable[path] = size
         self.fsync_count += 1
 
+    def assume_durable(self, path: Path, size: int) -> None:
+        """An earlier process fsynced ``path`` up to ``size`` (a recovery point says so);
+        not an fsync of this one."""
+        self._durable[path] = max(self._durable.get(path, 0), size)
+
     def on_truncate(self, path: Path, size: int) -> None:
         """The file was cut to ``size``: bytes past it cannot come back."""
         if path in self._durable:

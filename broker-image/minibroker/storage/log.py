@@ -6,8 +6,10 @@ segment is flushed when it is rolled; durability comes from replication. Every f
 reported to the ``DurabilityTracker`` so a simulated power loss drops exactly the unflushed
 tail. Opening a log recovers it: every batch is validated and the first bad one (a torn
 write, a flipped bit, a gap in the offsets) and everything after it is cut, the way Kafka
-recovers after an unclean shutdown; the recovered state is then fsynced, so it is the
-durable baseline of this process. Like Kafka's UnifiedLog, the log owns its partition's
+recovers after an unclean shutdown. As in Kafka's LogLoader, recovery flushes nothing: what
+lies past the recovery point (the checkpointed offset below which everything was fsynced)
+stays exposed to a power loss until a flush moves the recovery point (flush interval, roll,
+clean shutdown). Like Kafka's UnifiedLog, the log owns its partition's
 ``ProducerStateManager``: appends check and record idempotent producers' batches, and the
 state is rebuilt from the batch headers after recovery and after a truncation, so every way
 the log can shrink keeps it consistent.
@@ -68,6 +70,7 @@ class Log:
         flush_interval_ms: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         index_interval_bytes: int = 4096,
+        recovery_point: int = 0,
     ) -> None:
         if not 0 < segment_bytes <= 2**31 - 1:
             raise ValueError(f"segment.bytes must be in [1, 2^31-1], got {segment_bytes}")
@@ -83,9 +86,10 @@ class Log:
         if not self._dir.is_dir():
             self._dir.mkdir(parents=True)
             fsync_dir(self._dir.parent)
-        self._recover()
+        self._recover(recovery_point)
         self._log_end_offset = self._active.next_offset
-        self._last_flushed_offset = self._log_end_offset
+        # LogLoader after an unclean shutdown: the recovery point never moves ahead at load.
+        self._last_flushed_offset = min(recovery_point, self._log_end_offset)
         self._last_flush_time = clock()
         self.producer_state = ProducerStateManager(self._dir.name)
         self._rebuild_producer_state()
@@ -126,7 +130,7 @@ class Log:
 
     # ---- recovery -------------------------------------------------------------------
 
-    def _recover(self) -> None:
+    def _recover(self, recovery_point: int) -> None:
         bases: set[int] = set()
         indexes: set[int] = set()
         for path in self._dir.iterdir():
@@ -160,7 +164,13 @@ class Log:
             self._add_segment(LogSegment.create(self._dir, 0, self._durability,
                                                 self._index_interval_bytes))
         for segment in self._segments:
-            segment.flush()
+            # Below the recovery point an earlier life fsynced everything; past it, nothing
+            # is known to be durable, and loading does not make it so.
+            self._durability.assume_durable(segment.log_path,
+                                            segment.position_of(recovery_point))
+            if segment.next_offset <= recovery_point:
+                self._durability.assume_durable(segment.index_path,
+                                                segment.index_path.stat().st_size)
             if segment is not self._active:
                 segment.close_index()
         fsync_dir(self._dir)

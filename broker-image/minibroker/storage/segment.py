@@ -174,6 +174,13 @@ class LogSegment:
         self.size = position
         self.next_offset = headers[-1].next_offset
 
+    def position_of(self, offset: int) -> int:
+        """The byte position where the batch containing ``offset`` starts (the size when
+        ``offset`` is at or past the end)."""
+        if offset >= self.next_offset or not self._positions:
+            return self.size
+        return self._positions[self._batch_containing(offset)]
+
     def _batch_containing(self, offset: int) -> int:
         return max(bisect_right(self._offsets, offset) - 1, 0)
 
