@@ -1,10 +1,12 @@
 """The broker process: ``ReplicaManager`` wired to the controller, the Kafka listener, the
 follower fetchers, and the control endpoint.
 
-A broker registers with the controller (a new incarnation each start), heartbeats, and
-long-polls for metadata; every metadata change is applied by ``ReplicaManager`` (become
-leader / become follower). ISR changes go back to the controller as AlterPartition requests,
-and blocks of producer ids for idempotent producers come from it (AllocateProducerIds).
+A broker registers with the controller (a new incarnation each start, which gets a new
+broker epoch and stays fenced until its heartbeats show it has caught up with the metadata),
+heartbeats, and long-polls for metadata; every metadata change is applied by
+``ReplicaManager`` (become leader / become follower). ISR changes go back to the controller
+as AlterPartition requests, and blocks of producer ids for idempotent producers come from it
+(AllocateProducerIds).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class _ControllerAlterPartition:
                 "leader_epoch": request.leader_epoch,
                 "partition_epoch": request.partition_epoch,
                 "new_isr": list(request.new_isr),
+                "broker_epochs": list(request.broker_epochs),
             })
         except RpcError as exc:
             log.warning("AlterPartition for %s failed: %s", request.tp, exc)
@@ -96,6 +99,8 @@ class BrokerServer:
         self.broker_id = options.broker_id
         self.loop = asyncio.get_running_loop()
         self.incarnation_id = uuid.uuid4().hex
+        self.broker_epoch = -1  # from the controller at registration
+        self.fenced = True
         self.durability = DurabilityTracker()
         self.disk_stall = DiskStall(self.loop)
         self.controller = RpcClient(*options.controller)
@@ -159,9 +164,12 @@ class BrokerServer:
         host, port = self.advertised
         while True:
             try:
-                await self.controller.call("register_broker", {
+                answer = await self.controller.call("register_broker", {
                     "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
                     "host": host, "port": port})
+                self.broker_epoch = answer["broker_epoch"]
+                self.fenced = True
+                log.info("Registered with broker epoch %d", self.broker_epoch)
                 return
             except RpcError as exc:
                 log.info("Registration with the controller failed (%s); retrying", exc)
@@ -170,7 +178,7 @@ class BrokerServer:
     async def _allocate_producer_ids(self) -> tuple[int, int]:
         try:
             answer = await self.controller.call("allocate_producer_ids", {
-                "broker_id": self.broker_id, "incarnation_id": self.incarnation_id})
+                "broker_id": self.broker_id, "broker_epoch": self.broker_epoch})
         except RpcError as exc:
             raise ProducerIdAllocationError(str(exc)) from exc
         if answer["error"] != "none":
@@ -182,11 +190,17 @@ class BrokerServer:
             await asyncio.sleep(self._heartbeat_ms / 1000)
             try:
                 answer = await self.controller.call("heartbeat", {
-                    "broker_id": self.broker_id, "incarnation_id": self.incarnation_id},
+                    "broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
+                    "metadata_offset": self.replica_manager.image.metadata_offset},
                     timeout=self._heartbeat_ms / 1000 * 4)
                 if answer["error"] != "none":
                     log.warning("Heartbeat rejected (%s): registering again", answer["error"])
                     await self._register()
+                    continue
+                if answer["is_fenced"] != self.fenced:
+                    log.info("The controller %s this broker",
+                             "fenced" if answer["is_fenced"] else "unfenced")
+                    self.fenced = answer["is_fenced"]
             except RpcError as exc:
                 log.debug("Heartbeat failed: %s", exc)
 
@@ -218,7 +232,9 @@ class BrokerServer:
         return ReplicaFetcher(
             leader_id, self.replica_manager, self._address_of, self.disk_stall.wait,
             max_wait_ms=resolve("replica.fetch.wait.max.ms", config),
-            max_bytes=resolve("replica.fetch.max.bytes", config))
+            min_bytes=resolve("replica.fetch.min.bytes", config),
+            max_bytes=resolve("replica.fetch.max.bytes", config),
+            broker_epoch=lambda: self.broker_epoch)
 
     # ---- what KafkaApis calls -----------------------------------------------------------
 
@@ -275,6 +291,8 @@ class BrokerServer:
         state = self.replica_manager.state()
         state["disk_stalled"] = self.disk_stall.stalled
         state["incarnation_id"] = self.incarnation_id
+        state["broker_epoch"] = self.broker_epoch
+        state["fenced"] = self.fenced
         return state
 
 

@@ -51,6 +51,12 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _min_isr_rule(value: str) -> str:
+    if value not in ("strict", "legacy"):
+        raise ValueError(f"expected strict or legacy, got {value!r}")
+    return value
+
+
 def _truncation_mode(value: str) -> str:
     if value not in ("leader-epoch", "high-watermark"):
         raise ValueError(f"expected leader-epoch or high-watermark, got {value!r}")
@@ -75,15 +81,25 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "Elect an out-of-sync replica when no ISR member is alive (may lose data)."),
         ConfigDef("replication.truncation.mode", _truncation_mode, "leader-epoch", True,
                   "leader-epoch (KIP-101/279) or high-watermark (the unsafe pre-KIP-101 rule)."),
+        ConfigDef("high.watermark.min.isr.rule", _min_isr_rule, "strict", True,
+                  "strict: the leader advances the high watermark only while the ISR has at "
+                  "least min(min.insync.replicas, replicas) members (Kafka 3.7 onwards, "
+                  "KAFKA-15583); legacy: whatever the ISR size (Kafka 0.9 to 3.6)."),
         ConfigDef("log.flush.interval.messages", _optional_int, None, True,
                   "fsync after this many messages; unset = never on the produce path."),
         ConfigDef("log.flush.interval.ms", _optional_int, None, True,
                   "fsync when this long passed since the last flush; unset = never."),
         ConfigDef("segment.bytes", _positive_int, 64 << 20, True, "Log segment size."),
-        ConfigDef("replica.lag.time.max.ms", _positive_int, 3000, False,
-                  "A follower not caught up for this long leaves the ISR (Kafka: 30000)."),
+        ConfigDef("replica.lag.time.max.ms", _positive_int, 10000, False,
+                  "A follower not caught up for this long leaves the ISR (Kafka: 30000; "
+                  "as in Kafka, longer than broker.session.timeout.ms, so a dead broker is "
+                  "fenced before a leader drops it for lag)."),
         ConfigDef("replica.fetch.wait.max.ms", _positive_int, 500, False,
                   "How long a follower's fetch waits on the leader for new data."),
+        ConfigDef("replica.fetch.min.bytes", _positive_int, 1, False,
+                  "A follower's fetch waits on the leader (up to replica.fetch.wait.max.ms) "
+                  "until this many bytes are there: larger values batch replication and "
+                  "widen the window of records only the leader has."),
         ConfigDef("replica.fetch.max.bytes", _positive_int, 1 << 20, False,
                   "Bytes per partition per follower fetch."),
         ConfigDef("replica.high.watermark.checkpoint.interval.ms", _positive_int, 1000, False,
@@ -98,8 +114,9 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "A broker silent for this long is fenced (Kafka: 9000)."),
         ConfigDef("auto.leader.rebalance.enable", _bool, True, False,
                   "Move leadership back to the preferred (first) replica when it is in sync."),
-        ConfigDef("leader.imbalance.check.interval.ms", _positive_int, 5000, False,
-                  "How often the controller checks for preferred leaders (Kafka: 300000)."),
+        ConfigDef("leader.imbalance.check.interval.ms", _positive_int, 60000, False,
+                  "How often the controller checks for preferred leaders (Kafka: 300000; "
+                  "longer than a typical run, so failovers are not undone mid-run)."),
         ConfigDef("default.replication.factor", _positive_int, 1, False,
                   "Replication factor of CreateTopics requests that leave it unset."),
         ConfigDef("num.partitions", _positive_int, 1, False,
@@ -153,6 +170,7 @@ class LogConfig:
     min_insync_replicas: int
     unclean_leader_election: bool
     truncation_mode: str
+    high_watermark_min_isr_rule: str
     flush_interval_messages: int | None
     flush_interval_ms: int | None
     segment_bytes: int
@@ -163,6 +181,7 @@ class LogConfig:
             min_insync_replicas=resolve("min.insync.replicas", *layers),
             unclean_leader_election=resolve("unclean.leader.election.enable", *layers),
             truncation_mode=resolve("replication.truncation.mode", *layers),
+            high_watermark_min_isr_rule=resolve("high.watermark.min.isr.rule", *layers),
             flush_interval_messages=resolve("log.flush.interval.messages", *layers),
             flush_interval_ms=resolve("log.flush.interval.ms", *layers),
             segment_bytes=resolve("segment.bytes", *layers),

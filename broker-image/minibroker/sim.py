@@ -84,6 +84,7 @@ class SimCluster:
         self._fetchers: dict[int, _FollowMap] = {}
         self._durability: dict[int, DurabilityTracker] = {}
         self._incarnations: dict[int, str] = {}
+        self._broker_epochs: dict[int, int] = {}
         self.heartbeat_interval_ms: int = resolve("broker.heartbeat.interval.ms", self.config)
         for broker_id in range(1, brokers + 1):
             self.start(broker_id)
@@ -102,11 +103,24 @@ class SimCluster:
         rm.start_timers()
         self.brokers[broker_id] = rm
         self._fetchers[broker_id] = follow_map
-        incarnation = uuid.uuid4().hex
-        self._incarnations[broker_id] = incarnation
-        self.controller.register_broker(broker_id, incarnation, "sim", 9000 + broker_id)
-        rm.apply_metadata(self.controller.image())
+        self._incarnations[broker_id] = uuid.uuid4().hex
+        self._register(broker_id)
+        self.heartbeat(broker_id)  # it has the metadata at once: unfenced
         return rm
+
+    def _register(self, broker_id: int) -> None:
+        self._broker_epochs[broker_id] = self.controller.register_broker(
+            broker_id, self._incarnations[broker_id], "sim", 9000 + broker_id)
+        self.brokers[broker_id].apply_metadata(self.controller.image())
+
+    def heartbeat(self, broker_id: int) -> None:
+        """One BrokerHeartbeat with the broker's metadata offset; as the real broker's loop,
+        it registers again when the controller no longer knows its broker epoch."""
+        rm = self.brokers[broker_id]
+        error, _ = self.controller.heartbeat(broker_id, self._broker_epochs[broker_id],
+                                             rm.image.metadata_offset)
+        if error != ErrorCode.none:
+            self._register(broker_id)
 
     def stop(self, broker_id: int) -> None:
         """A clean shutdown (SIGTERM): every log flushed, its recovery point checkpointed."""
@@ -121,6 +135,10 @@ class SimCluster:
         if power_loss:
             self._durability[broker_id].simulate_power_loss()
             self._durability[broker_id] = DurabilityTracker()
+
+    def broker_epoch(self, broker_id: int) -> int:
+        """The broker epoch of the broker's current (or last) incarnation."""
+        return self._broker_epochs[broker_id]
 
     def is_running(self, broker_id: int) -> bool:
         return broker_id in self.brokers
@@ -139,24 +157,19 @@ class SimCluster:
                 continue
             error, reg = self.controller.alter_partition(
                 broker_id, request.tp, request.leader_epoch, request.partition_epoch,
-                request.new_isr)
+                request.new_isr, request.broker_epochs)
             on_response(error, reg)
 
     def advance(self, ms: float, *, silent: Collection[int] = ()) -> None:
         """Let time pass: live brokers heartbeat (but those in ``silent``, cut off from the
-        controller while they keep running) and register again once fenced, timers fire,
-        expired sessions are fenced."""
+        controller while they keep running; a fenced one is unfenced by its next heartbeat),
+        timers fire, expired sessions are fenced."""
         remaining = ms
         while remaining > 0:
             step = min(self.heartbeat_interval_ms, remaining)
             for broker_id in list(self.brokers):
-                if broker_id in silent:
-                    continue
-                incarnation = self._incarnations[broker_id]
-                if self.controller.heartbeat(broker_id, incarnation) != ErrorCode.none:
-                    # As the real broker's heartbeat loop: fenced, so register again.
-                    self.controller.register_broker(broker_id, incarnation, "sim",
-                                                    9000 + broker_id)
+                if broker_id not in silent:
+                    self.heartbeat(broker_id)
             self.scheduler.advance(step)
             self.controller.tick()
             remaining -= step
@@ -216,7 +229,8 @@ class SimCluster:
                 continue
             request = FetchRequestData(
                 replica_id=follower_id, max_wait_ms=0, min_bytes=1, max_bytes=1 << 30,
-                partitions=rm.build_follower_fetch(ready, 1 << 30))
+                partitions=rm.build_follower_fetch(ready, 1 << 30),
+                replica_epoch=self._broker_epochs[follower_id])
             responses: dict[TopicPartition, FetchResult] = {}
             leader.fetch_messages(request, responses.update)
             for tp, result in responses.items():

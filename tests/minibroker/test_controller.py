@@ -18,10 +18,18 @@ class Clock:
         return self.now
 
 
+def join(c: QuorumController, broker_id: int, incarnation: str | None = None) -> int:
+    """Register, then heartbeat as a broker that has caught up with the metadata log."""
+    epoch = c.register_broker(broker_id, incarnation or f"inc-{broker_id}", "127.0.0.1",
+                              9000 + broker_id)
+    assert c.heartbeat(broker_id, epoch, c.metadata_offset) == (ErrorCode.none, False)
+    return epoch
+
+
 def controller(tmp_path: Path | None, clock: Clock, **config: str) -> QuorumController:
     c = QuorumController(clock_ms=clock, config=config, data_dir=tmp_path)
     for broker_id in (1, 2, 3):
-        c.register_broker(broker_id, f"inc-{broker_id}", "127.0.0.1", 9000 + broker_id)
+        join(c, broker_id)
     return c
 
 
@@ -68,13 +76,54 @@ def test_session_expiry_fences_and_moves_leadership() -> None:
     clock.now = 1500
     for broker_id in (1, 2, 3):
         if broker_id != leader:
-            assert c.heartbeat(broker_id, f"inc-{broker_id}") == ErrorCode.none
+            assert c.heartbeat(broker_id, c.brokers[broker_id].broker_epoch,
+                               c.metadata_offset) == (ErrorCode.none, False)
     c.tick()
     reg = c.topics["t"].partitions[0]
     assert c.brokers[leader].fenced
     assert reg.leader not in (leader, NO_LEADER) and leader not in reg.isr
     assert reg.leader_epoch == 1
-    assert c.heartbeat(leader, f"inc-{leader}") == ErrorCode.broker_id_not_registered
+    # Its session is back (same broker epoch, metadata caught up): unfenced, not leader.
+    assert c.heartbeat(leader, c.brokers[leader].broker_epoch, c.metadata_offset) == (
+        ErrorCode.none, False)
+    assert c.topics["t"].partitions[0] == reg
+
+
+def test_kraft_a_registered_broker_stays_fenced_until_it_has_caught_up_with_the_metadata(
+) -> None:
+    """KRaft's BrokerHeartbeatManager: a (re)registered broker is fenced, so it can be neither
+    elected nor added to an ISR, until a heartbeat shows its metadata offset has reached its
+    registration record (its broker epoch). Before that it has not learnt the current leaders
+    and epochs; electing it would act on a stale view of the partition."""
+    c = QuorumController(clock_ms=Clock(), config={"unclean.leader.election.enable": "true"})
+    first = join(c, 1)
+    c.create_topic("t", 1, 1, {})
+    c.fence_broker(1, "test")
+    assert c.topics["t"].partitions[0].leader == NO_LEADER
+    epoch = c.register_broker(1, "inc-1-again", "127.0.0.1", 9001)
+    assert epoch > first
+    assert c.brokers[1].fenced and 1 not in c.image().brokers
+    assert c.heartbeat(1, epoch, epoch - 1) == (ErrorCode.none, True)
+    assert c.topics["t"].partitions[0].leader == NO_LEADER
+    assert c.heartbeat(1, first, c.metadata_offset) == (ErrorCode.stale_broker_epoch, True)
+    assert c.heartbeat(1, epoch, epoch) == (ErrorCode.none, False)
+    assert c.topics["t"].partitions[0].leader == 1
+    assert c.heartbeat(7, 0, c.metadata_offset)[0] == ErrorCode.broker_id_not_registered
+
+
+def test_kraft_alter_partition_checks_every_member_of_the_new_isr() -> None:
+    """KRaft's ReplicationControlManager checks each replica the new ISR holds, kept or
+    added: a fenced one makes the change INELIGIBLE_REPLICA."""
+    c = controller(None, Clock())
+    c.create_topic("t", 1, 3, {})
+    reg = c.topics["t"].partitions[0]
+    kept = reg.isr[-1]
+    # Fenced between the leader's view of the ISR and its request (the controller has not
+    # yet removed it from this partition's ISR).
+    c.brokers[kept].fenced = True
+    error, _ = c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch,
+                                 (reg.leader, kept))
+    assert error == ErrorCode.ineligible_replica
 
 
 def test_a_restarted_broker_is_fenced_out_of_the_isr_first() -> None:
@@ -84,7 +133,7 @@ def test_a_restarted_broker_is_fenced_out_of_the_isr_first() -> None:
     c.register_broker(reg.leader, "new-incarnation", "127.0.0.1", 9999)
     after = c.topics["t"].partitions[0]
     assert after.leader != reg.leader and reg.leader not in after.isr
-    assert not c.brokers[reg.leader].fenced
+    assert c.brokers[reg.leader].fenced
 
 
 def test_create_topic_defaults_and_validation() -> None:
@@ -106,7 +155,7 @@ def test_preferred_leader_election_restores_the_first_replica() -> None:
     c.fence_broker(preferred, "test")
     moved = c.topics["t"].partitions[0]
     assert moved.leader != preferred
-    c.register_broker(preferred, f"inc-{preferred}", "127.0.0.1", 9000)
+    join(c, preferred, "again")
     # Back, but not in the ISR yet: no election.
     clock.now = 1500
     c.tick()
@@ -128,10 +177,34 @@ def test_no_rebalance_when_disabled() -> None:
     c.create_topic("t", 1, 3, {})
     preferred = c.topics["t"].partitions[0].replicas[0]
     c.fence_broker(preferred, "test")
-    c.register_broker(preferred, f"inc-{preferred}", "127.0.0.1", 9000)
+    join(c, preferred, "again")
     reg = c.topics["t"].partitions[0]
     c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch,
                       (*reg.isr, preferred))
     clock.now = 5000
     c.tick()
     assert c.topics["t"].partitions[0].leader != preferred
+
+
+def test_kip_903_alter_partition_refuses_a_member_from_an_older_registration() -> None:
+    """AlterPartition v3 carries the broker epoch each ISR member fetched with; a member that
+    has registered again since (a restart) is INELIGIBLE_REPLICA, -1 skips the check."""
+    c = controller(None, Clock())
+    c.create_topic("t", 1, 3, {})
+    reg = c.topics["t"].partitions[0]
+    follower = reg.replicas[1]
+    old_epoch = c.brokers[follower].broker_epoch
+    shrink = (reg.leader, reg.replicas[2])
+    error, reg = c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch,
+                                   shrink)
+    assert error == ErrorCode.none
+    join(c, follower, "restarted")
+    reg = c.topics["t"].partitions[0]
+    expand = tuple(sorted((*reg.isr, follower)))
+    epochs = {r: c.brokers[r].broker_epoch for r in expand}
+    stale = tuple(old_epoch if r == follower else epochs[r] for r in expand)
+    assert c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch, expand,
+                             stale)[0] == ErrorCode.ineligible_replica
+    unknown = tuple(-1 if r == follower else epochs[r] for r in expand)
+    assert c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch, expand,
+                             unknown)[0] == ErrorCode.none

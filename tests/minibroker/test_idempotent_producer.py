@@ -257,17 +257,17 @@ def test_follower_truncation_rolls_back_the_producer_state(tmp_path: Path, mode:
 def test_producer_id_blocks_are_unique_across_brokers_and_controller_restarts(
         tmp_path: Path) -> None:
     controller = QuorumController(clock_ms=lambda: 0.0, data_dir=tmp_path)
-    controller.register_broker(1, "one", "127.0.0.1", 9001)
-    controller.register_broker(2, "two", "127.0.0.1", 9002)
-    blocks = [controller.allocate_producer_ids(b, i) for b, i in ((1, "one"), (2, "two"))]
+    epochs = {b: controller.register_broker(b, f"inc-{b}", "127.0.0.1", 9000 + b)
+              for b in (1, 2)}
+    blocks = [controller.allocate_producer_ids(b, epoch) for b, epoch in epochs.items()]
     restarted = QuorumController(clock_ms=lambda: 0.0, data_dir=tmp_path)
-    blocks.append(restarted.allocate_producer_ids(1, "one"))
+    blocks.append(restarted.allocate_producer_ids(1, epochs[1]))
     assert all(error == ErrorCode.none for error, _, _ in blocks)
     ids = [i for _, start, count in blocks for i in range(start, start + count)]
     assert len(ids) == len(set(ids)) == 3 * PRODUCER_ID_BLOCK_SIZE
-    assert restarted.allocate_producer_ids(1, "an old incarnation")[0] == (
+    assert restarted.allocate_producer_ids(1, epochs[1] - 1)[0] == (
         ErrorCode.stale_broker_epoch)
-    assert restarted.allocate_producer_ids(3, "x")[0] == ErrorCode.broker_id_not_registered
+    assert restarted.allocate_producer_ids(3, 1)[0] == ErrorCode.broker_id_not_registered
 
 
 def test_producer_id_manager_shares_one_allocation_and_retries_after_a_failure() -> None:

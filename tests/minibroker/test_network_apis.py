@@ -218,28 +218,38 @@ def produce_request(version: int, acks: int, batches: dict[tuple[str, int], byte
                          for t, ps in by_topic.items()))
 
 
+# Fetch v13+ names topics by id: "gone" stands for an id the broker does not know.
+TOPIC_IDS = {"orders": ORDERS_ID, "gone": uuid.UUID(int=7)}
+
+
 def fetch_request(version: int, offsets: dict[tuple[str, int], int], *, max_wait_ms: int = 0,
                   session_id: int = 0, session_epoch: int = -1, replica_id: int = -1,
-                  isolation_level: int = 0) -> Any:
+                  replica_epoch: int = -1, isolation_level: int = 0) -> Any:
     m = request_module(ApiKey.FETCH, version)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), offset in offsets.items():
         by_topic.setdefault(topic, []).append(build(
             m.FetchPartition, partition=partition, current_leader_epoch=-1, fetch_offset=offset,
             last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20))
+    replica = ({"replica_state": m.ReplicaState(replica_id=replica_id,
+                                                replica_epoch=replica_epoch)}
+               if version >= 15 else {"replica_id": replica_id})
     return build(
-        m.FetchRequest, replica_id=replica_id,
+        m.FetchRequest, **replica,
         max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 24,
         isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch,
         forgotten_topics_data=(), rack_id="",
-        topics=tuple(m.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        topics=tuple(build(m.FetchTopic, topic=t, topic_id=TOPIC_IDS[t], partitions=tuple(ps))
+                     for t, ps in by_topic.items()))
 
 
 def partitions_of(response: Any) -> dict[tuple[str, int], Any]:
     """Produce/Fetch response partitions keyed by (topic, partition)."""
     found = {}
+    names = {topic_id: name for name, topic_id in TOPIC_IDS.items()}
     for topic in response.responses:
-        name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+        name = (getattr(topic, "name", None) or getattr(topic, "topic", None)
+                or names[topic.topic_id])
         for p in getattr(topic, "partition_responses", None) or topic.partitions:
             found[(name, getattr(p, "index", getattr(p, "partition_index", None)))] = p
     return found
@@ -417,7 +427,7 @@ def test_fetch_returns_records_and_partition_state(version: int) -> None:
         broker.logs[TopicPartition("orders", 0)] += [b"b0", b"b1", b"b2"]
         response = await call(port, fetch_request(
             version, {("orders", 0): 1, ("orders", 7): 0, ("gone", 0): 0}, replica_id=2,
-            isolation_level=1))
+            replica_epoch=11, isolation_level=1))
         if version >= 7:
             assert (response.error_code, response.session_id) == (ErrorCode.none, 0)
         parts = partitions_of(response)
@@ -430,9 +440,12 @@ def test_fetch_returns_records_and_partition_state(version: int) -> None:
         if version >= 11:
             assert p0.preferred_read_replica == -1
         assert parts[("orders", 7)].error_code == ErrorCode.unknown_topic_or_partition
-        assert parts[("gone", 0)].error_code == ErrorCode.unknown_topic_or_partition
+        assert parts[("gone", 0)].error_code == (
+            ErrorCode.unknown_topic_id if version >= 13 else ErrorCode.unknown_topic_or_partition)
         (seen,) = broker.fetch_requests
         assert (seen.replica_id, seen.isolation_level) == (2, 1)
+        # v15 (KIP-903) carries the follower's broker epoch.
+        assert seen.replica_epoch == (11 if version >= 15 else -1)
         assert [p.tp for p in seen.partitions] == [TopicPartition("orders", 0)]
 
     run(scenario)

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from minibroker.cluster.types import NO_LEADER, ErrorCode, TopicPartition
+from minibroker.cluster.errors import KafkaApiError
+from minibroker.cluster.types import (
+    NO_LEADER,
+    ErrorCode,
+    FetchRequestData,
+    FetchResult,
+    TopicPartition,
+)
 from minibroker.sim import SimCluster
 
 TP = TopicPartition("orders", 0)
@@ -35,7 +42,7 @@ def test_unclean_election_walkthrough(tmp_path: Path, unclean: bool) -> None:
     """Seed 000's offset-101 walkthrough: brokers 1 and 2 hold offset 101, broker 3 fell
     behind at 101; 1 and 2 crash. Unclean election makes 3 leader and loses 101; without
     it the partition stays offline until an ISR member returns, and nothing is lost."""
-    sim = SimCluster(tmp_path, brokers=3, config={
+    sim = SimCluster(tmp_path, brokers=3, config={"replica.lag.time.max.ms": str(LAG_MS),
         "min.insync.replicas": "2", "unclean.leader.election.enable": str(unclean).lower()})
     sim.create_topic("orders", replication_factor=3)
     assert sim.registration(TP).replicas == (1, 2, 3)
@@ -95,19 +102,32 @@ def test_min_insync_replicas_rejects_writes_while_the_isr_is_short(tmp_path: Pat
     assert accepted.acknowledged
 
 
-def test_not_enough_replicas_after_append_and_request_timeout(tmp_path: Path) -> None:
-    sim = SimCluster(tmp_path, brokers=3, config={"min.insync.replicas": "2"})
+@pytest.mark.parametrize("rule", ["strict", "legacy"])
+def test_not_enough_replicas_after_append_and_request_timeout(tmp_path: Path, rule: str) -> None:
+    """An acks=all batch appended while the ISR was large enough, whose followers then drop
+    out. Kafka up to 3.6 (`legacy`) moves the HW past it with the leader alone in the ISR and
+    answers NOT_ENOUGH_REPLICAS_AFTER_APPEND; since 3.7 (`strict`, KAFKA-15583) the HW
+    stands still under min ISR, so the request times out instead."""
+    sim = SimCluster(tmp_path, brokers=3, config={"replica.lag.time.max.ms": str(LAG_MS),
+        "min.insync.replicas": "2", "high.watermark.min.isr.rule": rule})
     sim.create_topic("orders", replication_factor=3)
     fill(sim, 1)
     timed_out = sim.produce(TP, ["slow"], acks=-1, timeout_ms=1000)
     sim.advance(1000)
     assert timed_out.result.error == ErrorCode.request_timed_out
 
-    pending = sim.produce(TP, ["after-append"], acks=-1, timeout_ms=60_000)
+    pending = sim.produce(TP, ["after-append"], acks=-1, timeout_ms=LAG_MS + 4000)
     advance_with_fetches(sim, LAG_MS + 2000, fetchers=[])
-    # The followers left the ISR: the HW passed the batch with only the leader in the ISR.
-    assert sim.registration(TP).isr == (sim.leader_of(TP),)
-    assert pending.result.error == ErrorCode.not_enough_replicas_after_append
+    leader = sim.leader_of(TP)
+    assert sim.registration(TP).isr == (leader,)
+    if rule == "legacy":
+        # The followers left the ISR: the HW passed the batch with only the leader in the ISR.
+        assert pending.result.error == ErrorCode.not_enough_replicas_after_append
+    else:
+        assert pending.result is None
+        assert sim.replica(leader, TP).high_watermark == 1
+        sim.advance(2000)
+        assert pending.result.error == ErrorCode.request_timed_out
 
 
 def test_isr_shrinks_after_lag_time_and_expands_when_caught_up(tmp_path: Path) -> None:
@@ -139,7 +159,7 @@ def test_divergent_logs_after_double_power_loss(tmp_path: Path, mode: str) -> No
     writes a different record at the old leader's last offset. With leader epochs the old
     leader truncates to the new epoch's start and the logs agree; with the HW rule its HW
     covered that offset, so it keeps its record and the logs diverge."""
-    sim = SimCluster(tmp_path, brokers=2, config={
+    sim = SimCluster(tmp_path, brokers=2, config={"replica.lag.time.max.ms": str(LAG_MS),
         "replication.truncation.mode": mode, "log.flush.interval.messages": "1"})
     sim.create_topic("orders", replication_factor=2)
     a, b = sim.registration(TP).replicas
@@ -232,3 +252,127 @@ def test_only_a_flush_makes_records_survive_a_power_loss_after_a_restart(tmp_pat
     sim.crash(1, power_loss=True)
     sim.start(1)
     assert sim.replica(1, TP).log_end_offset == (10 if clean else 0)
+
+
+@pytest.mark.parametrize("rule", ["strict", "legacy"])
+def test_kafka_15583_the_high_watermark_stands_still_below_min_isr(tmp_path: Path,
+                                                                  rule: str) -> None:
+    """Kafka 3.7's maybeIncrementLeaderHW (KAFKA-15583): with the ISR below
+    min.insync.replicas the leader does not advance the high watermark, so what a lone
+    leader acknowledges with acks=1 stays invisible until a follower has it again. Kafka up
+    to 3.6 (`legacy`) advanced it to the lone leader's log end offset at once."""
+    sim = SimCluster(tmp_path, brokers=3, config={
+        "min.insync.replicas": "2", "high.watermark.min.isr.rule": rule})
+    sim.create_topic("orders", replication_factor=3)
+    fill(sim, 4)
+    leader = sim.leader_of(TP)
+    followers = [b for b in (1, 2, 3) if b != leader]
+    for broker_id in followers:
+        sim.crash(broker_id)
+    advance_with_fetches(sim, LAG_MS + 500, fetchers=[])
+    assert sim.registration(TP).isr == (leader,)
+    for value in ("alone-1", "alone-2"):
+        assert sim.produce(TP, [value], acks=1).acknowledged
+    assert sim.replica(leader, TP).log_end_offset == 6
+    seen = [v.decode() for _, v in sim.read_committed(TP)]
+    if rule == "strict":
+        assert sim.replica(leader, TP).high_watermark == 4
+        assert seen == [f"m{i}" for i in range(4)]
+        assert sim.produce(TP, ["all"], acks=-1).result.error == ErrorCode.not_enough_replicas
+    else:
+        assert sim.replica(leader, TP).high_watermark == 6
+        assert seen[-2:] == ["alone-1", "alone-2"]
+
+    sim.start(followers[0])  # catches up, rejoins: ISR of 2 again, the HW moves on
+    advance_with_fetches(sim, 1000, fetchers=[followers[0]])
+    assert sorted(sim.registration(TP).isr) == sorted([leader, followers[0]])
+    assert sim.replica(leader, TP).high_watermark == 6
+
+
+def test_kafka_15583_min_isr_is_capped_at_the_replica_count(tmp_path: Path) -> None:
+    """Kafka 3.7's effectiveMinIsr = min(min.insync.replicas, replicas): a topic with fewer
+    replicas than min.insync.replicas takes acks=all writes and commits them (Kafka up to
+    3.6 refused them with NOT_ENOUGH_REPLICAS)."""
+    outcomes = {}
+    for rule in ("strict", "legacy"):
+        sim = SimCluster(tmp_path / rule, brokers=1, config={
+            "min.insync.replicas": "2", "high.watermark.min.isr.rule": rule})
+        sim.create_topic("orders", replication_factor=1)
+        sent = sim.produce(TP, ["only"], acks=-1)
+        outcomes[rule] = (sent.result.error, sim.replica(1, TP).high_watermark)
+    assert outcomes == {"strict": (ErrorCode.none, 1),
+                        "legacy": (ErrorCode.not_enough_replicas, 0)}
+
+
+def test_kip_207_a_new_leader_answers_offset_not_available_until_its_hw_reaches_its_epoch(
+        tmp_path: Path) -> None:
+    """KIP-207 (Kafka 2.2): followers learn the HW one fetch after the leader, so a newly
+    elected leader's HW can be below the start of its epoch, and below what consumers of the
+    old leader already saw. ListOffsets(latest) from a consumer then gets the retriable
+    OFFSET_NOT_AVAILABLE rather than that stale HW; followers still get the LEO."""
+    sim = SimCluster(tmp_path, brokers=3)
+    sim.create_topic("orders", replication_factor=3)
+    a, b, c = sim.registration(TP).replicas
+    for i in range(3):
+        assert sim.produce(TP, [f"m{i}"], acks=1).acknowledged
+    sim.fetch_round(b)
+    sim.fetch_round(c)  # both have the records; they have not learnt the new HW yet
+    sim.crash(a)
+    sim.controller.fence_broker(a, "killed")
+    leader = sim.leader_of(TP)
+    partition = sim.replica(leader, TP)
+    assert partition.leader_epoch_start_offset == 3 and partition.high_watermark < 3
+
+    def latest(replica_id: int) -> tuple[ErrorCode, int]:
+        try:
+            offset, _ = partition.fetch_offset_for_timestamp(-1, partition.leader_epoch, 0,
+                                                             replica_id)
+        except KafkaApiError as exc:
+            return exc.code, -1
+        return ErrorCode.none, offset
+
+    assert latest(-1) == (ErrorCode.offset_not_available, -1)
+    assert latest(c if leader == b else b) == (ErrorCode.none, 3)
+    sim.replicate()  # the other follower fetches from the new leader: the HW moves to 3
+    assert latest(-1) == (ErrorCode.none, 3)
+
+
+def test_kip_903_a_fetch_from_a_previous_incarnation_changes_nothing(tmp_path: Path) -> None:
+    """KIP-903 (Kafka 3.5+): a follower restarted after a power loss with a shorter log; a
+    fetch its previous incarnation sent before dying (held by a network fault) reaches the
+    leader afterwards. Its fetch offset is the end of a log that no longer exists: accepted,
+    it would put the follower back in the ISR, where a clean election could make it leader
+    and lose committed records. The leader refuses it by broker epoch (NOT_LEADER_OR_FOLLOWER)
+    and had already reset its view of the follower when the new incarnation registered."""
+    sim = SimCluster(tmp_path, brokers=3)
+    sim.create_topic("orders", replication_factor=3)
+    leader, b, c = sim.registration(TP).replicas
+    fill(sim, 5)
+    stale = FetchRequestData(
+        replica_id=b, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+        partitions=sim.brokers[b].build_follower_fetch([TP], 1 << 20),
+        replica_epoch=sim.broker_epoch(b))
+    assert stale.partitions[0].fetch_offset == 5
+    old_epoch = sim.broker_epoch(b)
+
+    sim.crash(b, power_loss=True)  # nothing was fsynced: it comes back empty
+    advance_with_fetches(sim, SESSION_MS + 500, fetchers=[c])
+    assert sim.registration(TP).isr == (leader, c)
+    sim.start(b)
+    assert sim.broker_epoch(b) > old_epoch
+    assert sim.replica(b, TP).log_end_offset == 0
+    view = sim.replica(leader, TP).remote_replicas[b]
+    assert view.log_end_offset == -1  # reset: the old incarnation's LEO is forgotten
+
+    answers: dict[TopicPartition, FetchResult] = {}
+    sim.brokers[leader].fetch_messages(stale, answers.update)
+    sim.deliver_alter_partitions()
+    assert answers[TP].error == ErrorCode.not_leader_or_follower
+    assert view.log_end_offset == -1
+    assert sim.registration(TP).isr == (leader, c)
+    assert sim.replica(leader, TP).high_watermark == 5
+
+    # The new incarnation catches up by fetching and rejoins with its own epoch.
+    sim.replicate()
+    assert sim.registration(TP).isr == (leader, b, c)
+    assert view.broker_epoch == sim.broker_epoch(b)

@@ -136,6 +136,8 @@ def test_kip_101_truncation_to_high_watermark_loses_an_acknowledged_record(
     sim.controller.fence_broker(b, "killed")
     assert sim.leader_of(TP) == c
     assert sim.controller.unclean_elections == 0
-    committed = [value for _, value in sim.read_committed(TP)]
-    assert (b"m1" not in committed) is lost
-    assert b"m0" in committed
+    # c leads alone (since Kafka 3.7 its HW waits for a second ISR member before consumers
+    # see m1), so the acknowledged record survives only if c's truncation kept it.
+    kept = [value for _, value in sim.log_values(c, TP)]
+    assert (b"m1" not in kept) is lost
+    assert b"m0" in kept

@@ -138,7 +138,9 @@ async def test_broker_cluster_objects_and_readiness(operator: Any, api: KubeApi,
     properties = stored(emulator, "ConfigMap", "c1-config")["data"]["server.properties"]
     assert properties.splitlines() == ["broker.session.timeout.ms=3000",
                                        "min.insync.replicas=1",
-                                       "replica.lag.time.max.ms=2000"]
+                                       "replica.fetch.min.bytes=1048576",
+                                       "replica.fetch.wait.max.ms=500",
+                                       "replica.lag.time.max.ms=6000"]
 
     await asyncio.to_thread(play_pods, api, "c1", 3, 2)
     status = await eventually(

@@ -73,7 +73,7 @@ spec:
   brokers: 3
   config:
     min.insync.replicas: 2
-    replica.lag.time.max.ms: 2000
+    replica.lag.time.max.ms: 6000
     broker.session.timeout.ms: 3000
 ---
 apiVersion: undertow.dev/v1alpha1

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 
-from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.fetch.v15 import request as fetch_req
 from kio.schema.list_offsets.v7 import request as list_req
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
+from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i64
 
 from minibroker.cluster.replica_manager import ReplicaManager
@@ -42,6 +44,8 @@ class ReplicaFetcher:
         *,
         max_wait_ms: int,
         max_bytes: int,
+        min_bytes: int = 1,
+        broker_epoch: Callable[[], int] = lambda: -1,
     ) -> None:
         self.leader_id = leader_id
         self._rm = replica_manager
@@ -49,6 +53,8 @@ class ReplicaFetcher:
         self._before_append = before_append
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
+        self._min_bytes = min_bytes
+        self._broker_epoch = broker_epoch
         self.partitions: set[TopicPartition] = set()
         self._wakeup = asyncio.Event()
         self._conn: KafkaConnection | None = None
@@ -134,6 +140,8 @@ class ReplicaFetcher:
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
         states = {tp: self._rm.follower_states[tp] for tp in ready}
+        topic_ids = {uuid.UUID(t.topic_id): t.name for t in self._rm.image.topics.values()
+                     if any(tp.topic == t.name for tp in ready)}
         by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
         for fp in self._rm.build_follower_fetch(ready, self._max_bytes):
             by_topic.setdefault(fp.tp.topic, []).append(fetch_req.FetchPartition(
@@ -142,13 +150,18 @@ class ReplicaFetcher:
                 fetch_offset=i64(fp.fetch_offset),
                 log_start_offset=i64(fp.log_start_offset),
                 partition_max_bytes=i32(fp.max_bytes)))
+        # Fetch v15: topics by id, and the follower's broker epoch (KIP-903), so that the
+        # leader can refuse a fetch this broker's previous incarnation left in flight.
+        ids_by_name = {name: topic_id for topic_id, name in topic_ids.items()}
         request = fetch_req.FetchRequest(
-            replica_id=i32(self._rm.broker_id),
+            replica_state=fetch_req.ReplicaState(
+                replica_id=BrokerId(self._rm.broker_id),
+                replica_epoch=i64(self._broker_epoch())),
             max_wait=datetime.timedelta(milliseconds=self._max_wait_ms),
-            min_bytes=i32(1),
+            min_bytes=i32(self._min_bytes),
             max_bytes=i32(self._max_bytes * max(len(ready), 1)),
             isolation_level=i8(0),
-            topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps))
+            topics=tuple(fetch_req.FetchTopic(topic_id=ids_by_name[t], partitions=tuple(ps))
                          for t, ps in by_topic.items()),
             forgotten_topics_data=())
         response = await conn.request(request, timeout=self._max_wait_ms / 1000 + 5)
@@ -157,7 +170,7 @@ class ReplicaFetcher:
         backoff = False
         for topic in response.responses:
             for data in topic.partitions:
-                tp = TopicPartition(topic.topic, data.partition_index)
+                tp = TopicPartition(topic_ids.get(topic.topic_id, ""), data.partition_index)
                 if self._rm.follower_states.get(tp) is not states.get(tp):
                     continue  # leadership moved while the fetch was in flight
                 if data.error_code == ErrorCode.none:

@@ -59,6 +59,10 @@ class AlterPartitionRequest:
     partition_epoch: int
     new_isr: tuple[int, ...]
     reason: str
+    # KIP-903 (AlterPartition v3's BrokerState): the broker epoch each new ISR member's
+    # fetches came with, -1 where unknown; the controller refuses a member whose
+    # registration has moved on since.
+    broker_epochs: tuple[int, ...] = ()
 
 
 class Partition:
@@ -73,7 +77,7 @@ class Partition:
         replica_lag_time_max_ms: int,
         clock_ms: Callable[[], float],
         alter_partition: Callable[[AlterPartitionRequest], None],
-        is_replica_eligible: Callable[[int], bool],
+        alive_broker_epoch: Callable[[int], int | None],
         high_watermark: int = 0,
     ) -> None:
         self.tp = tp
@@ -84,7 +88,7 @@ class Partition:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._clock_ms = clock_ms
         self._alter_partition = alter_partition
-        self._is_replica_eligible = is_replica_eligible
+        self._alive_broker_epoch = alive_broker_epoch
         self.high_watermark = min(high_watermark, log.log_end_offset)
         self.leader_id = NO_LEADER
         self.leader_epoch = UNDEFINED_EPOCH
@@ -122,6 +126,18 @@ class Partition:
     @property
     def under_replicated(self) -> bool:
         return self.is_leader and len(self.isr) < len(self.assignment)
+
+    @property
+    def effective_min_isr(self) -> int:
+        """Kafka 3.7's effectiveMinIsr: min.insync.replicas capped at the replica count (the
+        legacy rule, Kafka up to 3.6, does not cap it)."""
+        if self.config.high_watermark_min_isr_rule == "legacy":
+            return self.config.min_insync_replicas
+        return min(self.config.min_insync_replicas, max(len(self.assignment), 1))
+
+    @property
+    def is_under_min_isr(self) -> bool:
+        return self.is_leader and len(self.isr) < self.effective_min_isr
 
     def __repr__(self) -> str:
         return f"[Partition {self.tp} epoch={self.leader_epoch}]"
@@ -184,7 +200,7 @@ class Partition:
         if not self.is_leader:
             raise KafkaApiError(ErrorCode.not_leader_or_follower,
                                 f"broker {self.broker_id} is not the leader of {self.tp}")
-        min_isr = self.config.min_insync_replicas
+        min_isr = self.effective_min_isr
         if required_acks == -1 and len(self.isr) < min_isr:
             raise KafkaApiError(
                 ErrorCode.not_enough_replicas,
@@ -207,7 +223,8 @@ class Partition:
         if not self.is_leader:
             return True, ErrorCode.not_leader_or_follower
         if self.high_watermark >= required_offset:
-            if len(self.isr) >= self.config.min_insync_replicas:
+            # The records were appended before the ISR shrank (Kafka counts the maximal ISR).
+            if len(self.maximal_isr) >= self.effective_min_isr:
                 return True, ErrorCode.none
             return True, ErrorCode.not_enough_replicas_after_append
         return False, ErrorCode.none
@@ -247,17 +264,32 @@ class Partition:
         )
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int,
-                                    leader_end_offset: int) -> bool:
-        """A follower's fetch tells us its LEO; returns True when the HW advanced."""
+                                    leader_end_offset: int, broker_epoch: int = -1) -> bool:
+        """A follower's fetch tells us its LEO; returns True when the HW advanced. A fetch
+        from an earlier incarnation of the follower (its broker epoch is below the one the
+        live broker registered with; Kafka 3.5+, KIP-903's Replica.updateFetchStateOrThrow)
+        changes nothing: its fetch offset is the log end of a log that may no longer exist."""
         replica = self.remote_replicas.get(replica_id)
         if replica is None:
             return False
-        replica.update_fetch_state(fetch_offset, leader_end_offset, self._clock_ms())
+        alive_epoch = self._alive_broker_epoch(replica_id)
+        if broker_epoch != -1 and alive_epoch is not None and alive_epoch > broker_epoch:
+            raise KafkaApiError(
+                ErrorCode.not_leader_or_follower,
+                f"{self.tp}: stale fetch state update from broker {replica_id}: broker epoch "
+                f"{broker_epoch}, the live broker's is {alive_epoch}")
+        replica.update_fetch_state(fetch_offset, leader_end_offset, self._clock_ms(),
+                                   broker_epoch)
         self.maybe_expand_isr(replica)
         return self.maybe_increment_high_watermark()
 
     def maybe_increment_high_watermark(self) -> bool:
+        """Kafka's maybeIncrementLeaderHW. Under the strict rule (Kafka 3.7+, KAFKA-15583)
+        the HW stands still while the ISR is under the effective min ISR: records a lone
+        leader acknowledged with acks=1 are not committed, so no consumer reads them."""
         if not self.is_leader:
+            return False
+        if self.config.high_watermark_min_isr_rule == "strict" and self.is_under_min_isr:
             return False
         leader_end_offset = self.log_end_offset
         now = self._clock_ms()
@@ -265,13 +297,35 @@ class Partition:
         maximal_isr = self.maximal_isr
         for replica in self.remote_replicas.values():
             joining = (replica.is_caught_up(leader_end_offset, now, self.replica_lag_time_max_ms)
-                       and self._is_replica_eligible(replica.broker_id))
+                       and self._is_replica_isr_eligible(replica))
             if replica.log_end_offset < new_hw and (replica.broker_id in maximal_isr or joining):
                 new_hw = replica.log_end_offset
         if new_hw > self.high_watermark:
             self.high_watermark = new_hw
             return True
         return False
+
+    def reset_replicas_of_new_incarnations(self) -> None:
+        """A follower that registered again (a new broker epoch) restarted: what the leader
+        knew of its log end offset and lag came from the previous incarnation's log."""
+        if not self.is_leader:
+            return
+        now = self._clock_ms()
+        for replica in self.remote_replicas.values():
+            alive_epoch = self._alive_broker_epoch(replica.broker_id)
+            if (replica.broker_epoch not in (None, -1) and alive_epoch is not None
+                    and alive_epoch != replica.broker_epoch):
+                log.info("%r broker %d is a new incarnation (broker epoch %d, was %d): its "
+                         "replica state is reset", self, replica.broker_id, alive_epoch,
+                         replica.broker_epoch)
+                replica.reset(now, False, self.log_end_offset)
+
+    def _is_replica_isr_eligible(self, replica: Replica) -> bool:
+        """Kafka 3.7's isReplicaIsrEligible: the broker is alive (registered, unfenced) and
+        the fetches that made it caught up came from that registration (or sent no epoch)."""
+        alive_epoch = self._alive_broker_epoch(replica.broker_id)
+        return (alive_epoch is not None and replica.broker_epoch is not None
+                and replica.broker_epoch in (-1, alive_epoch))
 
     # ---- leader: ISR changes ------------------------------------------------------------
 
@@ -280,7 +334,7 @@ class Partition:
             return
         end = replica.log_end_offset
         if (end >= self.high_watermark and end >= self.leader_epoch_start_offset
-                and self._is_replica_eligible(replica.broker_id)):
+                and self._is_replica_isr_eligible(replica)):
             self._submit_isr((*self.isr, replica.broker_id),
                              f"replica {replica.broker_id} caught up and rejoined ISR")
 
@@ -307,8 +361,14 @@ class Partition:
 
     def _submit_isr(self, new_isr: tuple[int, ...], reason: str) -> None:
         ordered = tuple(r for r in self.assignment if r in new_isr)
+        epochs = tuple(
+            self._alive_broker_epoch(r) if r == self.broker_id
+            else self.remote_replicas[r].broker_epoch
+            for r in ordered)
+        epochs = tuple(-1 if e is None else e for e in epochs)
         self.pending_alter = AlterPartitionRequest(self.tp, self.leader_epoch,
-                                                   self.partition_epoch, ordered, reason)
+                                                   self.partition_epoch, ordered, reason,
+                                                   epochs)
         self._alter_partition(self.pending_alter)
 
     def on_alter_partition_response(self, request: AlterPartitionRequest, error: ErrorCode,
@@ -338,13 +398,23 @@ class Partition:
     def fetch_offset_for_timestamp(self, timestamp: int, current_leader_epoch: int,
                                    isolation_level: int, replica_id: int) -> tuple[int, int]:
         """ListOffsets: earliest is the log start; latest is the HW for consumers and the
-        LEO for followers (Kafka's isolation rules)."""
+        LEO for followers (Kafka's isolation rules). A new leader whose HW has not yet reached
+        the start of its epoch answers a consumer's latest with OFFSET_NOT_AVAILABLE (KIP-207,
+        Kafka 2.2 onwards): its HW may still be below what the previous leader exposed, and a
+        consumer resetting to it would read some records twice."""
         self.check_current_leader_epoch(current_leader_epoch, require_leader=True)
         if timestamp == EARLIEST_TIMESTAMP:
             return self.log_start_offset, self.leader_epoch
         if timestamp == LATEST_TIMESTAMP:
-            end = self.log_end_offset if replica_id >= 0 else self.high_watermark
-            return end, self.leader_epoch
+            if replica_id >= 0:
+                return self.log_end_offset, self.leader_epoch
+            if self.leader_epoch_start_offset > self.high_watermark:
+                raise KafkaApiError(
+                    ErrorCode.offset_not_available,
+                    f"{self.tp}: the high watermark ({self.high_watermark}) of leader epoch "
+                    f"{self.leader_epoch} is behind the epoch's start offset "
+                    f"({self.leader_epoch_start_offset})")
+            return self.high_watermark, self.leader_epoch
         raise KafkaApiError(ErrorCode.invalid_request,
                             f"ListOffsets by timestamp ({timestamp}) is not supported")
 

@@ -200,7 +200,7 @@ class ReplicaManager:
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             clock_ms=self.scheduler.now_ms,
             alter_partition=self._send_alter_partition,
-            is_replica_eligible=lambda r: r in self.image.brokers,
+            alive_broker_epoch=self._alive_broker_epoch,
             high_watermark=self._checkpointed_hws.get((tp.topic, tp.partition), 0),
         )
         self.partitions[tp] = partition
@@ -215,6 +215,13 @@ class ReplicaManager:
             for index, reg in topic.partitions.items():
                 if self.broker_id in reg.replicas:
                     self._apply_partition(TopicPartition(topic.name, index), reg)
+        for partition in self.partitions.values():
+            partition.reset_replicas_of_new_incarnations()
+
+    def _alive_broker_epoch(self, broker_id: int) -> int | None:
+        """Kafka's MetadataCache.getAliveBrokerEpoch: None for a fenced or unknown broker."""
+        endpoint = self.image.brokers.get(broker_id)
+        return endpoint.broker_epoch if endpoint is not None else None
 
     def _apply_partition(self, tp: TopicPartition, reg: PartitionRegistration) -> None:
         partition = self._get_or_create_partition(tp)
@@ -325,7 +332,8 @@ class ReplicaManager:
                                                 request.is_from_follower)
                 if request.is_from_follower and update_follower_state:
                     if partition.update_follower_fetch_state(request.replica_id, fp.fetch_offset,
-                                                             leader_end_offset):
+                                                             leader_end_offset,
+                                                             request.replica_epoch):
                         self.produce_purgatory.check_and_complete(fp.tp)
                         self.fetch_purgatory.check_and_complete(fp.tp)
                     result = FetchResult(ErrorCode.none, partition.high_watermark,

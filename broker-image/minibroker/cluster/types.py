@@ -41,9 +41,12 @@ class TopicPartition(NamedTuple):
 
 @dataclass(frozen=True)
 class BrokerEndpoint:
+    """A live broker: where it listens and the broker epoch of its registration."""
+
     broker_id: int
     host: str
     port: int
+    broker_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ class MetadataImage:
         return {
             "metadata_offset": self.metadata_offset,
             "cluster_id": self.cluster_id,
-            "brokers": [[b.broker_id, b.host, b.port] for b in self.brokers.values()],
+            "brokers": [[b.broker_id, b.host, b.port, b.broker_epoch]
+                        for b in self.brokers.values()],
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "config": t.config,
                  "partitions": {str(i): reg.to_json() for i, reg in t.partitions.items()}}
@@ -110,7 +114,7 @@ class MetadataImage:
         return cls(
             metadata_offset=data["metadata_offset"],
             cluster_id=data["cluster_id"],
-            brokers={b[0]: BrokerEndpoint(b[0], b[1], b[2]) for b in data["brokers"]},
+            brokers={b[0]: BrokerEndpoint(*b) for b in data["brokers"]},
             topics={
                 t["name"]: TopicImage(
                     t["name"], t["topic_id"], t["config"],
@@ -152,6 +156,8 @@ class FetchRequestData:
     partitions: list[FetchPartition]
     # 0 = READ_UNCOMMITTED (up to the HW); followers always read to the log end.
     isolation_level: int = 0
+    # A follower's broker epoch (Fetch v15's ReplicaState.ReplicaEpoch); -1 when not sent.
+    replica_epoch: int = -1
 
     @property
     def is_from_follower(self) -> bool:

@@ -37,11 +37,16 @@ PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 @dataclass
 class BrokerRegistration:
+    """KRaft's BrokerRegistration. ``broker_epoch`` is the metadata offset of the registration
+    record: each (re)start of a broker gets a larger one, so requests of an earlier
+    incarnation can be told apart."""
+
     broker_id: int
     incarnation_id: str
     host: str
     port: int
     fenced: bool
+    broker_epoch: int
     last_heartbeat_ms: float = 0.0
 
 
@@ -98,7 +103,7 @@ class QuorumController:
             "next_producer_id": self.next_producer_id,
             "brokers": [
                 {"id": b.broker_id, "incarnation_id": b.incarnation_id, "host": b.host,
-                 "port": b.port, "fenced": b.fenced}
+                 "port": b.port, "fenced": b.fenced, "broker_epoch": b.broker_epoch}
                 for b in self.brokers.values()
             ],
             "topics": [
@@ -122,7 +127,7 @@ class QuorumController:
         # Every broker gets a full session from the controller's restart to heartbeat again.
         self.brokers = {
             b["id"]: BrokerRegistration(b["id"], b["incarnation_id"], b["host"], b["port"],
-                                        b["fenced"], now)
+                                        b["fenced"], b.get("broker_epoch", -1), now)
             for b in state["brokers"]
         }
         self.topics = {
@@ -144,32 +149,39 @@ class QuorumController:
         return broker is not None and not broker.fenced
 
     def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int) -> int:
-        """A broker (re)starts. A new incarnation first fences the old one's leadership."""
+        """KRaft's registerBroker: a (re)starting broker gets a new broker epoch and starts
+        fenced. A new incarnation first fences the old one (out of every ISR, its
+        leaderships moved). Returns the broker epoch."""
         existing = self.brokers.get(broker_id)
-        restarted = existing is not None and existing.incarnation_id != incarnation_id
-        if restarted and not existing.fenced:
-            self._fence(broker_id, reason="it restarted with a new incarnation")
+        if existing is not None and not existing.fenced:
+            self._fence(broker_id, reason="it restarted with a new incarnation"
+                        if existing.incarnation_id != incarnation_id else "it registered again")
+        broker_epoch = self.metadata_offset + 1  # the offset of this registration's record
         self.brokers[broker_id] = BrokerRegistration(
-            broker_id, incarnation_id, host, port, fenced=False,
+            broker_id, incarnation_id, host, port, fenced=True, broker_epoch=broker_epoch,
             last_heartbeat_ms=self._clock_ms(),
         )
-        log.info("Broker %d registered (incarnation %s) at %s:%d", broker_id, incarnation_id,
-                 host, port)
-        self._elect_offline_partitions()
+        log.info("Broker %d registered (incarnation %s, broker epoch %d) at %s:%d; fenced "
+                 "until it catches up with the metadata", broker_id, incarnation_id,
+                 broker_epoch, host, port)
         self._commit()
-        return self.metadata_offset
+        return broker_epoch
 
-    def heartbeat(self, broker_id: int, incarnation_id: str) -> ErrorCode:
-        """Keep a broker's session alive; a fenced or stale incarnation must re-register."""
+    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int
+                  ) -> tuple[ErrorCode, bool]:
+        """KRaft's BrokerHeartbeat: keeps the session alive and unfences a fenced broker once
+        its metadata offset has reached its registration (BrokerHeartbeatManager), so that it
+        is elected or admitted to an ISR only with the current view of every partition.
+        Returns (error, fenced); an unknown broker or an older epoch must register again."""
         broker = self.brokers.get(broker_id)
         if broker is None:
-            return ErrorCode.broker_id_not_registered
-        if broker.incarnation_id != incarnation_id:
-            return ErrorCode.stale_broker_epoch
-        if broker.fenced:
-            return ErrorCode.broker_id_not_registered
+            return ErrorCode.broker_id_not_registered, True
+        if broker.broker_epoch != broker_epoch:
+            return ErrorCode.stale_broker_epoch, True
         broker.last_heartbeat_ms = self._clock_ms()
-        return ErrorCode.none
+        if broker.fenced and metadata_offset >= broker.broker_epoch:
+            self._unfence(broker_id)
+        return ErrorCode.none, broker.fenced
 
     def tick(self) -> None:
         """Fence every broker whose session expired; now and then, restore preferred leaders."""
@@ -193,6 +205,13 @@ class QuorumController:
         if self.is_live(broker_id):
             self._fence(broker_id, reason)
             self._commit()
+
+    def _unfence(self, broker_id: int) -> None:
+        log.info("Unfencing broker %d (broker epoch %d): it has caught up with the metadata",
+                 broker_id, self.brokers[broker_id].broker_epoch)
+        self.brokers[broker_id].fenced = False
+        self._elect_offline_partitions()
+        self._commit()
 
     def _fence(self, broker_id: int, reason: str) -> None:
         log.warning("Fencing broker %d because %s", broker_id, reason)
@@ -306,7 +325,7 @@ class QuorumController:
 
     # ---- producer ids -----------------------------------------------------------------
 
-    def allocate_producer_ids(self, broker_id: int, incarnation_id: str
+    def allocate_producer_ids(self, broker_id: int, broker_epoch: int
                               ) -> tuple[ErrorCode, int, int]:
         """Kafka's AllocateProducerIds: (error, first id, count) of a block that no broker,
         nor an earlier incarnation of this one, was given. The new high-water mark is
@@ -314,7 +333,7 @@ class QuorumController:
         broker = self.brokers.get(broker_id)
         if broker is None:
             return ErrorCode.broker_id_not_registered, -1, 0
-        if broker.incarnation_id != incarnation_id:
+        if broker.broker_epoch != broker_epoch:
             return ErrorCode.stale_broker_epoch, -1, 0
         start = self.next_producer_id
         self.next_producer_id += PRODUCER_ID_BLOCK_SIZE
@@ -326,9 +345,12 @@ class QuorumController:
     # ---- AlterPartition -------------------------------------------------------------
 
     def alter_partition(self, broker_id: int, tp: TopicPartition, leader_epoch: int,
-                        partition_epoch: int, new_isr: tuple[int, ...]
+                        partition_epoch: int, new_isr: tuple[int, ...],
+                        broker_epochs: tuple[int, ...] = ()
                         ) -> tuple[ErrorCode, PartitionRegistration | None]:
-        """A leader's ISR change, accepted only against the current partition epoch."""
+        """A leader's ISR change, accepted only against the current partition epoch.
+        ``broker_epochs`` (KIP-903, AlterPartition v3) pairs with ``new_isr``: the broker
+        epoch the leader saw each member fetch with, -1 where it does not know."""
         topic = self.topics.get(tp.topic)
         reg = topic.partitions.get(tp.partition) if topic else None
         if topic is None or reg is None:
@@ -341,9 +363,15 @@ class QuorumController:
             return ErrorCode.invalid_update_version, reg
         if broker_id not in new_isr or not set(new_isr) <= set(reg.replicas):
             return ErrorCode.invalid_request, reg
-        added = set(new_isr) - set(reg.isr)
-        if any(not self.is_live(r) for r in added):
+        # KRaft checks every member, kept or added: registered, unfenced, and (KIP-903) the
+        # same registration the leader saw fetching.
+        if any(not self.is_live(r) for r in new_isr):
             return ErrorCode.ineligible_replica, reg
+        for r, epoch in zip(new_isr, broker_epochs, strict=False):
+            if epoch != -1 and epoch != self.brokers[r].broker_epoch:
+                log.info("[Partition %s] AlterPartition from %d refused: broker %d's epoch is "
+                         "%d, not %d", tp, broker_id, r, self.brokers[r].broker_epoch, epoch)
+                return ErrorCode.ineligible_replica, reg
         ordered = tuple(r for r in reg.replicas if r in new_isr)
         updated = replace(reg, isr=ordered, partition_epoch=reg.partition_epoch + 1)
         topic.partitions[tp.partition] = updated
@@ -357,7 +385,7 @@ class QuorumController:
             metadata_offset=self.metadata_offset,
             cluster_id=self.cluster_id,
             brokers={
-                b.broker_id: BrokerEndpoint(b.broker_id, b.host, b.port)
+                b.broker_id: BrokerEndpoint(b.broker_id, b.host, b.port, b.broker_epoch)
                 for b in self.brokers.values() if not b.fenced
             },
             topics={

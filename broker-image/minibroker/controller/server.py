@@ -75,13 +75,14 @@ class ControllerServer:
             self.controller.tick()
 
     async def _register_broker(self, p: dict[str, Any]) -> dict[str, Any]:
-        offset = self.controller.register_broker(p["broker_id"], p["incarnation_id"], p["host"],
-                                                 p["port"])
-        return {"metadata_offset": offset}
+        epoch = self.controller.register_broker(p["broker_id"], p["incarnation_id"], p["host"],
+                                                p["port"])
+        return {"broker_epoch": epoch}
 
     async def _heartbeat(self, p: dict[str, Any]) -> dict[str, Any]:
-        error = self.controller.heartbeat(p["broker_id"], p["incarnation_id"])
-        return {"error": error.name, "metadata_offset": self.controller.metadata_offset}
+        error, fenced = self.controller.heartbeat(p["broker_id"], p["broker_epoch"],
+                                                  p["metadata_offset"])
+        return {"error": error.name, "is_fenced": fenced}
 
     async def _fetch_metadata(self, p: dict[str, Any]) -> dict[str, Any]:
         """Long poll: answer as soon as the metadata is newer than ``since``."""
@@ -97,7 +98,7 @@ class ControllerServer:
     async def _alter_partition(self, p: dict[str, Any]) -> dict[str, Any]:
         error, reg = self.controller.alter_partition(
             p["broker_id"], TopicPartition(p["topic"], p["partition"]), p["leader_epoch"],
-            p["partition_epoch"], tuple(p["new_isr"]))
+            p["partition_epoch"], tuple(p["new_isr"]), tuple(p.get("broker_epochs", ())))
         return {"error": error.name, "registration": reg.to_json() if reg else None}
 
     async def _create_topic(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +108,7 @@ class ControllerServer:
 
     async def _allocate_producer_ids(self, p: dict[str, Any]) -> dict[str, Any]:
         error, start, length = self.controller.allocate_producer_ids(p["broker_id"],
-                                                                     p["incarnation_id"])
+                                                                     p["broker_epoch"])
         return {"error": error.name, "producer_id_start": start, "producer_id_len": length}
 
     async def _state(self, _p: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +120,8 @@ class ControllerServer:
             "cluster_id": c.cluster_id,
             "metadata_offset": c.metadata_offset,
             "brokers": [
-                {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
+                {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced,
+                 "broker_epoch": b.broker_epoch}
                 for b in sorted(c.brokers.values(), key=lambda b: b.broker_id)
             ],
             "topics": {

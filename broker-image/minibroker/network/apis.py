@@ -300,12 +300,16 @@ class KafkaApis:
                 responses=(),
             )
         image = self._broker.metadata_image()
+        by_id = request.api_version >= 13  # v13+ (KIP-516) name topics by id
+        names = {uuid.UUID(t.topic_id): t.name for t in image.topics.values()} if by_id else {}
         wanted: list[FetchPartition] = []
-        results: dict[TopicPartition, FetchResult] = {}
+        results: dict[tuple[Any, int], FetchResult] = {}
         for topic in body.topics:
+            key = topic.topic_id if by_id else topic.topic
+            name = names.get(topic.topic_id) if by_id else topic.topic
             for part in topic.partitions:
-                tp = TopicPartition(topic.topic, part.partition)
-                if _partition_exists(image, tp):
+                tp = TopicPartition(name or "", part.partition)
+                if name is not None and _partition_exists(image, tp):
                     wanted.append(FetchPartition(
                         tp=tp,
                         fetch_offset=part.fetch_offset,
@@ -314,29 +318,39 @@ class KafkaApis:
                         max_bytes=part.partition_max_bytes,
                     ))
                 else:
-                    results[tp] = FetchResult(ErrorCode.unknown_topic_or_partition)
+                    results[key, part.partition] = FetchResult(
+                        ErrorCode.unknown_topic_id if name is None
+                        else ErrorCode.unknown_topic_or_partition)
         if wanted or not results:
+            # Fetch v15 (KIP-903) moved the follower's id into ReplicaState, with its broker
+            # epoch.
+            replica = getattr(body, "replica_state", None)
             fetch = FetchRequestData(
-                replica_id=body.replica_id,
+                replica_id=replica.replica_id if replica is not None else body.replica_id,
                 max_wait_ms=int(body.max_wait.total_seconds() * 1000),
                 min_bytes=body.min_bytes,
                 max_bytes=body.max_bytes,
                 partitions=wanted,
                 isolation_level=body.isolation_level,
+                replica_epoch=replica.replica_epoch if replica is not None else -1,
             )
-            results.update(await _completion(
-                lambda done: self._broker.fetch_messages(fetch, done)))
+            done = await _completion(lambda complete: self._broker.fetch_messages(fetch, complete))
+            for tp, result in done.items():
+                topic_key = uuid.UUID(image.topics[tp.topic].topic_id) if by_id else tp.topic
+                results[topic_key, tp.partition] = result
         return _build(
             m.FetchResponse,
             throttle_time=_NO_THROTTLE,
             error_code=ErrorCode.none,
             session_id=0,
             responses=tuple(
-                m.FetchableTopicResponse(
-                    topic=topic.topic,
+                _build(
+                    m.FetchableTopicResponse,
+                    topic=getattr(topic, "topic", None),
+                    topic_id=getattr(topic, "topic_id", None),
                     partitions=tuple(
-                        _fetch_partition(m, part.partition,
-                                         results[TopicPartition(topic.topic, part.partition)])
+                        _fetch_partition(m, part.partition, results[
+                            topic.topic_id if by_id else topic.topic, part.partition])
                         for part in topic.partitions
                     ),
                 )

@@ -61,12 +61,13 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
 
 
-# Inclusive (min, max) version per API. Fetch stops at 12: v13+ address topics by id.
+# Inclusive (min, max) version per API. Fetch v13+ address topics by id; v15 carries the
+# follower's broker epoch (KIP-903); v16+ (KIP-951 leader hints) is not served.
 # InitProducerId: librdkafka 2.x and kafka-python use up to v4; v5 only adds an error code
 # that transactional producers may see.
 SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: (4, 15),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
     ApiKey.FIND_COORDINATOR: (0, 4),

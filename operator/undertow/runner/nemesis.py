@@ -127,8 +127,11 @@ class Nemesis:
             return previous.injected.is_set
         if event == "recovered":
             return lambda: previous.recovered.is_set() and self._serving(previous.targets)
-        in_sync = event == "in-sync"
-        return lambda: previous.injected.is_set() and self._isr_membership(previous, in_sync)
+        if event == "in-sync":
+            # Back in the ISR: after the fault was recovered, not while it has not yet taken
+            # its targets out (a stalled follower stays in the ISR for the lag time).
+            return lambda: previous.recovered.is_set() and self._isr_membership(previous, True)
+        return lambda: previous.injected.is_set() and self._isr_membership(previous, False)
 
     def _inject(self, run: FaultRun) -> None:
         planned = run.planned

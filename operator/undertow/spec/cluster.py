@@ -36,6 +36,7 @@ DEFAULT_IMAGE = "undertow/minibroker:0.1.0"
 
 PositiveInt = Annotated[int, Field(ge=1)]
 TruncationMode = Literal["leader-epoch", "high-watermark"]
+MinIsrRule = Literal["strict", "legacy"]
 
 
 class TopicConfig(SpecModel):
@@ -55,6 +56,13 @@ class TopicConfig(SpecModel):
         None, alias="replication.truncation.mode"
     )
     """How a follower truncates: leader-epoch (KIP-101/KIP-279) or high-watermark (pre-KIP-101)."""
+    high_watermark_min_isr_rule: MinIsrRule | None = Field(
+        None, alias="high.watermark.min.isr.rule"
+    )
+    """strict (default; Kafka 3.7+, KAFKA-15583): the high watermark advances only while the
+    ISR has at least min(min.insync.replicas, replicas) members, so records acked with acks=1
+    by a leader alone stay invisible to consumers; legacy (Kafka 0.9 to 3.6): it advances
+    whatever the ISR size."""
     log_flush_interval_messages: PositiveInt | None = Field(
         None, alias="log.flush.interval.messages"
     )
@@ -77,9 +85,10 @@ class TopicConfig(SpecModel):
 class BrokerConfig(TopicConfig):
     """Broker configuration: the topic-level keys as cluster defaults plus broker-only keys.
 
-    Defaults are minibroker's (Kafka's, with timeouts scaled down); experiments set
-    `replica.lag.time.max.ms` and `broker.session.timeout.ms` low so that a fault shows
-    up in the ISR and in the controller within a couple of seconds.
+    Defaults are minibroker's (Kafka's, with timeouts scaled down in Kafka's order: replica
+    lag 10 s over a 3 s session); experiments set `replica.lag.time.max.ms` and
+    `broker.session.timeout.ms` low, in the same order, so that a fault shows up in the
+    controller and in the ISR within a few seconds.
     """
 
     replica_lag_time_max_ms: PositiveInt | None = Field(None, alias="replica.lag.time.max.ms")
@@ -94,9 +103,13 @@ class BrokerConfig(TopicConfig):
         None, alias="leader.imbalance.check.interval.ms"
     )
     """How often the controller moves leadership back to each partition's preferred replica
-    once it is in sync (auto.leader.rebalance.enable; Kafka: 300000, minibroker: 5000)."""
+    once it is in sync (auto.leader.rebalance.enable; Kafka: 300000, minibroker: 60000)."""
     replica_fetch_wait_max_ms: PositiveInt | None = Field(None, alias="replica.fetch.wait.max.ms")
     """How long a follower's fetch waits on the leader for new data."""
+    replica_fetch_min_bytes: PositiveInt | None = Field(None, alias="replica.fetch.min.bytes")
+    """A follower's fetch waits on the leader (up to replica.fetch.wait.max.ms) until this
+    many bytes are there (Kafka's default: 1). Larger values batch replication and widen
+    the window of acknowledged records only the leader has."""
     replica_high_watermark_checkpoint_interval_ms: PositiveInt | None = Field(
         None, alias="replica.high.watermark.checkpoint.interval.ms"
     )

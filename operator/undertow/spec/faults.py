@@ -71,8 +71,9 @@ Mode = Literal["one", "all", "fixed", "fixed-percent"]
 Event = Literal["injected", "recovered", "in-sync", "out-of-sync"]
 """What a sequence step waits for, about the previous step's fault and targets:
 injected: the fault is in effect. recovered: it was recovered and the target serves again
-(process restarted and registered with the controller, or the link healed). in-sync: the
-targets are back in the ISR of their partition. out-of-sync: they have left it."""
+(process restarted and registered with the controller, or the link healed). in-sync: it was
+recovered and the targets are back in the ISR of their partition. out-of-sync: while it is
+in effect, they have left it."""
 
 STEP_TIMEOUT = 30
 """Default seconds a sequence step waits for its event."""
@@ -241,8 +242,9 @@ class Step(FaultAction):
     sequence is skipped when the event has not happened within `timeout`."""
 
     when: Event | None = None
-    """injected, recovered (process back and registered, or link healed), in-sync (targets
-    back in the ISR) or out-of-sync (targets left the ISR), about the previous step."""
+    """injected, recovered (process back and registered, or link healed), in-sync (recovered,
+    and the targets back in the ISR) or out-of-sync (targets left the ISR), about the
+    previous step."""
     after: Duration = Field("0s", validate_default=True)
     """Delay between the event and this step's injection."""
     timeout: Duration = Field(f"{STEP_TIMEOUT}s", validate_default=True)
