@@ -81,7 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = cluster.config.as_overrides()
     platform = LocalPlatform(LocalPlatformConfig(
         workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
-        broker_config=config, controller_config=config))
+        broker_config=config, controller_config=config,
+        ephemeral_storage=cluster.storage.type == "ephemeral"))
     with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:
         result = run_experiment(loaded, platform, out, seed=args.seed,
                                 analyze=None if args.no_analysis else _analysis,

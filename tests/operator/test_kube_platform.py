@@ -136,6 +136,26 @@ async def test_partition_drops_by_pod_ip_at_the_receiving_agent(
         await asyncio.to_thread(no_client_ip.block, [Link("broker-0", CLIENT)], "cut")
 
 
+async def test_pod_delete_deletes_the_pod_with_its_grace_period(
+        emulator: Any, api: KubeApi, agent: RunningAgent) -> None:
+    """Chaos Mesh's pod-kill: one DELETE of the broker's pod with the fault's grace period,
+    and the platform returns once that pod (that uid) is gone; no agent is involved."""
+    await asyncio.to_thread(add_pods, api)
+    platform = make_platform(api, agent_port=agent.port)
+    await asyncio.to_thread(platform.delete_pod, "broker-1", 4.0)
+
+    deletes = [r for r in emulator[kmock.resource("v1/pods")] if r.method == "DELETE"]
+    assert [(r.name, r.data["gracePeriodSeconds"]) for r in deletes] == [("c-broker-1", 4)]
+    assert stored(emulator, "Pod", "c-broker-1") is None
+    assert stored(emulator, "Pod", "c-broker-0") is not None
+    assert agent.agent.faults()["faults"] == []
+    assert events(emulator) == [("FaultInjected",
+                                 "pod-delete broker-1: pod c-broker-1 deleted (grace 4s); "
+                                 "the StatefulSet replaces it")]
+    with pytest.raises(PlatformError, match="cannot delete the pod of broker-1: it does not"):
+        await asyncio.to_thread(platform.delete_pod, "broker-1", 0.0)
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[LocalPlatform]:
     """A real minibroker controller and broker 0, as child processes."""

@@ -38,7 +38,8 @@ class PodmanApi:
 
     GET a Pod: its uid, labels and IP, the ``minibroker`` container's state and restart
     count, and Ready as the kubelet would compute it from the pod's own readiness probe;
-    POST an Event; GET and PATCH a ConfigMap (the report); GET the cluster's Secret.
+    DELETE a cluster Pod (``ClusterOnPods.delete_pod``: the StatefulSet replaces it); POST
+    an Event; GET and PATCH a ConfigMap (the report); GET the cluster's Secret.
     """
 
     def __init__(self, pods: ClusterOnPods, host: str) -> None:
@@ -137,6 +138,17 @@ class PodmanApi:
                 body = self._body()
                 api.objects.setdefault(kind, {})[body["metadata"]["name"]] = body
                 self._reply(201, body)
+
+            def do_DELETE(self) -> None:
+                route = self._route()
+                if route is None:
+                    return
+                kind, name = route
+                grace = int(self._body().get("gracePeriodSeconds") or 0)
+                if kind != "Pod" or not name or not api.pods.delete_pod(name, grace):
+                    self._status(404, f"{kind.lower()}s \"{name}\" not found")
+                    return
+                self._reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
             def do_PATCH(self) -> None:
                 route = self._route()

@@ -22,7 +22,10 @@ the new ones. What ``kube play`` lacks is bridged, and only that:
 ``podman_api.PodmanApi`` answers the few API-server requests the runner and the analysis
 Job make (the pods as the kubelet would report them, Events, the report ConfigMap) from
 podman's state, on the network's gateway address, where a kubeconfig in each Job pod
-points.
+points. A DELETE of a cluster pod (the ``pod-delete`` fault) is what the StatefulSet
+controller makes of it: the pod is removed with its grace period, its emptyDirs with it,
+and a new pod (a new uid) is played from the same template. It keeps its address, since
+every pod's ``hostAliases`` name the old one (Kubernetes' DNS would follow the new IP).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import base64
 import copy
 import json
 import os
+import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -138,6 +143,9 @@ class ClusterOnPods:
         self.labels: dict[str, dict[str, str]] = {}
         self.api: PodmanApi | None = None
         self._played: list[Path] = []
+        self._templates: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        """Cluster pod name -> (its StatefulSet's pod template, its claims)."""
+        self._companions: list[dict[str, Any]] = []
 
     def _stored(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """What the API server would hold after ``kubectl apply``."""
@@ -175,11 +183,13 @@ class ClusterOnPods:
         config_map = next(o for o in objects if o["kind"] == "ConfigMap")
         hosts = self.hosts()
         ips = {name: address for address, names in hosts.items() for name in names[-1:]}
-        documents: list[dict[str, Any]] = [self._companion(config_map)]
+        self._companions = [self._companion(config_map)]
+        documents: list[dict[str, Any]] = list(self._companions)
         for sts in (o for o in objects if o["kind"] == "StatefulSet"):
             claims = [c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])]
             for ordinal in range(sts["spec"]["replicas"]):
                 name = f"{sts['metadata']['name']}-{ordinal}"
+                self._templates[name] = (sts["spec"]["template"], claims)
                 documents.append(pod_from_template(name, sts["spec"]["template"],
                                                    ip=ips[name], hosts=hosts, claims=claims,
                                                    empty_dirs=self.work / "emptydir"))
@@ -190,6 +200,25 @@ class ClusterOnPods:
         # On the gateway address, which exists once a pod is on the network.
         self.api = PodmanApi(self, self.gateway)
         self.api.start()
+
+    def delete_pod(self, name: str, grace_period_s: int) -> bool:
+        """The API server's DELETE and then the StatefulSet controller's answer to it: the
+        pod stops (SIGTERM, SIGKILL after the grace period) and goes with its emptyDirs; a
+        new pod from the same template replaces it, in the background, as on Kubernetes.
+        False for a pod that is not the cluster's."""
+        if name not in self._templates:
+            return False
+        podman("pod", "rm", "-f", "-t", str(grace_period_s), name, check=False)
+        shutil.rmtree(self.work / "emptydir" / name, ignore_errors=True)
+        threading.Thread(target=self._replace_pod, args=(name,), daemon=True).start()
+        return True
+
+    def _replace_pod(self, name: str) -> None:
+        template, claims = self._templates[name]
+        pod = pod_from_template(name, template, ip=self.pods[name], hosts=self.hosts(),
+                                claims=claims, empty_dirs=self.work / "emptydir")
+        self._play(f"{name}-replaced-{uuid.uuid4().hex[:4]}", [*self._companions, pod],
+                   [self.pods[name]])
 
     def run_job(self, job: Mapping[str, Any], ip_suffix: int,
                 companions: Sequence[dict[str, Any]] = (),

@@ -1,7 +1,8 @@
-"""The two demo experiments end to end on the operator's own pods, under podman: the
-BrokerCluster's StatefulSets as pods with their fault agents, the runner Job driving the
-workload and the faults through the agents and failpoints as on Kubernetes, the analysis
-Job's two containers. The verdicts must be the ones the experiments give locally."""
+"""The two demo experiments and the two pod-delete experiments end to end on the operator's
+own pods, under podman: the BrokerCluster's StatefulSets as pods with their fault agents,
+the runner Job driving the workload and the faults through the agents, failpoints and pod
+deletions as on Kubernetes, the analysis Job's two containers. The verdicts must be the ones
+the experiments give locally."""
 
 from __future__ import annotations
 
@@ -22,10 +23,14 @@ from undertow.kube.resources import Images
 LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
 
 
-@pytest.mark.parametrize(("experiment", "expected"), [("acks1-leader-kill", "loss"),
-                                                      ("acksall-leader-kill", "clean")])
-def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, expected: str,
-                                                        pod_images: Engine,
+@pytest.mark.parametrize(("experiment", "kind", "expected"), [
+    ("acks1-leader-kill", "kill", "loss"),
+    ("acksall-leader-kill", "kill", "clean"),
+    ("pod-delete-ephemeral", "pod-delete", "loss"),
+    ("pod-delete-persistent", "pod-delete", "clean"),
+])
+def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, kind: str,
+                                                        expected: str, pod_images: Engine,
                                                         tmp_path: Path) -> None:
     documents = yaml.safe_load_all((REPO / "experiments" / f"{experiment}.yaml").read_text())
     with on_pods(*documents, pod_images, tmp_path) as pods:
@@ -36,7 +41,7 @@ def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, expecte
         on_volume = json.loads((pods.history_dir / "report" / "report.json").read_text())
         assert report == on_volume
         faults = [f["fault"] for f in report["faults"]]
-        assert faults and set(faults) == {"kill"}, report["faults"]
+        assert faults and set(faults) == {kind}, report["faults"]
         assert report["verdict"] == expected, report["counts"]
         events = [e["reason"] for e in pods.api.objects["Event"].values()]
         assert events.count("FaultInjected") == events.count("FaultRecovered") == len(faults)

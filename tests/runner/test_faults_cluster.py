@@ -290,6 +290,9 @@ def test_recover_after_a_failed_inject_undoes_what_took_effect(healthy: LocalPla
      "in two groups"),
     ("partition", "broker-0", {"mode": "isolate", "to": "broker-1"}, "for one-way only"),
     ("pause", "broker-0", {}, "time limit must be positive"),
+    ("pod-delete", CONTROLLER, {}, "'controller' is not a broker"),
+    ("pod-delete", "broker-0", {"grace_period_s": -1}, "grace period must not be negative"),
+    ("pod-delete", "broker-0", {"mode": "isolate"}, "pod-delete: unknown options mode"),
 ])
 def test_bad_fault_requests_are_clear_errors(platform: LocalPlatform, kind: str,
                                              target: str | None, options: dict[str, Any],
@@ -321,3 +324,41 @@ def test_overlapping_partitions_heal_independently(healthy: LocalPlatform) -> No
     narrow.recover()
     assert not healthy.blocked_links
 
+
+
+@pytest.mark.parametrize("storage", ["ephemeral", "persistent"])
+def test_pod_delete_replaces_the_broker_at_a_new_address_with_its_emptydir_wiped(
+        tmp_path_factory: pytest.TempPathFactory, storage: str) -> None:
+    """Chaos Mesh's pod-kill, emulated: the process dies, the replacement starts at once as
+    a new incarnation (a new broker epoch) on a new port behind the same proxies (a new pod
+    IP behind the same Service name), with an empty data directory when storage is
+    ephemeral; it counts as recovered once registered and unfenced, then catches up."""
+    workdir = tmp_path_factory.mktemp(f"pod-delete-{storage}")
+    config = LocalPlatformConfig(workdir=workdir, brokers=3, broker_config=FAST,
+                                 controller_config=FAST,
+                                 ephemeral_storage=storage == "ephemeral")
+    with LocalPlatform(config) as cluster:
+        create_topic(cluster, TOPIC, partitions=1, replication_factor=3,
+                     config={"min.insync.replicas": "2"})
+        for _ in range(3):
+            assert produce(cluster, 10) is None
+        victim = leader(cluster)
+        marker = workdir / "data" / victim / "marker"
+        marker.write_text("kept only by a persistent volume")
+        epoch = cluster.state(victim)["broker_epoch"]
+        listen = cluster._process(victim).argv.index("--listen") + 1
+        address = cluster._process(victim).argv[listen]
+
+        fault = build_fault("pod-delete", cluster, victim, time_limit_s=30, grace_period_s=0)
+        fault.inject()
+        assert marker.exists() is (storage == "persistent")
+        assert cluster._process(victim).argv[listen] != address
+        fault.recover()
+        assert cluster.registered_and_unfenced(victim)
+        assert cluster.state(victim)["broker_epoch"] > epoch
+        assert leader(cluster) != victim  # the old incarnation was fenced out
+        wait_for(lambda: full_isr(cluster), EFFECT_TIMEOUT_S, "the replacement in the ISR",
+                 interval=0.1)
+        assert produce(cluster, 10) is None
+        (replica,) = cluster.state(victim)["partitions"]
+        assert replica["log_end_offset"] == 4  # caught up from the others

@@ -170,3 +170,15 @@ def test_choose_seed() -> None:
     assert all(0 <= s < 2**31 for s in seeds) and len(seeds) > 1
     seeded = experiment.spec.model_copy(update={"seed": 1234})
     assert choose_seed(seeded) == 1234
+
+
+def test_pod_delete_carries_its_grace_period(tmp_path: Path) -> None:
+    docs = list(yaml.safe_load_all(
+        (REPO / "experiments" / "pod-delete-ephemeral.yaml").read_text()))
+    docs[1]["spec"]["faults"][0]["sequence"]["steps"][0]["gracePeriod"] = "5s"
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    faults = plan(load_experiment(path).experiment, 1)
+    assert [(f.kind, f.grace_period) for f in faults] == [("pod-delete", 5.0),
+                                                          ("pod-delete", 0.0)]
+    assert faults[0].to_json()["grace_period"] == "5s"

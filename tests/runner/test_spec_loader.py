@@ -29,6 +29,8 @@ LIBRARY = {
     "idempotent-leader-kill": "clean",
     "hw-min-isr-strict": "clean",
     "hw-min-isr-legacy": "loss",
+    "pod-delete-ephemeral": "loss",
+    "pod-delete-persistent": "clean",
 }
 
 
@@ -333,6 +335,22 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         EXP,
         "spec.faults[0].target.role: expected 'leader', 'follower', 'isr-member', "
         "'all-isr-but-one' or 'controller', got 'boss'",
+    ),
+    (
+        "pod-delete-controller",
+        both(
+            exp("spec/faults/0/kind", "pod-delete"),
+            exp("spec/faults/0/target", {"role": "controller"}),
+        ),
+        EXP,
+        "spec.faults[0].target: pod-delete hits broker pods only (the controller's metadata "
+        "is not a fault target)",
+    ),
+    (
+        "grace-period-not-pod-delete",
+        exp("spec/faults/0/gracePeriod", "5s"),
+        EXP,
+        "spec.faults[0].gracePeriod: only pod-delete faults take 'gracePeriod', not kill",
     ),
     (
         "disk-stall-controller",

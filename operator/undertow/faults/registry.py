@@ -10,11 +10,12 @@ from undertow.faults.disk_stall import DiskStall
 from undertow.faults.kill import Kill
 from undertow.faults.partition import Partition
 from undertow.faults.pause import Pause
+from undertow.faults.pod_delete import PodDelete
 from undertow.faults.power_loss import PowerLoss
 from undertow.platform.base import Platform
 
 FAULT_KINDS: dict[str, type[Fault]] = {
-    unit.kind: unit for unit in (Kill, Pause, Partition, DiskStall, PowerLoss)
+    unit.kind: unit for unit in (Kill, Pause, Partition, DiskStall, PowerLoss, PodDelete)
 }
 PARTITION_MODES = ("isolate", "split", "one-way")
 
@@ -24,12 +25,20 @@ def build_fault(kind: str, platform: Platform, target: str | None, *, time_limit
     """The unit for ``kind`` on a concrete ``target`` node.
 
     Partitions take ``mode`` (``isolate``, the default; ``split`` with ``groups`` and no
-    target; ``one-way`` with ``to``) and, for ``isolate``, ``clients``. The other kinds
-    take no options.
+    target; ``one-way`` with ``to``) and, for ``isolate``, ``clients``; pod-delete takes
+    ``grace_period_s``. The other kinds take no options.
     """
     unit = FAULT_KINDS.get(kind)
     if unit is None:
         raise FaultError(f"unknown fault kind {kind!r}; kinds are {', '.join(FAULT_KINDS)}")
+    if unit is PodDelete:
+        unknown = set(options) - {"grace_period_s"}
+        if unknown:
+            raise FaultError(f"pod-delete: unknown options {', '.join(sorted(unknown))}")
+        if target is None:
+            raise FaultError("pod-delete needs a target node")
+        return PodDelete(platform, target, time_limit_s=time_limit_s, listener=listener,
+                         grace_period_s=float(options.get("grace_period_s", 0.0)))
     if unit is not Partition:
         if options:
             raise FaultError(f"{kind} takes no options, got {', '.join(sorted(options))}")

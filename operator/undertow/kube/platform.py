@@ -344,6 +344,40 @@ class KubernetesPlatform(Platform):
         self._event("FaultInjected", f"power-loss {node}: unsynced writes dropped, "
                                      "process exited")
 
+    # ---- pods -------------------------------------------------------------------------------
+
+    def delete_pod(self, node: str, grace_period_s: float) -> None:
+        """Delete the broker's pod with this grace period (the kubelet sends SIGTERM, then
+        SIGKILL); its StatefulSet creates the replacement. Return once the old pod is gone
+        (replaced by a pod of another uid, or absent)."""
+        pod = self.pod(self.check_broker(node))
+        if pod is None:
+            raise PlatformError(f"cannot delete the pod of {node}: it does not exist")
+        self.api.delete("Pod", self.config.namespace, self.names.pod(node),
+                        grace_period_s=round(grace_period_s))
+
+        def gone() -> bool:
+            now = self.pod(node)
+            return now is None or now.uid != pod.uid
+
+        wait_for(gone, grace_period_s + self.config.start_timeout_s,
+                 f"pod {self.names.pod(node)} (uid {pod.uid}) to be deleted",
+                 interval=self.config.poll_s, ignore=(ApiError,))
+        with self._lock:
+            self._down[node] = "pod-delete"
+        self._event("FaultInjected", f"pod-delete {node}: pod {self.names.pod(node)} deleted "
+                                     f"(grace {grace_period_s:g}s); the StatefulSet replaces it")
+
+    def await_replacement(self, node: str) -> None:
+        self._wait_ready(node, self.config.start_timeout_s)
+        wait_for(lambda: self.registered_and_unfenced(node), self.config.start_timeout_s,
+                 f"the replacement of {node} to register with the controller, unfenced",
+                 interval=self.config.poll_s, ignore=(admin.AdminError,))
+        with self._lock:
+            kind = self._down.pop(node, None)
+        if kind is not None:
+            self._event("FaultRecovered", f"{kind} {node}: replaced, registered and unfenced")
+
     # ---- network ----------------------------------------------------------------------------
 
     def block(self, links: Iterable[Link], owner: str) -> None:

@@ -203,6 +203,28 @@ class Platform(ABC):
     def power_loss(self, node: str) -> None:
         """The broker loses every write it has not fsynced and dies; ``restart`` brings it back."""
 
+    # ---- pods -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def delete_pod(self, node: str, grace_period_s: float) -> None:
+        """Chaos Mesh's pod-kill: delete the broker's pod (SIGTERM, SIGKILL after the grace
+        period); its StatefulSet replaces it at once, with a new address and, when storage
+        is ephemeral, an empty disk. Return once the old process is gone."""
+
+    @abstractmethod
+    def await_replacement(self, node: str) -> None:
+        """Return once the replacement of a deleted pod serves, registered with the
+        controller under its new incarnation and unfenced."""
+
+    def registered_and_unfenced(self, node: str) -> bool:
+        """The broker now serving ``node`` is the one the controller has registered (same
+        broker epoch), and unfenced: a replacement counts as back only then."""
+        epoch = self.state(self.check_broker(node)).get("broker_epoch")
+        broker_id = broker_id_of(node)
+        return any(b["id"] == broker_id and not b.get("fenced", True)
+                   and b.get("broker_epoch") == epoch
+                   for b in self.state(CONTROLLER).get("brokers", []))
+
     # ---- network ----------------------------------------------------------------------------
 
     @abstractmethod

@@ -72,6 +72,8 @@ class LocalPlatformConfig:
     command: tuple[str, ...] = ()
     start_timeout_s: float = 30.0
     stop_grace_s: float = 2.0
+    ephemeral_storage: bool = False
+    """A pod-delete wipes the broker's data directory (an emptyDir dies with its pod)."""
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -335,6 +337,42 @@ class LocalPlatform(Platform):
         brokers = self.state(CONTROLLER).get("brokers", [])
         live = {b["id"] for b in brokers if not b.get("fenced", True)}
         return live >= set(self._broker_ids)
+
+    # ---- pods -------------------------------------------------------------------------------
+
+    def delete_pod(self, node: str, grace_period_s: float) -> None:
+        """What deleting the broker's pod does, which its StatefulSet replaces at once:
+        SIGTERM, then SIGKILL after the grace period; the data directory wiped when storage
+        is ephemeral; the replacement listens on a new port behind the same proxies (a new
+        pod IP behind the same Service name; in netns mode the address stays); it starts at
+        once, a new incarnation."""
+        with self._node_locks[self.check_broker(node)]:
+            process = self._process(node)
+            if not process.running:
+                raise PlatformError(f"cannot delete the pod of {node}: it is not running")
+            if grace_period_s > 0:
+                process.terminate(grace_period_s)
+            else:
+                process.kill()
+            if self.config.ephemeral_storage:
+                data = self.config.workdir / "data" / node
+                shutil.rmtree(data, ignore_errors=True)
+                data.mkdir(parents=True)
+            if self._proxies is not None:
+                listen = process.argv.index("--listen") + 1
+                host = process.argv[listen].rsplit(":", 1)[0]
+                (port,) = reserve_ports(1, host)
+                process.argv[listen] = f"{host}:{port}"
+                self._proxies.move_upstream(node, (host, port))
+            process.start()
+
+    def await_replacement(self, node: str) -> None:
+        with self._node_locks[self.check_broker(node)]:
+            if not self.is_running(node):
+                self.restart(node)  # it exited on its own meanwhile: the StatefulSet's job
+        wait_for(lambda: self.registered_and_unfenced(node), self.config.start_timeout_s,
+                 f"the replacement of {node} to register with the controller, unfenced",
+                 interval=0.1, ignore=(admin.AdminError,))
 
     # ---- disks ------------------------------------------------------------------------------
 

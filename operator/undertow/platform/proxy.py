@@ -182,6 +182,11 @@ class ProxyNetwork:
     def address(self, link: Link) -> tuple[str, int]:
         return self._proxy(link).address
 
+    def move_upstream(self, dst: str, upstream: tuple[str, int]) -> None:
+        """Every link to ``dst`` forwards to ``upstream`` from now on, as a Service name
+        resolves to a replaced pod's new IP; connections to the old address are reset."""
+        self._call(self._move(dst, upstream))
+
     def links(self) -> list[Link]:
         return sorted(self._proxies)
 
@@ -227,6 +232,13 @@ class ProxyNetwork:
                 gate.set()
             else:
                 gate.clear()
+
+    async def _move(self, dst: str, upstream: tuple[str, int]) -> None:
+        for link, proxy in self._proxies.items():
+            if link.dst == dst:
+                proxy.upstream = upstream
+                for conn in list(proxy.connections):
+                    conn.abort()
 
     async def _close_all(self) -> None:
         await asyncio.gather(*(proxy.close() for proxy in self._proxies.values()))

@@ -138,6 +138,8 @@ class Nemesis:
         controller = self._platform.state(CONTROLLER)
         rng = random.Random(self._seed * 1_000_003 + planned.index)
         options: dict[str, Any] = {}
+        if planned.kind == "pod-delete":
+            options["grace_period_s"] = planned.grace_period
         if planned.kind == "partition" and planned.network is not None:
             network = planned.network
             options["mode"] = network.mode

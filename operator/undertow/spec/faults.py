@@ -4,6 +4,7 @@ Each item of `spec.faults` is exactly one of three shapes::
 
     # 1. one fault, possibly repeated
     - kind: kill                       # kill | pause | partition | disk-stall | power-loss
+                                       # | pod-delete
       target: {role: leader}           # leader of partition 0 of the experiment topic
       at: 5s                           # offset from the workload's start
       duration: 3s                     # restart / resume / heal after this long
@@ -61,10 +62,18 @@ __all__ = [
     "TargetSelector",
 ]
 
-FaultKind = Literal["kill", "pause", "partition", "disk-stall", "power-loss"]
+FaultKind = Literal["kill", "pause", "partition", "disk-stall", "power-loss", "pod-delete"]
 """kill: SIGKILL then restart. pause: SIGSTOP/SIGCONT (a GC pause). partition: network cut.
 disk-stall: the broker's appends and fsyncs block. power-loss: the process dies and every
-file loses what was not fsynced, then it restarts."""
+file loses what was not fsynced, then it restarts. pod-delete: the pod is deleted and
+replaced at once (new address; an ephemeral disk comes back empty)."""
+
+BROKER_ONLY_KINDS = {
+    "disk-stall": "disk-stall is a broker failpoint; the controller has none",
+    "pod-delete": "pod-delete hits broker pods only (the controller's metadata is not a "
+                  "fault target)",
+}
+"""Kinds a controller target cannot take, with the reason."""
 
 Role = Literal["leader", "follower", "isr-member", "all-isr-but-one", "controller"]
 Mode = Literal["one", "all", "fixed", "fixed-percent"]
@@ -196,14 +205,20 @@ class FaultAction(SpecModel):
 
     kind: FaultKind | None = None
     """kill (SIGKILL, restart after duration), pause (SIGSTOP/SIGCONT), partition (network
-    cut), disk-stall (appends and fsyncs block) or power-loss (die, lose every write that
-    was not fsynced, restart)."""
+    cut), disk-stall (appends and fsyncs block), power-loss (die, lose every write that
+    was not fsynced, restart) or pod-delete (Chaos Mesh's pod-kill: the broker's pod is
+    deleted and replaced at once, with a new address and, with ephemeral storage, an
+    empty disk)."""
     target: TargetSelector | None = None
     """Required, except for split partitions whose groups say who is cut off."""
     network: NetworkFault | None = None
     """partition only (default: isolate the target)."""
     duration: Duration | None = None
-    """How long the fault lasts: restart, resume, heal or unstall after this long."""
+    """How long the fault lasts: restart, resume, heal or unstall after this long. For
+    pod-delete, how long the replacement may take to serve, registered and unfenced."""
+    grace_period: Duration | None = None
+    """pod-delete only: the deletion's grace period (SIGTERM, then SIGKILL after it;
+    default 0s: SIGKILL at once, as Chaos Mesh's pod-kill)."""
 
     def _check_action(self) -> None:
         if self.kind is None:
@@ -215,17 +230,18 @@ class FaultAction(SpecModel):
                 self.network = NetworkFault()
         elif self.network is not None:
             raise FieldError(("network",), f"only partition faults take 'network', not {self.kind}")
+        if self.grace_period is not None and self.kind != "pod-delete":
+            raise FieldError(("gracePeriod",),
+                             f"only pod-delete faults take 'gracePeriod', not {self.kind}")
         split = self.network is not None and self.network.mode == "split"
         if split and self.target is not None:
             raise FieldError(("target",), "a split partition takes its groups, not a target")
         if not split and self.target is None:
             raise FieldError(("target",), f"required: who the {self.kind} hits")
-        if self.kind == "disk-stall":
+        if self.kind in BROKER_ONLY_KINDS:
             for loc, selector in self.selectors():
                 if selector.role == "controller":
-                    raise FieldError(
-                        loc, "disk-stall is a broker failpoint; the controller has none"
-                    )
+                    raise FieldError(loc, BROKER_ONLY_KINDS[self.kind])
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
         """Every selector of this fault with its path, for checks against the cluster."""
@@ -328,13 +344,12 @@ class RandomSchedule(SpecModel):
             raise FieldError(
                 ("interval", "min"), "must be positive: faults need quiet time between"
             )
-        if "disk-stall" in self.kinds:
+        for kind in BROKER_ONLY_KINDS:
+            if kind not in self.kinds:
+                continue
             for index, selector in enumerate(self.targets):
                 if selector.role == "controller":
-                    raise FieldError(
-                        ("targets", index),
-                        "disk-stall is a broker failpoint; the controller has none",
-                    )
+                    raise FieldError(("targets", index), BROKER_ONLY_KINDS[kind])
         return self
 
 

@@ -58,6 +58,8 @@ class PlannedFault:
     """The spec path it came from, e.g. `spec.faults[2].sequence.steps[1]`."""
     repeat: int = 0
     """Which repetition of an `every` schedule (or which draw of a random one)."""
+    grace_period: float = 0.0
+    """pod-delete only: seconds between SIGTERM and SIGKILL (0: SIGKILL at once)."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict, for logs and the run's metadata."""
@@ -83,6 +85,8 @@ class PlannedFault:
             },
             "origin": self.origin,
             "repeat": self.repeat,
+            **({"grace_period": format_duration(self.grace_period)}
+               if self.kind == "pod-delete" else {}),
         }
 
 
@@ -152,6 +156,7 @@ def _planned(action: FaultAction, at: float | None, origin: str, repeat: int) ->
         trigger=None,
         origin=origin,
         repeat=repeat,
+        grace_period=action.grace_period or 0.0,
     )
 
 
