@@ -140,8 +140,11 @@ class ReplicaFetcher:
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
         states = {tp: self._rm.follower_states[tp] for tp in ready}
-        topic_ids = {uuid.UUID(t.topic_id): t.name for t in self._rm.image.topics.values()
-                     if any(tp.topic == t.name for tp in ready)}
+        # Fetch v15: topics by id, and the follower's broker epoch (KIP-903), so that the
+        # leader can refuse a fetch this broker's previous incarnation left in flight.
+        ids = {topic: uuid.UUID(self._rm.image.topics[topic].topic_id)
+               for topic in {tp.topic for tp in ready}}
+        names = {topic_id: topic for topic, topic_id in ids.items()}
         by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
         for fp in self._rm.build_follower_fetch(ready, self._max_bytes):
             by_topic.setdefault(fp.tp.topic, []).append(fetch_req.FetchPartition(
@@ -150,9 +153,6 @@ class ReplicaFetcher:
                 fetch_offset=i64(fp.fetch_offset),
                 log_start_offset=i64(fp.log_start_offset),
                 partition_max_bytes=i32(fp.max_bytes)))
-        # Fetch v15: topics by id, and the follower's broker epoch (KIP-903), so that the
-        # leader can refuse a fetch this broker's previous incarnation left in flight.
-        ids_by_name = {name: topic_id for topic_id, name in topic_ids.items()}
         request = fetch_req.FetchRequest(
             replica_state=fetch_req.ReplicaState(
                 replica_id=BrokerId(self._rm.broker_id),
@@ -161,7 +161,7 @@ class ReplicaFetcher:
             min_bytes=i32(self._min_bytes),
             max_bytes=i32(self._max_bytes * max(len(ready), 1)),
             isolation_level=i8(0),
-            topics=tuple(fetch_req.FetchTopic(topic_id=ids_by_name[t], partitions=tuple(ps))
+            topics=tuple(fetch_req.FetchTopic(topic_id=ids[t], partitions=tuple(ps))
                          for t, ps in by_topic.items()),
             forgotten_topics_data=())
         response = await conn.request(request, timeout=self._max_wait_ms / 1000 + 5)
@@ -170,7 +170,7 @@ class ReplicaFetcher:
         backoff = False
         for topic in response.responses:
             for data in topic.partitions:
-                tp = TopicPartition(topic_ids.get(topic.topic_id, ""), data.partition_index)
+                tp = TopicPartition(names.get(topic.topic_id, ""), data.partition_index)
                 if self._rm.follower_states.get(tp) is not states.get(tp):
                     continue  # leadership moved while the fetch was in flight
                 if data.error_code == ErrorCode.none:

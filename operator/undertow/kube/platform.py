@@ -47,7 +47,6 @@ from undertow.kube.resources import (
 from undertow.platform import admin
 from undertow.platform.base import (
     CLIENT,
-    CONTROLLER,
     Link,
     Platform,
     PlatformError,
@@ -161,7 +160,7 @@ class KubernetesPlatform(Platform):
             self._wait_ready(node, self.config.start_timeout_s)
         for node in self.nodes:
             self._agent(node).heal()
-        wait_for(self._all_brokers_unfenced, self.config.start_timeout_s,
+        wait_for(self.all_brokers_unfenced, self.config.start_timeout_s,
                  "every broker to register with the controller, unfenced",
                  interval=0.5, ignore=(admin.AdminError,))
 
@@ -239,10 +238,7 @@ class KubernetesPlatform(Platform):
         wait_for(lambda: self.state(node), self.config.start_timeout_s,
                  f"{node} to serve {self.admin_url(node)}/v1/state",
                  interval=self.config.poll_s, ignore=(admin.AdminError,))
-        with self._lock:
-            kind = self._down.pop(node, None)
-        if kind is not None:
-            self._event("FaultRecovered", f"{kind} {node}: back and serving")
+        self._recovered(node, "back and serving")
 
     def pause(self, node: str) -> None:
         self._agent(node).pause(self.config.fault_deadline_s)
@@ -373,10 +369,14 @@ class KubernetesPlatform(Platform):
         wait_for(lambda: self.registered_and_unfenced(node), self.config.start_timeout_s,
                  f"the replacement of {node} to register with the controller, unfenced",
                  interval=self.config.poll_s, ignore=(admin.AdminError,))
+        self._recovered(node, "replaced, registered and unfenced")
+
+    def _recovered(self, node: str, how: str) -> None:
+        """The FaultRecovered Event of whatever fault held ``node`` down, once."""
         with self._lock:
             kind = self._down.pop(node, None)
         if kind is not None:
-            self._event("FaultRecovered", f"{kind} {node}: replaced, registered and unfenced")
+            self._event("FaultRecovered", f"{kind} {node}: {how}")
 
     # ---- network ----------------------------------------------------------------------------
 
@@ -440,11 +440,6 @@ class KubernetesPlatform(Platform):
 
         wait_for(ready, timeout, f"pod {self.names.pod(node)} to be ready",
                  interval=self.config.poll_s, ignore=(ApiError,))
-
-    def _all_brokers_unfenced(self) -> bool:
-        brokers = self.state(CONTROLLER).get("brokers", [])
-        live = {b["id"] for b in brokers if not b.get("fenced", True)}
-        return live >= set(self._broker_ids)
 
     def _event(self, reason: str, message: str) -> None:
         """A Kubernetes Event on the experiment; never fails the fault it reports."""

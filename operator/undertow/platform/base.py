@@ -216,6 +216,12 @@ class Platform(ABC):
         """Return once the replacement of a deleted pod serves, registered with the
         controller under its new incarnation and unfenced."""
 
+    def all_brokers_unfenced(self) -> bool:
+        """Every broker of the cluster is registered with the controller and unfenced."""
+        brokers = self.state(CONTROLLER).get("brokers", [])
+        live = {b["id"] for b in brokers if not b.get("fenced", True)}
+        return live >= set(self.broker_ids)
+
     def registered_and_unfenced(self, node: str) -> bool:
         """The broker now serving ``node`` is the one the controller has registered (same
         broker epoch), and unfenced: a replacement counts as back only then."""

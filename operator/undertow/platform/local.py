@@ -147,7 +147,7 @@ class LocalPlatform(Platform):
                 netns=self._wiring.netns[node])
         self._start_nodes([CONTROLLER])
         self._start_nodes(self.brokers)
-        wait_for(self._all_brokers_unfenced, self.config.start_timeout_s,
+        wait_for(self.all_brokers_unfenced, self.config.start_timeout_s,
                  "every broker to register with the controller, unfenced",
                  interval=0.1, ignore=(admin.AdminError,))
 
@@ -332,11 +332,6 @@ class LocalPlatform(Platform):
 
             wait_for(serving, self.config.start_timeout_s, f"{node} to serve {url}/v1/state",
                      ignore=(admin.AdminError,))
-
-    def _all_brokers_unfenced(self) -> bool:
-        brokers = self.state(CONTROLLER).get("brokers", [])
-        live = {b["id"] for b in brokers if not b.get("fenced", True)}
-        return live >= set(self._broker_ids)
 
     # ---- pods -------------------------------------------------------------------------------
 
