@@ -14,12 +14,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
-	$(BIN)/ruff check .
+test: lint
 	$(BIN)/pytest -q
 
+# ruff, then vulture for dead code (paths and the names it must not report: pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/vulture
 
 # The main job: the same leader kills with acks=1 (loses acknowledged records) and with
 # acks=all + min.insync.replicas=2 (loses none), each ending with its loss report.

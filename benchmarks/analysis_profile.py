@@ -7,8 +7,8 @@ of every stage that took any (Spark's REST API). Extra Spark settings compare co
     .venv/bin/python benchmarks/analysis_profile.py HISTORY [--conf KEY=VALUE ...]
 
 Timings on a shared machine drift by 10-15 % within an hour: compare configurations in runs
-taken side by side. Generate a history with `undertow_analysis.synthetic.write_scaled_history`
-or `benchmarks/analysis_scale.py --keep`.
+taken side by side. Generate a history with `benchmarks/analysis_scale.py --keep` (or
+`write_scaled_history` of `benchmarks/scaled_history.py`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from undertow_analysis.synthetic import write_scaled_history
+from scaled_history import write_scaled_history
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

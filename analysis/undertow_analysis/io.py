@@ -10,62 +10,76 @@ located by file and line number; they never stop the analysis.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from undertow_analysis import history_schema as schema
 from undertow_analysis.checks import MAX_OFFSET, MAX_PARTITION
 
 CORRUPT = "_corrupt_record"
 MAX_MALFORMED_EXAMPLES = 100
 
-SENDS_SCHEMA = T.StructType([
-    T.StructField("value", T.StringType()),
-    T.StructField("topic", T.StringType()),
-    T.StructField("partition", T.IntegerType()),
-    T.StructField("status", T.StringType()),
-    T.StructField("offset", T.LongType()),
-    T.StructField("t_invoke", T.DoubleType()),
-    T.StructField("t_complete", T.DoubleType()),
-])
-READS_SCHEMA = T.StructType([
-    T.StructField("phase", T.StringType()),
-    T.StructField("topic", T.StringType()),
-    T.StructField("partition", T.IntegerType()),
-    T.StructField("offset", T.LongType()),
-    T.StructField("value", T.StringType()),
-    T.StructField("t", T.DoubleType()),
-])
-FAULTS_SCHEMA = T.StructType([
-    T.StructField("fault", T.StringType()),
-    T.StructField("target", T.StringType()),
-    T.StructField("role", T.StringType()),
-    T.StructField("action", T.StringType()),
-    T.StructField("t", T.DoubleType()),
-])
-CLUSTER_SCHEMA = T.StructType([
-    T.StructField("t", T.DoubleType()),
-    T.StructField("topic", T.StringType()),
-    T.StructField("partition", T.IntegerType()),
-    T.StructField("leader", T.IntegerType()),
-    T.StructField("isr", T.ArrayType(T.IntegerType())),
-])
+_SPARK_TYPES = {"string": T.StringType(), "int": T.IntegerType(), "long": T.LongType(),
+                "double": T.DoubleType(), "boolean": T.BooleanType()}
+
+
+def spark_type(json_type: schema.JsonType) -> T.DataType:
+    """The Spark type that reads a JSON value of `json_type` (a JSON object of any shape has
+    none: Spark reads no such field)."""
+    if json_type.kind == "array":
+        return T.ArrayType(spark_type(json_type.element))
+    if json_type.kind == "map":
+        return T.MapType(T.StringType(), spark_type(json_type.element))
+    return _SPARK_TYPES[json_type.kind]
+
+
+def spark_schema(file: schema.HistoryFile, names: Sequence[str] | None = None) -> T.StructType:
+    """The Spark schema of `file`'s fields named in `names` (all when None), in the file's
+    order. Every field is nullable to Spark: a missing field the analysis needs is a check of
+    its own (`FileSpec.required`), with its own reason."""
+    wanted = file.names if names is None else tuple(names)
+    return T.StructType([T.StructField(f.name, spark_type(f.type)) for f in file.fields
+                         if f.name in wanted])
 
 
 @dataclass(frozen=True)
 class FileSpec:
-    """A history file's schema and what makes one of its parsed lines unusable."""
+    """How the analysis reads a history file: which of its fields (`read`: the JSON reader
+    parses those only, which is most of the job's cost) and what makes a parsed line unusable.
 
-    schema: T.StructType
+    Types and allowed values come from the history schema; what the analysis needs is its own.
+    """
+
+    file: schema.HistoryFile
+    read: tuple[str, ...]
     required: tuple[str, ...]
-    allowed: dict[str, tuple[str, ...]]
     required_if_ok: tuple[str, ...] = ()  # sends: an acknowledgement carries its partition
     # Inclusive bounds: positions are packed into one long (checks.packed_position).
     ranges: tuple[tuple[str, int, int], ...] = (("partition", 0, MAX_PARTITION),
                                                 ("offset", 0, MAX_OFFSET))
+
+    def __post_init__(self) -> None:
+        """A field the schema does not know, or one required but not read, fails at import."""
+        unknown = set(self.read) - set(self.file.names)
+        unread = set(self.required + self.required_if_ok) - set(self.read)
+        if unknown or unread:
+            raise ValueError(f"{self.file.filename}: not in the schema: {sorted(unknown)}; "
+                             f"required but not read: {sorted(unread)}")
+
+    @cached_property
+    def schema(self) -> T.StructType:
+        return spark_schema(self.file, self.read)
+
+    @cached_property
+    def allowed(self) -> dict[str, tuple[str, ...]]:
+        """The enumerated fields read, with their values."""
+        return {n: self.file.field(n).values for n in self.read if self.file.field(n).values}
 
     def checks(self) -> list[tuple[Column, str]]:
         checks = [(F.col(CORRUPT).isNotNull(), "not valid JSON, or a field has the wrong type")]
@@ -86,16 +100,21 @@ class FileSpec:
         return T.StructType([*self.schema.fields, T.StructField(CORRUPT, T.StringType())])
 
 
+# What the analysis reads of each file: sends without producer and error, reads without
+# consumer, cluster samples without leader_epoch, high_watermark and log_end_offsets.
 FILES = {
-    "sends": FileSpec(SENDS_SCHEMA, ("value", "topic", "status", "t_invoke", "t_complete"),
-                      {"status": ("ok", "fail", "info")}, ("partition",)),
-    "reads": FileSpec(READS_SCHEMA, ("phase", "topic", "partition", "offset", "value", "t"),
-                      {"phase": ("run", "drain")}),
-    "faults": FileSpec(FAULTS_SCHEMA, ("fault", "target", "action", "t"),
-                       {"action": ("inject", "recover")}),
-    "cluster": FileSpec(CLUSTER_SCHEMA, ("t", "topic", "partition", "leader", "isr"), {}),
+    "sends": FileSpec(schema.SENDS, ("value", "topic", "partition", "status", "offset",
+                                     "t_invoke", "t_complete"),
+                      ("value", "topic", "status", "t_invoke", "t_complete"), ("partition",)),
+    "reads": FileSpec(schema.READS, ("phase", "topic", "partition", "offset", "value", "t"),
+                      ("phase", "topic", "partition", "offset", "value", "t")),
+    "faults": FileSpec(schema.FAULTS, ("fault", "target", "role", "action", "t"),
+                       ("fault", "target", "action", "t")),
+    "cluster": FileSpec(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr"),
+                        ("t", "topic", "partition", "leader", "isr")),
 }
 OPTIONAL_FILES = ("faults", "cluster")
+META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect")
 
 
 @dataclass
@@ -201,11 +220,9 @@ def read_meta(spark: SparkSession, history_uri: str) -> dict[str, Any]:
         raise ValueError(f"{uri}: not valid JSON: {e}") from e
     if not isinstance(meta, dict):
         raise ValueError(f"{uri}: expected a JSON object")
-    if not isinstance(meta.get("idempotent", False), bool):
-        raise ValueError(f"{uri}: field 'idempotent' must be true or false")
-    for name in ("start", "end"):
-        if meta.get(name) is not None and not isinstance(meta[name], int | float):
-            raise ValueError(f"{uri}: field '{name}' must be Unix seconds or null")
+    problems = schema.META.problems({k: meta[k] for k in META_READ if k in meta}, partial=True)
+    if problems:
+        raise ValueError(f"{uri}: {'; '.join(problems)}")
     return meta
 
 

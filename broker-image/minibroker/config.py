@@ -168,7 +168,6 @@ class LogConfig:
     """Per-partition settings resolved from the topic config over the broker config."""
 
     min_insync_replicas: int
-    unclean_leader_election: bool
     truncation_mode: str
     high_watermark_min_isr_rule: str
     flush_interval_messages: int | None
@@ -179,7 +178,6 @@ class LogConfig:
     def from_layers(cls, *layers: Mapping[str, str]) -> LogConfig:
         return cls(
             min_insync_replicas=resolve("min.insync.replicas", *layers),
-            unclean_leader_election=resolve("unclean.leader.election.enable", *layers),
             truncation_mode=resolve("replication.truncation.mode", *layers),
             high_watermark_min_isr_rule=resolve("high.watermark.min.isr.rule", *layers),
             flush_interval_messages=resolve("log.flush.interval.messages", *layers),

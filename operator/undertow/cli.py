@@ -4,6 +4,7 @@
     undertow analyze HISTORY_DIR --out DIR [--master URL]
     undertow validate FILE [FILE ...]
     undertow plan FILE [--seed N]
+    undertow describe --bootstrap HOST:PORT [--topic T ...]
 
 ``run`` exits 0 when the verdict matches the experiment's ``expect``, 1 when it does not,
 and 2 on bad input or an error.
@@ -55,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("plan", help="print the fault schedule an experiment and seed give")
     show.add_argument("file", type=Path)
     show.add_argument("--seed", type=int)
+
+    describe = sub.add_parser(
+        "describe", help="leader, leader epoch, ISR and high watermark of any Kafka's partitions, "
+                         "as its protocol reports them")
+    describe.add_argument("--bootstrap", required=True, metavar="HOST:PORT")
+    describe.add_argument("--topic", action="append", metavar="T",
+                          help="only these topics (default: all but internal ones)")
     return parser
 
 
@@ -112,6 +120,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_AS_EXPECTED
 
 
+def cmd_describe(args: argparse.Namespace) -> int:
+    from undertow.cluster_view.kafka import KafkaAdminError, admin_client, view_from_admin
+    from undertow.cluster_view.table import render
+
+    try:
+        view = view_from_admin(admin_client(args.bootstrap), args.topic)
+    except KafkaAdminError as exc:
+        print(f"undertow: describe {args.bootstrap}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(render(view))
+    return EXIT_AS_EXPECTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
@@ -123,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_validate(args)
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "describe":
+            return cmd_describe(args)
         if args.command == "analyze":
             from undertow_analysis.job import main as analyze_main
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from undertow_analysis.synthetic import HistoryBuilder
+from history_builder import HistoryBuilder
 
 # The planted history, every anomaly kind once (lost twice), small enough to check by hand.
 # Each entry: what was planted, so the expected counts below can be verified line by line.

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from pyspark.sql import SparkSession
+
+# The scaled-history generator lives with the benchmarks, its main user; a test here checks
+# that the job finds exactly what it plants.
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
 
 @pytest.fixture(scope="session")

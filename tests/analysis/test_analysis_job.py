@@ -17,12 +17,13 @@ from analysis_histories import (
     clean_history,
     planted_history,
 )
+from history_builder import HistoryBuilder
+from scaled_history import write_scaled_history
 
 from undertow_analysis import checks, main, run_analysis
 from undertow_analysis.io import read_history
 from undertow_analysis.job import session_conf, topic_keys, topic_names
 from undertow_analysis.report import ANOMALY_COUNTS, COUNT_NAMES, latency_percentiles
-from undertow_analysis.synthetic import HistoryBuilder, write_scaled_history
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from container_helpers import REPO, Engine, kubeconfig, run_args, wait_for_log
 from kube_helpers import NAMESPACE, eventually, stored
 from ports import free_port, ports_free
 
+from undertow.kube.agent import AgentClient
 from undertow.kube.api import KubeApi
 from undertow.kube.resources import (
     ClusterNames,
@@ -31,6 +31,7 @@ from undertow.kube.resources import (
     fault_agent_container,
     report_config_map,
 )
+from undertow.platform.control import EndpointUnreachable
 
 
 def unique(prefix: str) -> str:
@@ -132,24 +133,17 @@ def test_the_fault_agent_image_drops_and_heals_in_its_own_network_namespace(
     log = wait_for_log(images, name, "fault agent on 0.0.0.0:9200")
     backend = "iptables-legacy" if "iptables back end: iptables-legacy" in log else "iptables-nft"
     assert f"iptables back end: {backend}" in log
-    url = f"http://127.0.0.1:{port}"
-
-    def call(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        request = urllib.request.Request(url + path, method=method,
-                                         data=json.dumps(body or {}).encode(),
-                                         headers={"Authorization": "Bearer t0ken"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
+    client = AgentClient(f"http://127.0.0.1:{port}", "t0ken")
 
     deadline = time.monotonic() + 30
     while True:
         try:
-            call("GET", "/v1/faults")
+            client.faults()
             break
-        except OSError:
+        except EndpointUnreachable:
             assert time.monotonic() < deadline, "the agent's published port never answered"
             time.sleep(0.2)
-    call("PUT", "/v1/drops/input/192.0.2.7", {"deadline_s": 2})
+    client.drop("input", "192.0.2.7", deadline_s=2)
     rules = images.run("exec", name, backend, "-S", "UNDERTOW-INPUT").stdout
     assert "-A UNDERTOW-INPUT -s 192.0.2.7/32 -j DROP" in rules
     host_rules = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False)
@@ -159,7 +153,7 @@ def test_the_fault_agent_image_drops_and_heals_in_its_own_network_namespace(
     while "192.0.2.7" in images.run("exec", name, backend, "-S", "UNDERTOW-INPUT").stdout:
         assert time.monotonic() < deadline, "the drop outlived its deadline"
         time.sleep(0.2)
-    assert call("GET", "/v1/faults")["faults"] == []
+    assert client.faults()["faults"] == []
 
 
 @pytest.fixture(scope="module")

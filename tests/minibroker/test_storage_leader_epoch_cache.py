@@ -83,8 +83,6 @@ def test_assign_ignores_epochs_that_are_not_newer(tmp_path: Path) -> None:
     assert as_pairs(cache) == list(ENTRIES)
     assert path.read_text() == before
     assert cache.latest_entry == EpochEntry(3, 200)
-    assert cache.epoch_start_offset(1) == 120
-    assert cache.epoch_start_offset(2) is None
 
 
 def test_assign_removes_entries_that_start_at_or_after_the_new_one(tmp_path: Path) -> None:
@@ -108,15 +106,6 @@ def test_truncate_from_end(tmp_path: Path) -> None:
     assert as_pairs(new_cache(tmp_path)) == [(0, 0)]
 
 
-def test_truncate_from_start(tmp_path: Path) -> None:
-    cache = new_cache(tmp_path, *ENTRIES)
-    cache.truncate_from_start(0)
-    assert as_pairs(cache) == list(ENTRIES)
-    cache.truncate_from_start(130)
-    assert as_pairs(cache) == [(1, 130), (3, 200)]
-    cache.truncate_from_start(200)
-    assert as_pairs(cache) == [(3, 200)]
-    assert as_pairs(new_cache(tmp_path)) == [(3, 200)]
 
 
 def test_every_change_is_persisted(tmp_path: Path) -> None:

@@ -3,18 +3,16 @@ deadlines that heal without anyone asking, and its HTTP API's refusals."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kube_helpers import AGENT_TOKEN, RunningAgent, Target, UnprivilegedNetfilter, can_use_netns
@@ -29,25 +27,22 @@ from undertow.kube.agent import (
     make_server,
 )
 from undertow.kube.agent.__main__ import main
-from undertow.kube.agent.netfilter import choose_backend, iptables_command
+from undertow.kube.agent.iptables_backend import choose_backend, iptables_command
 from undertow.platform.base import wait_for
+from undertow.platform.control import ControlClient, EndpointRefused
 
 needs_root = pytest.mark.skipif(not can_use_netns(),
                                 reason="network namespaces and iptables need root, ip and "
                                        "iptables (apt-get install -y iptables iproute2)")
 
 
-def request(url: str, method: str, body: object = None,
-            token: str | None = AGENT_TOKEN) -> tuple[int, dict]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if token is not None:
-        req.add_header("Authorization", f"Bearer {token}")
+def request(url: str, method: str, path: str, body: dict[str, Any] | None = None,
+            token: str | None = AGENT_TOKEN) -> tuple[int, dict[str, Any]]:
+    """The agent's answer as (HTTP status, JSON body), refusals included."""
     try:
-        with urllib.request.urlopen(req, timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        return 200, ControlClient(url, token, timeout_s=5).request(method, path, body)
+    except EndpointRefused as refused:
+        return refused.status, {"error": refused.detail}
 
 
 def test_pause_heals_itself_at_its_deadline(target: Target) -> None:
@@ -77,29 +72,32 @@ def test_a_restarted_agent_resumes_what_its_predecessor_paused(target: Target) -
 
 def test_the_api_refuses_what_it_cannot_do(agent: RunningAgent) -> None:
     url = agent.url
-    assert request(f"{url}/healthz", "GET", token=None) == (200, {"ok": True})
-    assert request(f"{url}/v1/faults", "GET", token="wrong")[0] == 401
+    assert request(url, "GET", "/healthz", token=None) == (200, {"ok": True})
+    assert request(url, "GET", "/v1/faults", token="wrong") == (
+        401, {"error": "missing or wrong bearer token"})
     for deadline in (0, -1, "10", True, 3601):
-        status, body = request(f"{url}/v1/pause", "POST", {"deadline_s": deadline})
+        status, body = request(url, "POST", "/v1/pause", {"deadline_s": deadline})
         assert status == 400 and "deadline_s must be a number" in body["error"], deadline
-    assert request(f"{url}/v1/drops/input/not-an-ip", "PUT", {"deadline_s": 1}) == (
+    assert request(url, "PUT", "/v1/drops/input/not-an-ip", {"deadline_s": 1}) == (
         400, {"error": "'not-an-ip' is not an IP address"})
-    assert request(f"{url}/v1/drops/input/fd00::1", "PUT", {"deadline_s": 1})[0] == 400
-    assert request(f"{url}/v1/drops/sideways/10.0.0.1", "PUT", {"deadline_s": 1})[0] == 404
-    assert request(f"{url}/v1/nothing", "POST", {})[0] == 404
+    assert request(url, "PUT", "/v1/drops/input/fd00::1", {"deadline_s": 1})[0] == 400
+    assert request(url, "PUT", "/v1/drops/sideways/10.0.0.1", {"deadline_s": 1})[0] == 404
+    assert request(url, "POST", "/v1/nothing", {})[0] == 404
     assert agent.agent.faults()["faults"] == []
 
 
 def test_pause_without_a_target_process_is_a_conflict() -> None:
-    agent = FaultAgent(UnprivilegedNetfilter(), Processes(f"no-such-{uuid.uuid4().hex}"))
+    marker = f"no-such-{uuid.uuid4().hex}"
+    agent = FaultAgent(UnprivilegedNetfilter(), Processes(marker))
     server = make_server(agent, "127.0.0.1", 0, AGENT_TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         client = AgentClient(f"http://127.0.0.1:{server.server_address[1]}", AGENT_TOKEN)
-        with pytest.raises(AgentError, match="no process matches") as caught:
+        with pytest.raises(EndpointRefused) as caught:
             client.pause(5)
-        assert caught.value.status == 409
+        assert (caught.value.status, caught.value.detail) == (409,
+                                                              f"no process matches {marker!r}")
     finally:
         server.shutdown()
         server.server_close()
@@ -215,7 +213,7 @@ def test_the_iptables_back_end_follows_the_rules_already_there() -> None:
 def test_the_iptables_back_end_is_read_from_a_real_network_namespace(netns: str) -> None:
     """A namespace whose rules are in the legacy tables makes the agent use legacy too."""
     probe = [sys.executable, "-c",
-             "from undertow.kube.agent.netfilter import iptables_command as c; print(c()[0])"]
+             "from undertow.kube.agent import iptables_command as c; print(c()[0])"]
     for tool in ("iptables-legacy", "iptables-nft"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")

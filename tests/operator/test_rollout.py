@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from undertow.cluster_view import view_from_states
 from undertow.kube.pods import PodView
 from undertow.kube.rollout import (
     ControllerPod,
     RolloutDecision,
     blocking_partitions,
-    min_isr_of,
     pending,
     plan,
 )
@@ -31,7 +31,8 @@ def states(*partitions: tuple[str, int, int, list[int]]) -> dict[int, dict[str, 
     for topic, index, leader, isr in partitions:
         for member in isr:
             result[member]["partitions"].append({
-                "topic": topic, "partition": index, "leader": leader, "isr": isr,
+                "topic": topic, "partition": index, "leader": leader, "leader_epoch": 0,
+                "isr": isr, "high_watermark": 0, "log_end_offset": 0,
                 "role": "leader" if member == leader else "follower"})
     return result
 
@@ -47,7 +48,7 @@ def decide(brokers: list[PodView] = BROKERS, *, desired: int = 3, current: int =
     if broker_states is None:
         broker_states = states(("t", 0, 0, [0, 1, 2]))
     return plan(brokers, desired=desired, current_replicas=current, update_revision=revision,
-                states=broker_states, controller_state=controller, default_min_isr=min_isr,
+                view=view_from_states(controller or {}, broker_states), default_min_isr=min_isr,
                 locked_by=locked, controller=controller_pod)
 
 
@@ -106,8 +107,9 @@ def test_never_below_min_insync_replicas() -> None:
 def test_the_topics_own_min_isr_wins_over_the_clusters() -> None:
     shrunk = states(("t", 0, 0, [0, 1]))
     controller = {"topics": {"t": {"config": {"min.insync.replicas": "1"}}}}
-    assert min_isr_of(controller, 2)("t") == 1
-    assert min_isr_of(controller, 2)("other") == 2
+    view = view_from_states(controller)
+    assert view.min_insync_replicas("t", 2) == 1
+    assert view.min_insync_replicas("other", 2) == 2
     assert decide([pod(0), pod(1), pod(2, "new")], broker_states=shrunk,
                   controller=controller).action == "restart"
 
@@ -131,7 +133,8 @@ def test_waits_without_every_brokers_state_or_while_locked() -> None:
 def test_a_partition_whose_leader_did_not_answer_blocks_everyone() -> None:
     views = states(("t", 0, 0, [0, 1, 2]))
     views[0]["partitions"] = []  # the leader's view is missing
-    assert blocking_partitions(2, views, lambda _t: 1) == ["t-0 has no leader that answered"]
+    assert blocking_partitions(2, view_from_states({}, views), 1) == \
+        ["t-0 has no leader that answered"]
 
 
 @pytest.mark.parametrize(("isr", "action"), [([0, 1, 2], "scale-down"), ([0, 2], "wait")])

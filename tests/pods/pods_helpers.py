@@ -59,7 +59,6 @@ from undertow.kube.resources import (
 from undertow.spec import BrokerCluster
 
 KUBECONFIG_DIR = "/etc/undertow-kube"
-FIELD_PATHS = ("metadata.name", "metadata.namespace", "status.podIP", "spec.nodeName")
 
 
 # ---- pods from the operator's templates ------------------------------------------------------

@@ -8,7 +8,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from undertow.platform.process import proc_stat
+from undertow.platform.procfs import proc_stat
 
 
 def _processes(matches: Callable[[Path], bool]) -> list[tuple[int, str]]:

@@ -6,23 +6,31 @@ until topic ``t`` has a leader and its full ISR again.
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from planned_faults import experiment, planned
 
-from undertow.faults import Fault, FaultError, build_fault
-from undertow.faults.partition import Partition
+from undertow.faults import Fault, FaultError, Nodes, build_fault
 from undertow.platform.base import CONTROLLER, PlatformError, broker_id_of, broker_node, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
-from undertow.platform.process import proc_stat
+from undertow.platform.procfs import proc_stat
+from undertow.runner.history import HistoryWriter
+from undertow.runner.nemesis import Nemesis
+from undertow.spec import plan
 
 TOPIC = "t"
 FAST = {"replica.lag.time.max.ms": "1000", "broker.session.timeout.ms": "1500",
         "broker.heartbeat.interval.ms": "200"}
 EFFECT_TIMEOUT_S = 20
+LEADER = {"role": "leader"}
+FOLLOWER = {"role": "follower"}
 
 try:
     default_command()
@@ -116,7 +124,8 @@ def test_kill_leader_elects_another_and_recover_restarts_into_the_isr(
     old = leader(healthy)
     old_pid = healthy.pid(old)
     recorder = Recorder()
-    fault = build_fault("kill", healthy, old, time_limit_s=60, listener=recorder)
+    fault = build_fault(planned({"kind": "kill", "target": LEADER}), healthy, Nodes(old),
+                        time_limit_s=60, listener=recorder)
     fault.inject()
     assert not healthy.is_running(old) and proc_stat(old_pid) is None
     new = wait_new_leader(healthy, old)
@@ -132,7 +141,8 @@ def test_kill_leader_elects_another_and_recover_restarts_into_the_isr(
 def test_killed_controller_restarts_from_its_data_and_the_brokers_return(
         healthy: LocalPlatform) -> None:
     before = partition(healthy)
-    fault = build_fault("kill", healthy, CONTROLLER, time_limit_s=60)
+    fault = build_fault(planned({"kind": "kill", "target": {"role": "controller"}}), healthy,
+                        Nodes(CONTROLLER), time_limit_s=60)
     fault.inject()
     assert not healthy.is_running(CONTROLLER)
     fault.recover()
@@ -150,7 +160,8 @@ def test_killed_controller_restarts_from_its_data_and_the_brokers_return(
 
 def test_pause_leader_elects_another_and_resume_returns_it(healthy: LocalPlatform) -> None:
     old = leader(healthy)
-    fault = build_fault("pause", healthy, old, time_limit_s=60)
+    fault = build_fault(planned({"kind": "pause", "target": LEADER}), healthy, Nodes(old),
+                        time_limit_s=60)
     fault.inject()
     try:
         assert proc_stat(healthy.pid(old))[0] == "T"
@@ -163,7 +174,8 @@ def test_pause_leader_elects_another_and_resume_returns_it(healthy: LocalPlatfor
 
 def test_paused_follower_leaves_the_isr_and_returns(healthy: LocalPlatform) -> None:
     follower = a_follower(healthy)
-    fault = build_fault("pause", healthy, follower, time_limit_s=60)
+    fault = build_fault(planned({"kind": "pause", "target": FOLLOWER}), healthy,
+                        Nodes(follower), time_limit_s=60)
     fault.inject()
     try:
         wait_out_of_isr(healthy, follower)
@@ -175,7 +187,8 @@ def test_paused_follower_leaves_the_isr_and_returns(healthy: LocalPlatform) -> N
 def test_isolated_follower_leaves_the_isr_and_returns_after_heal(
         healthy: LocalPlatform) -> None:
     follower = a_follower(healthy)
-    fault = build_fault("partition", healthy, follower, time_limit_s=60, mode="isolate")
+    fault = build_fault(planned({"kind": "partition", "target": FOLLOWER}), healthy,
+                        Nodes(follower), time_limit_s=60)
     fault.inject()
     try:
         assert healthy.is_running(follower) and not healthy.is_paused(follower)
@@ -190,8 +203,9 @@ def test_one_way_follower_to_leader_drop_takes_it_out_of_the_isr(
         healthy: LocalPlatform) -> None:
     follower, lead = a_follower(healthy), leader(healthy)
     # The follower's fetches never reach the leader; the leader's traffic still flows.
-    fault = build_fault("partition", healthy, follower, time_limit_s=60, mode="one-way",
-                        to=lead)
+    spec = planned({"kind": "partition", "target": FOLLOWER,
+                    "network": {"mode": "one-way", "to": LEADER}})
+    fault = build_fault(spec, healthy, Nodes(follower, to=(lead,)), time_limit_s=60)
     assert fault.describe() == {"fault": "partition", "target": f"{follower}->{lead}"}
     fault.inject()
     try:
@@ -207,7 +221,8 @@ def test_one_way_follower_to_leader_drop_takes_it_out_of_the_isr(
 
 def test_isolated_leader_is_replaced(healthy: LocalPlatform) -> None:
     old = leader(healthy)
-    fault = Partition.isolate(healthy, old, time_limit_s=60)
+    fault = build_fault(planned({"kind": "partition", "target": LEADER}), healthy, Nodes(old),
+                        time_limit_s=60)
     fault.inject()
     try:
         wait_new_leader(healthy, old)  # cut from the controller, it is fenced
@@ -232,7 +247,8 @@ def test_disk_stalled_leader_stops_acknowledging_until_cleared(
         healthy: LocalPlatform) -> None:
     lead = leader(healthy)
     assert produce(healthy, 10) is None
-    fault = build_fault("disk-stall", healthy, lead, time_limit_s=30)
+    fault = build_fault(planned({"kind": "disk-stall", "target": LEADER}), healthy, Nodes(lead),
+                        time_limit_s=30)
     fault.inject()
     try:
         assert healthy.state(lead)["disk_stalled"] is True
@@ -245,7 +261,8 @@ def test_disk_stalled_leader_stops_acknowledging_until_cleared(
 
 def test_power_loss_kills_the_broker_and_recover_restarts_it(healthy: LocalPlatform) -> None:
     follower = a_follower(healthy)
-    fault = build_fault("power-loss", healthy, follower, time_limit_s=60)
+    fault = build_fault(planned({"kind": "power-loss", "target": FOLLOWER}), healthy,
+                        Nodes(follower), time_limit_s=60)
     fault.inject()
     assert not healthy.is_running(follower)
     assert "Power loss" in healthy.log_path(follower).read_text()
@@ -257,7 +274,8 @@ def test_power_loss_kills_the_broker_and_recover_restarts_it(healthy: LocalPlatf
 def test_time_limit_heals_a_fault_on_its_own(healthy: LocalPlatform) -> None:
     follower = a_follower(healthy)
     recorder = Recorder()
-    fault = build_fault("pause", healthy, follower, time_limit_s=0.5, listener=recorder)
+    fault = build_fault(planned({"kind": "pause", "target": FOLLOWER}), healthy,
+                        Nodes(follower), time_limit_s=0.5, listener=recorder)
     fault.inject()
     wait_for(lambda: fault.state == "recovered", 10, "the time limit to resume the follower")
     assert not healthy.is_paused(follower)
@@ -268,7 +286,8 @@ def test_time_limit_heals_a_fault_on_its_own(healthy: LocalPlatform) -> None:
 def test_recover_after_a_failed_inject_undoes_what_took_effect(healthy: LocalPlatform) -> None:
     follower = a_follower(healthy)
     healthy.kill(follower)
-    fault = build_fault("kill", healthy, follower, time_limit_s=60)
+    fault = build_fault(planned({"kind": "kill", "target": FOLLOWER}), healthy,
+                        Nodes(follower), time_limit_s=60)
     with pytest.raises(PlatformError, match="not running"):
         fault.inject()
     assert fault.state == "failed"
@@ -278,45 +297,13 @@ def test_recover_after_a_failed_inject_undoes_what_took_effect(healthy: LocalPla
         fault.inject()
 
 
-@pytest.mark.parametrize(("kind", "target", "options", "message"), [
-    ("explode", "broker-0", {}, "unknown fault kind 'explode'"),
-    ("kill", "broker-0", {"mode": "split"}, "kill takes no options"),
-    ("kill", "broker-9", {}, "unknown node 'broker-9'"),
-    ("disk-stall", CONTROLLER, {}, "'controller' is not a broker"),
-    ("partition", "broker-0", {"mode": "sideways"}, "partition mode must be one of"),
-    ("partition", "broker-0", {"mode": "one-way"}, "needs 'to'"),
-    ("partition", None, {"mode": "split", "groups": [["broker-0"]]}, "two non-empty groups"),
-    ("partition", None, {"mode": "split", "groups": [["broker-0"], ["broker-0"]]},
-     "in two groups"),
-    ("partition", "broker-0", {"mode": "isolate", "to": "broker-1"}, "for one-way only"),
-    ("pause", "broker-0", {}, "time limit must be positive"),
-    ("pod-delete", CONTROLLER, {}, "'controller' is not a broker"),
-    ("pod-delete", "broker-0", {"grace_period_s": -1}, "grace period must not be negative"),
-    ("pod-delete", "broker-0", {"mode": "isolate"}, "pod-delete: unknown options mode"),
-])
-def test_bad_fault_requests_are_clear_errors(platform: LocalPlatform, kind: str,
-                                             target: str | None, options: dict[str, Any],
-                                             message: str) -> None:
-    limit = 0 if message.startswith("time limit") else 5
-    with pytest.raises((FaultError, PlatformError), match=message):
-        build_fault(kind, platform, target, time_limit_s=limit, **options)
-
-
-def test_split_cuts_links_between_groups_only(platform: LocalPlatform) -> None:
-    b0, b1, b2 = platform.brokers
-    fault = build_fault("partition", platform, None, time_limit_s=5, mode="split",
-                        groups=[[b0, CONTROLLER], [b1, b2]])
-    assert fault.describe()["target"] == f"{b0},{CONTROLLER}|{b1},{b2}"
-    pairs = {(link.src, link.dst) for link in fault.links}
-    assert (b0, b1) in pairs and (b2, CONTROLLER) in pairs
-    assert (b1, b2) not in pairs and (b0, CONTROLLER) not in pairs
-    assert not any("client" in pair for pair in pairs)
-
-
 def test_overlapping_partitions_heal_independently(healthy: LocalPlatform) -> None:
     follower, lead = a_follower(healthy), leader(healthy)
-    wide = Partition.isolate(healthy, follower, time_limit_s=60)
-    narrow = Partition.one_way(healthy, follower, lead, time_limit_s=60)
+    wide = build_fault(planned({"kind": "partition", "target": FOLLOWER}), healthy,
+                       Nodes(follower), time_limit_s=60)
+    narrow = build_fault(planned({"kind": "partition", "target": FOLLOWER,
+                                  "network": {"mode": "one-way", "to": LEADER}}),
+                         healthy, Nodes(follower, to=(lead,)), time_limit_s=60)
     wide.inject()
     narrow.inject()
     wide.recover()
@@ -324,6 +311,54 @@ def test_overlapping_partitions_heal_independently(healthy: LocalPlatform) -> No
     narrow.recover()
     assert not healthy.blocked_links
 
+
+
+def through_the_nemesis(platform: LocalPlatform, fault: dict[str, Any],
+                        directory: Path) -> list[tuple[str, str, str, str]]:
+    """Run one 1s fault as a run does (resolved from live metadata when it starts) and
+    return its faults.jsonl lines: (fault, target, role, action)."""
+    history = HistoryWriter(directory)
+    schedule = plan(experiment({"duration": "1s", **fault}, topic=TOPIC), seed=0)
+    nemesis = Nemesis(platform, schedule, TOPIC, history, seed=0)
+    nemesis.start(time.time())
+    try:
+        (run,) = nemesis.runs
+        wait_for(lambda: run.recovered.is_set() or run.skipped, EFFECT_TIMEOUT_S,
+                 "the fault to run and recover")
+        assert run.skipped is None
+    finally:
+        nemesis.stop()
+        history.close()
+    lines = [json.loads(line) for line in (directory / "faults.jsonl").read_text().splitlines()]
+    return [(line["fault"], line["target"], line["role"], line["action"]) for line in lines]
+
+
+def test_the_nemesis_cuts_each_follower_it_resolved_one_way_to_the_leader(
+        healthy: LocalPlatform, tmp_path: Path) -> None:
+    lead = leader(healthy)
+    followers = sorted(broker_node(b) for b in partition(healthy)["replicas"]
+                       if b != broker_id_of(lead))
+    lines = through_the_nemesis(healthy, {
+        "kind": "partition", "target": {"role": "follower", "mode": "all"},
+        "network": {"mode": "one-way", "to": LEADER}}, tmp_path)
+    role = f"all followers of {TOPIC}-0"
+    injected = [("partition", f"{f}->{lead}", role, "inject") for f in followers]
+    assert lines[:2] == injected
+    assert sorted(lines[2:]) == [(*line[:3], "recover") for line in injected]
+    assert not healthy.blocked_links
+
+
+def test_the_nemesis_splits_the_groups_it_resolved(healthy: LocalPlatform,
+                                                    tmp_path: Path) -> None:
+    lead = leader(healthy)
+    others = ",".join(sorted([*(b for b in healthy.brokers if b != lead), CONTROLLER]))
+    lines = through_the_nemesis(healthy, {"kind": "partition", "network": {
+        "mode": "split",
+        "groups": [[LEADER], [{"role": "follower", "mode": "all"}, {"role": "controller"}]]}},
+        tmp_path)
+    assert lines == [("partition", f"{lead}|{others}", "split", action)
+                     for action in ("inject", "recover")]
+    assert not healthy.blocked_links
 
 
 @pytest.mark.parametrize("storage", ["ephemeral", "persistent"])
@@ -349,7 +384,8 @@ def test_pod_delete_replaces_the_broker_at_a_new_address_with_its_emptydir_wiped
         listen = cluster._process(victim).argv.index("--listen") + 1
         address = cluster._process(victim).argv[listen]
 
-        fault = build_fault("pod-delete", cluster, victim, time_limit_s=30, grace_period_s=0)
+        fault = build_fault(planned({"kind": "pod-delete", "target": LEADER}), cluster,
+                            Nodes(victim), time_limit_s=30)
         fault.inject()
         assert marker.exists() is (storage == "persistent")
         assert cluster._process(victim).argv[listen] != address

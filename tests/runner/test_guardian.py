@@ -17,7 +17,7 @@ from procs import living_with_mark, netns_names
 from undertow.platform import netns
 from undertow.platform.base import wait_for
 from undertow.platform.guardian import Guardian
-from undertow.platform.process import alive, proc_stat
+from undertow.platform.procfs import alive, proc_stat
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
 # A group leader with a grandchild in its group: killpg must take both.
@@ -78,7 +78,8 @@ RUNNER = """
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 from undertow.platform.guardian import Guardian
-from undertow.platform.process import ChildProcess, Spawner, proc_stat
+from undertow.platform.process import ChildProcess, Spawner
+from undertow.platform.procfs import proc_stat
 work = Path(sys.argv[1])
 guardian = Guardian.start(work / "guardian.log")
 # Escaped children (no parent-death signal), one of them stopped: only the guardian helps.

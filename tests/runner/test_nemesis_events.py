@@ -1,23 +1,25 @@
-"""What a sequence step waits for: the events of the previous step, read from the controller's
-state (a fake platform answers it here; the real platforms are exercised by the experiment
+"""What a sequence step waits for: the events of the previous step, read from the cluster
+view (a fake platform answers it here; the real platforms are exercised by the experiment
 tests)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
 
+from undertow.cluster_view import ClusterView, view_from_states
 from undertow.runner.nemesis import FaultRun, Nemesis
 
 
 class ControllerState:
-    """The only platform call the ISR events make: the controller's state."""
+    """The only platform call the ISR events make: the cluster view, from the controller's
+    state."""
 
     def __init__(self) -> None:
         self.isr = [0, 1, 2]
 
-    def state(self, _process: str) -> dict[str, Any]:
-        return {"topics": {"t": {"partitions": {"0": {"isr": list(self.isr)}}}}}
+    def cluster_view(self) -> ClusterView:
+        return view_from_states({"topics": {"t": {"partitions": {"0": {
+            "leader": 0, "leader_epoch": 0, "isr": list(self.isr), "replicas": [0, 1, 2]}}}}})
 
 
 def test_in_sync_means_back_in_the_isr_after_the_fault_was_recovered() -> None:

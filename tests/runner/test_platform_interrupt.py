@@ -33,16 +33,24 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 RUNNER = """
 import json, sys, time
 from pathlib import Path
-from undertow.faults import build_fault
+from undertow.faults import Nodes, build_fault
 from undertow.platform.base import sigterm_as_interrupt
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+from undertow.spec import plan
+from undertow.spec.experiment import ChaosExperimentSpec
 
 config = LocalPlatformConfig(workdir=Path(sys.argv[1]), brokers=3, network=sys.argv[2])
+experiment = ChaosExperimentSpec.model_validate({
+    "cluster": {"inline": {"brokers": 3}}, "topic": {"name": "t", "replicationFactor": 3},
+    "workload": {"duration": "1h"}, "expect": "clean",
+    "faults": [{"kind": "pause", "target": {"broker": 0}, "duration": "10m"},
+               {"kind": "partition", "target": {"broker": 1}, "duration": "10m"}]})
 faults = []
 with sigterm_as_interrupt(), LocalPlatform(config) as platform:
     try:
-        for kind, target in (("pause", platform.brokers[0]), ("partition", platform.brokers[1])):
-            fault = build_fault(kind, platform, target, time_limit_s=600)
+        for spec in plan(experiment, 0):
+            node = platform.brokers[spec.target.broker]
+            fault = build_fault(spec, platform, Nodes(node), time_limit_s=600)
             fault.inject()
             faults.append(fault)
         print(json.dumps({"pids": [platform.pid(n) for n in platform.nodes],

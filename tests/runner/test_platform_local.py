@@ -8,12 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from planned_faults import planned
 
-from undertow.faults import build_fault
+from undertow.faults import Nodes, build_fault
 from undertow.platform import netns
 from undertow.platform.base import CONTROLLER, Link, PlatformError, broker_id_of, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
-from undertow.platform.process import alive
+from undertow.platform.procfs import alive
 
 try:
     default_command()
@@ -105,7 +106,8 @@ def test_netns_mode_partitions_with_iptables(tmp_path: Path) -> None:
                  ignore=(KeyError,))
         reg = registration()
         follower = next(f"broker-{b}" for b in reg["replicas"] if b != reg["leader"])
-        fault = build_fault("partition", platform, follower, time_limit_s=60)
+        fault = build_fault(planned({"kind": "partition", "target": {"role": "follower"}}),
+                            platform, Nodes(follower), time_limit_s=60)
         fault.inject()
         try:
             rules = namespaces.rules(follower)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from undertow.platform.base import PlatformError, wait_for
-from undertow.platform.process import ChildProcess, Spawner, alive, proc_stat
+from undertow.platform.process import ChildProcess, Spawner
+from undertow.platform.procfs import alive, proc_stat
 
 # Each prints a computed marker: the log's header line holds the command, not its output.
 SLEEPER = [sys.executable, "-c", "import time; print(6 * 7, flush=True); time.sleep(600)"]

@@ -1,6 +1,7 @@
 """``undertow run`` end to end on the local platform: real brokers, a real Kafka client, real
 signals. The analysis is skipped here (tests/analysis covers it); these tests check the
-history the run leaves, its exit codes, and that nothing outlives an interrupted run."""
+history the run leaves (every line as `undertow_analysis.history_schema` defines it), its exit
+codes, and that nothing outlives an interrupted run."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import jsonschema
 import pytest
 from procs import processes_mentioning
+
+from undertow_analysis import history_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,43 +42,6 @@ spec:
 {faults}
   expect: clean
 """
-
-NUMBER = {"type": "number"}
-INT_OR_NULL = {"type": ["integer", "null"]}
-SCHEMAS = {
-    "sends": {"type": "object", "additionalProperties": False,
-              "required": ["producer", "value", "topic", "partition", "status", "offset",
-                           "error", "t_invoke", "t_complete"],
-              "properties": {"producer": {"type": "string", "pattern": "^p[0-9]+$"},
-                             "value": {"type": "string", "pattern": "^p[0-9]+-[0-9]+$"},
-                             "topic": {"type": "string"}, "partition": INT_OR_NULL,
-                             "status": {"enum": ["ok", "fail", "info"]}, "offset": INT_OR_NULL,
-                             "error": {"type": ["string", "null"]}, "t_invoke": NUMBER,
-                             "t_complete": NUMBER}},
-    "reads": {"type": "object", "additionalProperties": False,
-              "required": ["consumer", "phase", "topic", "partition", "offset", "value", "t"],
-              "properties": {"consumer": {"type": "string"}, "phase": {"enum": ["run", "drain"]},
-                             "topic": {"type": "string"}, "partition": {"type": "integer"},
-                             "offset": {"type": "integer"}, "value": {"type": "string"},
-                             "t": NUMBER}},
-    "faults": {"type": "object", "additionalProperties": False,
-               "required": ["fault", "target", "role", "action", "t"],
-               "properties": {"fault": {"enum": ["kill", "pause", "partition", "disk-stall",
-                                                 "power-loss"]},
-                              "target": {"type": "string"}, "role": {"type": "string"},
-                              "action": {"enum": ["inject", "recover"]}, "t": NUMBER}},
-    "cluster": {"type": "object", "additionalProperties": False,
-                "required": ["t", "topic", "partition", "leader", "leader_epoch", "isr",
-                             "high_watermark", "log_end_offsets"],
-                "properties": {"t": NUMBER, "topic": {"type": "string"},
-                               "partition": {"type": "integer"}, "leader": {"type": "integer"},
-                               "leader_epoch": {"type": "integer"},
-                               "isr": {"type": "array", "items": {"type": "integer"}},
-                               "high_watermark": INT_OR_NULL,
-                               "log_end_offsets": {"type": "object",
-                                                   "additionalProperties": {"type": "integer"}}}},
-}
-
 
 def write_experiment(tmp_path: Path, name: str, duration: str, faults: str) -> Path:
     path = tmp_path / f"{name}.yaml"
@@ -106,11 +71,13 @@ def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
     assert proc.returncode == 0, output
 
     history = out / "history"
-    for name, schema in SCHEMAS.items():
-        records = lines(history / f"{name}.jsonl")
-        assert records, f"{name}.jsonl is empty"
+    for file in history_schema.FILES:
+        if not file.json_lines:
+            continue
+        records = lines(history / file.filename)
+        assert records, f"{file.filename} is empty"
         for record in records:
-            jsonschema.validate(record, schema)
+            assert not file.problems(record), (file.filename, record, file.problems(record))
     meta = json.loads((history / "meta.json").read_text())
     assert meta["seed"] == 7 and meta["expect"] == "clean" and meta["idempotent"] is False
     assert meta["end"] > meta["start"]

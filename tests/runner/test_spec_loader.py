@@ -403,6 +403,93 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "BrokerCluster/three has brokers 0..2",
     ),
     (
+        "partition-mode-unknown",
+        both(
+            exp("spec/faults/0/kind", "partition"),
+            exp("spec/faults/0/network", {"mode": "sideways"}),
+        ),
+        EXP,
+        "spec.faults[0].network.mode: expected 'isolate', 'split' or 'one-way', got 'sideways'",
+    ),
+    (
+        "to-on-isolate",
+        both(
+            exp("spec/faults/0/kind", "partition"),
+            exp("spec/faults/0/network", {"mode": "isolate", "to": {"role": "follower"}}),
+        ),
+        EXP,
+        "spec.faults[0].network.to: only one-way partitions take 'to', not isolate",
+    ),
+    (
+        "groups-on-one-way",
+        both(
+            exp("spec/faults/0/kind", "partition"),
+            exp(
+                "spec/faults/0/network",
+                {"mode": "one-way", "to": {"role": "follower"},
+                 "groups": [[{"role": "leader"}], [{"role": "follower"}]]},
+            ),
+        ),
+        EXP,
+        "spec.faults[0].network.groups: only split partitions take 'groups', not one-way",
+    ),
+    (
+        "split-needs-two-groups",
+        both(
+            exp("spec/faults/0/kind", "partition"),
+            exp("spec/faults/0/target", None),
+            exp("spec/faults/0/network", {"mode": "split", "groups": [[{"role": "leader"}]]}),
+        ),
+        EXP,
+        "spec.faults[0].network.groups: a split needs at least two groups",
+    ),
+    (
+        "split-empty-group",
+        both(
+            exp("spec/faults/0/kind", "partition"),
+            exp("spec/faults/0/target", None),
+            exp("spec/faults/0/network", {"mode": "split", "groups": [[{"role": "leader"}], []]}),
+        ),
+        EXP,
+        "spec.faults[0].network.groups[1]: a group needs at least one selector",
+    ),
+    (
+        "grace-period-negative",
+        both(exp("spec/faults/0/kind", "pod-delete"), exp("spec/faults/0/gracePeriod", -1)),
+        EXP,
+        "spec.faults[0].gracePeriod: invalid duration -1: must not be negative",
+    ),
+    (
+        "zero-duration",
+        exp("spec/faults/0/duration", "0s"),
+        EXP,
+        "spec.faults[0].duration: must be positive: a kill that lasts no time is never injected",
+    ),
+    (
+        "power-loss-on-the-controller",
+        both(exp("spec/faults/0/kind", "power-loss"),
+             exp("spec/faults/0/target", {"role": "controller"})),
+        EXP,
+        "spec.faults[0].target: power-loss is a broker failpoint; the controller has none",
+    ),
+    (
+        "random-zero-duration",
+        exp(
+            "spec/faults/0",
+            {
+                "random": {
+                    "kinds": ["kill"],
+                    "targets": [{"role": "leader"}],
+                    "interval": {"min": "1s", "max": "2s"},
+                    "duration": {"min": "0s", "max": "2s"},
+                },
+            },
+        ),
+        EXP,
+        "spec.faults[0].random.duration.min: must be positive: a fault that lasts no time is "
+        "never injected",
+    ),
+    (
         "missing-duration",
         exp("spec/faults/0/duration", None),
         EXP,

@@ -1,4 +1,4 @@
-"""Pure pieces of the runner: resolving target selectors from controller metadata, and
+"""Pure pieces of the runner: resolving target selectors from the cluster view, and
 classifying a send's outcome."""
 
 from __future__ import annotations
@@ -8,19 +8,20 @@ import random
 import pytest
 from confluent_kafka import KafkaError
 
+from undertow.cluster_view import view_from_states
 from undertow.runner.outcomes import LeaderEpochGate, classify
 from undertow.runner.targets import TargetError, resolve, role_label
 from undertow.runner.workload import decode_value
 from undertow.spec import TargetSelector
 
-CONTROLLER = {
+CONTROLLER = view_from_states({
     "brokers": [{"id": 0, "fenced": False}, {"id": 1, "fenced": False},
                 {"id": 2, "fenced": True}],
     "topics": {"t": {"partitions": {
         "0": {"leader": 1, "isr": [1, 0], "replicas": [0, 1, 2], "leader_epoch": 3},
         "1": {"leader": -1, "isr": [2], "replicas": [2, 0, 1], "leader_epoch": 5},
     }}},
-}
+})
 
 
 def pick(**selector) -> list[str]:
@@ -116,3 +117,8 @@ def test_what_the_gate_cannot_confirm_is_indeterminate() -> None:
     gate.close()
     gate.hold(refused(7.0, 8.0))  # after the run
     assert [r["status"] for r in settled] == ["info", "info", "info"]
+
+
+def test_a_partition_missing_from_the_metadata_is_named() -> None:
+    with pytest.raises(TargetError, match="partition t-7 is not in the cluster's metadata"):
+        pick(role="leader", partition=7)

@@ -124,10 +124,6 @@ class Partition:
         return frozenset(self.isr) | frozenset(self.pending_alter.new_isr)
 
     @property
-    def under_replicated(self) -> bool:
-        return self.is_leader and len(self.isr) < len(self.assignment)
-
-    @property
     def effective_min_isr(self) -> int:
         """Kafka 3.7's effectiveMinIsr: min.insync.replicas capped at the replica count (the
         legacy rule, Kafka up to 3.6, does not cap it)."""

@@ -201,7 +201,8 @@ class QuorumController:
             self._commit()
 
     def fence_broker(self, broker_id: int, reason: str) -> None:
-        """Fence now (a clean shutdown, or a test)."""
+        """Fence now, as an expired session would: how step-by-step tests fence a broker at
+        an exact moment."""
         if self.is_live(broker_id):
             self._fence(broker_id, reason)
             self._commit()

@@ -43,12 +43,6 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int | None:
         return self._entries[-1].epoch if self._entries else None
 
-    def epoch_start_offset(self, epoch: int) -> int | None:
-        for entry in self._entries:
-            if entry.epoch == epoch:
-                return entry.start_offset
-        return None
-
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset``; an epoch not newer than the
         latest one is ignored. Earlier entries starting at or after ``start_offset`` are
@@ -94,16 +88,6 @@ class LeaderEpochCache:
             return
         while self._entries and self._entries[-1].start_offset >= end_offset:
             self._entries.pop()
-        self._flush()
-
-    def truncate_from_start(self, start_offset: int) -> None:
-        """The log now starts at ``start_offset``: drop epochs that end before it; the epoch
-        covering it now starts there."""
-        kept = [entry for entry in self._entries if entry.start_offset > start_offset]
-        if len(kept) == len(self._entries):
-            return
-        covering = self._entries[len(self._entries) - len(kept) - 1]
-        self._entries = [EpochEntry(covering.epoch, start_offset), *kept]
         self._flush()
 
     def clear_and_flush(self) -> None:

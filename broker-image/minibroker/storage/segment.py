@@ -136,10 +136,6 @@ class LogSegment:
     def is_empty(self) -> bool:
         return self.size == 0
 
-    @property
-    def batch_count(self) -> int:
-        return len(self._offsets)
-
     def _index_fd_open(self) -> int:
         if self._index_fd is None:
             self._index_fd = os.open(self.index_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

@@ -1,5 +1,10 @@
 """The fault protocol: inject, recover, describe, and a time limit after which it heals.
 
+A unit is built from its fault's spec as the planner gives it (a ``PlannedFault``, validated
+when the experiment was loaded, so a unit checks nothing the spec models check) and the
+nodes its selectors resolved to at injection; what only the live cluster can say (a node
+that is not a broker, a split whose groups overlap) is a runtime error here.
+
 A fault is injected once. ``inject()`` returns when the fault has taken effect;
 ``recover()`` undoes it, is idempotent, and is safe after a failed inject (it undoes
 whatever part took effect). The time limit arms a timer at injection that recovers the
@@ -12,12 +17,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from undertow.platform.base import Platform
+from undertow.spec.faults import FaultKind
+from undertow.spec.schedule import PlannedFault
 
 log = logging.getLogger("undertow.faults")
 
@@ -26,29 +33,56 @@ State = Literal["pending", "injected", "failed", "recovered"]
 
 
 class FaultError(ValueError):
-    """A fault was asked for with bad arguments, or used out of order."""
+    """A fault cannot be built on the nodes it resolved to, or was used out of order."""
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """A fault's selectors resolved to node names at injection: the spec names roles (who
+    leads *now*), a unit acts on nodes. One unit per ``target`` node; the far side of a
+    partition is resolved once and shared by the units of one planned fault."""
+
+    target: str | None
+    """The node the unit hits; None only for a split partition, whose groups say who is cut."""
+    to: tuple[str, ...] = ()
+    """one-way partitions: the far side, which the target's packets no longer reach."""
+    groups: tuple[tuple[str, ...], ...] = ()
+    """split partitions: the nodes of each group."""
 
 
 class Fault(ABC):
-    """One fault on one target, with a symmetric inject/recover pair."""
+    """One fault on one target, with a symmetric inject/recover pair.
 
-    kind: ClassVar[str]
+    Every kind is built the same way, ``Unit(platform, spec, nodes, time_limit_s=...,
+    listener=...)``, so the registry needs nothing per kind; a unit says what it hits by
+    overriding ``_aim``.
+    """
 
-    def __init__(self, platform: Platform, target: str, *, time_limit_s: float,
-                 listener: Listener | None = None) -> None:
-        if not time_limit_s > 0:
-            raise FaultError(f"{self.kind} {target}: time limit must be positive, "
-                             f"got {time_limit_s!r}")
+    kind: ClassVar[FaultKind]
+    brokers_only: ClassVar[bool] = False
+    """The kind acts through a broker's failpoint or pod, so its target must be a broker."""
+
+    def __init__(self, platform: Platform, spec: PlannedFault, nodes: Nodes, *,
+                 time_limit_s: float, listener: Listener | None = None) -> None:
         self.platform = platform
-        self.target = target
+        self.spec = spec
+        self.target = self._aim(nodes)
+        if not time_limit_s > 0:
+            raise FaultError(f"{self.kind} {self.target}: time limit must be positive, "
+                             f"got {time_limit_s!r}")
         self.time_limit_s = time_limit_s
-        self.injected_at: float | None = None
-        self.recovered_at: float | None = None
-        self.expiry_error: BaseException | None = None
         self._listener = listener
         self._state: State = "pending"
         self._timer: threading.Timer | None = None
         self._lock = threading.RLock()
+
+    def _aim(self, nodes: Nodes) -> str:
+        """Check the resolved nodes against the platform before anything is injected, and
+        name the target as ``faults.jsonl`` does: here, the one node hit."""
+        assert nodes.target is not None, f"the spec gives every {self.kind} a target"
+        if self.brokers_only:
+            return self.platform.check_broker(nodes.target)
+        return self.platform.check_node(nodes.target)
 
     @property
     def state(self) -> State:
@@ -69,7 +103,6 @@ class Fault(ABC):
                 self._state = "failed"
                 raise
             self._state = "injected"
-            self.injected_at = time.time()
             self._timer = threading.Timer(self.time_limit_s, self._expire)
             self._timer.name = f"fault-limit {self}"
             self._timer.daemon = True
@@ -89,7 +122,6 @@ class Fault(ABC):
             self._recover()
             was_injected = self._state == "injected"
             self._state = "recovered"
-            self.recovered_at = time.time()
             if was_injected:
                 self._notify("recover")
             return True
@@ -97,8 +129,8 @@ class Fault(ABC):
     def _expire(self) -> None:
         try:
             self.recover()
-        except Exception as exc:
-            self.expiry_error = exc
+        except Exception:
+            # The timer thread has no caller to raise to; the runner's stop() retries.
             log.exception("%s: recovery at the end of its %gs time limit failed", self,
                           self.time_limit_s)
 

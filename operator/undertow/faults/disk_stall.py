@@ -6,17 +6,12 @@ never outlives a runner that could not clear it.
 
 from __future__ import annotations
 
-from undertow.faults.base import Fault, Listener
-from undertow.platform.base import Platform
+from undertow.faults.base import Fault
 
 
 class DiskStall(Fault):
     kind = "disk-stall"
-
-    def __init__(self, platform: Platform, target: str, *, time_limit_s: float,
-                 listener: Listener | None = None) -> None:
-        super().__init__(platform, platform.check_broker(target), time_limit_s=time_limit_s,
-                         listener=listener)
+    brokers_only = True
 
     def _inject(self) -> None:
         self.platform.stall_disk(self.target, self.time_limit_s)

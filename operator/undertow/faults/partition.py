@@ -1,13 +1,13 @@
 """partition: drop the packets of a set of directed links; recovering passes them again.
 
-Three shapes, as the experiment spec names them:
+Three shapes, as the spec's ``network.mode`` names them (``spec.faults.NetworkFault``):
 
 - ``isolate``: the target loses its links to every other node, both ways. Clients still
-  reach it unless ``clients`` is set (the interesting case: a cut-off leader that still
-  takes writes).
-- ``split``: links between different groups are cut both ways; links inside a group, and
-  of endpoints named in no group (clients, unless listed as ``client``), stay up.
-- ``one-way``: the packets ``src`` sends to ``dst`` are dropped; the reverse flows.
+  reach it (the interesting case: a cut-off leader that still takes writes).
+- ``split``: links between different groups are cut both ways; links inside a group, of
+  nodes named in no group, and of the clients stay up.
+- ``one-way``: the packets the target sends to the ``to`` nodes are dropped; the reverse
+  flows.
 
 Each partition blocks its links under its own owner name, so overlapping partitions heal
 independently.
@@ -16,68 +16,66 @@ independently.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 
-from undertow.faults.base import Fault, FaultError, Listener
-from undertow.platform.base import CLIENT, Link, Platform
+from undertow.faults.base import Fault, FaultError, Nodes
+from undertow.platform.base import Link, Platform
+from undertow.spec.faults import PartitionMode
 
 _owners = itertools.count(1)
+
+Cut = Callable[[Platform, Nodes], tuple[str, list[Link]]]
+"""One shape: the target's name for ``faults.jsonl`` and the links to block."""
+
+
+def _isolate(platform: Platform, nodes: Nodes) -> tuple[str, list[Link]]:
+    assert nodes.target is not None, "the spec gives an isolating partition a target"
+    node = nodes.target
+    peers = [n for n in platform.nodes if n != node]
+    return node, [link for peer in peers for link in (Link(node, peer), Link(peer, node))]
+
+
+def _split(_platform: Platform, nodes: Nodes) -> tuple[str, list[Link]]:
+    # The spec's groups are disjoint selectors, but two of them may resolve to the same
+    # broker now (the leader and an isr-member): only the live cluster can tell.
+    seen: set[str] = set()
+    for group in nodes.groups:
+        if seen & set(group):
+            raise FaultError(f"partition split: {sorted(seen & set(group))} in two groups")
+        seen |= set(group)
+    links = [Link(a, b)
+             for left, right in itertools.permutations(nodes.groups, 2)
+             for a in left for b in right]
+    return "|".join(",".join(group) for group in nodes.groups), links
+
+
+def _one_way(_platform: Platform, nodes: Nodes) -> tuple[str, list[Link]]:
+    assert nodes.target is not None, "the spec gives a one-way partition a target"
+    if nodes.target in nodes.to:
+        raise FaultError(f"partition one-way: {nodes.target!r} on both sides")
+    return (f"{nodes.target}->{','.join(nodes.to)}",
+            [Link(nodes.target, far) for far in nodes.to])
+
+
+CUTS: dict[PartitionMode, Cut] = {"isolate": _isolate, "split": _split, "one-way": _one_way}
 
 
 class Partition(Fault):
     kind = "partition"
+    links: frozenset[Link]
+    owner: str
+    """The name its links are blocked under, so that overlapping partitions heal apart."""
 
-    def __init__(self, platform: Platform, links: Iterable[Link], *, target: str,
-                 time_limit_s: float, listener: Listener | None = None) -> None:
-        super().__init__(platform, target, time_limit_s=time_limit_s, listener=listener)
-        self.links = frozenset(links)
-        if not self.links:
+    def _aim(self, nodes: Nodes) -> str:
+        assert self.spec.network is not None, "the spec gives every partition its network"
+        target, links = CUTS[self.spec.network.mode](self.platform, nodes)
+        for node in sorted({end for link in links for end in (link.src, link.dst)}):
+            self.platform.check_node(node)
+        if not links:
             raise FaultError(f"partition {target}: no link to cut")
-        for link in self.links:
-            for end in (link.src, link.dst):
-                if end not in platform.endpoints:
-                    raise FaultError(f"partition {target}: unknown endpoint {end!r}; "
-                                     f"endpoints are {', '.join(platform.endpoints)}")
+        self.links = frozenset(links)
         self.owner = f"partition-{next(_owners)} {target}"
-
-    @classmethod
-    def isolate(cls, platform: Platform, node: str, *, clients: bool = False,
-                time_limit_s: float, listener: Listener | None = None) -> Partition:
-        platform.check_node(node)
-        peers = [n for n in platform.nodes if n != node] + ([CLIENT] if clients else [])
-        links = [link for peer in peers for link in (Link(node, peer), Link(peer, node))]
-        return cls(platform, links, target=node, time_limit_s=time_limit_s, listener=listener)
-
-    @classmethod
-    def split(cls, platform: Platform, groups: Sequence[Sequence[str]], *,
-              time_limit_s: float, listener: Listener | None = None) -> Partition:
-        if len(groups) < 2 or not all(groups):
-            raise FaultError(f"partition split: needs at least two non-empty groups, got "
-                             f"{[list(g) for g in groups]}")
-        seen: set[str] = set()
-        for group in groups:
-            if seen & set(group):
-                raise FaultError(f"partition split: {sorted(seen & set(group))} in two groups")
-            seen |= set(group)
-        links = [Link(a, b)
-                 for left, right in itertools.permutations(groups, 2)
-                 for a in left for b in right]
-        target = "|".join(",".join(group) for group in groups)
-        return cls(platform, links, target=target, time_limit_s=time_limit_s,
-                   listener=listener)
-
-    @classmethod
-    def one_way(cls, platform: Platform, src: str | Sequence[str], dst: str | Sequence[str],
-                *, time_limit_s: float, listener: Listener | None = None) -> Partition:
-        sources = [src] if isinstance(src, str) else list(src)
-        destinations = [dst] if isinstance(dst, str) else list(dst)
-        if set(sources) & set(destinations):
-            raise FaultError(f"partition one-way: {sorted(set(sources) & set(destinations))} "
-                             f"on both sides")
-        links = [Link(s, d) for s in sources for d in destinations]
-        target = f"{','.join(sources)}->{','.join(destinations)}"
-        return cls(platform, links, target=target, time_limit_s=time_limit_s,
-                   listener=listener)
+        return target
 
     def _inject(self) -> None:
         self.platform.block(self.links, self.owner)

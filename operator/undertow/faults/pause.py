@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from undertow.faults.base import Fault, Listener
-from undertow.platform.base import Platform
+from undertow.faults.base import Fault
 
 
 class Pause(Fault):
     kind = "pause"
-
-    def __init__(self, platform: Platform, target: str, *, time_limit_s: float,
-                 listener: Listener | None = None) -> None:
-        super().__init__(platform, platform.check_node(target), time_limit_s=time_limit_s,
-                         listener=listener)
 
     def _inject(self) -> None:
         self.platform.pause(self.target)

@@ -5,17 +5,12 @@ What LazyFS's clear-cache does to a real file system, done by the broker's failp
 
 from __future__ import annotations
 
-from undertow.faults.base import Fault, Listener
-from undertow.platform.base import Platform
+from undertow.faults.base import Fault
 
 
 class PowerLoss(Fault):
     kind = "power-loss"
-
-    def __init__(self, platform: Platform, target: str, *, time_limit_s: float,
-                 listener: Listener | None = None) -> None:
-        super().__init__(platform, platform.check_broker(target), time_limit_s=time_limit_s,
-                         listener=listener)
+    brokers_only = True
 
     def _inject(self) -> None:
         self.platform.power_loss(self.target)

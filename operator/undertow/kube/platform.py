@@ -22,6 +22,7 @@ The platform never creates or deletes the cluster: ``start`` waits for it to be 
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import threading
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from undertow.kube.agent import AgentClient, AgentError
+from undertow.kube.agent import AgentClient
 from undertow.kube.api import ApiError, KubeApi
 from undertow.kube.pods import PodView, pod_view
 from undertow.kube.resources import (
@@ -44,7 +45,7 @@ from undertow.kube.resources import (
     KAFKA_PORT,
     ClusterNames,
 )
-from undertow.platform import admin
+from undertow.platform.admin import AdminClient
 from undertow.platform.base import (
     CLIENT,
     Link,
@@ -52,6 +53,7 @@ from undertow.platform.base import (
     PlatformError,
     wait_for,
 )
+from undertow.platform.control import EndpointError, EndpointRefused, EndpointUnreachable
 from undertow.spec import LoadedExperiment
 from undertow.spec.meta import API_VERSION
 
@@ -162,7 +164,7 @@ class KubernetesPlatform(Platform):
             self._agent(node).heal()
         wait_for(self.all_brokers_unfenced, self.config.start_timeout_s,
                  "every broker to register with the controller, unfenced",
-                 interval=0.5, ignore=(admin.AdminError,))
+                 interval=0.5, ignore=(EndpointError,))
 
     def stop(self) -> None:
         """Heal every fault (the cluster keeps running: the operator owns it)."""
@@ -174,9 +176,10 @@ class KubernetesPlatform(Platform):
         for node in self.nodes:
             try:
                 self._agent(node).heal()
-            except AgentError as exc:
-                if exc.status:  # unreachable: the pod, its rules and its processes are gone
-                    errors.append(exc)
+            except EndpointRefused as exc:
+                errors.append(exc)
+            except EndpointUnreachable:
+                pass  # the pod, its rules and its processes are gone
         with self._links_lock:
             self._blocks.clear()
             self._link_rules.clear()
@@ -204,7 +207,7 @@ class KubernetesPlatform(Platform):
         return f"http://{self.host(node)}:{self.config.endpoints.admin_port}"
 
     def state(self, node: str) -> dict[str, Any]:
-        return admin.get_state(self.admin_url(node))
+        return self._admin(node).state()
 
     def pod(self, node: str) -> PodView | None:
         """The node's pod now (None while it does not exist)."""
@@ -218,7 +221,7 @@ class KubernetesPlatform(Platform):
         but the broker stays down until ``restart`` (at most ``fault_deadline_s``)."""
         try:
             self._agent(node).kill(self.config.fault_deadline_s)
-        except AgentError as exc:
+        except EndpointError as exc:
             raise PlatformError(f"cannot kill {node}: {exc}") from exc
         with self._lock:
             self._down[node] = "kill"
@@ -229,15 +232,12 @@ class KubernetesPlatform(Platform):
     def restart(self, node: str) -> None:
         """Release a killed broker (its container starts it again), then wait until the
         node serves again; a power loss or a pod restart needs only the waiting."""
-        try:
+        with contextlib.suppress(EndpointUnreachable):  # the pod is gone, its hold with it
             self._agent(node).release()
-        except AgentError as exc:
-            if exc.status:
-                raise  # unreachable: the pod is gone, and its hold with it
         self._wait_ready(node, self.config.start_timeout_s)
         wait_for(lambda: self.state(node), self.config.start_timeout_s,
                  f"{node} to serve {self.admin_url(node)}/v1/state",
-                 interval=self.config.poll_s, ignore=(admin.AdminError,))
+                 interval=self.config.poll_s, ignore=(EndpointError,))
         self._recovered(node, "back and serving")
 
     def pause(self, node: str) -> None:
@@ -248,11 +248,9 @@ class KubernetesPlatform(Platform):
                                      f"{self.config.fault_deadline_s:g}s at the latest)")
 
     def resume(self, node: str) -> None:
-        try:
+        # Unreachable: the pod is gone, and its paused process with it.
+        with contextlib.suppress(EndpointUnreachable):
             self._agent(node).resume()
-        except AgentError as exc:
-            if exc.status:
-                raise  # unreachable: the pod is gone, and its paused process with it
         with self._lock:
             was_paused = node in self._paused
             self._paused.discard(node)
@@ -267,17 +265,13 @@ class KubernetesPlatform(Platform):
             return False
         try:
             return bool(self._agent(node).faults().get("running"))
-        except AgentError as exc:
-            if exc.status:
-                raise
+        except EndpointUnreachable:
             return False
 
     def is_paused(self, node: str) -> bool:
         try:
             return bool(self._agent(node).faults().get("paused"))
-        except AgentError as exc:
-            if exc.status:
-                raise
+        except EndpointUnreachable:
             return False  # no agent answering: no pod, no paused process
 
     # ---- disks ------------------------------------------------------------------------------
@@ -286,8 +280,7 @@ class KubernetesPlatform(Platform):
         self.check_broker(node)
         if duration_s <= 0:
             raise PlatformError(f"disk stall of {node}: duration must be positive")
-        admin.set_failpoint(self.admin_url(node), "disk-stall", self.config.failpoint_token,
-                            {"duration_ms": round(duration_s * 1000)})
+        self._admin(node).set_failpoint("disk-stall", {"duration_ms": round(duration_s * 1000)})
         with self._lock:
             self._stalled.add(node)
         self._event("FaultInjected", f"disk-stall {node}: appends and fsyncs block for at "
@@ -300,11 +293,8 @@ class KubernetesPlatform(Platform):
         if self.is_paused(node):
             raise PlatformError(f"cannot clear the disk stall of {node} while it is paused")
         try:
-            admin.clear_failpoint(self.admin_url(node), "disk-stall",
-                                  self.config.failpoint_token)
-        except admin.AdminError as exc:
-            if exc.status is not None:
-                raise
+            self._admin(node).clear_failpoint("disk-stall")
+        except EndpointUnreachable as exc:
             # Unreachable (restarting, or its DNS name not back yet): the broker lifts the
             # stall itself when its duration is up, and the operator clears it again.
             log.warning("could not clear the disk stall of %s: %s", node, exc)
@@ -321,12 +311,9 @@ class KubernetesPlatform(Platform):
         pod = self.pod(self.check_broker(node))
         if pod is None or not pod.running:
             raise PlatformError(f"cannot cut the power of {node}: it is not running")
-        try:
-            admin.set_failpoint(self.admin_url(node), "power-loss",
-                                self.config.failpoint_token)
-        except admin.AdminError as exc:
-            if exc.status is not None:  # a refusal; a cut connection is the broker dying
-                raise
+        # A cut connection is the broker dying; a refusal is raised.
+        with contextlib.suppress(EndpointUnreachable):
+            self._admin(node).set_failpoint("power-loss")
 
         def died() -> bool:
             now = self.pod(node)
@@ -368,7 +355,7 @@ class KubernetesPlatform(Platform):
         self._wait_ready(node, self.config.start_timeout_s)
         wait_for(lambda: self.registered_and_unfenced(node), self.config.start_timeout_s,
                  f"the replacement of {node} to register with the controller, unfenced",
-                 interval=self.config.poll_s, ignore=(admin.AdminError,))
+                 interval=self.config.poll_s, ignore=(EndpointError,))
         self._recovered(node, "replaced, registered and unfenced")
 
     def _recovered(self, node: str, how: str) -> None:
@@ -411,10 +398,11 @@ class KubernetesPlatform(Platform):
         node, direction, peer = rule
         try:
             self._agent(node).undrop(direction, peer)
-        except AgentError as exc:
-            if exc.status:
-                self._link_rules[link] = rule
-                raise
+        except EndpointRefused:
+            self._link_rules[link] = rule
+            raise
+        except EndpointUnreachable:
+            pass  # the pod is gone, and its rules with it
 
     def _ip(self, endpoint: str) -> str:
         if endpoint == CLIENT:
@@ -432,6 +420,9 @@ class KubernetesPlatform(Platform):
     def _agent(self, node: str) -> AgentClient:
         url = f"http://{self.host(node)}:{self.config.endpoints.agent_port}"
         return AgentClient(url, self.config.agent_token)
+
+    def _admin(self, node: str) -> AdminClient:
+        return AdminClient(self.admin_url(node), self.config.failpoint_token)
 
     def _wait_ready(self, node: str, timeout: float) -> None:
         def ready() -> bool:

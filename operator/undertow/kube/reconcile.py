@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from undertow.cluster_view import view_from_states
 from undertow.kube import rollout
 from undertow.kube import status as st
-from undertow.kube.agent import AgentClient, AgentError
+from undertow.kube.agent import AgentClient
 from undertow.kube.api import ApiError, KubeApi
 from undertow.kube.config import OperatorConfig
 from undertow.kube.platform import read_tokens
@@ -43,8 +44,9 @@ from undertow.kube.resources import (
     runner_job,
     storage_change,
 )
-from undertow.platform import admin
+from undertow.platform.admin import AdminClient
 from undertow.platform.base import CONTROLLER, PlatformError, broker_id_of, broker_node
+from undertow.platform.control import EndpointError, EndpointRefused, EndpointUnreachable
 from undertow.spec import (
     BrokerCluster,
     BrokerClusterSpec,
@@ -143,16 +145,17 @@ class Operator:
             return rollout.RolloutDecision("none")
         states = {}
         for pod in brokers:
-            with contextlib.suppress(admin.AdminError):
+            with contextlib.suppress(EndpointError):
                 states[broker_id_of(pod.node)] = self._get_state(names, pod.node)
         try:
             controller = self._get_state(names, CONTROLLER)
-        except admin.AdminError:
+        except EndpointError:
             controller = None
         locked = (body["metadata"].get("annotations") or {}).get(ANNOTATION_LOCK)
         decision = rollout.plan(brokers, desired=desired, current_replicas=current,
-                                update_revision=update_revision, states=states,
-                                controller_state=controller, default_min_isr=min_isr or 1,
+                                update_revision=update_revision,
+                                view=view_from_states(controller or {}, states),
+                                default_min_isr=min_isr or 1,
                                 locked_by=locked, controller=controller_pod)
         if decision.action == "restart-controller":
             self.api.delete("Pod", names.namespace, names.pod(CONTROLLER))
@@ -168,8 +171,8 @@ class Operator:
         return decision
 
     def _get_state(self, names: ClusterNames, node: str) -> dict[str, Any]:
-        return admin.get_state(self._url(names, node, self.config.endpoints.admin_port),
-                               timeout=self.config.http_timeout_s)
+        return AdminClient(self._url(names, node, self.config.endpoints.admin_port),
+                           timeout_s=self.config.http_timeout_s).state()
 
     def _url(self, names: ClusterNames, node: str, port: int) -> str:
         host = self.config.endpoints.host_template.format(
@@ -195,18 +198,20 @@ class Operator:
                                 agent_token, timeout_s=self.config.http_timeout_s)
             try:
                 agent.heal()
-            except AgentError as exc:
-                if exc.status:
-                    problems.append(f"{pod.node}: {exc}")
+            except EndpointRefused as exc:
+                problems.append(f"{pod.node}: {exc}")
+            except EndpointUnreachable:
+                pass  # the pod is gone (or restarting), its rules and processes with it
             if pod.node == CONTROLLER:
                 continue
-            url = self._url(names, pod.node, self.config.endpoints.admin_port)
+            broker = AdminClient(self._url(names, pod.node, self.config.endpoints.admin_port),
+                                 failpoint_token, timeout_s=self.config.http_timeout_s)
             try:
-                admin.clear_failpoint(url, "disk-stall", failpoint_token,
-                                      timeout=self.config.http_timeout_s)
-            except admin.AdminError as exc:
-                if exc.status is not None:
-                    problems.append(f"{pod.node}: {exc}")
+                broker.clear_failpoint("disk-stall")
+            except EndpointRefused as exc:
+                problems.append(f"{pod.node}: {exc}")
+            except EndpointUnreachable:
+                pass  # the broker is gone (or restarting), its stall with it
         ready = {p.node for p in pods if p.ready}
         wanted = {CONTROLLER, *(broker_node(i) for i in range(brokers))}
         return Heal(tuple(problems), wanted <= ready)

@@ -10,7 +10,7 @@ A BrokerCluster ``C`` in namespace ``NS`` becomes:
 - ``C-config``: ConfigMap with ``server.properties`` (Kafka-style ``key=value`` lines);
 - ``C-faults``: Secret with the failpoint and fault agent tokens (created once).
 
-Every broker and controller pod also runs the fault agent (``agent.py``): the pod shares
+Every broker and controller pod also runs the fault agent (``agent/``): the pod shares
 its process namespace so the agent can signal the broker, and only the agent container has
 NET_ADMIN (iptables in the pod's network namespace) and KILL.
 

@@ -17,10 +17,11 @@ never down at once because of it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from undertow.cluster_view import ClusterView
 from undertow.kube.pods import PodView
 from undertow.platform.base import broker_id_of
 
@@ -38,41 +39,14 @@ class RolloutDecision:
         return self.action != "none"
 
 
-def min_isr_of(controller_state: Mapping[str, Any] | None,
-               default: int) -> Callable[[str], int]:
-    """A topic's min.insync.replicas: its own config (as the controller holds it), else
-    the cluster's."""
-    topics = (controller_state or {}).get("topics", {})
-
-    def lookup(topic: str) -> int:
-        value = (topics.get(topic, {}).get("config") or {}).get("min.insync.replicas")
-        try:
-            return int(value) if value is not None else default
-        except ValueError:
-            return default
-
-    return lookup
-
-
-def leader_views(states: Mapping[int, Mapping[str, Any]]) -> dict[tuple[str, int], dict]:
-    """Each partition as its leader reports it, keyed by (topic, partition)."""
-    views: dict[tuple[str, int], dict] = {}
-    for state in states.values():
-        for p in state.get("partitions", []):
-            if p.get("role") == "leader":
-                views[(p["topic"], p["partition"])] = p
-    return views
-
-
-def blocking_partitions(broker: int, states: Mapping[int, Mapping[str, Any]],
-                        min_isr: Callable[[str], int]) -> list[str]:
+def blocking_partitions(broker: int, view: ClusterView, default_min_isr: int) -> list[str]:
     """Why ``broker`` must not stop now: the partitions it would take below min ISR."""
-    leaders = leader_views(states)
-    known = {(p["topic"], p["partition"]) for s in states.values() for p in s.get("partitions", [])}
+    leaders = view.led_by_reports()
+    known = {(r.topic, r.partition) for report in view.reports.values() for r in report.replicas}
     reasons = [f"{topic}-{index} has no leader that answered"
                for topic, index in sorted(known - leaders.keys())]
-    for (topic, index), view in sorted(leaders.items()):
-        isr, needed = list(view["isr"]), min_isr(topic)
+    for (topic, index), replica in sorted(leaders.items()):
+        isr, needed = list(replica.isr), view.min_insync_replicas(topic, default_min_isr)
         if broker in isr and len(isr) - 1 < needed:
             reasons.append(f"{topic}-{index} (ISR {isr}, min.insync.replicas {needed})")
     return reasons
@@ -105,15 +79,14 @@ def pending(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
 
 
 def plan(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
-         update_revision: str | None, states: Mapping[int, Mapping[str, Any]] | None,
-         controller_state: Mapping[str, Any] | None, default_min_isr: int,
+         update_revision: str | None, view: ClusterView | None, default_min_isr: int,
          locked_by: str | None = None,
          controller: ControllerPod | None = None) -> RolloutDecision:
     """The next step of bringing the controller to its StatefulSet's revision and the
     brokers to ``desired`` replicas on ``update_revision``.
 
-    ``states`` maps broker id to its ``/v1/state`` (None: not fetched; a missing id: that
-    broker did not answer).
+    ``view`` holds the report of every broker that answered (None: not fetched); its topic
+    configs, the controller's, are empty when the controller did not answer.
     """
     by_id = {broker_id_of(p.node): p for p in brokers if p.node and p.node.startswith("broker-")}
     stale = sorted(_stale(brokers, update_revision))
@@ -131,22 +104,21 @@ def plan(brokers: Sequence[PodView], *, desired: int, current_replicas: int,
     not_ready = sorted(i for i in range(current_replicas) if i not in by_id or not by_id[i].ready)
     if not_ready:
         return RolloutDecision("wait", reason=f"broker-{not_ready[0]} is not ready yet")
-    missing = sorted(set(by_id) - set(states or {}))
-    if states is None or missing:
+    missing = sorted(set(by_id) - set(view.reports if view else {}))
+    if view is None or missing:
         which = f"broker-{missing[0]}" if missing else "the brokers"
         return RolloutDecision("wait", reason=f"no /v1/state from {which}")
-    min_isr = min_isr_of(controller_state, default_min_isr)
     if shrink:
         last = current_replicas - 1
-        blocked = blocking_partitions(last, states, min_isr)
+        blocked = blocking_partitions(last, view, default_min_isr)
         if blocked:
             return RolloutDecision("wait", reason=f"removing broker-{last} would leave "
                                                   f"{'; '.join(blocked)}")
         return RolloutDecision("scale-down", last, f"scaling down to {desired} brokers")
-    leaders = {view["leader"] for view in leader_views(states).values()}
+    leaders = {replica.leader for replica in view.led_by_reports().values()}
     blocked_by: dict[int, list[str]] = {}
     for i in sorted(stale, key=lambda b: (b in leaders, b)):
-        blocked = blocking_partitions(i, states, min_isr)
+        blocked = blocking_partitions(i, view, default_min_isr)
         if not blocked:
             return RolloutDecision("restart", i, f"broker-{i} runs an old configuration")
         blocked_by[i] = blocked

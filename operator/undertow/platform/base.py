@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from undertow.cluster_view import ClusterView, broker_report, view_from_states
+
 CLIENT = "client"
 CONTROLLER = "controller"
 _BROKER_PREFIX = "broker-"
@@ -216,20 +218,31 @@ class Platform(ABC):
         """Return once the replacement of a deleted pod serves, registered with the
         controller under its new incarnation and unfenced."""
 
+    def cluster_view(self, *, replicas: bool = False) -> ClusterView:
+        """The controller's view of the cluster; with ``replicas``, also every answering
+        broker's own report (high watermarks, log end offsets). Raises when the controller
+        does not answer; a broker that does not answer is left out."""
+        controller = self.state(CONTROLLER)
+        states = {}
+        if replicas:
+            for node in self.brokers:
+                try:
+                    states[broker_id_of(node)] = self.state(node)
+                except PlatformError:
+                    continue  # killed, paused or partitioned: missing from this view
+        return view_from_states(controller, states)
+
     def all_brokers_unfenced(self) -> bool:
         """Every broker of the cluster is registered with the controller and unfenced."""
-        brokers = self.state(CONTROLLER).get("brokers", [])
-        live = {b["id"] for b in brokers if not b.get("fenced", True)}
-        return live >= set(self.broker_ids)
+        return self.cluster_view().live_brokers >= set(self.broker_ids)
 
     def registered_and_unfenced(self, node: str) -> bool:
         """The broker now serving ``node`` is the one the controller has registered (same
         broker epoch), and unfenced: a replacement counts as back only then."""
-        epoch = self.state(self.check_broker(node)).get("broker_epoch")
-        broker_id = broker_id_of(node)
-        return any(b["id"] == broker_id and not b.get("fenced", True)
-                   and b.get("broker_epoch") == epoch
-                   for b in self.state(CONTROLLER).get("brokers", []))
+        own = broker_report(self.state(self.check_broker(node)))
+        registration = self.cluster_view().brokers.get(own.broker_id)
+        return (registration is not None and not registration.fenced
+                and registration.broker_epoch == own.broker_epoch)
 
     # ---- network ----------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from undertow.platform.base import PlatformError
-from undertow.platform.process import alive, proc_stat
+from undertow.platform.procfs import alive, proc_stat
 
 _KINDS = ("process", "netns", "link")
 _EXIT_WAIT_S = 5.0

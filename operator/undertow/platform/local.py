@@ -13,6 +13,7 @@ are threads of the runner, and the guardian cleans up after a runner killed outr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from undertow.platform import admin
+from undertow.platform.admin import AdminClient
 from undertow.platform.base import (
     CLIENT,
     CONTROLLER,
@@ -35,6 +36,7 @@ from undertow.platform.base import (
     broker_node,
     wait_for,
 )
+from undertow.platform.control import EndpointError, EndpointUnreachable
 from undertow.platform.guardian import Guardian
 from undertow.platform.netns import NetnsNetwork
 from undertow.platform.ports import reserve_ports
@@ -149,7 +151,7 @@ class LocalPlatform(Platform):
         self._start_nodes(self.brokers)
         wait_for(self.all_brokers_unfenced, self.config.start_timeout_s,
                  "every broker to register with the controller, unfenced",
-                 interval=0.1, ignore=(admin.AdminError,))
+                 interval=0.1, ignore=(EndpointError,))
 
     def stop(self) -> None:
         """Kill every process, close proxies, delete namespaces, release the guardian."""
@@ -261,7 +263,7 @@ class LocalPlatform(Platform):
         return self._wired().admin_urls[self.check_node(node)]
 
     def state(self, node: str) -> dict[str, Any]:
-        return admin.get_state(self.admin_url(node))
+        return self._admin(node).state()
 
     def log_path(self, node: str) -> Path:
         return self.config.workdir / "logs" / f"{self.check_node(node)}.log"
@@ -327,11 +329,11 @@ class LocalPlatform(Platform):
                 if not process.running:
                     raise PlatformError(f"{node} exited with status {process.returncode} while "
                                         f"starting:\n{self._log_tail(node)}")
-                admin.get_state(url, timeout=1.0)
+                AdminClient(url, timeout_s=1.0).state()
                 return True
 
             wait_for(serving, self.config.start_timeout_s, f"{node} to serve {url}/v1/state",
-                     ignore=(admin.AdminError,))
+                     ignore=(EndpointError,))
 
     # ---- pods -------------------------------------------------------------------------------
 
@@ -367,7 +369,7 @@ class LocalPlatform(Platform):
                 self.restart(node)  # it exited on its own meanwhile: the StatefulSet's job
         wait_for(lambda: self.registered_and_unfenced(node), self.config.start_timeout_s,
                  f"the replacement of {node} to register with the controller, unfenced",
-                 interval=0.1, ignore=(admin.AdminError,))
+                 interval=0.1, ignore=(EndpointError,))
 
     # ---- disks ------------------------------------------------------------------------------
 
@@ -376,8 +378,7 @@ class LocalPlatform(Platform):
         if duration_s <= 0:
             raise PlatformError(f"disk stall of {node}: duration must be positive")
         self._require_responsive(node, "stall the disk of")
-        admin.set_failpoint(self.admin_url(node), "disk-stall", self.failpoint_token,
-                            {"duration_ms": round(duration_s * 1000)})
+        self._admin(node).set_failpoint("disk-stall", {"duration_ms": round(duration_s * 1000)})
 
     def clear_disk_stall(self, node: str) -> None:
         self.check_broker(node)
@@ -385,18 +386,15 @@ class LocalPlatform(Platform):
             return  # the stall died with the process
         if self.is_paused(node):
             raise PlatformError(f"cannot clear the disk stall of {node} while it is paused")
-        admin.clear_failpoint(self.admin_url(node), "disk-stall", self.failpoint_token)
+        self._admin(node).clear_failpoint("disk-stall")
 
     def power_loss(self, node: str) -> None:
         with self._node_locks[self.check_broker(node)]:
             process = self._process(node)
             self._require_responsive(node, "cut the power of")
-            try:
-                admin.set_failpoint(self.admin_url(node), "power-loss", self.failpoint_token)
-            except admin.AdminError as exc:
-                # The broker may exit before it answers; a refusal (HTTP error) is real.
-                if exc.status is not None:
-                    raise
+            # The broker may exit before it answers; a refusal (HTTP error) is real.
+            with contextlib.suppress(EndpointUnreachable):
+                self._admin(node).set_failpoint("power-loss")
             process.wait_exit(self.config.start_timeout_s)
 
     def _require_responsive(self, node: str, action: str) -> None:
@@ -428,6 +426,9 @@ class LocalPlatform(Platform):
             return self._processes[self.check_node(node)]
         except KeyError:
             raise PlatformError(f"{node} has no process: the platform is not started") from None
+
+    def _admin(self, node: str) -> AdminClient:
+        return AdminClient(self.admin_url(node), self.failpoint_token)
 
     def _log_tail(self, node: str, lines: int = 20) -> str:
         try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from undertow.platform.base import PlatformError, wait_for
+from undertow.platform.procfs import proc_stat
 
 if TYPE_CHECKING:
     from undertow.platform.guardian import Guardian
@@ -52,22 +53,6 @@ except OSError as exc:
     os.write(report, str(exc).encode())
     os._exit(71)
 """
-
-
-def proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) from /proc, or None when there is no such pid."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    return fields[0], int(fields[19])
-
-
-def alive(pid: int) -> bool:
-    """The pid exists and has not exited (a zombie only waits for its parent to reap it)."""
-    stat = proc_stat(pid)
-    return stat is not None and stat[0] != "Z"
 
 
 class Spawner:

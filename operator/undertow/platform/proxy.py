@@ -200,9 +200,6 @@ class ProxyNetwork:
             gates.append(self._proxies[reverse].backward)
         self._call(self._set_gates(gates, open_=not blocked))
 
-    def connection_count(self, link: Link) -> int:
-        return len(self._proxy(link).connections)
-
     def accepted_count(self, link: Link) -> int:
         return self._proxy(link).accepted
 

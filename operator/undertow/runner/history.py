@@ -2,6 +2,10 @@
 
 Every line is flushed as it is written, so an interrupted run still leaves an analysable
 history. Writers are called from the workload's threads and the runner's loop alike.
+
+The files and their fields are those of `undertow_analysis.history_schema`, the one schema the
+analysis reads them with. Lines are not checked against it here (thousands a second go through
+`_append`): tests check the lines a real run writes.
 """
 
 from __future__ import annotations
@@ -12,19 +16,20 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-FILES = ("sends", "reads", "faults", "cluster")
+from undertow_analysis import history_schema as schema
 
 
 class HistoryWriter:
+    """Appends to one JSON Lines file per file of the schema; rewrites meta.json whole."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._files: dict[str, TextIO] = {
-            name: open(directory / f"{name}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-            for name in FILES
+            f.name: open(directory / f.filename, "a", encoding="utf-8")  # noqa: SIM115
+            for f in schema.FILES if f.json_lines
         }
-        self.counts = dict.fromkeys(FILES, 0)
 
     def _append(self, name: str, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":")) + "\n"
@@ -32,7 +37,6 @@ class HistoryWriter:
             f = self._files[name]
             f.write(line)
             f.flush()
-            self.counts[name] += 1
 
     def send(self, *, producer: str, value: str, topic: str, partition: int | None, status: str,
              offset: int | None, error: str | None, t_invoke: float, t_complete: float) -> None:
@@ -55,9 +59,9 @@ class HistoryWriter:
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         """meta.json is rewritten whole (tmp + rename): once at the start, once at the end."""
-        tmp = self.directory / "meta.json.tmp"
+        tmp = self.directory / f"{schema.META.filename}.tmp"
         tmp.write_text(json.dumps(meta, indent=2, default=str), encoding="utf-8")
-        tmp.replace(self.directory / "meta.json")
+        tmp.replace(self.directory / schema.META.filename)
 
     def close(self) -> None:
         with self._lock:

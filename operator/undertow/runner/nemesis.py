@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from undertow.faults.base import Fault
+from undertow.faults.base import Fault, Nodes
 from undertow.faults.registry import build_fault
 from undertow.platform.base import CONTROLLER, Platform, broker_id_of
 from undertow.runner.history import HistoryWriter
@@ -46,7 +46,6 @@ class Nemesis:
     def __init__(self, platform: Platform, plan: list[PlannedFault], topic: str,
                  history: HistoryWriter, seed: int) -> None:
         self._platform = platform
-        self._plan = plan
         self._topic = topic
         self._history = history
         self._seed = seed
@@ -135,20 +134,18 @@ class Nemesis:
 
     def _inject(self, run: FaultRun) -> None:
         planned = run.planned
-        controller = self._platform.state(CONTROLLER)
+        controller = self._platform.cluster_view()
         rng = random.Random(self._seed * 1_000_003 + planned.index)
-        options: dict[str, Any] = {}
-        if planned.kind == "pod-delete":
-            options["grace_period_s"] = planned.grace_period
-        if planned.kind == "partition" and planned.network is not None:
-            network = planned.network
-            options["mode"] = network.mode
-            if network.mode == "one-way" and network.to is not None:
-                options["to"] = resolve(network.to, controller, self._topic, rng)
-            if network.mode == "split" and network.groups is not None:
-                options["groups"] = [
-                    sorted({n for s in group for n in resolve(s, controller, self._topic, rng)})
-                    for group in network.groups]
+        # The far side of a partition before the targets: the order of the seeded picks.
+        network = planned.network
+        to: tuple[str, ...] = ()
+        groups: tuple[tuple[str, ...], ...] = ()
+        if network is not None and network.to is not None:
+            to = tuple(resolve(network.to, controller, self._topic, rng))
+        if network is not None and network.groups is not None:
+            groups = tuple(
+                tuple(sorted({n for s in group for n in resolve(s, controller, self._topic, rng)}))
+                for group in network.groups)
         if planned.target is None:
             targets: list[str | None] = [None]
             run.role = "split"
@@ -156,9 +153,8 @@ class Nemesis:
             targets = list(resolve(planned.target, controller, self._topic, rng))
             run.role = role_label(planned.target, self._topic)
         for target in targets:
-            unit = build_fault(planned.kind, self._platform, target,
-                               time_limit_s=planned.duration, listener=self._record(run),
-                               **options)
+            unit = build_fault(planned, self._platform, Nodes(target, to, groups),
+                               time_limit_s=planned.duration, listener=self._record(run))
             with self._lock:
                 run.units.append(unit)
             unit.inject()
@@ -187,24 +183,22 @@ class Nemesis:
     def _serving(self, targets: list[str]) -> bool:
         """Recovered processes are back and registered, unfenced, with the controller."""
         try:
-            controller = self._platform.state(CONTROLLER)
+            live = self._platform.cluster_view().live_brokers
         except Exception:
             return False
-        fenced = {b["id"] for b in controller.get("brokers", []) if b.get("fenced")}
-        known = {b["id"] for b in controller.get("brokers", [])}
         brokers = [broker_id_of(t) for t in targets if t != CONTROLLER and t.startswith("broker-")]
-        return all(b in known and b not in fenced for b in brokers)
+        return all(b in live for b in brokers)
 
     def _isr_membership(self, run: FaultRun, in_sync: bool) -> bool:
         """All broker targets of ``run`` are in (``in_sync``) or all are out of the ISR."""
         try:
-            controller = self._platform.state(CONTROLLER)
+            view = self._platform.cluster_view()
         except Exception:
             return False
         partition = (run.planned.target.partition if run.planned.target else None) or 0
-        reg = controller["topics"][self._topic]["partitions"][str(partition)]
+        isr = view.partition(self._topic, partition).isr
         brokers = [broker_id_of(t) for t in run.targets if t.startswith("broker-")]
-        return bool(brokers) and all((b in reg["isr"]) == in_sync for b in brokers)
+        return bool(brokers) and all((b in isr) == in_sync for b in brokers)
 
 
 __all__ = ["FaultRun", "Nemesis", "TargetError"]

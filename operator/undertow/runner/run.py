@@ -13,7 +13,6 @@ local platform covers the case where this process itself is killed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minibroker.tools import create_topic
-from undertow.platform.base import CONTROLLER, Platform, sigterm_as_interrupt, wait_for
+from undertow.cluster_view.kafka import KafkaAdminError, admin_client, create_topic
+from undertow.platform.base import Platform, sigterm_as_interrupt, wait_for
 from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
 from undertow.runner.sampler import ClusterSampler
@@ -60,22 +59,21 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
 
 def partitions_healthy(platform: Platform, topic: str, replication_factor: int) -> bool:
     """Every partition has a leader and a full ISR, as the controller sees it."""
-    state = platform.state(CONTROLLER)
-    partitions = state.get("topics", {}).get(topic, {}).get("partitions", {})
-    return bool(partitions) and all(
-        p["leader"] >= 0 and len(p["isr"]) == replication_factor for p in partitions.values())
+    return platform.cluster_view().healthy(topic, replication_factor)
 
 
 def _create_topic(platform: Platform, loaded: LoadedExperiment) -> None:
+    """With a stock Kafka admin client, as on any Kafka; retried until the cluster serves."""
     topic = loaded.experiment.spec.topic
-    host, port = platform.bootstrap.split(",")[0].rsplit(":", 1)
-    config = topic.config.as_overrides()
+    admin = admin_client(platform.bootstrap)
 
     def created() -> bool:
-        return asyncio.run(create_topic((host, int(port)), topic.name, topic.partitions,
-                                        topic.replication_factor, config)) == 0
+        create_topic(admin, topic.name, topic.partitions, topic.replication_factor,
+                     topic.config.as_overrides())
+        return True
 
-    wait_for(created, READY_TIMEOUT_S, f"topic {topic.name} to be created", interval=0.5)
+    wait_for(created, READY_TIMEOUT_S, f"topic {topic.name} to be created", interval=0.5,
+             ignore=(KafkaAdminError,))
 
 
 def run_experiment(

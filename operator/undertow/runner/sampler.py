@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from undertow.platform.base import CONTROLLER, Platform
+from undertow.cluster_view import PartitionView
+from undertow.platform.base import Platform
 from undertow.runner.history import HistoryWriter
 
 log = logging.getLogger("undertow.sampler")
@@ -24,37 +25,19 @@ INTERVAL_S = 0.25
 def sample(platform: Platform, topic: str) -> list[dict[str, Any]]:
     """One sample per partition of ``topic``; empty when the controller does not answer."""
     try:
-        controller = platform.state(CONTROLLER)
+        view = platform.cluster_view(replicas=True)
     except Exception:  # a paused or killed controller: no sample this round
         return []
-    partitions = controller.get("topics", {}).get(topic, {}).get("partitions", {})
-    if not partitions:
-        return []
-    replicas: dict[int, dict[str, Any]] = {}
-    for node in platform.brokers:
-        try:
-            state = platform.state(node)
-        except Exception:
-            continue
-        for p in state.get("partitions", []):
-            if p["topic"] == topic:
-                replicas.setdefault(p["partition"], {})[state["broker_id"]] = p
     now = time.time()
-    samples = []
-    for index, reg in sorted(partitions.items(), key=lambda kv: int(kv[0])):
-        by_broker = replicas.get(int(index), {})
-        leader_view = by_broker.get(reg["leader"])
-        samples.append({
-            "t": now,
-            "topic": topic,
-            "partition": int(index),
-            "leader": reg["leader"],
-            "leader_epoch": reg["leader_epoch"],
-            "isr": reg["isr"],
-            "high_watermark": leader_view["high_watermark"] if leader_view else None,
-            "log_end_offsets": {str(b): p["log_end_offset"] for b, p in sorted(by_broker.items())},
-        })
-    return samples
+    return [to_sample(p, now) for p in view.topic_partitions(topic)]
+
+
+def to_sample(p: PartitionView, t: float) -> dict[str, Any]:
+    """A ``cluster.jsonl`` line: plain data, written once (docs/history-format.md)."""
+    return {"t": t, "topic": p.topic, "partition": p.partition, "leader": p.leader,
+            "leader_epoch": p.leader_epoch, "isr": list(p.isr),
+            "high_watermark": p.high_watermark,
+            "log_end_offsets": {str(b): leo for b, leo in sorted(p.log_end_offsets.items())}}
 
 
 class ClusterSampler:

@@ -1,4 +1,4 @@
-"""Resolving a fault's target selector to processes, from the controller's live metadata.
+"""Resolving a fault's target selector to processes, from the cluster's live view.
 
 Roles are resolved at injection time (who leads *now*), then Chaos Mesh's modes pick among
 the candidates with a seeded generator, so that the same seed picks the same brokers when
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
 
+from undertow.cluster_view import ClusterView
 from undertow.platform.base import CONTROLLER, broker_node
 from undertow.spec.faults import TargetSelector
 
@@ -27,40 +27,35 @@ def role_label(selector: TargetSelector, topic: str) -> str:
     return label
 
 
-def _partition(controller: dict[str, Any], topic: str, index: int) -> dict[str, Any]:
-    try:
-        return controller["topics"][topic]["partitions"][str(index)]
-    except KeyError:
-        raise TargetError(f"partition {topic}-{index} is not in the controller's metadata") \
-            from None
-
-
-def candidates(selector: TargetSelector, controller: dict[str, Any], topic: str) -> list[int]:
+def candidates(selector: TargetSelector, view: ClusterView, topic: str) -> list[int]:
     """Broker ids the role names now, before the mode picks among them."""
-    live = {b["id"] for b in controller.get("brokers", []) if not b.get("fenced")}
-    reg = _partition(controller, topic, selector.partition or 0)
-    leader, isr, replicas = reg["leader"], reg["isr"], reg["replicas"]
+    index = selector.partition or 0
+    try:
+        p = view.partition(topic, index)
+    except KeyError as exc:
+        raise TargetError(exc.args[0]) from None
+    live = view.live_brokers
     if selector.role == "leader":
-        return [leader] if leader >= 0 else []
+        return [p.leader] if p.has_leader else []
     if selector.role == "follower":
-        return [r for r in replicas if r != leader and r in live]
+        return [r for r in p.replicas if r != p.leader and r in live]
     if selector.role == "isr-member":
-        return [r for r in isr if r in live]
+        return [r for r in p.isr if r in live]
     if selector.role == "all-isr-but-one":
         # The one kept is the leader: it is left holding the data alone.
-        keep = leader if leader in isr else (isr[0] if isr else None)
-        return [r for r in isr if r != keep and r in live]
+        keep = p.leader if p.leader in p.isr else (p.isr[0] if p.isr else None)
+        return [r for r in p.isr if r != keep and r in live]
     raise AssertionError(selector.role)
 
 
-def resolve(selector: TargetSelector, controller: dict[str, Any], topic: str,
+def resolve(selector: TargetSelector, view: ClusterView, topic: str,
             rng: random.Random) -> list[str]:
     """The nodes a fault with this selector hits now."""
     if selector.broker is not None:
         return [broker_node(selector.broker)]
     if selector.role == "controller":
         return [CONTROLLER]
-    found = candidates(selector, controller, topic)
+    found = candidates(selector, view, topic)
     if not found:
         raise TargetError(f"no {role_label(selector, topic)} right now")
     if selector.mode == "one":

@@ -54,6 +54,7 @@ __all__ = [
     "FaultKind",
     "Mode",
     "NetworkFault",
+    "PartitionMode",
     "RandomSchedule",
     "Role",
     "ScheduleEntry",
@@ -70,10 +71,14 @@ replaced at once (new address; an ephemeral disk comes back empty)."""
 
 BROKER_ONLY_KINDS = {
     "disk-stall": "disk-stall is a broker failpoint; the controller has none",
+    "power-loss": "power-loss is a broker failpoint; the controller has none",
     "pod-delete": "pod-delete hits broker pods only (the controller's metadata is not a "
                   "fault target)",
 }
 """Kinds a controller target cannot take, with the reason."""
+
+PartitionMode = Literal["isolate", "split", "one-way"]
+"""How a partition cuts: see `NetworkFault`."""
 
 Role = Literal["leader", "follower", "isr-member", "all-isr-but-one", "controller"]
 Mode = Literal["one", "all", "fixed", "fixed-percent"]
@@ -170,7 +175,7 @@ class NetworkFault(SpecModel):
     `one-way`: packets from the target to `to` are dropped, the reverse direction flows.
     """
 
-    mode: Literal["isolate", "split", "one-way"] = "isolate"
+    mode: PartitionMode = "isolate"
     to: TargetSelector | None = None
     """one-way only: the far side."""
     groups: list[list[TargetSelector]] | None = None
@@ -225,6 +230,9 @@ class FaultAction(SpecModel):
             raise FieldError(("kind",), "required")
         if self.duration is None:
             raise FieldError(("duration",), f"required: how long the {self.kind} lasts")
+        if self.duration <= 0:
+            raise FieldError(("duration",), f"must be positive: a {self.kind} that lasts no "
+                                            "time is never injected")
         if self.kind == "partition":
             if self.network is None:
                 self.network = NetworkFault()
@@ -344,6 +352,9 @@ class RandomSchedule(SpecModel):
             raise FieldError(
                 ("interval", "min"), "must be positive: faults need quiet time between"
             )
+        if self.duration.min <= 0:
+            raise FieldError(("duration", "min"), "must be positive: a fault that lasts no "
+                                                  "time is never injected")
         for kind in BROKER_ONLY_KINDS:
             if kind not in self.kinds:
                 continue

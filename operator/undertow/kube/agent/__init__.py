@@ -26,13 +26,21 @@ HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /h
                                                 target
 
 ``input`` drops packets from the peer (INPUT -s), ``output`` packets to it (OUTPUT -d).
+
+One module per job: ``processes`` (signals by command line), ``hold`` (a killed broker kept
+down), ``netfilter`` (the DROP rules) and ``iptables_backend`` (which iptables writes them),
+``fault_agent`` (each fault applied and healed through those), ``deadlines`` (healing at
+the deadline), ``server`` (the HTTP API), ``client`` (the caller's side of it, over
+``undertow.platform.control``) and ``__main__`` (the sidecar's command line).
 """
 
 from undertow.kube.agent.client import AgentClient
+from undertow.kube.agent.deadlines import Fault
 from undertow.kube.agent.errors import AgentError
-from undertow.kube.agent.fault_agent import Fault, FaultAgent
+from undertow.kube.agent.fault_agent import FaultAgent
 from undertow.kube.agent.hold import Hold
-from undertow.kube.agent.netfilter import Netfilter, iptables_command
+from undertow.kube.agent.iptables_backend import iptables_command
+from undertow.kube.agent.netfilter import Netfilter
 from undertow.kube.agent.processes import Processes
 from undertow.kube.agent.server import make_server
 

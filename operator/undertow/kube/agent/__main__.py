@@ -15,7 +15,8 @@ from typing import Any
 from undertow.kube.agent.errors import AgentError
 from undertow.kube.agent.fault_agent import FaultAgent
 from undertow.kube.agent.hold import Hold
-from undertow.kube.agent.netfilter import Netfilter, iptables_command
+from undertow.kube.agent.iptables_backend import iptables_command
+from undertow.kube.agent.netfilter import Netfilter
 from undertow.kube.agent.processes import Processes
 from undertow.kube.agent.server import make_server
 

@@ -1,130 +1,22 @@
-"""Synthetic histories in the format of docs/history-format.md, for tests and the benchmark.
+"""`write_scaled_history`: synthetic histories of millions of sends in the format of
+docs/history-format.md, for the analysis benchmarks (`analysis_scale.py`, and histories for
+`analysis_floor.py` and `analysis_profile.py`).
 
-Two generators share the format:
-
-* `HistoryBuilder` writes a small history record by record, so a test can plant each anomaly by
-  hand and know every expected count without running the checker.
-* `write_scaled_history` writes millions of sends and reads with numpy (fixed-width lines, so a
-  chunk of a million lines is one byte matrix) and plants anomalies at fixed strides; it returns
-  the counts the analysis must find, derived from the plan rather than from the checker.
+Sends and reads are written with numpy (fixed-width lines, so a chunk of a million lines is one
+byte matrix) with anomalies planted at fixed strides; the function returns the counts the
+analysis must find, derived from the plan rather than from the checker. Send i goes to
+partition i % PARTITIONS at offset i // PARTITIONS; its fate is decided by i % plant_every (the
+residues below), every other send is a healthy record.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 START = 1_763_830_000.0
-
-
-@dataclass
-class HistoryBuilder:
-    """A small history written record by record; times are seconds after `start`."""
-
-    start: float = START
-    duration: float = 60.0
-    idempotent: bool = False
-    expect: str = "clean"
-    experiment: str = "synthetic"
-    sends: list[dict] = field(default_factory=list)
-    reads: list[dict] = field(default_factory=list)
-    faults: list[dict] = field(default_factory=list)
-    cluster: list[dict] = field(default_factory=list)
-
-    def send(
-        self,
-        value: str,
-        status: str = "ok",
-        *,
-        t: float,
-        partition: int | None = 0,
-        offset: int | None = None,
-        latency: float = 0.010,
-        topic: str = "t",
-        error: str | None = None,
-    ) -> None:
-        """One send attempt of `value`, invoked at `t` and completed `latency` later."""
-        self.sends.append({
-            "producer": value.split("-")[0],
-            "value": value,
-            "topic": topic,
-            "partition": partition,
-            "status": status,
-            "offset": offset if status == "ok" else None,
-            "error": error,
-            "t_invoke": self.start + t,
-            "t_complete": self.start + t + latency,
-        })
-
-    def read(
-        self,
-        value: str,
-        partition: int,
-        offset: int,
-        *,
-        phase: str = "drain",
-        t: float | None = None,
-        topic: str = "t",
-    ) -> None:
-        """One record a consumer returned; drain reads default to the end of the run."""
-        when = self.duration + 1.0 if t is None else t
-        self.reads.append({
-            "consumer": "drain" if phase == "drain" else "c0",
-            "phase": phase,
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "value": value,
-            "t": self.start + when,
-        })
-
-    def record(self, value: str, partition: int, offset: int, *, t: float,
-               latency: float = 0.010, topic: str = "t") -> None:
-        """A healthy record: acknowledged, seen by a run consumer and by the drain."""
-        self.send(value, "ok", t=t, partition=partition, offset=offset, latency=latency,
-                  topic=topic)
-        self.read(value, partition, offset, phase="run", t=t + 0.5, topic=topic)
-        self.read(value, partition, offset, phase="drain", topic=topic)
-
-    def fault(self, fault: str, target: str, action: str, *, t: float, role: str = "") -> None:
-        self.faults.append({
-            "fault": fault, "target": target, "role": role, "action": action, "t": self.start + t,
-        })
-
-    def sample(
-        self, *, t: float, partition: int, leader: int, isr: list[int], topic: str = "t"
-    ) -> None:
-        """One cluster.jsonl sample of a partition's leader and ISR."""
-        self.cluster.append({
-            "t": self.start + t, "topic": topic, "partition": partition, "leader": leader,
-            "leader_epoch": 0, "isr": isr, "high_watermark": 0,
-            "log_end_offsets": {str(b): 0 for b in isr},
-        })
-
-    def write(self, directory: str | Path, extra_lines: dict[str, list[str]] | None = None) -> Path:
-        """Write the history; `extra_lines` appends raw (possibly malformed) lines per file."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "experiment": self.experiment, "spec": {}, "seed": 0, "start": self.start,
-            "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
-        }
-        (out / "meta.json").write_text(json.dumps(meta))
-        files = {"sends": self.sends, "reads": self.reads, "faults": self.faults,
-                 "cluster": self.cluster}
-        for name, rows in files.items():
-            lines = [json.dumps(row) for row in rows] + (extra_lines or {}).get(name, [])
-            (out / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))
-        return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Scaled histories. Send i goes to partition i % PARTITIONS at offset i // PARTITIONS; its fate
-# is decided by i % plant_every (the residues below), every other send is a healthy record.
-
 PARTITIONS = 8
 PRODUCERS = 4
 RATE = 20_000.0  # sends per second, which sets the run's duration

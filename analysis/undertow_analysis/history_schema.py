@@ -1,0 +1,268 @@
+"""The history's one schema: each file's fields, their JSON types, which may be null, and what
+they mean.
+
+The runner writes a history, the analysis reads it, docs/history-format.md describes it; all
+three take the fields from here, so they cannot drift apart: the runner's `HistoryWriter` opens
+the files listed in `FILES`, the analysis builds its Spark schemas from them (`io.spark_schema`),
+the doc's field tables are generated from them (`python -m undertow_analysis.history_schema
+docs/history-format.md`), and tests check the lines a real run writes against `problems`.
+
+Pure Python with no imports beyond the standard library: the runner imports it (the operator
+image has no Spark) and the analysis image holds only the analysis package.
+
+Adding a file (say events.jsonl) takes one `HistoryFile` in `FILES`, its table's two markers in
+the doc, a `HistoryWriter` method that appends its records, and, if the analysis reads it, a
+`FileSpec` in `io.FILES` naming the fields it parses.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+Kind = Literal["string", "int", "long", "double", "boolean", "object", "array", "map"]
+_INT_BITS = {"int": 32, "long": 64}
+_DESCRIBED = {"string": "a string", "int": "a 32-bit integer", "long": "a 64-bit integer",
+              "double": "a number", "boolean": "true or false", "object": "a JSON object"}
+
+
+@dataclass(frozen=True)
+class JsonType:
+    """A field's type as JSON carries it. int and long are both JSON integers: the width says
+    which Spark type reads them (a partition fits an int, an offset needs a long)."""
+
+    kind: Kind
+    element: JsonType | None = None  # of an array; of a map's values (its keys are strings)
+
+    def __str__(self) -> str:
+        if self.kind == "array":
+            return f"array of {self.element}"
+        if self.kind == "map":
+            return f"map of string to {self.element}"
+        return self.kind
+
+    def described(self) -> str:
+        """The type in words, for error messages."""
+        if self.kind in ("array", "map"):
+            return f"{'an array' if self.kind == 'array' else 'an object'} of {self.element}s"
+        return _DESCRIBED[self.kind]
+
+    def accepts(self, value: Any) -> bool:
+        """Whether `value`, as `json.loads` returns it, has this type (null is never one)."""
+        if isinstance(value, bool) or self.kind == "boolean":  # to Python, bool is an int
+            return isinstance(value, bool) and self.kind == "boolean"
+        if self.kind in _INT_BITS:
+            half = 2 ** (_INT_BITS[self.kind] - 1)
+            return isinstance(value, int) and -half <= value < half
+        if self.kind == "array":
+            return isinstance(value, list) and all(self.element.accepts(v) for v in value)
+        if self.kind == "map":
+            return isinstance(value, dict) and all(self.element.accepts(v)
+                                                   for v in value.values())
+        return isinstance(value, {"double": int | float, "object": dict, "string": str}[self.kind])
+
+
+STRING, INT, LONG = JsonType("string"), JsonType("int"), JsonType("long")
+DOUBLE, BOOLEAN, OBJECT = JsonType("double"), JsonType("boolean"), JsonType("object")
+
+
+def array_of(element: JsonType) -> JsonType:
+    return JsonType("array", element)
+
+
+def map_of(element: JsonType) -> JsonType:
+    """A JSON object with string keys and values of one type."""
+    return JsonType("map", element)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field: its name, type, whether it may be null, its allowed values (an enumerated
+    string) and what it means (one line of the doc's table)."""
+
+    name: str
+    type: JsonType
+    doc: str
+    nullable: bool = False
+    values: tuple[str, ...] = ()
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` cannot be this field's, or None when it can."""
+        if value is None:
+            return None if self.nullable else f"field '{self.name}' must not be null"
+        if not self.type.accepts(value):
+            null = " or null" if self.nullable else ""
+            return f"field '{self.name}' must be {self.type.described()}{null}"
+        if self.values and value not in self.values:
+            return f"field '{self.name}' must be one of {', '.join(self.values)}"
+        return None
+
+
+@dataclass(frozen=True)
+class HistoryFile:
+    """One file of a history directory: JSON Lines (one record a line) unless its name ends
+    in .json (one object). A closed file's records hold exactly its fields; an open one's may
+    hold more, which nothing reads (meta.json records extra context for people)."""
+
+    filename: str
+    fields: tuple[Field, ...]
+    closed: bool = True
+
+    @property
+    def name(self) -> str:
+        """The file's name without its extension: `sends` for sends.jsonl."""
+        return self.filename.split(".")[0]
+
+    @property
+    def json_lines(self) -> bool:
+        return self.filename.endswith(".jsonl")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.filename} has no field {name!r}")
+
+    def problems(self, record: Any, *, partial: bool = False) -> list[str]:
+        """What makes `record` (one parsed line, or the object) disagree with the schema: a
+        field missing (unless `partial`: then only the fields present are checked), of the
+        wrong type, null where it may not be, outside its values, or unknown (closed files)."""
+        if not isinstance(record, dict):
+            return ["not a JSON object"]
+        found = [f"field '{f.name}' is missing" for f in self.fields
+                 if f.name not in record and not partial]
+        found += [p for f in self.fields if f.name in record
+                  if (p := f.problem(record[f.name])) is not None]
+        if self.closed:
+            found += [f"field '{k}' is not in the schema" for k in record
+                      if k not in self.names]
+        return found
+
+
+# The run's context, written at the start and rewritten at the end.
+META = HistoryFile("meta.json", (
+    Field("experiment", STRING, "the ChaosExperiment's name"),
+    Field("spec", OBJECT, "the experiment spec as run (after defaults); the analysis reads "
+                          "`topic.name`"),
+    Field("seed", LONG, "seed of the random fault schedule"),
+    Field("start", DOUBLE, "when the run started"),
+    Field("end", DOUBLE, "when the run ended; null while it is going (or after the runner died)",
+          nullable=True),
+    Field("idempotent", BOOLEAN, "the producers used `enable.idempotence=true`"),
+    Field("expect", STRING, "the verdict the experiment expects", values=("clean", "loss")),
+), closed=False)
+
+# One line per send attempt, written when it completes.
+SENDS = HistoryFile("sends.jsonl", (
+    Field("producer", STRING, "producer id: `p0`, `p1`, ..."),
+    Field("value", STRING, "the record value, unique per send: `{producer}-{seq}`, e.g. `p0-17`. "
+                           "A retried send writes one line per attempt with the same value"),
+    Field("topic", STRING, "the topic it was sent to"),
+    Field("partition", INT, "the partition it was sent to; null if never assigned",
+          nullable=True),
+    Field("status", STRING, "`ok`: acknowledged, with its offset. `fail`: definitely not "
+                            "written (the broker refused the only attempt, and the partition's "
+                            "leader epoch did not change while the send was out). `info`: "
+                            "indeterminate (timed out, disconnected, an error after retries or "
+                            "during a leader change; `error` keeps what the client said)",
+          values=("ok", "fail", "info")),
+    Field("offset", LONG, "the offset the acknowledgement gave (`ok` only; null with "
+                          "`acks: 0`, where no acknowledgement comes back)", nullable=True),
+    Field("error", STRING, "Kafka error name, e.g. `NOT_ENOUGH_REPLICAS`, `REQUEST_TIMED_OUT`, "
+                           "`_MSG_TIMED_OUT`; null for `ok`", nullable=True),
+    Field("t_invoke", DOUBLE, "when the send was called"),
+    Field("t_complete", DOUBLE, "when its outcome was known"),
+))
+
+# One line per record a consumer returned.
+READS = HistoryFile("reads.jsonl", (
+    Field("consumer", STRING, "consumer id: `c0`, `c1`, ... during the run, `drain` after it"),
+    Field("phase", STRING, "`run`: a consumer reading during the fault phase. `drain`: the "
+                           "fresh consumer that reads every partition from its log start to "
+                           "its end after healing", values=("run", "drain")),
+    Field("topic", STRING, "the record's topic"),
+    Field("partition", INT, "the record's partition"),
+    Field("offset", LONG, "the record's offset"),
+    Field("value", STRING, "the record value, as sent"),
+    Field("t", DOUBLE, "when the consumer returned it"),
+))
+
+# One line per fault action.
+FAULTS = HistoryFile("faults.jsonl", (
+    Field("fault", STRING, "the fault kind: `kill`, `pause`, `partition`, `disk-stall`, ... "
+                           "(docs/faults.md)"),
+    Field("target", STRING, "the process (`broker-N`, `controller`); for a split partition "
+                            "its groups (`broker-0|broker-1,broker-2`), for a one-way one its "
+                            "direction (`broker-0->broker-1`)"),
+    Field("role", STRING, "how the target was chosen when the fault was injected, e.g. "
+                          "`leader of t-0`"),
+    Field("action", STRING, "`inject`: the fault took effect. `recover`: it was undone",
+          values=("inject", "recover")),
+    Field("t", DOUBLE, "when the action took effect"),
+))
+
+# The cluster's own state, sampled about every 250 ms: one line per partition and sample.
+CLUSTER = HistoryFile("cluster.jsonl", (
+    Field("t", DOUBLE, "when the sample was taken"),
+    Field("topic", STRING, "the partition's topic"),
+    Field("partition", INT, "the partition"),
+    Field("leader", INT, "the leader's broker id; -1 while the partition is offline"),
+    Field("leader_epoch", INT, "the partition's leader epoch"),
+    Field("isr", array_of(INT), "the in-sync replicas' broker ids"),
+    Field("high_watermark", LONG, "the leader's HW; null when the leader did not answer",
+          nullable=True),
+    Field("log_end_offsets", map_of(LONG), "broker id (as a string) to that replica's LEO, for "
+                                           "the replicas that answered"),
+))
+
+FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, FAULTS, CLUSTER)
+
+
+# ---- docs/history-format.md's field tables ----------------------------------------------------
+
+_TABLE = re.compile(r"(?P<start><!-- fields of (?P<file>\S+) [^>]*-->\n).*?"
+                    r"(?P<end><!-- end of fields -->)", re.DOTALL)
+
+
+def markdown_table(file: HistoryFile) -> str:
+    """The doc's table of `file`'s fields: name, type (with its values), nullable, meaning."""
+    rows = ["| field | type | null | meaning |", "|---|---|---|---|"]
+    for f in file.fields:
+        kind = str(f.type) + (f" ({', '.join(f'`{v}`' for v in f.values)})" if f.values else "")
+        doc = f.doc.replace("|", "\\|")  # a pipe, even in a code span, would end the cell
+        rows.append(f"| `{f.name}` | {kind} | {'yes' if f.nullable else 'no'} | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def render_doc(text: str) -> str:
+    """`text` with every generated table replaced by the schema's; raises ValueError when a
+    file has no table (or two) or a table names no file of the schema."""
+    by_filename = {f.filename: f for f in FILES}
+    seen = [m["file"] for m in _TABLE.finditer(text)]
+    unknown = [name for name in seen if name not in by_filename]
+    missing = [f.filename for f in FILES if seen.count(f.filename) != 1]
+    if unknown or missing:
+        raise ValueError(f"tables of files not in the schema: {unknown}; files without exactly "
+                         f"one table: {missing} (add a line '<!-- fields of FILENAME "
+                         f"(generated) -->' and one '<!-- end of fields -->')")
+    return _TABLE.sub(
+        lambda m: m["start"] + markdown_table(by_filename[m["file"]]) + m["end"], text)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m undertow_analysis.history_schema DOC...`: regenerate the tables in place."""
+    for path in map(Path, argv):
+        path.write_text(render_doc(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

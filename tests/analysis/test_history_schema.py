@@ -1,0 +1,130 @@
+"""The one history schema: the doc's tables are generated from it, a record's problems are found
+as Spark's JSON reader would find them, the analysis reads only the fields it needs, and the
+analysis package (its own image) needs nothing of the runner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from undertow_analysis import history_schema as schema
+from undertow_analysis import io
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "history-format.md"
+FILES = {f.name: f for f in schema.FILES}
+
+
+def test_the_doc_tables_are_the_schema() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert schema.render_doc(text) == text, (
+        "docs/history-format.md's field tables differ from history_schema.py: run "
+        ".venv/bin/python -m undertow_analysis.history_schema docs/history-format.md")
+
+
+def test_a_drifted_or_missing_table_is_found() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    drifted = text.replace("| `high_watermark` | long | yes |", "| `high_watermark` | int | no |")
+    assert drifted != text and schema.render_doc(drifted) == text
+    start = text.index("<!-- fields of faults.jsonl")
+    end = text.index("<!-- end of fields -->", start) + len("<!-- end of fields -->")
+    with pytest.raises(ValueError, match=r"without exactly one table: \[.faults\.jsonl.\]"):
+        schema.render_doc(text[:start] + text[end:])
+
+
+SAMPLE = {"t": 1.5, "topic": "t", "partition": 0, "leader": -1, "leader_epoch": 3,
+          "isr": [1, 2], "high_watermark": None, "log_end_offsets": {"1": 120}}
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({}, None),
+    ({"t": 2}, None),  # a JSON integer is a number
+    ({"topic": 1}, "field 'topic' must be a string"),
+    ({"partition": 2**31}, "field 'partition' must be a 32-bit integer"),
+    ({"partition": 1.0}, "field 'partition' must be a 32-bit integer"),
+    ({"leader": True}, "field 'leader' must be a 32-bit integer"),
+    ({"leader_epoch": None}, "field 'leader_epoch' must not be null"),
+    ({"high_watermark": "7"}, "field 'high_watermark' must be a 64-bit integer or null"),
+    ({"isr": [1, None]}, "field 'isr' must be an array of ints"),
+    ({"log_end_offsets": {"1": 1.5}}, "field 'log_end_offsets' must be an object of longs"),
+    ({"extra": 1}, "field 'extra' is not in the schema"),
+])
+def test_problems_of_a_cluster_sample(change: dict, problem: str | None) -> None:
+    assert schema.CLUSTER.problems(SAMPLE | change) == ([problem] if problem else [])
+
+
+def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
+    send = {"producer": "p0", "value": "p0-1", "topic": "t", "status": "maybe", "offset": None,
+            "error": None, "t_invoke": 1.0, "t_complete": 2.0}
+    assert schema.SENDS.problems(send) == ["field 'partition' is missing",
+                                           "field 'status' must be one of ok, fail, info"]
+    assert schema.SENDS.problems({"status": "ok"}, partial=True) == []
+    # meta.json is open: the runner's extra context is no problem.
+    meta = {"experiment": "e", "spec": {}, "seed": 2**40, "start": 1.0, "end": None,
+            "idempotent": False, "expect": "clean", "plan": []}
+    assert schema.META.problems(meta) == []
+
+
+def test_the_analysis_parses_only_the_fields_it_uses() -> None:
+    """Parsing is most of the job's cost: the Spark schemas are projections of the history
+    schema, with its types."""
+    unused = {"sends": {"producer", "error"}, "reads": {"consumer"}, "faults": set(),
+              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"}}
+    for name, spec in io.FILES.items():
+        file = FILES[name]
+        assert set(spec.schema.names) == set(file.names) - unused[name], name
+        assert all(f.dataType == io.spark_type(file.field(f.name).type)
+                   for f in spec.schema.fields), name
+    assert io.FILES["sends"].allowed == {"status": ("ok", "fail", "info")}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"idempotent": "yes"}, "field 'idempotent' must be true or false"),
+    ({"idempotent": 1}, "field 'idempotent' must be true or false"),
+    ({"start": None}, "field 'start' must not be null"),
+    ({"start": "1"}, "field 'start' must be a number"),
+    ({"expect": "maybe"}, "field 'expect' must be one of clean, loss"),
+    ({"spec": []}, "field 'spec' must be a JSON object"),
+])
+def test_a_meta_field_the_analysis_reads_must_have_its_type(
+        spark, tmp_path: Path, change: dict, message: str) -> None:
+    meta = {"experiment": "e", "spec": {}, "seed": 1, "start": 1.0, "end": 2.0,
+            "idempotent": False, "expect": "clean"}
+    unread = meta | {"seed": "not read by the analysis"}
+    (tmp_path / "meta.json").write_text(json.dumps(unread))
+    assert io.read_meta(spark, str(tmp_path)) == unread
+    (tmp_path / "meta.json").write_text(json.dumps(meta | change))
+    with pytest.raises(ValueError, match=message):
+        io.read_meta(spark, str(tmp_path))
+
+
+def test_the_analysis_imports_nothing_of_the_runner() -> None:
+    """The analysis image copies analysis/undertow_analysis alone and installs only PySpark and
+    matplotlib: the job and the schema must import neither the runner nor the broker."""
+    code = ("import sys, undertow_analysis.job, undertow_analysis.__main__; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'undertow', 'minibroker'}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert run.stdout.strip() == "[]"
+
+
+def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -> None:
+    """The analysis tests and benchmarks feed histories they write themselves: those must be
+    histories the runner could have written, or the tests prove nothing about real runs."""
+    from analysis_histories import clean_history, planted_history
+    from scaled_history import write_scaled_history
+
+    written = [planted_history().write(tmp_path / "planted"),
+               clean_history(idempotent=True).write(tmp_path / "clean")]
+    write_scaled_history(tmp_path / "scaled", 500, plant_every=101)
+    written.append(tmp_path / "scaled")
+    for directory in written:
+        for file in schema.FILES:
+            text = (directory / file.filename).read_text()
+            records = ([json.loads(line) for line in text.splitlines()] if file.json_lines
+                       else [json.loads(text)])
+            for record in records:
+                assert not file.problems(record), (directory.name, file.filename, record)
