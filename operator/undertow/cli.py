@@ -74,6 +74,7 @@ def _analysis(history: Path, out: Path) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+    from undertow.runner.preflight import InsufficientSpace, check_free_space, estimate
     from undertow.runner.progress import Progress
     from undertow.runner.run import run_experiment
 
@@ -83,6 +84,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (out / "history").exists() and any((out / "history").iterdir()):
         print(f"undertow: {out} already holds a history; choose another --out",
               file=sys.stderr)
+        return EXIT_ERROR
+    try:  # the local cluster's logs and the history share --out's file system
+        check_free_space(out, estimate(loaded.experiment.spec))
+    except InsufficientSpace as exc:
+        print(f"undertow: {exc}", file=sys.stderr)
         return EXIT_ERROR
     out.mkdir(parents=True, exist_ok=True)
     cluster = loaded.cluster.spec
