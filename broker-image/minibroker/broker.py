@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 from minibroker.admin import AdminServer
 from minibroker.cluster.fetcher import ReplicaFetcher, ReplicaFetcherManager
+from minibroker.cluster.log_dir_failure import LOG_DIR_FAILURE_EXIT_CODE, LogDirFailureChannel
 from minibroker.cluster.partition import AlterPartitionRequest
 from minibroker.cluster.replica_manager import ReplicaManager
 from minibroker.cluster.scheduler import AsyncioScheduler
@@ -35,7 +37,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import resolve
-from minibroker.failpoints import DiskStall, power_loss
+from minibroker.failpoints import DiskFull, DiskStall, power_loss
 from minibroker.metrics import broker_registry
 from minibroker.network.apis import KafkaApis
 from minibroker.network.kafka_server import KafkaServer
@@ -44,6 +46,10 @@ from minibroker.rpc import RpcClient, RpcError
 from minibroker.storage.durability import DurabilityTracker
 
 log = logging.getLogger("minibroker.broker")
+
+
+LOG_DIR_FAILURE_HALT_DELAY_S = 0.1
+"""Between a log directory's failure and the halt: the answers being written go out."""
 
 
 @dataclass
@@ -103,13 +109,17 @@ class BrokerServer:
         self.fenced = True
         self.durability = DurabilityTracker()
         self.disk_stall = DiskStall(self.loop)
+        self.disk_full = DiskFull(self.loop, self.durability)
+        self.log_dir_failure_channel = LogDirFailureChannel()
+        self.log_dir_failure_channel.on_offline(self._handle_log_dir_failure)
         self.controller = RpcClient(*options.controller)
         config = options.config
         self.fetchers = ReplicaFetcherManager(self._make_fetcher)
         self.replica_manager = ReplicaManager(
             options.broker_id, options.data_dir, AsyncioScheduler(self.loop), config=config,
             alter_partition_sender=_ControllerAlterPartition(self),
-            fetcher_manager=self.fetchers, durability=self.durability)
+            fetcher_manager=self.fetchers, durability=self.durability,
+            log_dir_failure_channel=self.log_dir_failure_channel)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.kafka_server = KafkaServer(KafkaApis(self))
         self.admin: AdminServer | None = None
@@ -131,6 +141,8 @@ class BrokerServer:
                     ("DELETE", "/v1/failpoints/disk-stall"): lambda _b: self.disk_stall.clear(),
                     ("POST", "/v1/failpoints/power-loss"):
                         lambda _b: power_loss(self.durability),
+                    ("POST", "/v1/failpoints/disk-full"): self._fill_disk,
+                    ("DELETE", "/v1/failpoints/disk-full"): lambda _b: self.disk_full.clear(),
                 })
             self.admin.start()
         self.replica_manager.start_timers()
@@ -157,6 +169,22 @@ class BrokerServer:
     def _stall(self, body: dict[str, Any]) -> dict[str, Any]:
         self.disk_stall.stall(int(body["duration_ms"]))
         return {"stalled_until_ms": body["duration_ms"]}
+
+    def _fill_disk(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.disk_full.fill(int(body["duration_ms"]))
+        return {"full_for_ms": body["duration_ms"]}
+
+    def _handle_log_dir_failure(self, log_dir: Path) -> None:
+        """Kafka's ReplicaManager.handleLogDirFailure, then LogManager.handleLogDirFailure
+        with no live log directory left: stop serving, then halt (see
+        ``cluster/log_dir_failure.py``). The halt waits a moment, as Kafka's handler
+        thread runs beside the request threads: answers already written go out."""
+        log.error("Stopping serving replicas in dir %s because the log directory has failed",
+                  log_dir)
+        for tp in list(self.replica_manager.follower_states):
+            self.fetchers.unfollow(tp)
+        log.critical("Shutdown broker because all log dirs in %s have failed", log_dir)
+        self.loop.call_later(LOG_DIR_FAILURE_HALT_DELAY_S, os._exit, LOG_DIR_FAILURE_EXIT_CODE)
 
     # ---- controller channel -------------------------------------------------------------
 
@@ -290,6 +318,8 @@ class BrokerServer:
     def state(self) -> dict[str, Any]:
         state = self.replica_manager.state()
         state["disk_stalled"] = self.disk_stall.stalled
+        state["disk_full"] = self.durability.out_of_space
+        state["log_dir_offline"] = self.replica_manager.log_dir_offline
         state["incarnation_id"] = self.incarnation_id
         state["broker_epoch"] = self.broker_epoch
         state["fenced"] = self.fenced

@@ -499,3 +499,24 @@ def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
         pair for base, nxt, _, values in batches
         for pair in zip(range(base, nxt), values, strict=True)]
     log.close()
+
+
+def test_a_full_disk_refuses_appends_and_fsyncs_and_leaves_the_log_as_it_was(
+        log_dir: Path) -> None:
+    """ENOSPC as a file system with no free blocks gives it: the append fails whole (no
+    partial batch, the log end offset unmoved), so nothing is half-written for a restart to
+    find; once space is back the same log takes appends again."""
+    tracker = DurabilityTracker()
+    log = open_log(log_dir, tracker)
+    values = produce(log, 2, 3)
+    tracker.out_of_space = True
+    with pytest.raises(OSError, match="No space left on device") as refused:
+        log.append_as_leader(build_batch([b"lost"]), 0)
+    assert refused.value.errno == 28
+    with pytest.raises(OSError, match="No space left on device"):
+        log.flush()
+    assert log.log_end_offset == 6
+    assert offsets_read(log, 0) == list(range(6))
+    tracker.out_of_space = False
+    values += produce(log, 1, 2)
+    assert offsets_read(log, 0) == list(range(8)) and len(values) == 8

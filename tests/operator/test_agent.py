@@ -286,3 +286,23 @@ def test_the_launcher_waits_on_the_hold_file_and_its_deadline(tmp_path: Path) ->
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
                          timeout=10).stdout
     assert out.startswith("started") and time.monotonic() - began >= 0.5
+
+
+def test_a_held_restart_leaves_the_target_running_until_it_halts(target: Target,
+                                                                  tmp_path: Path) -> None:
+    """disk-full: the restart is held without a kill (the broker halts by itself on its
+    failed log directory); the hold ends on release or at its deadline."""
+    hold_file = tmp_path / "hold"
+    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker), Hold(hold_file))
+    agent.start()
+    try:
+        agent.hold_restart(30)
+        assert Hold(hold_file).active() and agent.faults()["running"] is True
+        assert [f["kind"] for f in agent.faults()["faults"]] == ["hold"]
+        agent.release()
+        assert not hold_file.exists() and agent.faults()["faults"] == []
+        agent.hold_restart(0.3)
+        wait_for(lambda: not hold_file.exists(), 5, "the hold to end at its deadline")
+        assert target.process.poll() is None
+    finally:
+        agent.close()

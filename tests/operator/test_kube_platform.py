@@ -199,6 +199,26 @@ async def test_disk_stall_and_power_loss_use_the_broker_failpoint(
         "power-loss broker-0"]
 
 
+async def test_disk_full_holds_the_restart_then_fills_the_disk_and_frees_both(
+        emulator: Any, api: KubeApi, agent: RunningAgent, broker: LocalPlatform) -> None:
+    """The agent holds the broker's next start first, so that a broker that halts on its
+    failed log directory stays down for the fault, as locally; freeing the disk clears the
+    failpoint and the hold, and waits until the broker serves."""
+    await asyncio.to_thread(add_pods, api)
+    admin_port = int(broker.admin_url("broker-0").rsplit(":", 1)[1])
+    platform = make_platform(api, agent_port=agent.port, admin_port=admin_port,
+                             failpoint_token=broker.failpoint_token)
+    await asyncio.to_thread(platform.fill_disk, "broker-0", 5.0)
+    assert broker.state("broker-0")["disk_full"] is True
+    assert [f["kind"] for f in agent.agent.faults()["faults"]] == ["hold"]
+    await asyncio.to_thread(platform.clear_disk_full, "broker-0")
+    assert broker.state("broker-0")["disk_full"] is False
+    assert agent.agent.faults()["faults"] == []
+    assert [m.split(":")[0] for _, m in events(emulator)] == [
+        "disk-full broker-0", "disk-full broker-0"]
+    assert events(emulator)[-1] == ("FaultRecovered", "disk-full broker-0: back and serving")
+
+
 async def test_for_experiment_takes_tokens_from_env_or_the_secret(emulator: Any,
                                                                    api: KubeApi) -> None:
     loaded = load_experiment(REPO / "experiments" / "acks1-leader-kill.yaml")

@@ -28,6 +28,7 @@ LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
     ("acksall-leader-kill", "kill", "clean"),
     ("pod-delete-ephemeral", "pod-delete", "loss"),
     ("pod-delete-persistent", "pod-delete", "clean"),
+    ("disk-full-leader-acksall", "disk-full", "clean"),
 ])
 def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, kind: str,
                                                         expected: str, pod_images: Engine,

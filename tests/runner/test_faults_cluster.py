@@ -259,6 +259,33 @@ def test_disk_stalled_leader_stops_acknowledging_until_cleared(
     assert produce(healthy, 10) is None
 
 
+def test_a_full_disk_fails_the_leaders_log_dir_and_it_halts_until_freed(
+        healthy: LocalPlatform) -> None:
+    """KIP-112 with one log directory: the append that hits ENOSPC is not acknowledged, the
+    broker halts (Kafka's Exit.halt(1)), the controller elects another ISR member and
+    fences it out of the ISR; it comes back only by the restart that recovery does."""
+    lead = leader(healthy)
+    assert produce(healthy, 10) is None
+    fault = build_fault(planned({"kind": "disk-full", "target": LEADER}), healthy, Nodes(lead),
+                        time_limit_s=60)
+    fault.inject()
+    try:
+        assert healthy.state(lead)["disk_full"] is True
+        assert produce(healthy, 15) is None  # retried to the new leader
+        wait_for(lambda: not healthy.is_running(lead), 10, f"{lead} to halt")
+        log_text = healthy.log_path(lead).read_text()
+        assert "No space left on device" in log_text
+        assert "Shutdown broker because all log dirs" in log_text
+        new = wait_new_leader(healthy, lead)
+        assert new != lead
+        wait_out_of_isr(healthy, lead)
+        assert produce(healthy, 10) is None
+    finally:
+        fault.recover()
+    assert healthy.is_running(lead) and healthy.state(lead)["disk_full"] is False
+    wait_back_in_isr(healthy, lead)
+
+
 def test_power_loss_kills_the_broker_and_recover_restarts_it(healthy: LocalPlatform) -> None:
     follower = a_follower(healthy)
     fault = build_fault(planned({"kind": "power-loss", "target": FOLLOWER}), healthy,

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from minibroker.cluster.delayed import DelayedFetch, DelayedProduce, Purgatory
 from minibroker.cluster.errors import KafkaApiError
+from minibroker.cluster.log_dir_failure import LogDirFailureChannel
 from minibroker.cluster.partition import AlterPartitionRequest, Partition
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.truncation import truncation_for_epoch_answer
@@ -89,12 +90,14 @@ class ReplicaManager:
         alter_partition_sender: AlterPartitionSender,
         fetcher_manager: FetcherManager,
         durability: DurabilityTracker | None = None,
+        log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.data_dir = data_dir
         self.scheduler = scheduler
         self.config = dict(config)
         self.durability = durability or DurabilityTracker()
+        self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self._alter_partition_sender = alter_partition_sender
         self._fetcher_manager = fetcher_manager
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -127,7 +130,12 @@ class ReplicaManager:
             if self._closed:
                 return
             try:
-                action()
+                if not self.log_dir_offline:
+                    action()
+            except OSError as exc:  # Kafka's checkpoint and flush threads do the same
+                self.log_dir_failure_channel.maybe_add_offline_log_dir(
+                    self.data_dir, f"Error in periodic {action.__name__} in dir "
+                                   f"{self.data_dir}", exc)
             finally:
                 self.scheduler.call_later(period_ms, run)
 
@@ -137,9 +145,14 @@ class ReplicaManager:
         for partition in self.partitions.values():
             partition.maybe_shrink_isr()
 
+    @property
+    def log_dir_offline(self) -> bool:
+        return self.log_dir_failure_channel.is_offline(self.data_dir)
+
     def checkpoint_high_watermarks(self) -> None:
         hws = {(tp.topic, tp.partition): p.high_watermark for tp, p in self.partitions.items()}
         if hws != self._checkpointed_hws:
+            self.durability.check_space(self._hw_checkpoint.path)
             self._hw_checkpoint.write(hws)
             self._checkpointed_hws = hws
 
@@ -149,6 +162,7 @@ class ReplicaManager:
         points = {(tp.topic, tp.partition): p.log.last_flushed_offset
                   for tp, p in self.partitions.items()}
         if points != self._checkpointed_recovery_points:
+            self.durability.check_space(self._recovery_checkpoint.path)
             self._recovery_checkpoint.write(points)
             self._checkpointed_recovery_points = points
 
@@ -279,8 +293,15 @@ class ReplicaManager:
         required: dict[TopicPartition, int] = {}
         for tp, records in entries.items():
             try:
+                if self.log_dir_offline:
+                    raise self.log_dir_failure_channel.storage_error(self.data_dir,
+                                                                     f"appending to {tp}")
                 partition = self._leader_partition(tp)
-                info = partition.append_records_to_leader(records, acks)
+                try:
+                    info = partition.append_records_to_leader(records, acks)
+                except OSError as exc:
+                    raise self.log_dir_failure_channel.storage_error(
+                        self.data_dir, f"appending to {tp}", exc) from exc
             except KafkaApiError as exc:
                 results[tp] = ProduceResult(error=exc.code, error_message=exc.message)
                 continue
@@ -416,8 +437,16 @@ class ReplicaManager:
         ]
 
     def on_follower_fetch(self, tp: TopicPartition, result: FetchResult) -> None:
+        """Raises ``KAFKA_STORAGE_ERROR`` once the log directory failed (the fetcher backs
+        off; the broker halts)."""
+        if self.log_dir_offline:
+            raise self.log_dir_failure_channel.storage_error(self.data_dir, f"appending to {tp}")
         partition = self.partitions[tp]
-        partition.append_records_to_follower(result.records, result.high_watermark)
+        try:
+            partition.append_records_to_follower(result.records, result.high_watermark)
+        except OSError as exc:
+            raise self.log_dir_failure_channel.storage_error(
+                self.data_dir, f"appending fetched records to {tp}", exc) from exc
 
     def on_follower_out_of_range(self, tp: TopicPartition, leader_start_offset: int,
                                  leader_end_offset: int) -> None:

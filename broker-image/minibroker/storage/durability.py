@@ -1,4 +1,5 @@
-"""What a power loss does to the log files, emulated in-process (LazyFS's clear-cache).
+"""The storage device as the log sees it, emulated in-process: what a power loss does to the
+log files (LazyFS's clear-cache), and a full disk.
 
 A killed process loses nothing that it wrote: the page cache survives. A power loss also
 drops every byte that was never fsynced. The log reports each fsync here (``mark_durable``),
@@ -6,10 +7,15 @@ and ``simulate_power_loss`` cuts every file back to its last durable size just b
 broker exits, so that a restart sees what a machine would see after losing power. Metadata
 operations (create, truncate, delete) are modelled as surviving, as a journaling file system
 commits them; a file that was never fsynced comes back empty.
+
+A full disk (``out_of_space``) makes every log append and fsync fail with ENOSPC, as a file
+system with no free blocks does; what the broker does about it is Kafka's log directory
+failure handling (``cluster/log_dir_failure.py``).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -25,6 +31,12 @@ class DurabilityTracker:
     def __init__(self) -> None:
         self._durable: dict[Path, int] = {}
         self.fsync_count = 0
+        self.out_of_space = False
+
+    def check_space(self, path: Path) -> None:
+        """Before an append or fsync of ``path``: a full disk refuses it."""
+        if self.out_of_space:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     def register(self, path: Path) -> None:
         """A file was created (or opened for appending) and nothing of it is durable yet."""

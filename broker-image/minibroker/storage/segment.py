@@ -157,6 +157,7 @@ class LogSegment:
         batch behind."""
         position = self.size
         try:
+            self._durability.check_space(self.log_path)
             _write_all(self._fd, data)
         except OSError:
             os.ftruncate(self._fd, self.size)
@@ -231,6 +232,7 @@ class LogSegment:
         self._bytes_since_index_entry = cut - (self._index_positions[-1] if kept else 0)
 
     def flush(self) -> None:
+        self._durability.check_space(self.log_path)
         os.fsync(self._fd)
         self._durability.mark_durable(self.log_path, self.size)
         os.fsync(self._index_fd_open())

@@ -7,6 +7,7 @@ the experiment is loaded; the registry only maps a kind to its unit.
 from __future__ import annotations
 
 from undertow.faults.base import Fault, Listener, Nodes
+from undertow.faults.disk_full import DiskFull
 from undertow.faults.disk_stall import DiskStall
 from undertow.faults.kill import Kill
 from undertow.faults.partition import Partition
@@ -18,7 +19,8 @@ from undertow.spec.faults import FaultKind
 from undertow.spec.schedule import PlannedFault
 
 FAULT_UNITS: dict[FaultKind, type[Fault]] = {
-    unit.kind: unit for unit in (Kill, Pause, Partition, DiskStall, PowerLoss, PodDelete)
+    unit.kind: unit for unit in (Kill, Pause, Partition, DiskStall, DiskFull, PowerLoss,
+                                 PodDelete)
 }
 
 

@@ -305,6 +305,34 @@ class KubernetesPlatform(Platform):
         if was_stalled:
             self._event("FaultRecovered", f"disk-stall {node}: cleared")
 
+    def fill_disk(self, node: str, duration_s: float) -> None:
+        """The broker's restart is held first (its agent), then its disk fills: when its
+        log directory fails it halts, its container restarts and waits, as locally."""
+        self.check_broker(node)
+        if duration_s <= 0:
+            raise PlatformError(f"disk-full of {node}: duration must be positive")
+        try:
+            self._agent(node).hold_restart(duration_s)
+        except EndpointError as exc:
+            raise PlatformError(f"cannot hold the restart of {node}: {exc}") from exc
+        self._admin(node).set_failpoint("disk-full", {"duration_ms": round(duration_s * 1000)})
+        with self._lock:
+            self._down[node] = "disk-full"
+        self._event("FaultInjected", f"disk-full {node}: log writes fail with ENOSPC for at "
+                                     f"most {duration_s:g}s; the broker halts on its failed "
+                                     "log directory and stays down until then")
+
+    def clear_disk_full(self, node: str) -> None:
+        """Free the disk of a broker still serving, release a halted one's restart and wait
+        until it serves again."""
+        self.check_broker(node)
+        with contextlib.suppress(EndpointUnreachable):  # halted, or halting right now
+            self._admin(node).clear_failpoint("disk-full")
+        with self._lock:
+            held = self._down.get(node) == "disk-full"
+        if held:
+            self.restart(node)
+
     def power_loss(self, node: str) -> None:
         """The failpoint drops every unsynced write and exits the broker; return once the
         kubelet saw the container die (it restarts it at once, in the same pod)."""

@@ -202,6 +202,17 @@ class Platform(ABC):
         """Lift a disk stall; a no-op when there is none or the broker is not running."""
 
     @abstractmethod
+    def fill_disk(self, node: str, duration_s: float) -> None:
+        """Make the broker's disk full for at most ``duration_s``: its next log write fails
+        with ENOSPC, its log directory goes offline and it halts, as Kafka's does; it
+        stays down until ``clear_disk_full``."""
+
+    @abstractmethod
+    def clear_disk_full(self, node: str) -> None:
+        """Free the disk; a broker that halted comes back only by a restart (this one),
+        as Kafka's does. Return once it serves."""
+
+    @abstractmethod
     def power_loss(self, node: str) -> None:
         """The broker loses every write it has not fsynced and dies; ``restart`` brings it back."""
 
@@ -294,3 +305,4 @@ class Platform(ABC):
                 self.restart(node)
         for node in self.brokers:
             self.clear_disk_stall(node)
+            self.clear_disk_full(node)

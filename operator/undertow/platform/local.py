@@ -388,6 +388,25 @@ class LocalPlatform(Platform):
             raise PlatformError(f"cannot clear the disk stall of {node} while it is paused")
         self._admin(node).clear_failpoint("disk-stall")
 
+    def fill_disk(self, node: str, duration_s: float) -> None:
+        self.check_broker(node)
+        if duration_s <= 0:
+            raise PlatformError(f"disk-full of {node}: duration must be positive")
+        self._require_responsive(node, "fill the disk of")
+        self._admin(node).set_failpoint("disk-full", {"duration_ms": round(duration_s * 1000)})
+
+    def clear_disk_full(self, node: str) -> None:
+        self.check_broker(node)
+        if not self.is_running(node):
+            self.restart(node)  # it halted on its failed log directory
+            return
+        if self.is_paused(node):
+            raise PlatformError(f"cannot free the disk of {node} while it is paused")
+        with contextlib.suppress(EndpointUnreachable):  # halting right now
+            self._admin(node).clear_failpoint("disk-full")
+        if not self.is_running(node):
+            self.restart(node)
+
     def power_loss(self, node: str) -> None:
         with self._node_locks[self.check_broker(node)]:
             process = self._process(node)

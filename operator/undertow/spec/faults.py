@@ -3,8 +3,8 @@
 Each item of `spec.faults` is exactly one of three shapes::
 
     # 1. one fault, possibly repeated
-    - kind: kill                       # kill | pause | partition | disk-stall | power-loss
-                                       # | pod-delete
+    - kind: kill                       # kill | pause | partition | disk-stall | disk-full
+                                       # | power-loss | pod-delete
       target: {role: leader}           # leader of partition 0 of the experiment topic
       at: 5s                           # offset from the workload's start
       duration: 3s                     # restart / resume / heal after this long
@@ -63,14 +63,18 @@ __all__ = [
     "TargetSelector",
 ]
 
-FaultKind = Literal["kill", "pause", "partition", "disk-stall", "power-loss", "pod-delete"]
+FaultKind = Literal["kill", "pause", "partition", "disk-stall", "disk-full", "power-loss",
+                    "pod-delete"]
 """kill: SIGKILL then restart. pause: SIGSTOP/SIGCONT (a GC pause). partition: network cut.
-disk-stall: the broker's appends and fsyncs block. power-loss: the process dies and every
+disk-stall: the broker's appends and fsyncs block. disk-full: its log writes fail with
+ENOSPC, its log directory goes offline and it halts, as Kafka's does; restarted when the
+disk is freed. power-loss: the process dies and every
 file loses what was not fsynced, then it restarts. pod-delete: the pod is deleted and
 replaced at once (new address; an ephemeral disk comes back empty)."""
 
 BROKER_ONLY_KINDS = {
     "disk-stall": "disk-stall is a broker failpoint; the controller has none",
+    "disk-full": "disk-full is a broker failpoint; the controller has none",
     "power-loss": "power-loss is a broker failpoint; the controller has none",
     "pod-delete": "pod-delete hits broker pods only (the controller's metadata is not a "
                   "fault target)",
@@ -210,7 +214,9 @@ class FaultAction(SpecModel):
 
     kind: FaultKind | None = None
     """kill (SIGKILL, restart after duration), pause (SIGSTOP/SIGCONT), partition (network
-    cut), disk-stall (appends and fsyncs block), power-loss (die, lose every write that
+    cut), disk-stall (appends and fsyncs block), disk-full (log writes fail with ENOSPC:
+    the broker halts on its failed log directory, restarted when the disk is freed),
+    power-loss (die, lose every write that
     was not fsynced, restart) or pod-delete (Chaos Mesh's pod-kill: the broker's pod is
     deleted and replaced at once, with a new address and, with ephemeral storage, an
     empty disk)."""

@@ -31,6 +31,9 @@ class AgentClient:
     def kill(self, deadline_s: float) -> None:
         self._control.request("POST", "/v1/kill", {"deadline_s": deadline_s})
 
+    def hold_restart(self, deadline_s: float) -> None:
+        self._control.request("POST", "/v1/hold", {"deadline_s": deadline_s})
+
     def release(self) -> None:
         self._control.request("POST", "/v1/release", {})
 

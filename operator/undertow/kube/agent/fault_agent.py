@@ -66,10 +66,20 @@ class FaultAgent:
             log.info("killed %s; held down for at most %.1fs", pids, deadline_s)
             return pids
 
+    def hold_restart(self, deadline_s: float) -> None:
+        """Hold the target's next start (``Hold``) until ``release`` or the deadline,
+        without killing it: for a fault after which the broker halts itself (a failed
+        log directory), so that it stays down for the fault's duration, as locally."""
+        with self.deadlines.lock:
+            self.hold.set(deadline_s)
+            self.deadlines.add("hold", "hold", deadline_s)
+            log.info("restart held for at most %.1fs", deadline_s)
+
     def release(self) -> None:
-        """Let a killed target start again."""
+        """Let a killed (or held) target start again."""
         with self.deadlines.lock:
             self.deadlines.discard("kill")
+            self.deadlines.discard("hold")
             self.hold.clear()
 
     def drop(self, direction: str, peer: str, deadline_s: float) -> None:
@@ -102,7 +112,7 @@ class FaultAgent:
         ``AgentError``)."""
         if fault.kind == "pause":
             self.processes.resume()
-        elif fault.kind == "kill":
+        elif fault.kind in ("kill", "hold"):
             self.hold.clear()
         else:
             direction, peer = fault.key.split("/", 1)

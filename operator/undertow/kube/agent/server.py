@@ -83,6 +83,9 @@ def make_server(agent: FaultAgent, host: str, port: int, token: str) -> Threadin
                 return {"resumed": agent.resume()}
             if (method, path) == ("POST", "/v1/kill"):
                 return {"killed": agent.kill(_deadline(body))}
+            if (method, path) == ("POST", "/v1/hold"):
+                agent.hold_restart(_deadline(body))
+                return {"held": True}
             if (method, path) == ("POST", "/v1/release"):
                 agent.release()
                 return {"released": True}
