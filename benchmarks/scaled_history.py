@@ -192,7 +192,8 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
     """meta.json, a kill every 30 s lasting 10 s, and 4 cluster samples a second per partition."""
     start = start_ms / 1000
     meta = {"experiment": "scaled", "spec": {}, "seed": 0, "start": start,
-            "end": start + duration + 2, "idempotent": idempotent, "expect": "loss"}
+            "end": start + duration + 2, "idempotent": idempotent, "expect": "loss",
+            "incomplete": False, "incomplete_reason": None}
     (out / "meta.json").write_text(json.dumps(meta))
     kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]
     with open(out / "faults.jsonl", "w") as f:

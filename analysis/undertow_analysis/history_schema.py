@@ -158,6 +158,14 @@ META = HistoryFile("meta.json", (
           nullable=True),
     Field("idempotent", BOOLEAN, "the producers used `enable.idempotence=true`"),
     Field("expect", STRING, "the verdict the experiment expects", values=("clean", "loss")),
+    Field("incomplete", BOOLEAN, "true when a failure stopped the run (a history file that "
+                                 "could not be written, a part of the runner that failed): "
+                                 "records are missing from then on and there was no drain, so "
+                                 "the analysis refuses the history unless given "
+                                 "`--allow-incomplete`"),
+    Field("incomplete_reason", STRING, "the failure that stopped the run, e.g. `history: could "
+                                       "not write .../sends.jsonl: [Errno 28] No space left on "
+                                       "device`; null when complete", nullable=True),
 ), closed=False)
 
 # One line per send attempt, written when it completes.

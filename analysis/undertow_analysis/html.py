@@ -6,7 +6,7 @@ import base64
 from html import escape
 from typing import Any
 
-from undertow_analysis.report import ANOMALY_COUNTS
+from undertow_analysis.report import ANOMALY_COUNTS, INCOMPLETE_NOTE
 
 VERDICT_COLOURS = {"clean": "#2a9d8f", "anomalies": "#e9c46a", "loss": "#d62828"}
 COUNT_HELP = {
@@ -33,6 +33,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 tr.bad td{background:#fde2e2}
 img{max-width:100%}
 .muted{color:#667}
+.incomplete{margin:.8em 0;padding:.6em 1em;border:2px solid #d62828;border-radius:8px}
 """
 
 
@@ -68,6 +69,14 @@ def _records(rows: list[dict[str, Any]], t0: float) -> list[list[Any]]:
     ]
 
 
+def _incomplete(report: dict[str, Any]) -> str:
+    """Right under the verdict: a history stopped by a failure (`--allow-incomplete`)."""
+    if not report["incomplete"]:
+        return ""
+    return (f'<div class="incomplete" id="incomplete"><b>Incomplete history:</b> '
+            f"{escape(INCOMPLETE_NOTE)} ({escape(str(report['incomplete_reason']))}).</div>")
+
+
 RECORD_HEADERS = ["kind", "value", "partition", "offset", "sent (s)", "fault active", "detail"]
 
 
@@ -90,6 +99,7 @@ def render(
         f"{escape(verdict)}</title><style>{CSS}</style></head><body>",
         f'<div class="verdict" id="verdict" style="background:{VERDICT_COLOURS[verdict]}">'
         f"Verdict: {escape(verdict)}{exp}</div>",
+        _incomplete(report),
         f"<p class='muted'>history {escape(report['history'])}; experiment "
         f"{escape(str(report.get('experiment')))}; idempotent producer: "
         f"{report['idempotent']}; run {report['run']['duration_s']:.1f} s</p>",

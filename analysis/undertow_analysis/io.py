@@ -114,7 +114,8 @@ FILES = {
                         ("t", "topic", "partition", "leader", "isr")),
 }
 OPTIONAL_FILES = ("faults", "cluster")
-META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect")
+META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
+             "incomplete_reason")
 
 
 @dataclass

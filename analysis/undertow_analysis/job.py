@@ -1,12 +1,16 @@
 """The analysis job: history in, report.json + report.html + anomalies/ out.
 
     python -m undertow_analysis HISTORY --out DIR [--master URL] [--conf KEY=VALUE ...]
+                                [--allow-incomplete]
     spark-submit analysis/undertow_analysis/__main__.py HISTORY --out DIR
 
 Only bounded results reach the driver: counts (aggregated from the few noteworthy values the
 one pass over the history writes), per-second series for the plots, fault windows, and at most
 MAX_LOST_ROWS lost plus MAX_OTHER_ROWS per other kind of example records. The full anomaly list
 is written by Spark.
+
+A history that meta.json marks incomplete (a failure stopped the run: records are missing and
+there was no drain) is refused unless asked for; its report then says so first.
 """
 
 from __future__ import annotations
@@ -76,17 +80,25 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None
     return builder.getOrCreate(), True
 
 
+class IncompleteHistory(ValueError):
+    """meta.json says a failure stopped the run: its counts would not be a verdict on the
+    system (acknowledged records never drained look lost)."""
+
+
 def run_analysis(
     history_uri: str,
     out_uri: str,
     master: str | None = "local[*]",
     conf: Mapping[str, str] | None = None,
+    *,
+    allow_incomplete: bool = False,
 ) -> dict[str, Any]:
     """Check the history at `history_uri`, write the report to `out_uri`, print the one-screen
-    summary on stdout, and return report.json's content."""
+    summary on stdout, and return report.json's content. An incomplete history raises
+    `IncompleteHistory` unless `allow_incomplete`."""
     spark, created = spark_session(master, conf)
     try:
-        result = analyze(spark, history_uri, out_uri)
+        result = analyze(spark, history_uri, out_uri, allow_incomplete=allow_incomplete)
     finally:
         if created:
             spark.stop()
@@ -94,10 +106,17 @@ def run_analysis(
     return result
 
 
-def analyze(spark: SparkSession, history_uri: str, out_uri: str) -> dict[str, Any]:
+def analyze(spark: SparkSession, history_uri: str, out_uri: str, *,
+            allow_incomplete: bool = False) -> dict[str, Any]:
     """run_analysis on a given session, without printing."""
+    history = read_history(spark, history_uri)
+    if history.meta.get("incomplete") and not allow_incomplete:
+        raise IncompleteHistory(
+            f"history {history_uri} is incomplete: {history.meta.get('incomplete_reason')}; "
+            f"records are missing from then on and there was no drain, so its counts say "
+            f"little (analyse it anyway with --allow-incomplete)")
     with _keeping_observations(spark):
-        return _analyze(spark, read_history(spark, history_uri), out_uri)
+        return _analyze(spark, history, out_uri)
 
 
 def _series(written: DataFrame, history: History
@@ -335,6 +354,8 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         "history": history.uri,
         "experiment": meta.get("experiment"),
         "idempotent": idempotent,
+        "incomplete": bool(meta.get("incomplete", False)),
+        "incomplete_reason": meta.get("incomplete_reason"),
         "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
                     "anomalies": outputs["anomalies"]},
     }
@@ -372,17 +393,21 @@ def parser() -> argparse.ArgumentParser:
                    help="Spark master (default local[*]; under spark-submit, its --master)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark configuration, repeatable")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="analyse a history that meta.json marks incomplete (a failure stopped "
+                        "the run); the report says so")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: exit 0 whatever the verdict (the verdict is in the report), 2 on bad
-    input."""
+    input, an incomplete history among them unless --allow-incomplete."""
     args = parser().parse_args(argv)
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     master = args.master or (None if under_spark_submit else "local[*]")
     try:
-        run_analysis(args.history, args.out, master, _conf(args.conf))
+        run_analysis(args.history, args.out, master, _conf(args.conf),
+                     allow_incomplete=args.allow_incomplete)
     except (FileNotFoundError, ValueError) as e:
         print(f"undertow analyze: {e}", file=sys.stderr)
         return 2

@@ -24,6 +24,8 @@ COUNT_NAMES = (
     "aborted_reads", "unexpected", "indeterminate_committed", "indeterminate_lost",
 )
 ANOMALY_COUNTS = COUNT_NAMES[4:11]
+INCOMPLETE_NOTE = ("a failure stopped the run, so records are missing from then on and there "
+                   "was no drain: acknowledged records look lost, and the verdict says little")
 
 
 def fault_label(fault: dict[str, Any]) -> str:
@@ -144,6 +146,8 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(f"VERDICT: {verdict}" + (
         f"   (expected {expect}: {'as expected' if report['as_expected'] else 'UNEXPECTED'})"
         if expect else ""))
+    if report["incomplete"]:
+        lines.append(f"HISTORY INCOMPLETE: {INCOMPLETE_NOTE} ({report['incomplete_reason']})")
     lines.append("")
     lines.append(f"sends   attempted {c['attempted']:>12,}  acked {c['acked']:>12,}  "
                  f"failed {c['failed']:>10,}  indeterminate {c['indeterminate']:>10,}")

@@ -1,13 +1,15 @@
 """``undertow``: run chaos experiments and analyse their histories.
 
     undertow run FILE [--out DIR] [--seed N] [--network proxy|netns]
-    undertow analyze HISTORY_DIR --out DIR [--master URL]
+    undertow analyze HISTORY_DIR --out DIR [--master URL] [--allow-incomplete]
     undertow validate FILE [FILE ...]
     undertow plan FILE [--seed N]
     undertow describe --bootstrap HOST:PORT [--topic T ...]
 
 ``run`` exits 0 when the verdict matches the experiment's ``expect``, 1 when it does not,
-and 2 on bad input or an error.
+and 2 on bad input or an error. An error is one line on stderr, whichever thread of the run
+it happened in (a history file that could not be written, above all); tracebacks are logged
+at ``--log-level DEBUG`` only.
 """
 
 from __future__ import annotations
@@ -20,9 +22,28 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from undertow.runner.abort import RunAborted
 from undertow.spec import SpecError, choose_seed, load_experiment, plan
 
 EXIT_AS_EXPECTED, EXIT_UNEXPECTED, EXIT_ERROR = 0, 1, 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class OneLineLogs(logging.Formatter):
+    """A logged exception as its type and message at the end of the record's line; its
+    traceback only when `tracebacks` (--log-level DEBUG). A run that fails says why in one
+    line, not in tracebacks from its threads (issue 22)."""
+
+    def __init__(self, fmt: str, *, tracebacks: bool) -> None:
+        super().__init__(fmt)
+        self._tracebacks = tracebacks
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info is None or self._tracebacks:
+            return super().format(record)
+        error = record.exc_info[1]
+        plain = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return f"{super().format(plain)}: {type(error).__name__}: {error}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--out", required=True)
     analyze.add_argument("--master", default=None)
     analyze.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    analyze.add_argument("--allow-incomplete", action="store_true",
+                         help="analyse a history that meta.json marks incomplete (a run stopped "
+                              "by a failure); the report says so")
 
     validate = sub.add_parser("validate", help="validate experiment files")
     validate.add_argument("files", type=Path, nargs="+")
@@ -141,8 +165,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    handler.setFormatter(OneLineLogs(
+        LOG_FORMAT, tracebacks=logging.getLogger().isEnabledFor(logging.DEBUG)))
     try:
         if args.command == "run":
             return cmd_run(args)
@@ -160,9 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 argv_ += ["--master", args.master]
             for conf in args.conf:
                 argv_ += ["--conf", conf]
+            if args.allow_incomplete:
+                argv_.append("--allow-incomplete")
             return analyze_main(argv_)
     except SpecError as exc:
         print(f"undertow: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except RunAborted as exc:  # the platform's exit healed and stopped everything on the way
+        print(f"undertow: {exc}; the run was stopped, every fault healed", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("undertow: interrupted; every fault was recovered", file=sys.stderr)

@@ -104,6 +104,7 @@ class HistoryBuilder:
         meta = {
             "experiment": self.experiment, "spec": {}, "seed": 0, "start": self.start,
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
+            "incomplete": False, "incomplete_reason": None,
         }
         (out / "meta.json").write_text(json.dumps(meta))
         files = {"sends": self.sends, "reads": self.reads, "faults": self.faults,

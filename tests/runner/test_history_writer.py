@@ -2,7 +2,8 @@
 runner pulls in no Spark (the operator image, which runs it in Kubernetes, has none).
 
 The writer does not check its lines at runtime (it is on the workload's hot path); these tests
-do, and tests/analysis/test_real_history.py does for every line of a real run."""
+do, and tests/analysis/test_real_history.py does for every line of a real run. On a full disk
+it stops the history at the first line that does not fit (issue 22)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from undertow.runner.history import HistoryWriter
+from small_disk import fill, mounted_tmpfs
+
+from undertow.runner.abort import Abort, HistoryWriteError
+from undertow.runner.history import RESERVE_MIN_BYTES, RESERVE_NAME, HistoryWriter
 from undertow_analysis import history_schema as schema
 
 
@@ -49,3 +53,64 @@ def test_importing_the_runner_imports_no_spark() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert run.stdout.strip() == "[]"
+
+
+def test_the_first_failed_write_stops_the_history_and_the_last_meta_still_fits(
+        tmp_path: Path) -> None:
+    """On a real full file system: the write that does not fit is reported once, naming its
+    file, and cut back, so every line left is whole; later lines are dropped without a second
+    error; the last meta.json goes into the room the first one set aside."""
+    with mounted_tmpfs(tmp_path / "disk", "1m") as disk:
+        abort = Abort()
+        history = disk / "history"
+        writer = HistoryWriter(history, abort)
+        writer.write_meta({"experiment": "e", "end": None})
+        assert (history / RESERVE_NAME).stat().st_size >= RESERVE_MIN_BYTES
+        fill(disk / "filler")
+        sent = 0
+        while not abort.is_set():  # the pages already allocated take a few lines more
+            writer.send(producer="p0", value=f"p0-{sent}", topic="t", partition=0, status="ok",
+                        offset=sent, error=None, t_invoke=1.0, t_complete=2.0)
+            sent += 1
+            assert sent < 100_000, "the full disk never refused a line"
+        first = abort.reason
+        assert isinstance(first, HistoryWriteError)
+        assert str(first) == (f"history: could not write {history / 'sends.jsonl'}: "
+                              f"[Errno 28] No space left on device")
+
+        sizes = {p.name: p.stat().st_size for p in history.iterdir()}
+        writer.send(producer="p0", value="late", topic="t", partition=0, status="ok", offset=0,
+                    error=None, t_invoke=1.0, t_complete=2.0)
+        writer.read(consumer="c0", phase="run", topic="t", partition=0, offset=0, value="p0-0",
+                    t=1.0)
+        writer.fault(fault="kill", target="broker-0", role="leader of t-0", action="recover")
+        writer.cluster_sample({"t": 1.0})
+        assert {p.name: p.stat().st_size for p in history.iterdir()} == sizes
+        assert abort.reason is first
+
+        values = [json.loads(line)["value"]
+                  for line in (history / "sends.jsonl").read_text().splitlines()]
+        assert values == [f"p0-{i}" for i in range(sent - 1)]
+
+        writer.finish({"experiment": "e", "end": 3.0, "incomplete": True,
+                       "incomplete_reason": str(first)})
+        meta = json.loads((history / "meta.json").read_text())
+        assert (meta["incomplete"], meta["incomplete_reason"]) == (True, str(first))
+        assert sorted(p.name for p in history.iterdir()) == sorted(
+            f.filename for f in schema.FILES)
+        assert abort.reason is first
+
+
+def test_a_meta_json_that_does_not_fit_is_the_failure(tmp_path: Path) -> None:
+    """A disk full before the run: the first meta.json is the write that fails (the runner
+    then refuses to start), and no half-written temporary file is left."""
+    with mounted_tmpfs(tmp_path / "disk", "1m") as disk:
+        fill(disk / "filler")
+        abort = Abort()
+        writer = HistoryWriter(disk / "history", abort)
+        writer.write_meta({"experiment": "e", "spec": {"padding": "x" * 10_000}})
+        writer.close()
+        assert str(abort.reason) == (f"history: could not write {disk / 'history/meta.json'}: "
+                                     f"[Errno 28] No space left on device")
+        assert sorted(p.name for p in (disk / "history").iterdir()) == sorted(
+            f.filename for f in schema.FILES if f.json_lines)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from small_disk import mounted_tmpfs
 
 from undertow.runner.preflight import estimate
 from undertow.spec import load_experiment
@@ -34,16 +35,8 @@ def test_the_estimate_grows_with_rate_size_duration_and_replicas() -> None:
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "small", "8m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_a_run_that_cannot_fit_is_refused_before_anything_starts(small_tmpfs: Path) -> None:

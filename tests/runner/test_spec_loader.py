@@ -31,6 +31,8 @@ LIBRARY = {
     "hw-min-isr-legacy": "loss",
     "pod-delete-ephemeral": "loss",
     "pod-delete-persistent": "clean",
+    "disk-full-leader-acksall": "clean",
+    "disk-full-sole-isr-acks1": "clean",
 }
 
 

@@ -31,6 +31,7 @@ CONFIG_MAP_LIMIT = 1_000_000
 
 def run(file: Path, out: Path, namespace: str, seed: int) -> int:
     from undertow.kube.platform import KubernetesPlatform
+    from undertow.runner.abort import RunAborted
     from undertow.runner.run import run_experiment
     from undertow.spec import SpecError, load_experiment
 
@@ -44,6 +45,9 @@ def run(file: Path, out: Path, namespace: str, seed: int) -> int:
         run_experiment(loaded, platform, out, seed=seed)
     except KeyboardInterrupt:
         log.warning("interrupted; every fault was healed on the way out")
+        return 1
+    except RunAborted as exc:  # the history could not be written: one line, as locally
+        print(f"undertow: {exc}", file=sys.stderr)
         return 1
     except Exception:
         log.exception("the run failed")

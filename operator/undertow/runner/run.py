@@ -9,6 +9,11 @@
 Every way out (normal end, Ctrl-C, SIGTERM, an exception) goes through the same ``finally``
 blocks: faults recovered, workload stopped, platform stopped. The guardian process of the
 local platform covers the case where this process itself is killed.
+
+A failure in any of the run's threads, a history write above all, aborts the run through
+its `Abort` (`undertow.runner.abort`): every wait of the run gives way to it within half a
+second, the run stops as on Ctrl-C, meta.json says the history is incomplete and why, and
+`run_experiment` raises that failure (`RunAborted`) as the run's one error.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 from undertow.cluster_view.kafka import KafkaAdminError, admin_client, create_topic
 from undertow.platform.base import Platform, sigterm_as_interrupt, wait_for
+from undertow.runner.abort import Abort, RunAborted
 from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
 from undertow.runner.sampler import ClusterSampler
@@ -33,6 +39,8 @@ log = logging.getLogger("undertow.run")
 READY_TIMEOUT_S = 60.0
 HEAL_TIMEOUT_S = 45.0
 DRAIN_TIMEOUT_S = 60.0
+PROGRESS_S = 0.5
+"""The fault phase's beat: a progress update, and the longest an abort waits to be seen."""
 
 
 @dataclass
@@ -62,6 +70,14 @@ def partitions_healthy(platform: Platform, topic: str, replication_factor: int) 
     return platform.cluster_view().healthy(topic, replication_factor)
 
 
+def _until_healthy(platform: Platform, topic: str, replication_factor: int, timeout: float,
+                   what: str, abort: Abort) -> None:
+    """Wait for `partitions_healthy`, or raise the run's failure as soon as it is aborted."""
+    wait_for(lambda: abort.is_set() or partitions_healthy(platform, topic, replication_factor),
+             timeout, what, ignore=(Exception,))
+    abort.raise_if_set()
+
+
 def _create_topic(platform: Platform, loaded: LoadedExperiment) -> None:
     """With a stock Kafka admin client, as on any Kafka; retried until the cluster serves."""
     topic = loaded.experiment.spec.topic
@@ -88,7 +104,8 @@ def run_experiment(
     spec = loaded.experiment.spec
     seed = choose_seed(spec) if seed is None else seed
     planned = plan(loaded.experiment, seed)
-    history = HistoryWriter(out / "history")
+    abort = Abort()
+    history = HistoryWriter(out / "history", abort)
     cfg = workload_config(loaded)
     meta: dict[str, Any] = {
         "experiment": loaded.experiment.metadata.name,
@@ -101,31 +118,39 @@ def run_experiment(
         "expect": spec.expect,
         "start": time.time(),
         "end": None,
+        "incomplete": False,
+        "incomplete_reason": None,
     }
     history.write_meta(meta)
+    if abort.reason is not None:  # not even meta.json could be written: nothing has started
+        history.close()
+        raise abort.reason
     log.info("Running %s (seed %d, %d planned faults) into %s", meta["experiment"], seed,
              len(planned), out)
     try:
-        with sigterm_as_interrupt(), platform:
-            _run_phases(loaded, platform, history, planned, seed, cfg, meta, on_progress)
+        with abort.catching_thread_exceptions(), sigterm_as_interrupt(), platform:
+            _run_phases(loaded, platform, history, abort, planned, seed, cfg, meta,
+                        on_progress)
     finally:
         meta["end"] = time.time()
-        history.write_meta(meta)
-        history.close()
+        if abort.reason is not None:
+            meta["incomplete"], meta["incomplete_reason"] = True, str(abort.reason)
+        history.finish(meta)
+    abort.raise_if_set()  # the last meta.json could not be written
     report = analyze(out / "history", out) if analyze is not None else None
     verdict = report["verdict"] if report else None
     return RunResult(verdict, spec.expect, report, out / "history")
 
 
 def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWriter,
-                planned: list, seed: int, cfg: WorkloadConfig, meta: dict[str, Any],
-                on_progress: Callable[[dict[str, Any]], None]) -> None:
+                abort: Abort, planned: list, seed: int, cfg: WorkloadConfig,
+                meta: dict[str, Any], on_progress: Callable[[dict[str, Any]], None]) -> None:
     spec = loaded.experiment.spec
     topic, rf = spec.topic.name, spec.topic.replication_factor
     _create_topic(platform, loaded)
-    wait_for(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
-             "every partition to have a leader and a full ISR", ignore=(Exception,))
-    workload = Workload(platform.bootstrap, cfg, history)
+    _until_healthy(platform, topic, rf, READY_TIMEOUT_S,
+                   "every partition to have a leader and a full ISR", abort)
+    workload = Workload(platform.bootstrap, cfg, history, abort)
     sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe)
     nemesis = Nemesis(platform, planned, topic, history, seed)
     sampler.start()
@@ -143,32 +168,38 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
                              "acks_per_second": workload.stats.acks_per_second(),
                              "active_faults": nemesis.active(),
                              "partitions": sampler.latest})
-                time.sleep(0.5)
+                if abort.wait(PROGRESS_S):
+                    break
         finally:
             for producer in workload.producers:
                 producer.stop()
             nemesis.stop()
+        abort.raise_if_set()
         on_progress({"phase": "healing", "partitions": sampler.latest})
         for producer in workload.producers:
             producer.join()
         try:
-            wait_for(lambda: partitions_healthy(platform, topic, rf), HEAL_TIMEOUT_S,
-                     "every partition to have a leader and a full ISR after healing",
-                     ignore=(Exception,))
+            _until_healthy(platform, topic, rf, HEAL_TIMEOUT_S,
+                           "every partition to have a leader and a full ISR after healing",
+                           abort)
             meta["healed"] = True
+        except RunAborted:
+            raise
         except Exception as exc:
             meta["healed"] = False
             log.warning("%s; draining anyway", exc)
         for consumer in workload.consumers:
             consumer.stop()
         on_progress({"phase": "draining", "partitions": sampler.latest})
-        drained = drain(platform.bootstrap, topic, spec.topic.partitions, history,
+        drained = drain(platform.bootstrap, topic, spec.topic.partitions, history, abort,
                         DRAIN_TIMEOUT_S)
+        abort.raise_if_set()
         meta["drain"] = {str(p): {"end": end, "read_to": pos}
                          for p, (end, pos) in drained.items()}
         meta["faults_skipped"] = [
             {"index": r.planned.index, "kind": r.planned.kind, "reason": r.skipped}
             for r in nemesis.runs if r.skipped]
     finally:
+        workload.stop()
         sampler.stop()
         workload.epoch_gate.close()

@@ -5,6 +5,9 @@ A send is ``ok`` (acknowledged, with its offset), ``fail`` (the broker said no, 
 attempt could have been written: see ``outcomes``) or ``info`` (timed out, disconnected, or an
 error after retries or a leader change: the record may or may not be in the log). Values are
 ``p{producer}-{seq}``, padded to the record size after a ``|`` that readers cut off.
+
+When the run is aborted (`undertow.runner.abort`) the workers stop waiting: producers give up
+their outstanding sends' outcomes and the drain stops, so neither holds up a run that stops.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from undertow.runner.abort import Abort
 from undertow.runner.history import HistoryWriter
 from undertow.runner.outcomes import LeaderEpochGate, classify
 
@@ -29,6 +33,8 @@ SEPARATOR = "|"
 # librdkafka logs every disconnect and refused connection a fault causes (levels 3-6): keep
 # only its critical messages; the outcome of every send is in the history anyway.
 LIBRDKAFKA_LOG_LEVEL = 2
+ABORT_POLL_S = 0.2
+"""How often a producer waiting for its last outcomes, and the drain, look at the abort."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +62,11 @@ def decode_value(raw: bytes | None) -> str:
 
 class ProducerWorker:
     def __init__(self, index: int, bootstrap: str, cfg: WorkloadConfig,
-                 submit: Callable[[dict[str, Any]], None]) -> None:
+                 submit: Callable[[dict[str, Any]], None], abort: Abort) -> None:
         self.name = f"p{index}"
         self._cfg = cfg
         self._submit = submit
+        self._abort = abort
         self._stop = threading.Event()
         self._producer = Producer({
             "bootstrap.servers": bootstrap,
@@ -110,8 +117,12 @@ class ProducerWorker:
                 self._producer.poll(delay)
             if delay < -1.0:
                 next_send = time.monotonic()  # fell behind (a full queue): do not burst
-        # Wait for every outstanding send's outcome: each ends ok, fail or (timed out) info.
-        self._producer.flush(cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5)
+        # Wait for every outstanding send's outcome: each ends ok, fail or (timed out) info;
+        # unless the run was aborted, when the outcomes could not be recorded anyway.
+        deadline = time.monotonic() + cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5
+        while (self._producer.flush(ABORT_POLL_S) and time.monotonic() < deadline
+               and not self._abort.is_set()):
+            pass
 
     def _on_delivery(self, value: str, partition: int, t_invoke: float):
         def callback(err: KafkaError | None, msg) -> None:
@@ -187,6 +198,9 @@ class ConsumerWorker:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop reading and close; a second call does nothing."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join()
         self.close()
@@ -214,8 +228,9 @@ class ConsumerWorker:
 
 
 def drain(bootstrap: str, topic: str, partitions: int, history: HistoryWriter,
-          timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
-    """A fresh consumer reads every partition from its log start to its end (the HW).
+          abort: Abort, timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
+    """A fresh consumer reads every partition from its log start to its end (the HW), or
+    until the run is aborted.
 
     Returns, per partition, (end offset, records read) so the runner can say whether the
     drain was complete.
@@ -224,9 +239,9 @@ def drain(bootstrap: str, topic: str, partitions: int, history: HistoryWriter,
     ends = {p: high for p, (_low, high) in consumer.watermarks().items()}
     consumer.assign()
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(
+    while time.monotonic() < deadline and not abort.is_set() and any(
             consumer.positions.get(p, 0) < end for p, end in ends.items()):
-        consumer.poll_once(0.5)
+        consumer.poll_once(ABORT_POLL_S)
     consumer.close()
     return {p: (end, consumer.positions.get(p, 0)) for p, end in ends.items()}
 
@@ -235,11 +250,12 @@ class Workload:
     """Producers and run-phase consumers. Definite failures pass through `epoch_gate`: feed
     it the cluster sampler's rounds and close it when the sampler stops."""
 
-    def __init__(self, bootstrap: str, cfg: WorkloadConfig, history: HistoryWriter) -> None:
+    def __init__(self, bootstrap: str, cfg: WorkloadConfig, history: HistoryWriter,
+                 abort: Abort) -> None:
         self.stats = WorkloadStats()
         self._history = history
         self.epoch_gate = LeaderEpochGate(self._record_send)
-        self.producers = [ProducerWorker(i, bootstrap, cfg, self._submit)
+        self.producers = [ProducerWorker(i, bootstrap, cfg, self._submit, abort)
                           for i in range(cfg.producers)]
         self.consumers = [ConsumerWorker(f"c{i}", bootstrap, cfg.topic, cfg.partitions,
                                          history, "run")
@@ -248,6 +264,15 @@ class Workload:
     def start(self) -> None:
         for worker in (*self.consumers, *self.producers):
             worker.start()
+
+    def stop(self) -> None:
+        """On every way out of a run: no more sends, no more reads (idempotent). Producers
+        are not waited for: they finish their outstanding sends on their own, quickly when
+        the run was aborted."""
+        for producer in self.producers:
+            producer.stop()
+        for consumer in self.consumers:
+            consumer.stop()
 
     def _submit(self, send: dict[str, Any]) -> None:
         if send["status"] == "fail":
