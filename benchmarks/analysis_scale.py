@@ -7,7 +7,12 @@ counts against the planted ones, and print history lines per second and the driv
 memory (RSS of the Python driver plus its JVM, sampled every 100 ms). The data is deleted
 afterwards unless --keep.
 
+With --compare-events each history is analysed a second time without its events.jsonl: the
+loss attribution (the events joined with the anomalies, and each truncation with the
+acknowledged sends in the one pass over the history) must cost at most 10 % more time.
+
     .venv/bin/python benchmarks/analysis_scale.py [--sizes 1000000,5000000] [--dir /tmp/x]
+                                                  [--compare-events]
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="scratch directory (default: a new temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the generated histories")
     p.add_argument("--driver-memory", default="4g")
+    p.add_argument("--compare-events", action="store_true",
+                   help="also analyse each history without events.jsonl and print the cost")
     args = p.parse_args(argv)
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="undertow-scale-"))
     conf = [f"spark.driver.memory={args.driver_memory}"]
@@ -102,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:>11,} {lines:>12,} {generated:>10.1f} {elapsed:>9.1f} "
               f"{lines / elapsed:>10,.0f} {n / elapsed:>9,.0f} {peak / 2**20:>6,.0f} MiB  {ok}",
               flush=True)
+        if args.compare_events:
+            (history / "events.jsonl").rename(scratch / "events.jsonl")
+            without, _, _ = _run_job(history, scratch / f"out-{n}-no-events", conf)
+            (scratch / "events.jsonl").rename(history / "events.jsonl")
+            shutil.rmtree(scratch / f"out-{n}-no-events")
+            rows[-1]["without_events_s"] = round(without, 1)
+            print(f"{'':>11} without events.jsonl {without:.1f} s: the attribution costs "
+                  f"{(elapsed / without - 1):+.1%}", flush=True)
         if not args.keep:
             shutil.rmtree(history)
             shutil.rmtree(out)

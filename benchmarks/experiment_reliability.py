@@ -9,9 +9,11 @@ under 2 minutes.
 
 Runs go round-robin over the experiments, so a measurement cut short still covers each one
 evenly. Every run is appended to a ledger (``--ledger``, one JSON object a line: experiment,
-expect, verdict, seconds, the load average and the commit), and the summary is computed from
-the ledger, so measurements taken in several sittings add up. Runs whose verdict was not the
-expected one are kept (without broker data) under ``--keep`` for inspection. ``--jobs 2`` runs
+expect, verdict, seconds, the load average, the commit, and from the report's loss
+attribution the unexplained anomalous records and the mechanisms named), and the summary is
+computed from the ledger, so measurements taken in several sittings add up. Runs whose
+verdict was not the expected one, or with records no event explains, are kept (without
+broker data) under ``--keep`` for inspection. ``--jobs 2`` runs
 two experiments at a time: twice the runs per hour on two cores, each run slower (the ledger
 records the load average each run started under).
 """
@@ -49,22 +51,27 @@ def run_once(path: Path, keep: Path, index: int) -> dict:
             [sys.executable, "-m", "undertow", "run", str(path), "--out", out, "--no-progress"],
             cwd=REPO, capture_output=True, text=True)
         seconds = time.monotonic() - started
-        report = Path(out) / "report.json"
-        verdict = (json.loads(report.read_text())["verdict"] if report.exists()
-                   else f"error({proc.returncode})")
-        if proc.returncode != 0:
+        written = Path(out) / "report.json"
+        report = json.loads(written.read_text()) if written.exists() else None
+        verdict = report["verdict"] if report else f"error({proc.returncode})"
+        explained = (report or {}).get("explained") or {}
+        unexplained = explained.get("unexplained")
+        mechanisms = sorted({i["mechanism"] for i in explained.get("incidents", [])})
+        if proc.returncode != 0 or unexplained:
             kept = keep / f"{path.stem}-{index}"
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(out, kept, ignore=shutil.ignore_patterns("cluster"))
             (kept / "output.txt").write_text(proc.stdout + proc.stderr)
     return {"experiment": path.stem, "expect": expectation(path), "verdict": verdict,
             "seconds": round(seconds, 1), "load_before": round(load, 2), "commit": commit(),
-            "t": round(time.time(), 1)}
+            "t": round(time.time(), 1), "unexplained": unexplained, "mechanisms": mechanisms}
 
 
 def summary(ledger: Path, names: list[str], commits: list[str] | None = None) -> str:
-    """Per experiment: runs as expected, mean and max seconds, runs under 2 minutes and the
-    mean load average they started under; only runs at `commits` (prefixes) if given."""
+    """Per experiment: runs as expected, mean and max seconds, runs under 2 minutes, the
+    mean load average they started under, the unexplained anomalous records (summed over the
+    runs that recorded them: runs of analyses with loss attribution) and the loss mechanisms
+    named; only runs at `commits` (prefixes) if given."""
     runs: dict[str, list[dict]] = defaultdict(list)
     if ledger.exists():
         for line in ledger.read_text().splitlines():
@@ -73,7 +80,7 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
                 if not commits or any(entry["commit"].startswith(c) for c in commits):
                     runs[entry["experiment"]].append(entry)
     lines = [f"{'experiment':32} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6} "
-             f"{'<120 s':>7} {'load':>5}  other verdicts"]
+             f"{'<120 s':>7} {'load':>5} {'unexpl.':>7}  other verdicts; mechanisms"]
     for name in names:
         done = runs.get(name, [])
         if not done:
@@ -84,9 +91,14 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
         other = sorted({r["verdict"] for r in done if r["verdict"] != r["expect"]})
         quick = sum(s < 120 for s in seconds)
         load = sum(r["load_before"] for r in done) / len(done)
+        explained = [r for r in done if r.get("unexplained") is not None]
+        unexplained = (f"{sum(r['unexplained'] for r in explained)}/{len(explained)}"
+                       if explained else "-")
+        mechanisms = sorted({m for r in explained for m in r.get("mechanisms", [])})
         lines.append(f"{name:32} {done[0]['expect']:6} {matched:>5}/{len(done):<6} "
                      f"{sum(seconds) / len(seconds):7.1f} {max(seconds):6.1f} "
-                     f"{quick:>3}/{len(done):<3} {load:5.1f}  {','.join(other)}")
+                     f"{quick:>3}/{len(done):<3} {load:5.1f} {unexplained:>7}  "
+                     f"{','.join(other)}; {','.join(mechanisms)}")
     return "\n".join(lines)
 
 

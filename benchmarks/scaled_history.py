@@ -189,7 +189,8 @@ def _write_reads(
 
 
 def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bool) -> None:
-    """meta.json, a kill every 30 s lasting 10 s, and 4 cluster samples a second per partition."""
+    """meta.json, a kill every 30 s lasting 10 s (with its events), and 4 cluster samples a
+    second per partition."""
     start = start_ms / 1000
     meta = {"experiment": "scaled", "spec": {}, "seed": 0, "start": start,
             "end": start + duration + 2, "idempotent": idempotent, "expect": "loss",
@@ -202,6 +203,7 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
                 f.write(json.dumps({"fault": "kill", "target": f"broker-{k % 3}",
                                     "role": f"leader of t-{k % PARTITIONS}", "action": action,
                                     "t": start + at}) + "\n")
+    _write_events(out, start, kills)
     with open(out / "cluster.jsonl", "w") as f:
         for step in range(int(duration * 4) + 1):
             t = step / 4
@@ -211,3 +213,38 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
                 f.write(json.dumps({"t": start + t, "topic": "t", "partition": p,
                                     "leader": isr[p % len(isr)], "leader_epoch": 0, "isr": isr,
                                     "high_watermark": 0, "log_end_offsets": {}}) + "\n")
+
+
+def _event(t: float, node: str, type_: str, **fields: object) -> str:
+    row = dict.fromkeys(("topic", "partition", "leader_epoch", "broker", "leader",
+                         "previous_leader", "kind", "reason", "detail", "from_offset",
+                         "to_offset", "log_end_offset", "high_watermark", "isr", "old_isr",
+                         "broker_epoch"))
+    return json.dumps({"t": t, "node": node, "type": type_, **row, **fields}) + "\n"
+
+
+def _write_events(out: Path, start: float, kills: list[tuple[int, float]]) -> None:
+    """events.jsonl as the brokers and the controller log a leader kill: the controller fences
+    the leader and elects another, which becomes leader; the old leader, back 10 s later,
+    truncates the 100 offsets only it had. (Planted losses fall anywhere, so most stay
+    unexplained: these events are for the cost of the attribution, not its findings.)"""
+    with open(out / "events.jsonl", "w") as f:
+        for p in range(PARTITIONS):
+            f.write(_event(start, f"broker-{p % 3}", "become_leader", topic="t", partition=p,
+                           leader_epoch=0, broker=p % 3, log_end_offset=0, high_watermark=0,
+                           isr=[0, 1, 2]))
+        for epoch, (k, at) in enumerate(kills, start=1):
+            p, old, new = k % PARTITIONS, k % 3, (k + 1) % 3
+            end = int(at * RATE / PARTITIONS)
+            t = start + at
+            f.write(_event(t + 3, "controller", "broker_fenced", broker=old, broker_epoch=k,
+                           reason="session_expired"))
+            f.write(_event(t + 3, "controller", "leader_election", topic="t", partition=p,
+                           leader_epoch=epoch, leader=new, previous_leader=old, kind="clean",
+                           reason="leader_fenced", isr=[0, 1, 2]))
+            f.write(_event(t + 3.1, f"broker-{new}", "become_leader", topic="t", partition=p,
+                           leader_epoch=epoch, broker=new, log_end_offset=end,
+                           high_watermark=end, isr=[b for b in range(3) if b != old]))
+            f.write(_event(t + 10.5, f"broker-{old}", "truncation", topic="t", partition=p,
+                           leader_epoch=epoch, broker=old, from_offset=end + 100, to_offset=end,
+                           reason="offset_for_leader_epoch"))

@@ -109,6 +109,8 @@ def positions_by_value(by_value: DataFrame) -> DataFrame:
         F.max((code == DRAIN).cast("byte")).alias("drained"),
         F.max((code == RUN).cast("byte")).alias("run_read"),
         F.min("t_invoke").alias("t_invoke"),
+        F.min(F.when(code == OK, F.col("t_complete"))).alias("t_acked"),
+        F.min(F.when(code == RUN, F.col("t_complete"))).alias("t_read"),
     )
 
 
@@ -140,8 +142,9 @@ def _at(cond: Column, last: bool = False) -> Column:
 
 
 def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
-    """Per value: outcome, t_invoke, n_drained, one boolean column per anomaly kind, and the
-    positions (structs of tk, pos) that explain them.
+    """Per value: outcome, t_invoke, t_acked (the first acknowledgement), t_read (the first
+    read during the run), n_drained, one boolean column per anomaly kind, and the positions
+    (structs of tk, pos) that explain them.
 
     outcome: `acked` if any attempt was ok; else `indeterminate` if an attempt timed out (it
     may have been written); else `failed` (every attempt failed definitively); null for a
@@ -168,6 +171,8 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
         F.count(F.when(drained, 1)).alias("n_drained"),
         F.max((ok_here & drained).cast("byte")).alias("placed"),
         F.min("t_invoke").alias("t_invoke"),
+        F.min("t_acked").alias("t_acked"),
+        F.min("t_read").alias("t_read"),
         _at(ok_here).alias("acked_at"),
         _at(drained).alias("drained_at"),
         _at(drained, last=True).alias("drained_last"),
@@ -196,7 +201,8 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
         "indeterminate_lost": indeterminate & ~is_drained,
     }
     return v.select(
-        "value", "outcome", "n_sends", "t_invoke", "n_drained", *POSITIONS,
+        "value", "outcome", "n_sends", "t_invoke", "t_acked", "t_read", "n_drained",
+        *POSITIONS,
         *[F.coalesce(cond, F.lit(False)).alias(name) for name, cond in flags.items()],
     )
 
@@ -257,8 +263,9 @@ def _show(at: Column, topics: Mapping[int, str]) -> Column:
 
 def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFrame:
     """One row per (anomalous value, kind): kind, topic, partition, offset, value, t_invoke,
-    detail. The position is the one the acknowledgement gave (lost, misplaced, duplicate of an
-    acked record), the inconsistent one, or where a read found the record. `topics` maps the
+    t_acked, t_read, detail. The position is the one the acknowledgement gave (lost,
+    misplaced, duplicate of an acked record), the inconsistent one, or where a read found the
+    record. `topics` maps the
     topic keys of `anomalous` to names (`topic_key`). Values without an anomaly give no row."""
     kinds = F.filter(F.array(*[F.when(F.col(k), F.lit(k)) for k in KINDS]),
                      lambda k: k.isNotNull())
@@ -289,9 +296,10 @@ def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFram
     return (
         anomalous.filter(F.size(kinds) > 0)
         .select("*", F.explode(kinds).alias("kind"))
-        .select("kind", position.alias("p"), "value", "t_invoke", detail.alias("detail"))
+        .select("kind", position.alias("p"), "value", "t_invoke", "t_acked", "t_read",
+                detail.alias("detail"))
         .select("kind", topic.alias("topic"), partition.alias("partition"),
-                offset.alias("offset"), "value", "t_invoke", "detail")
+                offset.alias("offset"), "value", "t_invoke", "t_acked", "t_read", "detail")
     )
 
 
@@ -332,6 +340,44 @@ def with_active_fault(df: DataFrame, intervals: DataFrame, width: float,
     cond = ((keyed["_bucket"] == buckets["_bucket"]) & (t >= buckets["_start"])
             & (t < buckets["_end"]))
     return keyed.join(F.broadcast(buckets), cond, "left").select(*df.columns, "fault")
+
+
+TRUNCATION_BUCKET_BITS = 12
+"""Width (as a power of two, in offsets) of the buckets `acked_in_truncations` joins on."""
+
+
+def truncation_ranges(truncations: DataFrame) -> DataFrame:
+    """id, tk, lo, hi (packed positions, hi exclusive) and t (their `t_cut`) of truncation
+    events (`attribution.dropped`), one row per `TRUNCATION_BUCKET_BITS` bucket they touch."""
+    lo = packed_position(F.col("partition"), F.col("to_offset"))
+    hi = packed_position(F.col("partition"), F.col("from_offset"))
+    return truncations.select(
+        "id", topic_key(F.col("topic")).alias("tk"), lo.alias("lo"), hi.alias("hi"),
+        F.col("t_cut").alias("t"),
+        F.explode(F.sequence(F.shiftright(lo, TRUNCATION_BUCKET_BITS),
+                             F.shiftright(hi - 1, TRUNCATION_BUCKET_BITS))).alias("bucket"))
+
+
+def acked_in_truncations(by_value: DataFrame, ranges: DataFrame) -> DataFrame:
+    """id, acked: per truncation (`truncation_ranges`), the send attempts acknowledged at
+    one of its offsets before its `t_cut`. A clean run's truncations should show 0: they
+    dropped only records nobody had been told were written.
+
+    One more reader of `by_value`'s exchange, joined with the (broadcast) buckets of the
+    truncations on a numeric key. Nothing here may become a filter below that exchange, which
+    would change its plan and parse the history again: the send's outcome folds into the key
+    (null unless acknowledged), and the keys compare null-safe, the bounds through coalesce,
+    so the optimizer infers no not-null filter either.
+    """
+    ok = (F.col("code") == OK) & _every_column(by_value)
+    acked = by_value.select(
+        F.when(ok, F.shiftright("pos", TRUNCATION_BUCKET_BITS)).alias("_bucket"),
+        F.col("tk").alias("_tk"), F.coalesce(F.col("pos"), F.lit(-1)).alias("_pos"),
+        F.coalesce(F.col("t_complete"), F.lit(math.inf)).alias("_t"))
+    r = F.broadcast(ranges)
+    on = (acked["_bucket"].eqNullSafe(r["bucket"]) & acked["_tk"].eqNullSafe(r["tk"])
+          & (acked["_pos"] >= r["lo"]) & (acked["_pos"] < r["hi"]) & (acked["_t"] < r["t"]))
+    return acked.join(r, on, "inner").groupBy("id").agg(F.count("*").alias("acked"))
 
 
 SECOND, LATENCY, OTHER = 0, 1, 2  # the kinds of `send_series` rows, in the key's low bits

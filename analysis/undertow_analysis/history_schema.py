@@ -231,7 +231,60 @@ CLUSTER = HistoryFile("cluster.jsonl", (
                                            "the replicas that answered"),
 ))
 
-FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, FAULTS, CLUSTER)
+# The brokers' and the controller's replication state changes, as they logged them: one line
+# per event, collected from each node's `/v1/events` during the run (a history without this
+# file analyses as before, without explanations). Each type fills the fields it names and
+# leaves the others null.
+EVENT_TYPES = ("become_leader", "become_follower", "truncation", "isr_change",
+               "leader_election", "broker_fenced", "broker_unfenced", "power_loss",
+               "log_recovery")
+EVENTS = HistoryFile("events.jsonl", (
+    Field("t", DOUBLE, "when the node logged it"),
+    Field("node", STRING, "the process that logged it: `broker-N` or `controller`"),
+    Field("type", STRING, "what changed: a replica became leader or follower; a log was "
+                          "truncated; a leader changed its ISR; the controller elected a "
+                          "leader (or found none), fenced or unfenced a broker; a broker lost "
+                          "power (with its log end offsets just before); a restarted broker "
+                          "loaded its log", values=EVENT_TYPES),
+    Field("topic", STRING, "the partition's topic; null for broker events", nullable=True),
+    Field("partition", INT, "the partition; null for broker events", nullable=True),
+    Field("leader_epoch", INT, "the partition's leader epoch after the change (for a "
+                               "truncation: the epoch of the leader the broker follows)",
+          nullable=True),
+    Field("broker", INT, "the broker the event is about: the one that became leader or "
+                         "follower, truncated, was fenced, lost power or recovered",
+          nullable=True),
+    Field("leader", INT, "`become_follower`: the leader followed. `leader_election`: the new "
+                         "leader, -1 when none could be elected", nullable=True),
+    Field("previous_leader", INT, "`leader_election`: the leader before it (-1: none)",
+          nullable=True),
+    Field("kind", STRING, "`leader_election`: `clean` (an ISR member), `unclean` (a replica "
+                          "outside the ISR, `unclean.leader.election.enable`), `preferred` "
+                          "(the auto leader rebalance), `offline` (no live ISR member)",
+          nullable=True, values=("clean", "unclean", "preferred", "offline")),
+    Field("reason", STRING, "why, as a code. `truncation`: `offset_for_leader_epoch`, "
+                            "`high_watermark` (pre-KIP-101 mode), `out_of_range`, "
+                            "`log_recovery` (what a power loss took). `isr_change`: `lag`, "
+                            "`caught_up`, `fenced`. `leader_election`: `leader_fenced`, "
+                            "`broker_unfenced`, `preferred`. `broker_fenced`: "
+                            "`session_expired`, `restarted`", nullable=True),
+    Field("detail", STRING, "the same in words, as the node logged it", nullable=True),
+    Field("from_offset", LONG, "`truncation`: the log end offset before", nullable=True),
+    Field("to_offset", LONG, "`truncation`: the log end offset after", nullable=True),
+    Field("log_end_offset", LONG, "the replica's LEO at the change (`become_leader`, "
+                                  "`become_follower`, `power_loss`, `log_recovery`)",
+          nullable=True),
+    Field("high_watermark", LONG, "the replica's HW at the change (`become_leader`, "
+                                  "`become_follower`)", nullable=True),
+    Field("isr", array_of(INT), "`become_leader`, `isr_change`: the ISR after. "
+                                "`leader_election`: the ISR the leader was chosen from",
+          nullable=True),
+    Field("old_isr", array_of(INT), "`isr_change`: the ISR before", nullable=True),
+    Field("broker_epoch", LONG, "`broker_fenced`, `broker_unfenced`: the broker's "
+                                "registration epoch", nullable=True),
+))
+
+FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, FAULTS, CLUSTER, EVENTS)
 
 
 # ---- docs/history-format.md's field tables ----------------------------------------------------

@@ -34,17 +34,29 @@ tr.bad td{background:#fde2e2}
 img{max-width:100%}
 .muted{color:#667}
 .incomplete{margin:.8em 0;padding:.6em 1em;border:2px solid #d62828;border-radius:8px}
+.unexplained{color:#d62828}
+ol#incidents li{margin:.4em 0}
 """
 
 
-def _table(headers: list[str], rows: list[list[Any]], cls: str, row_cls: list[str] | None = None
-           ) -> str:
+def _word(value: Any) -> str:
+    """A cell's text: booleans as yes/no, None as nothing."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "" if value is None else str(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]], cls: str, row_cls: list[str] | None = None,
+           *, none: str | None = None) -> str:
+    """A table; with no rows and `none` given, the one line `none` instead."""
+    if not rows and none is not None:
+        return f'<p class="muted {cls}">{escape(none)}</p>'
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = []
     for i, row in enumerate(rows):
         cells = "".join(
             f'<td class="n">{v:,}</td>' if isinstance(v, int) and not isinstance(v, bool)
-            else f"<td>{escape('' if v is None else str(v))}</td>"
+            else f"<td>{escape(_word(v))}</td>"
             for v in row)
         rc = f' class="{row_cls[i]}"' if row_cls and row_cls[i] else ""
         body.append(f"<tr{rc}>{cells}</tr>")
@@ -77,6 +89,48 @@ def _incomplete(report: dict[str, Any]) -> str:
             f"{escape(INCOMPLETE_NOTE)} ({escape(str(report['incomplete_reason']))}).</div>")
 
 
+def _explained(report: dict[str, Any]) -> list[str]:
+    """The loss incidents, each one sentence (unexplained ones first and in red), and the
+    truncations with what they cut: right under the verdict."""
+    ex = report["explained"]
+    if not ex["events"]:
+        return ["<h2>Loss incidents</h2>",
+                "<p class='muted' id='incidents'>This history has no events.jsonl (a run from "
+                "before broker events, or another Kafka-protocol system): the anomalies below "
+                "are not explained.</p>"]
+    parts = ["<h2>Loss incidents</h2>"]
+    if ex["incidents"]:
+        more = (f" ({len(ex['incidents'])} of {ex['incident_count']} shown)"
+                if ex["incident_count"] > len(ex["incidents"]) else "")
+        if ex["unexplained"]:
+            parts.append(f"<p class='unexplained'><b>{ex['unexplained']:,} anomalous records "
+                         f"no event explains: a bug in the broker or in the harness.</b></p>")
+        items = "".join(
+            f"<li class='{'unexplained' if i['mechanism'] == 'unexplained' else ''}'>"
+            f"<b>{escape(i['mechanism_name'])}</b>: {escape(i['sentence'])}</li>"
+            for i in ex["incidents"])
+        parts.append(f"<ol id='incidents'>{items}</ol>{escape(more)}")
+    else:
+        parts.append("<p class='muted' id='incidents'>None: no acknowledged record was lost "
+                     "or moved, and no read was contradicted.</p>")
+    parts.append("<h2>Truncations</h2>")
+    cuts = ex["truncations"]
+    if cuts:
+        verdict = ("each dropped only records nobody had been told were written"
+                   if not ex["truncations_cut_acked"] else
+                   f"{ex['truncations_cut_acked']} of them cut acknowledged records")
+        parts.append(f"<p class='muted'>{len(cuts)} truncation(s); {escape(verdict)}.</p>")
+        parts.append(_table(
+            ["at (s)", "broker", "partition", "from", "to", "reason", "acked cut", "lost",
+             "what it cut"],
+            [[c["t_s"], c["broker"], f"{c['topic']}-{c['partition']}", c["from_offset"],
+              c["to_offset"], c["reason"], c["acked"], c["lost"], c["sentence"]]
+             for c in cuts], "truncations", ["bad" if c["lost"] else "" for c in cuts]))
+    else:
+        parts.append("<p class='muted truncations'>No replica truncated its log.</p>")
+    return parts
+
+
 RECORD_HEADERS = ["kind", "value", "partition", "offset", "sent (s)", "fault active", "detail"]
 
 
@@ -102,7 +156,8 @@ def render(
         _incomplete(report),
         f"<p class='muted'>history {escape(report['history'])}; experiment "
         f"{escape(str(report.get('experiment')))}; idempotent producer: "
-        f"{report['idempotent']}; run {report['run']['duration_s']:.1f} s</p>",
+        f"{_word(report['idempotent'])}; run {report['run']['duration_s']:.1f} s</p>",
+        *_explained(report),
         "<h2>Counts</h2>",
         _table(["count", "value", "meaning"], [[k, c[k], COUNT_HELP[k]] for k in COUNT_HELP],
                "counts", ["bad" if k in ANOMALY_COUNTS and c[k] else "" for k in COUNT_HELP]),
@@ -110,10 +165,12 @@ def render(
         f'<img id="timeline" alt="timeline: acks per second, fault windows, lost records, ISR '
         f'size per partition" src="data:image/png;base64,{_b64(timeline_png)}">',
         "<h2>Lost records</h2>",
-        f"<p class='muted'>{len(lost):,} of {c['lost']:,} shown, earliest sent first; the full "
-        f"list is in {escape(report['outputs']['anomalies'])}.</p>",
-        _table(RECORD_HEADERS, _records(lost, t0), "lost"),
     ]
+    if lost:
+        parts.append(f"<p class='muted'>{len(lost):,} of {c['lost']:,} shown, earliest sent "
+                     f"first; the full list is in {escape(report['outputs']['anomalies'])}.</p>")
+    parts.append(_table(RECORD_HEADERS, _records(lost, t0), "lost",
+                        none="No acknowledged record was lost."))
     if other:
         parts += ["<h2>Other anomalies</h2>",
                   "<p class='muted'>the earliest of each kind; all are in anomalies/.</p>",
@@ -136,11 +193,13 @@ def render(
         _table(["kind", "partition", "start (s)", "duration (s)"],
                [[w["kind"], f"{w['topic']}-{w['partition']}" if "topic" in w else "all",
                  w["start_s"], w["duration_s"]] for w in report["unavailable_windows"]],
-               "windows"),
+               "windows", none="No unavailable window: every second with send attempts had "
+                               "an acknowledgement, and every partition always had a leader."),
         "<h2>Faults</h2>",
         _table(["#", "fault", "target", "role", "start (s)", "end (s)", "recovered"],
                [[f["id"], f["fault"], f["target"], f["role"], f["start_s"], f["end_s"],
-                 f["recovered"]] for f in report["faults"]], "faults"),
+                 f["recovered"]] for f in report["faults"]], "faults",
+               none="No fault was injected."),
     ]
     mal = report["malformed"]
     parts.append(f"<h2>Malformed history lines: {mal['skipped']:,} skipped</h2>")

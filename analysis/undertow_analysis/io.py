@@ -100,6 +100,9 @@ class FileSpec:
         return T.StructType([*self.schema.fields, T.StructField(CORRUPT, T.StringType())])
 
 
+EVENT_FIELDS = ("t", "node", "type", "topic", "partition", "leader_epoch", "broker", "leader",
+                "previous_leader", "kind", "reason", "from_offset", "to_offset",
+                "log_end_offset", "isr")
 # What the analysis reads of each file: sends without producer and error, reads without
 # consumer, cluster samples without leader_epoch, high_watermark and log_end_offsets.
 FILES = {
@@ -112,8 +115,12 @@ FILES = {
                        ("fault", "target", "action", "t")),
     "cluster": FileSpec(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr"),
                         ("t", "topic", "partition", "leader", "isr")),
+    "events": FileSpec(schema.EVENTS, EVENT_FIELDS, ("t", "node", "type"),
+                       ranges=(("partition", 0, MAX_PARTITION), ("from_offset", 0, MAX_OFFSET),
+                               ("to_offset", 0, MAX_OFFSET),
+                               ("log_end_offset", 0, MAX_OFFSET))),
 }
-OPTIONAL_FILES = ("faults", "cluster")
+OPTIONAL_FILES = ("faults", "cluster", "events")
 META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
              "incomplete_reason")
 
@@ -147,6 +154,13 @@ class History:
         bad = F.col("_reason").isNotNull()
         observed = self.parsed[name].observe(obs, F.count(F.when(bad, 1)).alias("malformed"))
         return observed.filter(~bad).drop("_reason")
+
+    def usable(self, name: str) -> DataFrame:
+        """The usable lines of a small optional file, for any number of queries; none counts
+        the malformed ones (`valid` does, in one)."""
+        if self.parsed[name] is None:
+            return self.spark.createDataFrame([], FILES[name].schema)
+        return self.parsed[name].filter(F.col("_reason").isNull()).drop("_reason")
 
     def lines(self, name: str) -> DataFrame:
         """Every line of a (required) file, the malformed ones too, marked by a boolean column

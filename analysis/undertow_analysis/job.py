@@ -3,6 +3,8 @@
     python -m undertow_analysis HISTORY --out DIR [--master URL] [--conf KEY=VALUE ...]
                                 [--allow-incomplete]
     spark-submit analysis/undertow_analysis/__main__.py HISTORY --out DIR
+    python -m undertow_analysis HISTORY --out DIR --wait SECONDS [--planned-sends N]
+                                [--lifeline]      (started before the run ends: prestart.py)
 
 Only bounded results reach the driver: counts (aggregated from the few noteworthy values the
 one pass over the history writes), per-second series for the plots, fault windows, and at most
@@ -20,6 +22,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -28,10 +31,11 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from undertow_analysis import checks, html, plots, report
+from undertow_analysis import attribution, checks, explain, html, plots, prestart, report
 from undertow_analysis.io import History, child, delete, read_history, write_bytes
 
-VALUE_PART = "value"  # the scratch output's noteworthy values; the rest are series rows
+VALUE_PART = "value"  # the scratch output's noteworthy values
+TRUNCATION_PART = "truncation"  # acknowledged records per truncation; the rest are series rows
 SERIES_COLUMNS = ("part", "second", "bucket", "attempted", "acked", "max_ms", "first", "last",
                   "bad_sends", "bad_reads")
 MAX_LOST_ROWS = 1000
@@ -42,10 +46,15 @@ SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
 }
+SMALL_RUN_SENDS = 100_000
+"""A run planning at most this many sends is small: its analysis is mostly one-time costs."""
 
 
-def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The configuration of a session the job creates: its defaults, then `conf`."""
+def session_conf(master: str | None, conf: Mapping[str, str] | None = None, *,
+                 planned_sends: int | None = None) -> dict[str, str]:
+    """The configuration of a session the job creates: its defaults, then `conf`.
+    `planned_sends`: how many sends the run to analyse planned, when known before its
+    history is (`undertow run`)."""
     defaults = dict(SESSION_DEFAULTS)
     if master and master.startswith("local"):
         # Few shuffle partitions, which adaptive execution coalesces further on small runs.
@@ -59,11 +68,19 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None) -> d
         # The driver JVM is the executor: the throughput collector has no concurrent threads
         # and cheaper write barriers than G1, which leaves more of a small machine to tasks.
         defaults["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+        if planned_sends is not None and planned_sends <= SMALL_RUN_SENDS:
+            # The client compiler alone: a small run's job runs no code long enough to gain
+            # from C2, whose compilations took 40 % of the CPU of the warm-up and of the job
+            # after it (acksall-leader-kill, 18k sends; a synthetic 100k: 30 %), same times.
+            # Without C2 the code cache shrinks to 48 MB, which Spark's generated classes
+            # filled after four analyses (the JIT then stops): keep the tiered 240 MB.
+            defaults["spark.driver.extraJavaOptions"] += (
+                " -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
     return {**defaults, **(conf or {})}
 
 
-def spark_session(master: str | None, conf: Mapping[str, str] | None = None
-                  ) -> tuple[SparkSession, bool]:
+def spark_session(master: str | None, conf: Mapping[str, str] | None = None, *,
+                  planned_sends: int | None = None) -> tuple[SparkSession, bool]:
     """The active session if there is one (tests, notebooks, `undertow run`), else a new one.
 
     Returns (session, created): the caller stops only a session it created. `master` None
@@ -75,7 +92,7 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None
     builder = SparkSession.builder.appName("undertow-analysis")
     if master:
         builder = builder.master(master)
-    for key, value in session_conf(master, conf).items():
+    for key, value in session_conf(master, conf, planned_sends=planned_sends).items():
         builder = builder.config(key, value)
     return builder.getOrCreate(), True
 
@@ -92,15 +109,27 @@ def run_analysis(
     conf: Mapping[str, str] | None = None,
     *,
     allow_incomplete: bool = False,
+    wait: float | None = None,
+    planned_sends: int | None = None,
 ) -> dict[str, Any]:
     """Check the history at `history_uri`, write the report to `out_uri`, print the one-screen
     summary on stdout, and return report.json's content. An incomplete history raises
-    `IncompleteHistory` unless `allow_incomplete`."""
-    spark, created = spark_session(master, conf)
+    `IncompleteHistory` unless `allow_incomplete`.
+
+    With `wait` (seconds) the history may still be being written (`prestart`): the session
+    starts first and, on a local master, warms up on a tiny history shaped like the run's;
+    then the job waits, up to `wait` seconds after the call, for the run to close it. That
+    session is left to stop with this process, while the runner prints the verdict (the JVM
+    stops it when its gateway's pipe from this process closes)."""
+    deadline = None if wait is None else time.monotonic() + wait
+    spark, created = spark_session(master, conf, planned_sends=planned_sends)
     try:
+        if deadline is not None:  # the tiny history of the warm-up is a local directory
+            prestart.prepare(spark, history_uri, deadline, analyze=analyze,
+                             warm=(master or "").startswith("local"))
         result = analyze(spark, history_uri, out_uri, allow_incomplete=allow_incomplete)
     finally:
-        if created:
+        if created and deadline is None:
             spark.stop()
     print(report.summary_text(result), flush=True)
     return result
@@ -125,7 +154,8 @@ def _series(written: DataFrame, history: History
     invoke, the last completion, the last read and the latency percentiles, from the series
     rows `_check` wrote; the malformed lines of sends and reads go to `history`. The series
     is bounded by the run's length (a week is 604,800 rows of three numbers)."""
-    rows = written.filter(F.col("part") != VALUE_PART).select(*SERIES_COLUMNS).collect()
+    rows = (written.filter(~F.col("part").isin(VALUE_PART, TRUNCATION_PART))
+            .select(*SERIES_COLUMNS).collect())
     other = [r for r in rows if r["part"] == "other"]
     history.count_malformed("sends", sum(r["bad_sends"] for r in other))
     history.count_malformed("reads", sum(r["bad_reads"] for r in other))
@@ -178,14 +208,17 @@ def _keeping_observations(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def _check(history: History, t_ref: float, scratch: str) -> int:
+def _check(history: History, t_ref: float, scratch: str, truncations: DataFrame | None
+           ) -> int:
     """Run every record checker and the send series in one query: one parse, one shuffle.
 
-    The query writes to `scratch` the noteworthy values (part VALUE_PART) and the series rows
-    (parts "second", "latency" and "other"), all few, and returns the number of inconsistent
-    offsets (an Observation of the few positions). Nothing is observed line by line or value
-    by value: malformed lines are counted in the series, the other counts come from the
-    written rows (`_counts`) and topic names from `topic_names`.
+    The query writes to `scratch` the noteworthy values (part VALUE_PART), the series rows
+    (parts "second", "latency" and "other") and, when there are `truncations` (events with
+    an `id`), the acknowledged records each of them cut (part TRUNCATION_PART), all few, and
+    returns the number of inconsistent offsets (an Observation of the few positions). Nothing
+    is observed line by line or value by value: malformed lines are counted in the series,
+    the other counts come from the written rows (`_counts`) and topic names from
+    `topic_names`.
     """
     inconsistent_obs = Observation("undertow-inconsistent")
     by_value = checks.by_value(checks.events(history.lines("sends"), history.lines("reads")))
@@ -194,8 +227,12 @@ def _check(history: History, t_ref: float, scratch: str) -> int:
     classified = checks.classify(checks.positions_by_value(by_value), inconsistent)
     values = checks.noteworthy(classified).withColumn("part", F.lit(VALUE_PART))
     series = checks.send_series(by_value, t_ref).withColumnRenamed("kind", "part")
-    (values.unionByName(series, allowMissingColumns=True)
-     .write.mode("overwrite").parquet(scratch))
+    written = values.unionByName(series, allowMissingColumns=True)
+    if truncations is not None:
+        cut = checks.acked_in_truncations(by_value, checks.truncation_ranges(truncations))
+        written = written.unionByName(cut.withColumn("part", F.lit(TRUNCATION_PART)),
+                                      allowMissingColumns=True)
+    written.write.mode("overwrite").parquet(scratch)
     return int(inconsistent_obs.get["inconsistent_offsets"])
 
 
@@ -312,16 +349,48 @@ def _cluster(history: History, t0: float, width: float) -> tuple[list[dict], lis
     return report.offline_windows(offline, t0), isr
 
 
+def _acks_one(meta: dict[str, Any]) -> bool:
+    """The producers used acks=1 (meta.json's spec.workload.acks)."""
+    spec = meta.get("spec")
+    workload = spec.get("workload") if isinstance(spec, dict) else None
+    return isinstance(workload, dict) and str(workload.get("acks")) == "1"
+
+
+def _explain(history: History, anomalies: DataFrame, acked_cut: dict[int, int],
+             faults: list[dict[str, Any]], t0: float) -> tuple[dict[str, Any], list[dict]]:
+    """The loss incidents and the truncations (`attribution`, `explain`), and the events the
+    timeline marks; none without events.jsonl."""
+    if history.parsed["events"] is None:
+        return explain.WITHOUT_EVENTS, []
+    events = history.usable("events")
+    subjects = attribution.subjects(anomalies)
+    attributed = attribution.attribute(subjects, events, _acks_one(history.meta))
+    incidents = [r.asDict(recursive=True)
+                 for r in attribution.incidents(attributed).collect()]
+    cuts = [{**r.asDict(), "acked": acked_cut.get(r["id"], 0)}
+            for r in attribution.truncations(events, subjects).collect()]
+    marks = [{**r.asDict(), "t_s": r["t"] - t0} for r in history.valid("events")
+             .filter(F.col("type").isin(*plots.EVENT_MARKS))
+             .select("t", "type", "kind", "broker", "leader").collect()]
+    return explain.explanations(incidents, cuts, faults, t0), marks
+
+
 def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, Any]:
     meta = history.meta
     t_ref = float(meta.get("start") or 0.0)
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
     scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
+    truncations = None
+    if history.parsed["events"] is not None:
+        truncations = attribution.dropped(history.usable("events"))
     try:
-        inconsistent_offsets = _check(history, t_ref, scratch)
+        inconsistent_offsets = _check(history, t_ref, scratch, truncations)
         written = spark.read.parquet(scratch)
         series, send_times = _series(written, history)
-        values = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS)
+        values = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS, "id")
+        acked_cut = {r["id"]: r["acked"] for r in written.filter(
+            F.col("part") == TRUNCATION_PART).select("id", "acked").collect()
+        } if "id" in written.columns else {}
         counts = _counts(values, series, inconsistent_offsets)
         t0 = float(meta.get("start") or send_times["first"] or 0.0)
         t_end = max(_end(history, send_times["last"]) or t0, t0)
@@ -331,7 +400,9 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     finally:
         delete(spark, scratch)
         delete(spark, scratch + "-intervals.jsonl")
-    lost, other = _examples(spark.read.parquet(outputs["anomalies"]))
+    anomalies = spark.read.parquet(outputs["anomalies"])
+    explained, marks = _explain(history, anomalies, acked_cut, faults, t0)
+    lost, other = _examples(anomalies)
     width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
     offline, isr = _cluster(history, t0, width)
     availability, windows = _availability(series, t_ref, t0, offline)
@@ -347,6 +418,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         "availability": availability,
         "unavailable_windows": windows,
         "faults": faults,
+        "explained": explained,
         "first_loss": first and {**first, "t_rel_s": round(first["t_invoke"] - t0, 3)},
         "malformed": history.malformed(),
         "run": {"start": t0, "end": t_end, "duration_s": round(t_end - t0, 3),
@@ -364,7 +436,8 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         width=width, acks=_acks_per_bucket(series, t_ref, t0, width), isr=isr,
         faults=result["faults"],
         unavailable=result["unavailable_windows"],
-        lost_t=[r["t_invoke"] - t0 for r in lost if r["t_invoke"] is not None])
+        lost_t=[r["t_invoke"] - t0 for r in lost if r["t_invoke"] is not None],
+        events=marks)
     write_bytes(spark, outputs["report.json"], report.to_json(result))
     write_bytes(spark, outputs["report.html"],
                 html.render(result, timeline_png=png, lost=lost, other=other).encode())
@@ -396,6 +469,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-incomplete", action="store_true",
                    help="analyse a history that meta.json marks incomplete (a failure stopped "
                         "the run); the report says so")
+    p.add_argument("--wait", type=float, metavar="SECONDS",
+                   help="start Spark at once and analyse the history when the run writing it "
+                        "closes it (meta.json's end set), waiting at most SECONDS")
+    p.add_argument("--planned-sends", type=int, metavar="N",
+                   help="how many sends the run planned (with --wait): up to "
+                        f"{SMALL_RUN_SENDS:,}, the JVM is set up for a small job")
+    p.add_argument("--lifeline", action="store_true",
+                   help="stdin is a pipe from the process that started this one: exit as soon "
+                        "as it closes (that process is gone or gave up the run)")
     return p
 
 
@@ -403,12 +485,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: exit 0 whatever the verdict (the verdict is in the report), 2 on bad
     input, an incomplete history among them unless --allow-incomplete."""
     args = parser().parse_args(argv)
+    if args.lifeline:
+        prestart.watch_lifeline()
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     master = args.master or (None if under_spark_submit else "local[*]")
     try:
         run_analysis(args.history, args.out, master, _conf(args.conf),
-                     allow_incomplete=args.allow_incomplete)
-    except (FileNotFoundError, ValueError) as e:
+                     allow_incomplete=args.allow_incomplete, wait=args.wait,
+                     planned_sends=args.planned_sends)
+    except (FileNotFoundError, ValueError, prestart.HistoryNotClosed) as e:
         print(f"undertow analyze: {e}", file=sys.stderr)
         return 2
     return 0

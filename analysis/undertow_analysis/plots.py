@@ -7,12 +7,19 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import blended_transform_factory
 
 FAULT_COLOURS = ("#f4a261", "#8ab17d", "#a48ad4", "#e9c46a", "#7fb7d9", "#e07a9f")
 MAX_ISR_LINES = 24
 NO_ACKS = "#9b2226"
+EVENT_MARKS = ("leader_election", "truncation", "broker_fenced")
+"""The events.jsonl types the timeline marks."""
+ELECTION_COLOURS = {"clean": "#1d3557", "preferred": "#6a4c93", "unclean": "#d62828",
+                    "offline": "#6c757d"}
+TRUNCATION_COLOUR = "#e76f51"
+FENCED_COLOUR = "#495057"
 
 
 def timeline_png(
@@ -23,12 +30,16 @@ def timeline_png(
     faults: list[dict[str, Any]],
     unavailable: list[dict[str, Any]],
     lost_t: list[float],
+    events: list[dict[str, Any]],
 ) -> bytes:
     """Acks per second and ISR size per partition over the run (seconds since start).
 
     acks: (bucket, acks) per `width`-second bucket; isr: rows of topic, partition, bucket,
     isr, offline; faults: report faults (start_s, end_s, fault); lost_t: send times of lost
-    records. Fault windows are shaded on both panels, lost records marked on the top one.
+    records; events: events.jsonl rows of the `EVENT_MARKS` types with t_s. Fault windows
+    are shaded on both panels, lost records marked on the top one; elections (coloured by
+    kind), truncations and fences are drawn across both with the broker they concern, so
+    that the band where records were lost shows without reading.
     """
     fig = Figure(figsize=(11, 6), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
@@ -56,6 +67,7 @@ def timeline_png(
         marks = blended_transform_factory(top.transData, top.transAxes)
         top.plot(lost_t, [0.96] * len(lost_t), "x", color="#d62828", transform=marks,
                  markersize=6, label=f"lost record sent ({len(lost_t)} shown)")
+    handles += _mark_events(events, top, bottom)
     top.legend(handles=top.get_legend_handles_labels()[0] + handles, loc="lower left",
                fontsize=8, ncols=3)
     top.set_ylim(bottom=0)
@@ -80,3 +92,34 @@ def timeline_png(
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _mark_events(events: list[dict[str, Any]], top: Any, bottom: Any) -> list[Any]:
+    """Vertical lines for elections and fences, triangles for truncations; each labelled
+    with its broker (the new leader, the fenced or the truncating broker). Returns the
+    legend's handles."""
+    labels = blended_transform_factory(top.transData, top.transAxes)
+    seen: dict[str, Any] = {}
+    for e in sorted(events, key=lambda e: e["t_s"]):
+        x = e["t_s"]
+        if e["type"] == "leader_election":
+            colour = ELECTION_COLOURS.get(e["kind"], "#1d3557")
+            name, who = f"election: {e['kind']}", e["leader"]
+            for ax in (top, bottom):
+                ax.axvline(x, color=colour, linewidth=1.1, alpha=0.8)
+        elif e["type"] == "broker_fenced":
+            colour, name, who = FENCED_COLOUR, "broker fenced", e["broker"]
+            for ax in (top, bottom):
+                ax.axvline(x, color=colour, linewidth=0.9, linestyle=":")
+        else:
+            colour, name, who = TRUNCATION_COLOUR, "truncation", e["broker"]
+            top.plot([x], [0.88], "v", color=colour, transform=labels, markersize=7)
+        lead = "offline" if who == -1 else f"lead b{who}"
+        y, text = {"truncation": (0.80, f"b{who}"), "leader_election": (0.72, lead),
+                   "broker_fenced": (0.64, f"fence b{who}")}[e["type"]]
+        top.text(x, y, text, color=colour, transform=labels, fontsize=6.5, ha="center")
+        seen.setdefault(name, Line2D([], [], color=colour, label=name,
+                                     marker="v" if name == "truncation" else None,
+                                     linestyle="none" if name == "truncation"
+                                     else (":" if name == "broker fenced" else "-")))
+    return list(seen.values())

@@ -137,6 +137,38 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
+SUMMARY_INCIDENTS = 3
+"""Incidents whose sentences the summary prints (report.json and report.html have them all)."""
+
+
+def _incident_lines(explained: dict[str, Any]) -> list[str]:
+    """The summary's explanation: the first incidents' sentences (an unexplained loss
+    first, loudly), or what the truncations of a clean run cut."""
+    if not explained["events"]:
+        return ["(no events.jsonl: the anomalies are not explained)"]
+    lines = []
+    if explained["unexplained"]:
+        lines.append(f"UNEXPLAINED: {explained['unexplained']:,} anomalous records no event "
+                     f"explains: a bug in the broker or in the harness")
+    incidents = explained["incidents"]
+    if incidents:
+        lines.append(f"loss incidents: {explained['incident_count']}")
+        lines += [f"  {i['id']}. [{i['mechanism_name']}] {i['sentence']}"
+                  for i in incidents[:SUMMARY_INCIDENTS]]
+        if explained["incident_count"] > SUMMARY_INCIDENTS:
+            lines.append(f"  ... {explained['incident_count'] - SUMMARY_INCIDENTS} more in "
+                         f"the report")
+    cuts = explained["truncations"]
+    if cuts:
+        cut_acked = explained["truncations_cut_acked"]
+        lines.append(f"truncations: {len(cuts)}, " + (
+            "each dropped only unacknowledged records" if not cut_acked
+            else f"{cut_acked} cut acknowledged records"))
+    else:
+        lines.append("truncations: none")
+    return lines
+
+
 def summary_text(report: dict[str, Any]) -> str:
     """The one-screen summary printed on stdout."""
     c = report["counts"]
@@ -148,6 +180,7 @@ def summary_text(report: dict[str, Any]) -> str:
         if expect else ""))
     if report["incomplete"]:
         lines.append(f"HISTORY INCOMPLETE: {INCOMPLETE_NOTE} ({report['incomplete_reason']})")
+    lines += _incident_lines(report["explained"])
     lines.append("")
     lines.append(f"sends   attempted {c['attempted']:>12,}  acked {c['acked']:>12,}  "
                  f"failed {c['failed']:>10,}  indeterminate {c['indeterminate']:>10,}")

@@ -1,9 +1,11 @@
 """The HTTP control endpoint of a broker or controller (``--metrics-port``).
 
 ``GET /metrics`` is Prometheus text, ``GET /v1/state`` the process's own view as JSON (what
-the harness polls to wait on ISR, HW and leaders), and the failpoints sit behind a bearer
-token. It runs in a thread; everything that reads or changes broker state is handed to the
-event loop, so the core stays single-threaded.
+the harness polls to wait on ISR, HW and leaders), ``GET /v1/events?log_id=ID&offset=N`` a
+page of its replication events (``minibroker.events``; read-only like the state, so no
+token), and the failpoints sit behind a bearer token. It runs in a thread; everything that
+reads or changes broker state is handed to the event loop, so the core stays
+single-threaded (the events file is read here: it is append-only and served by whole lines).
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from minibroker.events import EventsQueryError, ReplicationEventLog, parse_events_query
 
 log = logging.getLogger("minibroker.admin")
 
@@ -33,12 +38,14 @@ class AdminServer:
         *,
         registry: CollectorRegistry,
         state: Callable[[], dict[str, Any]],
+        events: ReplicationEventLog,
         token: str | None = None,
         actions: dict[tuple[str, str], Action] | None = None,
     ) -> None:
         self._loop = loop
         self._registry = registry
         self._state = state
+        self._events = events
         self._token = token
         self._actions = actions or {}
         self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
@@ -82,12 +89,25 @@ class AdminServer:
                 self._send(status, json.dumps(payload).encode(), "application/json")
 
             def do_GET(self) -> None:
-                if self.path == "/metrics":
+                url = urlsplit(self.path)
+                if url.path == "/metrics":
                     self._send(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
-                elif self.path == "/v1/state":
+                elif url.path == "/v1/state":
                     self._json(200, server.on_loop(server._state))
+                elif url.path == "/v1/events":
+                    self._events(url.query)
                 else:
                     self._json(404, {"error": f"no such endpoint {self.path}"})
+
+            def _events(self, query: str) -> None:
+                """Read in this thread, not on the event loop: the log serves only whole
+                lines, so a line being appended meanwhile waits for the next page."""
+                try:
+                    page = server._events.read(*parse_events_query(query))
+                except EventsQueryError as exc:
+                    self._json(400, {"error": str(exc)})
+                    return
+                self._json(200, page)
 
             def _action(self, method: str) -> None:
                 action = server._actions.get((method, self.path))

@@ -37,6 +37,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import resolve
+from minibroker.events import ReplicationEventLog
 from minibroker.failpoints import DiskFull, DiskStall, power_loss
 from minibroker.metrics import broker_registry
 from minibroker.network.apis import KafkaApis
@@ -115,10 +116,11 @@ class BrokerServer:
         self.controller = RpcClient(*options.controller)
         config = options.config
         self.fetchers = ReplicaFetcherManager(self._make_fetcher)
+        self.events = ReplicationEventLog(options.data_dir)
         self.replica_manager = ReplicaManager(
             options.broker_id, options.data_dir, AsyncioScheduler(self.loop), config=config,
             alter_partition_sender=_ControllerAlterPartition(self),
-            fetcher_manager=self.fetchers, durability=self.durability,
+            fetcher_manager=self.fetchers, events=self.events, durability=self.durability,
             log_dir_failure_channel=self.log_dir_failure_channel)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.kafka_server = KafkaServer(KafkaApis(self))
@@ -135,12 +137,11 @@ class BrokerServer:
             self.admin = AdminServer(
                 self.loop, host, self.options.metrics_port,
                 registry=broker_registry(lambda: self.admin.on_loop(self.state)),
-                state=self.state, token=self.options.failpoint_token,
+                state=self.state, events=self.events, token=self.options.failpoint_token,
                 actions={
                     ("POST", "/v1/failpoints/disk-stall"): self._stall,
                     ("DELETE", "/v1/failpoints/disk-stall"): lambda _b: self.disk_stall.clear(),
-                    ("POST", "/v1/failpoints/power-loss"):
-                        lambda _b: power_loss(self.durability),
+                    ("POST", "/v1/failpoints/power-loss"): self._power_loss,
                     ("POST", "/v1/failpoints/disk-full"): self._fill_disk,
                     ("DELETE", "/v1/failpoints/disk-full"): lambda _b: self.disk_full.clear(),
                 })
@@ -169,6 +170,11 @@ class BrokerServer:
     def _stall(self, body: dict[str, Any]) -> dict[str, Any]:
         self.disk_stall.stall(int(body["duration_ms"]))
         return {"stalled_until_ms": body["duration_ms"]}
+
+    def _power_loss(self, _body: dict[str, Any]) -> None:
+        """The replicas' log end offsets are recorded first: the events file survives."""
+        self.replica_manager.record_power_loss()
+        power_loss(self.durability)
 
     def _fill_disk(self, body: dict[str, Any]) -> dict[str, Any]:
         self.disk_full.fill(int(body["duration_ms"]))

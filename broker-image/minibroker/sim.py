@@ -5,6 +5,10 @@ runs here on one manual clock, with "the network" replaced by direct calls: a fo
 fetch round, a controller tick, a crash or a power loss happen exactly when the caller says.
 That makes the seeds' walkthroughs reproducible to the offset, and lets property tests
 explore random fault sequences deterministically.
+
+Every node (``controller``, ``broker-N``) writes its replication events to its data directory
+under ``root`` as a real one does, stamped with the manual clock, and ``events()`` lists them
+all in the order they happened, so tests assert them exactly.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from minibroker.cluster.partition import AlterPartitionRequest, Partition
 from minibroker.cluster.replica_manager import ReplicaManager
@@ -27,6 +32,7 @@ from minibroker.cluster.types import (
 )
 from minibroker.config import resolve
 from minibroker.controller.quorum_controller import QuorumController
+from minibroker.events import ReplicationEventLog
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.records import build_batch, decode_values
 
@@ -76,7 +82,10 @@ class SimCluster:
         self.root = root
         self.config = dict(config or {})
         self.scheduler = ManualScheduler()
-        self.controller = QuorumController(clock_ms=self.scheduler.now_ms, config=self.config)
+        self._events: list[dict[str, Any]] = []
+        self.controller = QuorumController(clock_ms=self.scheduler.now_ms,
+                                           events=self._event_log("controller"),
+                                           config=self.config)
         self.controller.add_listener(lambda _offset: self.propagate_metadata())
         self.auto_alter_partition = auto_alter_partition
         self.pending_alter_partitions: list[tuple[int, AlterPartitionRequest, Callable]] = []
@@ -89,6 +98,21 @@ class SimCluster:
         for broker_id in range(1, brokers + 1):
             self.start(broker_id)
 
+    # ---- events -----------------------------------------------------------------------
+
+    def _event_log(self, node: str) -> ReplicationEventLog:
+        def collect(event: dict[str, Any]) -> None:
+            self._events.append({**event, "node": node})
+
+        return ReplicationEventLog(self.root / node,
+                                   clock=lambda: self.scheduler.now_ms() / 1000.0,
+                                   on_event=collect)
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every node's replication events so far, in the order they were logged, each with
+        the ``node`` that logged it, as the harness adds it."""
+        return list(self._events)
+
     # ---- processes ------------------------------------------------------------------
 
     def start(self, broker_id: int) -> ReplicaManager:
@@ -98,7 +122,8 @@ class SimCluster:
         rm = ReplicaManager(
             broker_id, self.root / f"broker-{broker_id}", self.scheduler, config=self.config,
             alter_partition_sender=_DirectAlterPartition(self, broker_id),
-            fetcher_manager=follow_map, durability=durability,
+            fetcher_manager=follow_map, events=self._event_log(f"broker-{broker_id}"),
+            durability=durability,
         )
         rm.start_timers()
         self.brokers[broker_id] = rm
@@ -128,9 +153,12 @@ class SimCluster:
         self.brokers.pop(broker_id).shutdown()
 
     def crash(self, broker_id: int, *, power_loss: bool = False) -> None:
-        """kill -9 (page cache survives) or power loss (unflushed writes are gone)."""
+        """kill -9 (page cache survives) or power loss (unflushed writes are gone; the broker
+        records its log end offsets first, as the failpoint does)."""
         rm = self.brokers.pop(broker_id)
         self._fetchers.pop(broker_id)
+        if power_loss:
+            rm.record_power_loss()
         rm.close()
         if power_loss:
             self._durability[broker_id].simulate_power_loss()

@@ -6,10 +6,12 @@
     undertow plan FILE [--seed N]
     undertow describe --bootstrap HOST:PORT [--topic T ...]
 
-``run`` exits 0 when the verdict matches the experiment's ``expect``, 1 when it does not,
-and 2 on bad input or an error. An error is one line on stderr, whichever thread of the run
-it happened in (a history file that could not be written, above all); tracebacks are logged
-at ``--log-level DEBUG`` only.
+``run`` starts its analysis with the run, so that Spark is up when the history is closed
+(`undertow.runner.analysis_process`; UNDERTOW_ANALYSIS_PRESTART=0 analyses in the runner's
+own process afterwards instead). It exits 0 when the verdict matches the experiment's
+``expect``, 1 when it does not, and 2 on bad input or an error. An error is one line on
+stderr, whichever thread of the run it happened in (a history file that could not be
+written, above all); tracebacks are logged at ``--log-level DEBUG`` only.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from undertow.runner.abort import RunAborted
 from undertow.spec import SpecError, choose_seed, load_experiment, plan
+from undertow.spec.experiment import ChaosExperimentSpec
 
 EXIT_AS_EXPECTED, EXIT_UNEXPECTED, EXIT_ERROR = 0, 1, 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -96,6 +100,23 @@ def _analysis(history: Path, out: Path) -> dict:
     return run_analysis(str(history.resolve()), str(out.resolve()))
 
 
+@contextmanager
+def _analyzer(args: argparse.Namespace, spec: ChaosExperimentSpec, out: Path
+              ) -> Iterator[Callable[[Path, Path], dict] | None]:
+    """How the run is analysed: not at all (--no-analysis); by a process started now, which
+    starts Spark while the experiment runs (`analysis_process`); or, with
+    UNDERTOW_ANALYSIS_PRESTART=0, in this process once the run is over."""
+    from undertow.runner.analysis_process import AnalysisProcess, prestart_enabled
+
+    if args.no_analysis:
+        yield None
+    elif not prestart_enabled():
+        yield _analysis
+    else:
+        with AnalysisProcess.start(out / "history", out, spec) as process:
+            yield process.result
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from undertow.platform.local import LocalPlatform, LocalPlatformConfig
     from undertow.runner.preflight import InsufficientSpace, check_free_space, estimate
@@ -121,17 +142,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
         broker_config=config, controller_config=config,
         ephemeral_storage=cluster.storage.type == "ephemeral"))
-    with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:
-        result = run_experiment(loaded, platform, out, seed=args.seed,
-                                analyze=None if args.no_analysis else _analysis,
-                                on_progress=progress)
-    if result.verdict is None:
-        print(f"History written to {result.history_dir} (analysis skipped).")
-        return EXIT_AS_EXPECTED
-    outcome = "as expected" if result.as_expected else "NOT as expected"
-    print(f"\nVerdict: {result.verdict} (expected {result.expect}: {outcome}). "
-          f"Report: {out / 'report.html'}")
-    return EXIT_AS_EXPECTED if result.as_expected else EXIT_UNEXPECTED
+    # The verdict is printed inside: leaving waits for the analysis's JVM to exit.
+    with _analyzer(args, loaded.experiment.spec, out) as analyze:
+        with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:
+            result = run_experiment(loaded, platform, out, seed=args.seed, analyze=analyze,
+                                    on_progress=progress)
+        if result.verdict is None:
+            print(f"History written to {result.history_dir} (analysis skipped).")
+            return EXIT_AS_EXPECTED
+        outcome = "as expected" if result.as_expected else "NOT as expected"
+        print(f"\nVerdict: {result.verdict} (expected {result.expect}: {outcome}). "
+              f"Report: {out / 'report.html'}", flush=True)
+        return EXIT_AS_EXPECTED if result.as_expected else EXIT_UNEXPECTED
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

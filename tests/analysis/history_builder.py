@@ -10,7 +10,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from undertow_analysis.history_schema import EVENTS
+
 START = 1_763_830_000.0
+EVENT_FIELDS = EVENTS.names
 
 
 @dataclass
@@ -26,6 +29,8 @@ class HistoryBuilder:
     reads: list[dict] = field(default_factory=list)
     faults: list[dict] = field(default_factory=list)
     cluster: list[dict] = field(default_factory=list)
+    events: list[dict] | None = None  # None: no events.jsonl (a history from before them)
+    acks: str = "all"
 
     def send(
         self,
@@ -97,18 +102,31 @@ class HistoryBuilder:
             "log_end_offsets": {str(b): 0 for b in isr},
         })
 
+    def event(self, type_: str, *, t: float, node: str, topic: str | None = "t",
+              partition: int | None = 0, **fields: object) -> None:
+        """One events.jsonl line: every field of the schema, null unless given."""
+        row = {name: None for name in EVENT_FIELDS}
+        row.update(t=self.start + t, node=node, type=type_, topic=topic, partition=partition,
+                   **fields)
+        if self.events is None:
+            self.events = []
+        self.events.append(row)
+
     def write(self, directory: str | Path, extra_lines: dict[str, list[str]] | None = None) -> Path:
         """Write the history; `extra_lines` appends raw (possibly malformed) lines per file."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         meta = {
-            "experiment": self.experiment, "spec": {}, "seed": 0, "start": self.start,
+            "experiment": self.experiment, "spec": {"workload": {"acks": self.acks}},
+            "seed": 0, "start": self.start,
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
             "incomplete": False, "incomplete_reason": None,
         }
         (out / "meta.json").write_text(json.dumps(meta))
         files = {"sends": self.sends, "reads": self.reads, "faults": self.faults,
                  "cluster": self.cluster}
+        if self.events is not None:
+            files["events"] = self.events
         for name, rows in files.items():
             lines = [json.dumps(row) for row in rows] + (extra_lines or {}).get(name, [])
             (out / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))

@@ -73,7 +73,8 @@ def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     """Parsing is most of the job's cost: the Spark schemas are projections of the history
     schema, with its types."""
     unused = {"sends": {"producer", "error"}, "reads": {"consumer"}, "faults": set(),
-              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"}}
+              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"},
+              "events": {"detail", "old_isr", "broker_epoch", "high_watermark"}}
     for name, spec in io.FILES.items():
         file = FILES[name]
         assert set(spec.schema.names) == set(file.names) - unused[name], name
@@ -116,14 +117,21 @@ def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -
     """The analysis tests and benchmarks feed histories they write themselves: those must be
     histories the runner could have written, or the tests prove nothing about real runs."""
     from analysis_histories import clean_history, planted_history
+    from history_builder import HistoryBuilder
     from scaled_history import write_scaled_history
 
     written = [planted_history().write(tmp_path / "planted"),
                clean_history(idempotent=True).write(tmp_path / "clean")]
     write_scaled_history(tmp_path / "scaled", 500, plant_every=101)
     written.append(tmp_path / "scaled")
+    with_events = HistoryBuilder()
+    with_events.event("truncation", t=1.0, node="broker-1", broker=1, leader_epoch=1,
+                      from_offset=12, to_offset=10, reason="offset_for_leader_epoch")
+    written.append(with_events.write(tmp_path / "events"))
     for directory in written:
         for file in schema.FILES:
+            if file is schema.EVENTS and not (directory / file.filename).exists():
+                continue  # optional: a history from before events
             text = (directory / file.filename).read_text()
             records = ([json.loads(line) for line in text.splitlines()] if file.json_lines
                        else [json.loads(text)])

@@ -12,41 +12,13 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from small_experiment import small_experiment
 
 from undertow_analysis import history_schema as schema
 from undertow_analysis import io
 from undertow_analysis.job import analyze
 
 REPO = Path(__file__).resolve().parents[2]
-
-# The shortest run that writes every file: one leader kill, so faults.jsonl has lines and the
-# cluster samples see a partition change leaders.
-EXPERIMENT = """
-apiVersion: undertow.dev/v1alpha1
-kind: BrokerCluster
-metadata: {name: small}
-spec:
-  brokers: 3
-  config:
-    min.insync.replicas: 2
-    replica.lag.time.max.ms: 1500
-    broker.session.timeout.ms: 1500
----
-apiVersion: undertow.dev/v1alpha1
-kind: ChaosExperiment
-metadata: {name: schema-end-to-end}
-spec:
-  cluster: {ref: small}
-  topic: {name: t, partitions: 2, replicationFactor: 3}
-  workload: {producers: 1, consumers: 1, acks: all, retries: 0, rate: 100, duration: 5s}
-  faults:
-    - kind: kill
-      target: {role: leader}
-      at: 1s
-      duration: 2s
-  expect: clean
-"""
-
 
 def records(file: schema.HistoryFile, history: Path) -> list:
     text = (history / file.filename).read_text(encoding="utf-8")
@@ -57,7 +29,9 @@ def records(file: schema.HistoryFile, history: Path) -> list:
 def test_a_real_history_is_analysed_without_a_skipped_line_and_typed_as_documented(
         spark, tmp_path: Path) -> None:
     experiment, out = tmp_path / "experiment.yaml", tmp_path / "out"
-    experiment.write_text(EXPERIMENT)
+    # The shortest run that writes every file: one leader kill, so faults.jsonl and
+    # events.jsonl have lines and the cluster samples see a partition change leaders.
+    experiment.write_text(small_experiment("schema-end-to-end"))
     run = subprocess.run([sys.executable, "-m", "undertow", "run", str(experiment), "--out",
                           str(out), "--no-analysis", "--seed", "7"],
                          cwd=REPO, capture_output=True, text=True, timeout=180,

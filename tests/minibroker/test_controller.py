@@ -6,6 +6,7 @@ from pathlib import Path
 
 from minibroker.cluster.types import NO_LEADER, ErrorCode, TopicPartition
 from minibroker.controller.quorum_controller import QuorumController
+from minibroker.events import ReplicationEventLog
 
 TP = TopicPartition("t", 0)
 
@@ -26,8 +27,10 @@ def join(c: QuorumController, broker_id: int, incarnation: str | None = None) ->
     return epoch
 
 
-def controller(tmp_path: Path | None, clock: Clock, **config: str) -> QuorumController:
-    c = QuorumController(clock_ms=clock, config=config, data_dir=tmp_path)
+def controller(events_dir: Path, clock: Clock, *, data_dir: Path | None = None,
+               **config: str) -> QuorumController:
+    c = QuorumController(clock_ms=clock, events=ReplicationEventLog(events_dir), config=config,
+                         data_dir=data_dir)
     for broker_id in (1, 2, 3):
         join(c, broker_id)
     return c
@@ -35,12 +38,13 @@ def controller(tmp_path: Path | None, clock: Clock, **config: str) -> QuorumCont
 
 def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
     clock = Clock()
-    c = controller(tmp_path, clock)
+    c = controller(tmp_path, clock, data_dir=tmp_path)
     assert c.create_topic("t", 2, 3, {"min.insync.replicas": "2"}) == (ErrorCode.none, None)
     reg = c.topics["t"].partitions[0]
     assert c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch,
                              (reg.leader, reg.replicas[1]))[0] == ErrorCode.none
-    restarted = QuorumController(clock_ms=clock, data_dir=tmp_path)
+    restarted = QuorumController(clock_ms=clock, events=ReplicationEventLog(tmp_path),
+                                 data_dir=tmp_path)
     assert restarted.image().topics == c.image().topics
     assert restarted.metadata_offset == c.metadata_offset
     assert restarted.topics["t"].config == {"min.insync.replicas": "2"}
@@ -51,7 +55,7 @@ def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
 
 
 def test_alter_partition_needs_the_current_partition_epoch(tmp_path: Path) -> None:
-    c = controller(None, Clock())
+    c = controller(tmp_path, Clock())
     c.create_topic("t", 1, 3, {})
     reg = c.topics["t"].partitions[0]
     shrink = (reg.leader, reg.replicas[1])
@@ -68,9 +72,9 @@ def test_alter_partition_needs_the_current_partition_epoch(tmp_path: Path) -> No
     assert without_leader[0] == ErrorCode.invalid_request
 
 
-def test_session_expiry_fences_and_moves_leadership() -> None:
+def test_session_expiry_fences_and_moves_leadership(tmp_path: Path) -> None:
     clock = Clock()
-    c = controller(None, clock, **{"broker.session.timeout.ms": "1000"})
+    c = controller(tmp_path, clock, **{"broker.session.timeout.ms": "1000"})
     c.create_topic("t", 1, 3, {})
     leader = c.topics["t"].partitions[0].leader
     clock.now = 1500
@@ -90,12 +94,13 @@ def test_session_expiry_fences_and_moves_leadership() -> None:
 
 
 def test_kraft_a_registered_broker_stays_fenced_until_it_has_caught_up_with_the_metadata(
-) -> None:
+        tmp_path: Path) -> None:
     """KRaft's BrokerHeartbeatManager: a (re)registered broker is fenced, so it can be neither
     elected nor added to an ISR, until a heartbeat shows its metadata offset has reached its
     registration record (its broker epoch). Before that it has not learnt the current leaders
     and epochs; electing it would act on a stale view of the partition."""
-    c = QuorumController(clock_ms=Clock(), config={"unclean.leader.election.enable": "true"})
+    c = QuorumController(clock_ms=Clock(), events=ReplicationEventLog(tmp_path),
+                         config={"unclean.leader.election.enable": "true"})
     first = join(c, 1)
     c.create_topic("t", 1, 1, {})
     c.fence_broker(1, "test")
@@ -111,10 +116,10 @@ def test_kraft_a_registered_broker_stays_fenced_until_it_has_caught_up_with_the_
     assert c.heartbeat(7, 0, c.metadata_offset)[0] == ErrorCode.broker_id_not_registered
 
 
-def test_kraft_alter_partition_checks_every_member_of_the_new_isr() -> None:
+def test_kraft_alter_partition_checks_every_member_of_the_new_isr(tmp_path: Path) -> None:
     """KRaft's ReplicationControlManager checks each replica the new ISR holds, kept or
     added: a fenced one makes the change INELIGIBLE_REPLICA."""
-    c = controller(None, Clock())
+    c = controller(tmp_path, Clock())
     c.create_topic("t", 1, 3, {})
     reg = c.topics["t"].partitions[0]
     kept = reg.isr[-1]
@@ -126,8 +131,8 @@ def test_kraft_alter_partition_checks_every_member_of_the_new_isr() -> None:
     assert error == ErrorCode.ineligible_replica
 
 
-def test_a_restarted_broker_is_fenced_out_of_the_isr_first() -> None:
-    c = controller(None, Clock())
+def test_a_restarted_broker_is_fenced_out_of_the_isr_first(tmp_path: Path) -> None:
+    c = controller(tmp_path, Clock())
     c.create_topic("t", 1, 3, {})
     reg = c.topics["t"].partitions[0]
     c.register_broker(reg.leader, "new-incarnation", "127.0.0.1", 9999)
@@ -136,8 +141,8 @@ def test_a_restarted_broker_is_fenced_out_of_the_isr_first() -> None:
     assert c.brokers[reg.leader].fenced
 
 
-def test_create_topic_defaults_and_validation() -> None:
-    c = controller(None, Clock(), **{"num.partitions": "2", "default.replication.factor": "3"})
+def test_create_topic_defaults_and_validation(tmp_path: Path) -> None:
+    c = controller(tmp_path, Clock(), **{"num.partitions": "2", "default.replication.factor": "3"})
     assert c.create_topic("defaults", -1, -1, {})[0] == ErrorCode.none
     assert len(c.topics["defaults"].partitions) == 2
     assert c.create_topic("defaults", 1, 1, {})[0] == ErrorCode.topic_already_exists
@@ -147,9 +152,9 @@ def test_create_topic_defaults_and_validation() -> None:
     assert c.create_topic("bad name!", 1, 1, {})[0] == ErrorCode.invalid_topic_exception
 
 
-def test_preferred_leader_election_restores_the_first_replica() -> None:
+def test_preferred_leader_election_restores_the_first_replica(tmp_path: Path) -> None:
     clock = Clock()
-    c = controller(None, clock, **{"leader.imbalance.check.interval.ms": "1000"})
+    c = controller(tmp_path, clock, **{"leader.imbalance.check.interval.ms": "1000"})
     c.create_topic("t", 1, 3, {})
     preferred = c.topics["t"].partitions[0].replicas[0]
     c.fence_broker(preferred, "test")
@@ -170,10 +175,10 @@ def test_preferred_leader_election_restores_the_first_replica() -> None:
     assert after.leader == preferred and after.leader_epoch == moved.leader_epoch + 1
 
 
-def test_no_rebalance_when_disabled() -> None:
+def test_no_rebalance_when_disabled(tmp_path: Path) -> None:
     clock = Clock()
-    c = controller(None, clock, **{"auto.leader.rebalance.enable": "false",
-                                    "leader.imbalance.check.interval.ms": "1000"})
+    c = controller(tmp_path, clock, **{"auto.leader.rebalance.enable": "false",
+                                        "leader.imbalance.check.interval.ms": "1000"})
     c.create_topic("t", 1, 3, {})
     preferred = c.topics["t"].partitions[0].replicas[0]
     c.fence_broker(preferred, "test")
@@ -186,10 +191,11 @@ def test_no_rebalance_when_disabled() -> None:
     assert c.topics["t"].partitions[0].leader != preferred
 
 
-def test_kip_903_alter_partition_refuses_a_member_from_an_older_registration() -> None:
+def test_kip_903_alter_partition_refuses_a_member_from_an_older_registration(
+        tmp_path: Path) -> None:
     """AlterPartition v3 carries the broker epoch each ISR member fetched with; a member that
     has registered again since (a restart) is INELIGIBLE_REPLICA, -1 skips the check."""
-    c = controller(None, Clock())
+    c = controller(tmp_path, Clock())
     c.create_topic("t", 1, 3, {})
     reg = c.topics["t"].partitions[0]
     follower = reg.replicas[1]

@@ -23,6 +23,7 @@ from test_broker_processes import TOPIC, ProcessCluster, wait_for
 
 from minibroker.cluster.types import ErrorCode, TopicPartition
 from minibroker.controller.quorum_controller import PRODUCER_ID_BLOCK_SIZE, QuorumController
+from minibroker.events import ReplicationEventLog
 from minibroker.network.client import KafkaConnection
 from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
 from minibroker.sim import SimCluster
@@ -256,11 +257,12 @@ def test_follower_truncation_rolls_back_the_producer_state(tmp_path: Path, mode:
 
 def test_producer_id_blocks_are_unique_across_brokers_and_controller_restarts(
         tmp_path: Path) -> None:
-    controller = QuorumController(clock_ms=lambda: 0.0, data_dir=tmp_path)
+    events = ReplicationEventLog(tmp_path)
+    controller = QuorumController(clock_ms=lambda: 0.0, events=events, data_dir=tmp_path)
     epochs = {b: controller.register_broker(b, f"inc-{b}", "127.0.0.1", 9000 + b)
               for b in (1, 2)}
     blocks = [controller.allocate_producer_ids(b, epoch) for b, epoch in epochs.items()]
-    restarted = QuorumController(clock_ms=lambda: 0.0, data_dir=tmp_path)
+    restarted = QuorumController(clock_ms=lambda: 0.0, events=events, data_dir=tmp_path)
     blocks.append(restarted.allocate_producer_ids(1, epochs[1]))
     assert all(error == ErrorCode.none for error, _, _ in blocks)
     ids = [i for _, start, count in blocks for i in range(start, start + count)]

@@ -23,15 +23,16 @@ from undertow.kube.resources import Images
 LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
 
 
-@pytest.mark.parametrize(("experiment", "kind", "expected"), [
-    ("acks1-leader-kill", "kill", "loss"),
-    ("acksall-leader-kill", "kill", "clean"),
-    ("pod-delete-ephemeral", "pod-delete", "loss"),
-    ("pod-delete-persistent", "pod-delete", "clean"),
-    ("disk-full-leader-acksall", "disk-full", "clean"),
+@pytest.mark.parametrize(("experiment", "kind", "expected", "mechanism"), [
+    ("acks1-leader-kill", "kill", "loss", "acks1_before_replication"),
+    ("acksall-leader-kill", "kill", "clean", None),
+    ("pod-delete-ephemeral", "pod-delete", "loss", "disk_lost"),
+    ("pod-delete-persistent", "pod-delete", "clean", None),
+    ("disk-full-leader-acksall", "disk-full", "clean", None),
 ])
 def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, kind: str,
-                                                        expected: str, pod_images: Engine,
+                                                        expected: str, mechanism: str | None,
+                                                        pod_images: Engine,
                                                         tmp_path: Path) -> None:
     documents = yaml.safe_load_all((REPO / "experiments" / f"{experiment}.yaml").read_text())
     with on_pods(*documents, pod_images, tmp_path) as pods:
@@ -44,6 +45,12 @@ def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, kind: s
         faults = [f["fault"] for f in report["faults"]]
         assert faults and set(faults) == {kind}, report["faults"]
         assert report["verdict"] == expected, report["counts"]
+        # The runner collected the brokers' and the controller's replication events through
+        # the pods' control endpoints, and they explain every loss as the experiment says.
+        explained = report["explained"]
+        assert explained["events"] and explained["unexplained"] == 0, explained["incidents"]
+        assert {i["mechanism"] for i in explained["incidents"]} == (
+            {mechanism} if mechanism else set()), explained["incidents"]
         events = [e["reason"] for e in pods.api.objects["Event"].values()]
         assert events.count("FaultInjected") == events.count("FaultRecovered") == len(faults)
 

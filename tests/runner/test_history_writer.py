@@ -15,6 +15,7 @@ from pathlib import Path
 from small_disk import fill, mounted_tmpfs
 
 from undertow.runner.abort import Abort, HistoryWriteError
+from undertow.runner.events import to_event
 from undertow.runner.history import RESERVE_MIN_BYTES, RESERVE_NAME, HistoryWriter
 from undertow_analysis import history_schema as schema
 
@@ -36,12 +37,17 @@ def test_every_line_the_writer_writes_has_the_schema_fields_and_types(tmp_path: 
                 t=1763830040.0)
     writer.fault(fault="partition", target="broker-0|broker-1,broker-2", role="split",
                  action="inject")
+    # A node's event as it served it: the writer's line has every field, and the node.
+    writer.event(to_event("broker-1", {
+        "t": 1763830002.0, "type": "truncation", "topic": "t", "partition": 0, "broker": 1,
+        "leader_epoch": 3, "from_offset": 12, "to_offset": 10, "reason": "offset_for_leader_epoch",
+        "a_field_of_a_newer_broker": 1}))
     writer.close()
 
     written = {f: [json.loads(line) for line in (tmp_path / f.filename).read_text().splitlines()]
                for f in schema.FILES if f.json_lines}
     assert {f.name: len(lines) for f, lines in written.items()} == {
-        "sends": 2, "reads": 1, "faults": 1, "cluster": 0}
+        "sends": 2, "reads": 1, "faults": 1, "cluster": 0, "events": 1}
     for file, lines in written.items():
         for line in lines:
             assert file.problems(line) == [], (file.filename, line)

@@ -14,39 +14,15 @@ from pathlib import Path
 
 import pytest
 from procs import processes_mentioning
+from small_experiment import write_small_experiment
 
 from undertow_analysis import history_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
-EXPERIMENT = """
-apiVersion: undertow.dev/v1alpha1
-kind: BrokerCluster
-metadata: {{name: small}}
-spec:
-  brokers: 3
-  config:
-    min.insync.replicas: 2
-    replica.lag.time.max.ms: 1500
-    broker.session.timeout.ms: 1500
----
-apiVersion: undertow.dev/v1alpha1
-kind: ChaosExperiment
-metadata: {{name: {name}}}
-spec:
-  cluster: {{ref: small}}
-  topic: {{name: t, partitions: 2, replicationFactor: 3}}
-  workload: {{producers: 1, consumers: 1, acks: all, retries: 0, rate: 100,
-             duration: {duration}}}
-  faults:
-{faults}
-  expect: clean
-"""
 
 def write_experiment(tmp_path: Path, name: str, duration: str, faults: str) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(EXPERIMENT.format(name=name, duration=duration, faults=faults))
-    return path
+    return write_small_experiment(tmp_path / f"{name}.yaml", name, duration, faults)
 
 
 def undertow(*args: str, **kwargs) -> subprocess.Popen:

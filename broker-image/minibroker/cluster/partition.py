@@ -11,6 +11,9 @@ and the follower's ``truncate_to``. The rules are Kafka's (seeds 000 and 001):
   when its LEO >= HW and >= the start offset of the leader's current epoch; the leader never
   leaves its own ISR. ISR changes go through the controller (AlterPartition) with the
   current partition epoch.
+
+Each change is also recorded as a replication event (``minibroker.events``): becoming leader
+or follower, a truncation that dropped offsets, and an ISR change this leader made.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import LogConfig
+from minibroker.events import EventType, IsrChangeReason, ReplicationEventLog, TruncationReason
 from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.log import Log, LogAppendInfo, OffsetOutOfRangeError
 from minibroker.storage.producer_state import (
@@ -58,7 +62,8 @@ class AlterPartitionRequest:
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
-    reason: str
+    reason: IsrChangeReason
+    detail: str
     # KIP-903 (AlterPartition v3's BrokerState): the broker epoch each new ISR member's
     # fetches came with, -1 where unknown; the controller refuses a member whose
     # registration has moved on since.
@@ -78,6 +83,7 @@ class Partition:
         clock_ms: Callable[[], float],
         alter_partition: Callable[[AlterPartitionRequest], None],
         alive_broker_epoch: Callable[[int], int | None],
+        events: ReplicationEventLog,
         high_watermark: int = 0,
     ) -> None:
         self.tp = tp
@@ -89,6 +95,7 @@ class Partition:
         self._clock_ms = clock_ms
         self._alter_partition = alter_partition
         self._alive_broker_epoch = alive_broker_epoch
+        self._events = events
         self.high_watermark = min(high_watermark, log.log_end_offset)
         self.leader_id = NO_LEADER
         self.leader_epoch = UNDEFINED_EPOCH
@@ -151,6 +158,8 @@ class Partition:
             replica.reset(now, replica.broker_id in self.isr, self.log_end_offset)
         log.info("%r became leader with ISR %s, LEO %d, HW %d", self, list(self.isr),
                  self.log_end_offset, self.high_watermark)
+        self._emit(EventType.BECOME_LEADER, log_end_offset=self.log_end_offset,
+                   high_watermark=self.high_watermark, isr=list(self.isr))
         self.maybe_increment_high_watermark()
 
     def make_follower(self, reg: PartitionRegistration) -> None:
@@ -159,6 +168,8 @@ class Partition:
         self.remote_replicas = {}
         log.info("%r became follower of %d with LEO %d, HW %d", self, reg.leader,
                  self.log_end_offset, self.high_watermark)
+        self._emit(EventType.BECOME_FOLLOWER, leader=reg.leader,
+                   log_end_offset=self.log_end_offset, high_watermark=self.high_watermark)
 
     def apply_registration(self, reg: PartitionRegistration) -> None:
         """Same leader and epoch, newer partition epoch: an ISR change was committed (ours,
@@ -167,10 +178,13 @@ class Partition:
             return
         pending = self.pending_alter
         ours = pending is not None and reg.isr == pending.new_isr
-        self._update_isr(reg, pending.reason if ours else "the controller changed it")
+        self._update_isr(reg, pending if ours else None)
 
-    def _update_isr(self, reg: PartitionRegistration, reason: str) -> None:
-        """The one place a committed ISR change is applied, counted and logged."""
+    def _update_isr(self, reg: PartitionRegistration, ours: AlterPartitionRequest | None
+                    ) -> None:
+        """The one place a committed ISR change is applied, counted and logged. Only this
+        leader's own change (``ours``) is an event here: the controller records those it
+        makes itself (a fenced broker leaving every ISR)."""
         old = self.isr
         self._apply_registration(reg)
         if self.is_leader and len(reg.isr) < len(old):
@@ -178,9 +192,18 @@ class Partition:
         elif self.is_leader and len(reg.isr) > len(old):
             self.isr_expands += 1
         if reg.isr != old:
+            detail = ours.detail if ours is not None else "the controller changed it"
             log.info("%r ISR updated from %s to %s because %s", self, list(old), list(reg.isr),
-                     reason)
+                     detail)
+            if ours is not None:
+                self._emit(EventType.ISR_CHANGE, old_isr=list(old), isr=list(reg.isr),
+                           reason=ours.reason, detail=ours.detail)
         self.maybe_increment_high_watermark()
+
+    def _emit(self, event_type: EventType, **fields: object) -> None:
+        """An event about this replica: its partition, its leader epoch, this broker."""
+        self._events.emit(event_type, topic=self.tp.topic, partition=self.tp.partition,
+                          leader_epoch=self.leader_epoch, broker=self.broker_id, **fields)
 
     def _apply_registration(self, reg: PartitionRegistration) -> None:
         self.leader_id = reg.leader
@@ -331,7 +354,7 @@ class Partition:
         end = replica.log_end_offset
         if (end >= self.high_watermark and end >= self.leader_epoch_start_offset
                 and self._is_replica_isr_eligible(replica)):
-            self._submit_isr((*self.isr, replica.broker_id),
+            self._submit_isr((*self.isr, replica.broker_id), IsrChangeReason.CAUGHT_UP,
                              f"replica {replica.broker_id} caught up and rejoined ISR")
 
     def maybe_shrink_isr(self) -> None:
@@ -353,9 +376,10 @@ class Partition:
                 f"{now - self.remote_replicas[r].last_caught_up_time_ms:.0f} ms ago)"
                 for r in out_of_sync
             )
-            self._submit_isr(new_isr, lag)
+            self._submit_isr(new_isr, IsrChangeReason.LAG, lag)
 
-    def _submit_isr(self, new_isr: tuple[int, ...], reason: str) -> None:
+    def _submit_isr(self, new_isr: tuple[int, ...], reason: IsrChangeReason,
+                    detail: str) -> None:
         ordered = tuple(r for r in self.assignment if r in new_isr)
         epochs = tuple(
             self._alive_broker_epoch(r) if r == self.broker_id
@@ -364,7 +388,7 @@ class Partition:
         epochs = tuple(-1 if e is None else e for e in epochs)
         self.pending_alter = AlterPartitionRequest(self.tp, self.leader_epoch,
                                                    self.partition_epoch, ordered, reason,
-                                                   epochs)
+                                                   detail, epochs)
         self._alter_partition(self.pending_alter)
 
     def on_alter_partition_response(self, request: AlterPartitionRequest, error: ErrorCode,
@@ -380,7 +404,7 @@ class Partition:
         if reg.partition_epoch <= self.partition_epoch:
             self.pending_alter = None
             return False
-        self._update_isr(reg, request.reason)
+        self._update_isr(reg, request)
         return True
 
     # ---- leader: offsets ----------------------------------------------------------------
@@ -428,7 +452,9 @@ class Partition:
         self.high_watermark = min(leader_high_watermark, self.log_end_offset)
         return self.log_end_offset
 
-    def truncate_to(self, offset: int, reason: str) -> None:
+    def truncate_to(self, offset: int, reason: TruncationReason, detail: str) -> None:
+        """Drop the offsets from ``offset`` on (from the batch holding it); ``reason`` and
+        ``detail`` say why, in the log and in the truncation event."""
         if offset >= self.log_end_offset:
             # As Kafka 3.x's UnifiedLog.truncateTo (KIP-279 era): truncate the epoch
             # cache even when the log keeps everything. A broker that became leader of an
@@ -442,11 +468,22 @@ class Partition:
         self.log.truncate_to(offset)
         self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
-        log.info("%r truncated log from %d to %d (%s)", self, old_end, self.log_end_offset,
-                 reason)
+        log.info("%r truncated log from %d to %d (%s: %s)", self, old_end, self.log_end_offset,
+                 reason, detail)
+        if self.log_end_offset < old_end:
+            self._emit(EventType.TRUNCATION, from_offset=old_end, to_offset=self.log_end_offset,
+                       reason=reason, detail=detail)
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, reason: TruncationReason,
+                                    detail: str) -> None:
+        """Drop the whole log and restart it, empty, at ``offset``. As an event, the offsets
+        dropped run from the old log end down to the old log start."""
+        old_start, old_end = self.log_start_offset, self.log_end_offset
         self.log.truncate_fully_and_start_at(offset)
         self.leader_epoch_cache.clear_and_flush()
         self.high_watermark = offset
-        log.info("%r truncated fully, restarting at %d", self, offset)
+        detail = f"{detail}; the log restarts empty at offset {offset}"
+        log.info("%r truncated fully, restarting at %d (%s: %s)", self, offset, reason, detail)
+        if old_end > old_start:
+            self._emit(EventType.TRUNCATION, from_offset=old_end, to_offset=old_start,
+                       reason=reason, detail=detail)

@@ -4,6 +4,8 @@ It applies the controller's metadata (become leader / become follower), serves P
 Fetch, ListOffsets and OffsetForLeaderEpoch through callbacks (so the same code runs under
 asyncio in a broker and step by step in ``minibroker.sim``), keeps the purgatories, runs the
 ISR shrink and HW checkpoint timers, and gives the follower fetcher its per-partition state.
+It records the replication events of loading a log and of a power loss (``minibroker.events``);
+its partitions record the rest.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from minibroker.cluster.delayed import DelayedFetch, DelayedProduce, Purgatory
 from minibroker.cluster.errors import KafkaApiError
@@ -31,6 +33,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import LogConfig, resolve
+from minibroker.events import EventType, ReplicationEventLog, TruncationReason
 from minibroker.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     RECOVERY_POINT_OFFSET_CHECKPOINT_FILE,
@@ -45,7 +48,6 @@ from minibroker.storage.log import Log
 log = logging.getLogger("minibroker.replica_manager")
 
 
-
 def _recover_epoch_cache(cache: LeaderEpochCache, log_: Log) -> None:
     """Make the cache agree with the recovered log: drop epochs past its end, and add those
     whose batches reached the log before a crash cut the cache update short."""
@@ -55,6 +57,20 @@ def _recover_epoch_cache(cache: LeaderEpochCache, log_: Log) -> None:
     for header in log_.batches_from(start):
         if cache.latest_epoch is None or header.partition_leader_epoch > cache.latest_epoch:
             cache.assign(header.partition_leader_epoch, header.base_offset)
+
+
+def _unrecovered_power_losses(events: ReplicationEventLog
+                              ) -> dict[tuple[str, int], dict[str, Any]]:
+    """The last ``power_loss`` event of each partition whose log was not loaded since (no
+    ``log_recovery`` after it): what an earlier process held in memory when it lost power."""
+    losses: dict[tuple[str, int], dict[str, Any]] = {}
+    for event in events.events():
+        key = (event.get("topic"), event.get("partition"))
+        if event["type"] == EventType.POWER_LOSS:
+            losses[key] = event
+        elif event["type"] == EventType.LOG_RECOVERY:
+            losses.pop(key, None)
+    return losses
 
 
 class AlterPartitionSender(Protocol):
@@ -89,6 +105,7 @@ class ReplicaManager:
         config: Mapping[str, str],
         alter_partition_sender: AlterPartitionSender,
         fetcher_manager: FetcherManager,
+        events: ReplicationEventLog,
         durability: DurabilityTracker | None = None,
         log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
@@ -100,6 +117,8 @@ class ReplicaManager:
         self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self._alter_partition_sender = alter_partition_sender
         self._fetcher_manager = fetcher_manager
+        self.events = events
+        self._power_losses = _unrecovered_power_losses(events)
         self.partitions: dict[TopicPartition, Partition] = {}
         self.follower_states: dict[TopicPartition, FollowerState] = {}
         self.image = MetadataImage()
@@ -197,6 +216,8 @@ class ReplicaManager:
             return partition
         config = self._log_config(tp.topic)
         directory = self.data_dir / f"{tp.topic}-{tp.partition}"
+        loaded = directory.is_dir()
+        recovery_point = self._checkpointed_recovery_points.get((tp.topic, tp.partition), 0)
         log_ = Log(
             directory,
             durability=self.durability,
@@ -204,7 +225,7 @@ class ReplicaManager:
             flush_interval_messages=config.flush_interval_messages,
             flush_interval_ms=config.flush_interval_ms,
             clock=lambda: self.scheduler.now_ms() / 1000.0,
-            recovery_point=self._checkpointed_recovery_points.get((tp.topic, tp.partition), 0),
+            recovery_point=recovery_point,
         )
         checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE)
         cache = LeaderEpochCache(checkpoint)
@@ -215,10 +236,36 @@ class ReplicaManager:
             clock_ms=self.scheduler.now_ms,
             alter_partition=self._send_alter_partition,
             alive_broker_epoch=self._alive_broker_epoch,
+            events=self.events,
             high_watermark=self._checkpointed_hws.get((tp.topic, tp.partition), 0),
         )
         self.partitions[tp] = partition
+        if loaded:
+            self._record_log_recovery(partition, recovery_point)
         return partition
+
+    def _record_log_recovery(self, partition: Partition, recovery_point: int) -> None:
+        """A log an earlier process left was loaded. When that process lost power holding
+        more of it in memory than survived (its ``power_loss`` event says how much), the
+        difference is a truncation: the unflushed tail the power loss took."""
+        tp = partition.tp
+        leo = partition.log_end_offset
+        self.events.emit(
+            EventType.LOG_RECOVERY, topic=tp.topic, partition=tp.partition,
+            broker=self.broker_id, log_end_offset=leo,
+            detail=f"loaded from the recovery point {recovery_point}: log start offset "
+                   f"{partition.log_start_offset}, log end offset {leo}")
+        loss = self._power_losses.pop((tp.topic, tp.partition), None)
+        if loss is None or loss["log_end_offset"] <= leo:
+            return
+        detail = (f"the unflushed tail past the recovery point {recovery_point} was lost to "
+                  f"the power loss")
+        log.warning("%r truncated log from %d to %d (%s: %s)", partition,
+                    loss["log_end_offset"], leo, TruncationReason.LOG_RECOVERY, detail)
+        self.events.emit(
+            EventType.TRUNCATION, topic=tp.topic, partition=tp.partition, broker=self.broker_id,
+            from_offset=loss["log_end_offset"], to_offset=leo,
+            reason=TruncationReason.LOG_RECOVERY, detail=detail)
 
     def apply_metadata(self, image: MetadataImage) -> None:
         """Apply the controller's view: each partition becomes leader or follower here."""
@@ -408,7 +455,7 @@ class ReplicaManager:
             return None
         partition = self.partitions[tp]
         if self._log_config(tp.topic).truncation_mode == "high-watermark":
-            partition.truncate_to(partition.high_watermark,
+            partition.truncate_to(partition.high_watermark, TruncationReason.HIGH_WATERMARK,
                                   "pre-KIP-101 rule: truncate to the high watermark")
             state.needs_truncation = False
             return None
@@ -422,7 +469,7 @@ class ReplicaManager:
         state = truncation_for_epoch_answer(
             partition.leader_epoch_cache, partition.log_end_offset, partition.high_watermark,
             leader_epoch, end_offset)
-        partition.truncate_to(state.offset,
+        partition.truncate_to(state.offset, TruncationReason.OFFSET_FOR_LEADER_EPOCH,
                               f"leader epoch {leader_epoch} ends at {end_offset} on the leader")
         if state.completed:
             self.follower_states[tp].needs_truncation = False
@@ -453,10 +500,23 @@ class ReplicaManager:
         """Our fetch offset is outside the leader's log (Kafka's handleOutOfRangeError)."""
         partition = self.partitions[tp]
         if leader_end_offset < partition.log_end_offset:
-            partition.truncate_to(leader_end_offset,
+            partition.truncate_to(leader_end_offset, TruncationReason.OUT_OF_RANGE,
                                   f"fetch offset beyond the leader's log end {leader_end_offset}")
         elif leader_start_offset > partition.log_end_offset:
-            partition.truncate_fully_and_start_at(leader_start_offset)
+            partition.truncate_fully_and_start_at(
+                leader_start_offset, TruncationReason.OUT_OF_RANGE,
+                f"the leader's log starts at {leader_start_offset}, past our log end "
+                f"{partition.log_end_offset}")
+
+    # ---- power loss ---------------------------------------------------------------------
+
+    def record_power_loss(self) -> None:
+        """The power-loss failpoint, before the unflushed bytes are cut: the log end offset
+        of every replica as held in memory, for the restart to say what the loss took."""
+        for tp, partition in sorted(self.partitions.items()):
+            self.events.emit(EventType.POWER_LOSS, topic=tp.topic, partition=tp.partition,
+                             broker=self.broker_id, log_end_offset=partition.log_end_offset,
+                             leader_epoch=partition.leader_epoch)
 
     # ---- state for describe, metrics and the harness ------------------------------------
 

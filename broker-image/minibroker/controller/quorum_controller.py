@@ -5,7 +5,8 @@ every partition's leader, leader epoch, ISR and partition epoch, and for the pro
 that brokers hand out to idempotent producers. It is plain Python with an injected clock so
 that tests can drive it step by step; ``controller.server`` puts it on the network. Every
 change is persisted (fsync) before the caller is answered, so a controller restart loses
-nothing.
+nothing. Fencing, unfencing, the ISR changes fencing makes and every election are also
+recorded as replication events (``minibroker.events``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import ConfigError, resolve, validate_topic_config
+from minibroker.events import (
+    ElectionKind,
+    ElectionReason,
+    EventType,
+    FenceReason,
+    IsrChangeReason,
+    ReplicationEventLog,
+)
 from minibroker.fsutil import atomic_write
 
 log = logging.getLogger("minibroker.controller")
@@ -65,10 +74,12 @@ class QuorumController:
         self,
         *,
         clock_ms: Callable[[], float],
+        events: ReplicationEventLog,
         config: Mapping[str, str] | None = None,
         data_dir: Path | None = None,
     ) -> None:
         self._clock_ms = clock_ms
+        self._events = events
         self.config = dict(config or {})
         self.data_dir = data_dir
         self.cluster_id = uuid.uuid4().hex[:22]
@@ -154,7 +165,8 @@ class QuorumController:
         leaderships moved). Returns the broker epoch."""
         existing = self.brokers.get(broker_id)
         if existing is not None and not existing.fenced:
-            self._fence(broker_id, reason="it restarted with a new incarnation"
+            self._fence(broker_id, FenceReason.RESTARTED,
+                        "it restarted with a new incarnation"
                         if existing.incarnation_id != incarnation_id else "it registered again")
         broker_epoch = self.metadata_offset + 1  # the offset of this registration's record
         self.brokers[broker_id] = BrokerRegistration(
@@ -196,27 +208,34 @@ class QuorumController:
             if not b.fenced and now - b.last_heartbeat_ms > timeout
         ]
         for broker_id in expired:
-            self._fence(broker_id, reason=f"its session expired ({timeout} ms without heartbeat)")
+            self._fence(broker_id, FenceReason.SESSION_EXPIRED,
+                        f"its session expired ({timeout} ms without heartbeat)")
         if expired:
             self._commit()
 
-    def fence_broker(self, broker_id: int, reason: str) -> None:
+    def fence_broker(self, broker_id: int, detail: str) -> None:
         """Fence now, as an expired session would: how step-by-step tests fence a broker at
         an exact moment."""
         if self.is_live(broker_id):
-            self._fence(broker_id, reason)
+            self._fence(broker_id, FenceReason.SESSION_EXPIRED, detail)
             self._commit()
 
     def _unfence(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
         log.info("Unfencing broker %d (broker epoch %d): it has caught up with the metadata",
-                 broker_id, self.brokers[broker_id].broker_epoch)
-        self.brokers[broker_id].fenced = False
-        self._elect_offline_partitions()
+                 broker_id, broker.broker_epoch)
+        broker.fenced = False
+        self._events.emit(EventType.BROKER_UNFENCED, broker=broker_id,
+                          broker_epoch=broker.broker_epoch)
+        self._elect_offline_partitions(f"broker {broker_id} was unfenced")
         self._commit()
 
-    def _fence(self, broker_id: int, reason: str) -> None:
-        log.warning("Fencing broker %d because %s", broker_id, reason)
-        self.brokers[broker_id].fenced = True
+    def _fence(self, broker_id: int, reason: FenceReason, detail: str) -> None:
+        broker = self.brokers[broker_id]
+        log.warning("Fencing broker %d because %s", broker_id, detail)
+        broker.fenced = True
+        self._events.emit(EventType.BROKER_FENCED, broker=broker_id,
+                          broker_epoch=broker.broker_epoch, reason=reason, detail=detail)
         for topic in self.topics.values():
             for index, reg in list(topic.partitions.items()):
                 if broker_id not in reg.isr:
@@ -230,8 +249,14 @@ class QuorumController:
                     log.info("[Partition %s epoch=%d] ISR updated from %s to %s because broker %d"
                              " was fenced", tp, reg.leader_epoch, list(reg.isr), list(isr),
                              broker_id)
+                    self._events.emit(
+                        EventType.ISR_CHANGE, topic=tp.topic, partition=tp.partition,
+                        leader_epoch=reg.leader_epoch, broker=broker_id, old_isr=list(reg.isr),
+                        isr=list(isr), reason=IsrChangeReason.FENCED,
+                        detail=f"broker {broker_id} was fenced because {detail}")
                 if reg.leader == broker_id:
-                    updated = self._elect(topic, tp, updated)
+                    updated = self._elect(topic, tp, updated, ElectionReason.LEADER_FENCED,
+                                          f"leader {broker_id} was fenced because {detail}")
                 topic.partitions[index] = updated
 
     # ---- leader election ---------------------------------------------------------------
@@ -239,29 +264,45 @@ class QuorumController:
     def _unclean_enabled(self, topic: TopicRecord) -> bool:
         return resolve("unclean.leader.election.enable", topic.config, self.config)
 
-    def _elect(self, topic: TopicRecord, tp: TopicPartition,
-               reg: PartitionRegistration) -> PartitionRegistration:
-        """Pick a live ISR member; only with unclean election enabled, any live replica."""
+    def _elect(self, topic: TopicRecord, tp: TopicPartition, reg: PartitionRegistration,
+               reason: ElectionReason, cause: str) -> PartitionRegistration:
+        """Pick a live ISR member; only with unclean election enabled, any live replica.
+        ``reason`` and ``cause`` say why an election was needed (for the log and the event)."""
         candidates = [r for r in reg.replicas if r in reg.isr and self.is_live(r)]
         isr = reg.isr
+        kind = ElectionKind.CLEAN
         if not candidates and self._unclean_enabled(topic):
             candidates = [r for r in reg.replicas if self.is_live(r)]
             if candidates:
                 isr = (candidates[0],)
+                kind = ElectionKind.UNCLEAN
                 self.unclean_elections += 1
-                log.warning("[Partition %s] UNCLEAN leader election: broker %d becomes leader "
-                            "without being in the ISR %s; data may be lost", tp, candidates[0],
-                            list(reg.isr))
         leader = candidates[0] if candidates else NO_LEADER
         if leader == reg.leader:
             return reg
         if leader == NO_LEADER:
-            log.warning("[Partition %s] offline: no live ISR member in %s", tp, list(reg.isr))
+            kind = ElectionKind.OFFLINE
+            detail = f"offline: no live ISR member in {list(reg.isr)}"
+        elif kind == ElectionKind.UNCLEAN:
+            detail = (f"UNCLEAN leader election: broker {leader} becomes leader without being "
+                      f"in the ISR {list(reg.isr)}; data may be lost")
         else:
-            log.info("[Partition %s] leader changed from %d to %d at epoch %d", tp, reg.leader,
-                     leader, reg.leader_epoch + 1)
+            detail = (f"leader changed from {reg.leader} to {leader} at epoch "
+                      f"{reg.leader_epoch + 1}")
+        detail = f"{detail}: {cause}"
+        log.log(logging.INFO if kind == ElectionKind.CLEAN else logging.WARNING,
+                "[Partition %s] %s", tp, detail)
+        self._emit_election(tp, reg, leader, kind, reason, detail)
         return replace(reg, leader=leader, isr=isr, leader_epoch=reg.leader_epoch + 1,
                        partition_epoch=reg.partition_epoch + 1)
+
+    def _emit_election(self, tp: TopicPartition, reg: PartitionRegistration, leader: int,
+                       kind: ElectionKind, reason: ElectionReason, detail: str) -> None:
+        """``reg`` is the registration the leader was chosen from (its ISR, its leader)."""
+        self._events.emit(EventType.LEADER_ELECTION, topic=tp.topic, partition=tp.partition,
+                          leader_epoch=reg.leader_epoch + 1, leader=leader,
+                          previous_leader=reg.leader, kind=kind, isr=list(reg.isr),
+                          reason=reason, detail=detail)
 
     def _elect_preferred_leaders(self) -> None:
         """Kafka's auto leader rebalance: the first replica leads again once it is in sync."""
@@ -270,9 +311,11 @@ class QuorumController:
             for index, reg in list(topic.partitions.items()):
                 preferred = reg.replicas[0]
                 if reg.leader != preferred and preferred in reg.isr and self.is_live(preferred):
-                    log.info("[Partition %s-%d] preferred leader election: leader changed from "
-                             "%d to %d at epoch %d", topic.name, index, reg.leader, preferred,
-                             reg.leader_epoch + 1)
+                    detail = (f"preferred leader election: leader changed from {reg.leader} to "
+                              f"{preferred} at epoch {reg.leader_epoch + 1}")
+                    log.info("[Partition %s-%d] %s", topic.name, index, detail)
+                    self._emit_election(TopicPartition(topic.name, index), reg, preferred,
+                                        ElectionKind.PREFERRED, ElectionReason.PREFERRED, detail)
                     topic.partitions[index] = replace(
                         reg, leader=preferred, leader_epoch=reg.leader_epoch + 1,
                         partition_epoch=reg.partition_epoch + 1)
@@ -280,12 +323,13 @@ class QuorumController:
         if changed:
             self._commit()
 
-    def _elect_offline_partitions(self) -> None:
+    def _elect_offline_partitions(self, cause: str) -> None:
         for topic in self.topics.values():
             for index, reg in list(topic.partitions.items()):
                 if reg.leader == NO_LEADER:
-                    topic.partitions[index] = self._elect(topic, TopicPartition(topic.name, index),
-                                                          reg)
+                    topic.partitions[index] = self._elect(
+                        topic, TopicPartition(topic.name, index), reg,
+                        ElectionReason.BROKER_UNFENCED, cause)
 
     # ---- topics -----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any
 from minibroker.admin import AdminServer
 from minibroker.cluster.types import TopicPartition
 from minibroker.controller.quorum_controller import QuorumController
+from minibroker.events import ReplicationEventLog
 from minibroker.metrics import controller_registry
 from minibroker.rpc import RpcServer
 
@@ -28,8 +29,10 @@ class ControllerServer:
     def __init__(self, data_dir: Path, config: dict[str, str]) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._loop = asyncio.get_running_loop()
+        self.events = ReplicationEventLog(data_dir)
         self.controller = QuorumController(
-            clock_ms=lambda: self._loop.time() * 1000.0, config=config, data_dir=data_dir)
+            clock_ms=lambda: self._loop.time() * 1000.0, events=self.events, config=config,
+            data_dir=data_dir)
         self._changed = asyncio.Condition()
         self.controller.add_listener(self._on_commit)
         self.rpc = RpcServer({
@@ -57,7 +60,7 @@ class ControllerServer:
         if metrics_port is not None:
             self.admin = AdminServer(self._loop, host, metrics_port,
                                      registry=controller_registry(self.controller),
-                                     state=self.state)
+                                     state=self.state, events=self.events)
             self.admin.start()
         log.info("Controller listening on %s:%d (cluster id %s)", host, self.rpc.port,
                  self.controller.cluster_id)

@@ -209,6 +209,9 @@ class KubernetesPlatform(Platform):
     def state(self, node: str) -> dict[str, Any]:
         return self._admin(node).state()
 
+    def events(self, node: str, log_id: str | None, offset: int) -> dict[str, Any]:
+        return self._admin(node).events(log_id, offset)
+
     def pod(self, node: str) -> PodView | None:
         """The node's pod now (None while it does not exist)."""
         body = self.api.get("Pod", self.config.namespace, self.names.pod(self.check_node(node)))

@@ -31,3 +31,10 @@ class AdminClient:
 
     def clear_failpoint(self, name: str) -> dict[str, Any]:
         return self._control.request("DELETE", f"/v1/failpoints/{name}")
+
+    def events(self, log_id: str | None, offset: int) -> dict[str, Any]:
+        """The node's replication events from byte ``offset`` of its events log on:
+        ``{"log_id", "events", "next_offset"}``. A ``log_id`` that is not the node's current
+        one (its disk was replaced) answers from the start of the new log."""
+        query = f"offset={offset}" + (f"&log_id={log_id}" if log_id else "")
+        return self._control.request("GET", f"/v1/events?{query}")

@@ -165,6 +165,11 @@ class Platform(ABC):
     def state(self, node: str) -> dict[str, Any]:
         """The node's own view of the cluster (its ``/v1/state`` document)."""
 
+    @abstractmethod
+    def events(self, node: str, log_id: str | None, offset: int) -> dict[str, Any]:
+        """The node's replication events from ``offset`` of its events log ``log_id`` on
+        (``AdminClient.events``)."""
+
     # ---- processes --------------------------------------------------------------------------
 
     @abstractmethod

@@ -265,6 +265,9 @@ class LocalPlatform(Platform):
     def state(self, node: str) -> dict[str, Any]:
         return self._admin(node).state()
 
+    def events(self, node: str, log_id: str | None, offset: int) -> dict[str, Any]:
+        return self._admin(node).events(log_id, offset)
+
     def log_path(self, node: str) -> Path:
         return self.config.workdir / "logs" / f"{self.check_node(node)}.log"
 

@@ -98,6 +98,10 @@ class HistoryWriter:
     def cluster_sample(self, record: dict[str, Any]) -> None:
         self._append("cluster", record)
 
+    def event(self, record: dict[str, Any]) -> None:
+        """One node's replication event (``runner.events.to_event``)."""
+        self._append("events", record)
+
     def write_meta(self, meta: dict[str, Any]) -> None:
         """meta.json is rewritten whole (tmp + rename): once at the start, once at the end
         (`finish`). The first write also sets aside the room the last one will use."""

@@ -3,6 +3,7 @@
     start the cluster -> create the topic -> wait for leaders and full ISRs
     -> workload + cluster sampler + nemesis for the workload's duration
     -> heal every fault -> wait for leaders and full ISRs (bounded)
+    -> wait for every HW to reach its leader's LEO (bounded: the drain reads to the HW)
     -> stop the run-phase consumers -> drain every partition with a fresh consumer
     -> close the history -> analysis -> verdict vs. expectation
 
@@ -28,6 +29,7 @@ from typing import Any
 from undertow.cluster_view.kafka import KafkaAdminError, admin_client, create_topic
 from undertow.platform.base import Platform, sigterm_as_interrupt, wait_for
 from undertow.runner.abort import Abort, RunAborted
+from undertow.runner.events import EventCollector
 from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
 from undertow.runner.sampler import ClusterSampler
@@ -39,6 +41,7 @@ log = logging.getLogger("undertow.run")
 READY_TIMEOUT_S = 60.0
 HEAL_TIMEOUT_S = 45.0
 DRAIN_TIMEOUT_S = 60.0
+COMMIT_TIMEOUT_S = 15.0
 PROGRESS_S = 0.5
 """The fault phase's beat: a progress update, and the longest an abort waits to be seen."""
 
@@ -68,6 +71,17 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
 def partitions_healthy(platform: Platform, topic: str, replication_factor: int) -> bool:
     """Every partition has a leader and a full ISR, as the controller sees it."""
     return platform.cluster_view().healthy(topic, replication_factor)
+
+
+def partitions_committed(platform: Platform, topic: str) -> bool:
+    """Every partition's high watermark has reached its leader's log end offset. Once the
+    producers have stopped, what a leader acknowledged is then what a consumer can read: an
+    acks=1 record that no follower has fetched yet lies above the HW, and a drain that stops
+    at an earlier HW would count it lost although no broker dropped it."""
+    partitions = platform.cluster_view(replicas=True).topic_partitions(topic)
+    return bool(partitions) and all(
+        p.has_leader and p.high_watermark is not None and p.leader in p.log_end_offsets
+        and p.high_watermark >= p.log_end_offsets[p.leader] for p in partitions)
 
 
 def _until_healthy(platform: Platform, topic: str, replication_factor: int, timeout: float,
@@ -153,6 +167,8 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
     workload = Workload(platform.bootstrap, cfg, history, abort)
     sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe)
     nemesis = Nemesis(platform, planned, topic, history, seed)
+    events = EventCollector(platform, history)
+    events.start()
     sampler.start()
     try:
         start = time.time()
@@ -188,6 +204,18 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
         except Exception as exc:
             meta["healed"] = False
             log.warning("%s; draining anyway", exc)
+        if meta["healed"]:
+            try:
+                wait_for(lambda: abort.is_set() or partitions_committed(platform, topic),
+                         COMMIT_TIMEOUT_S, "every high watermark to reach its leader's log end",
+                         ignore=(Exception,))
+                abort.raise_if_set()
+                meta["committed"] = True
+            except RunAborted:
+                raise
+            except Exception as exc:
+                meta["committed"] = False
+                log.warning("%s; draining anyway", exc)
         for consumer in workload.consumers:
             consumer.stop()
         on_progress({"phase": "draining", "partitions": sampler.latest})
@@ -202,4 +230,5 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
     finally:
         workload.stop()
         sampler.stop()
+        events.stop()
         workload.epoch_gate.close()

@@ -1,0 +1,216 @@
+"""Loss attribution: for each lost, misplaced or phantom record, the election and the
+truncation that removed it, and the Kafka rule behind them (from events.jsonl).
+
+Pure functions from DataFrames to DataFrames, like `checks`: the anomalous records (few) are
+joined with the replication events (fewer still: a broadcast), and nothing is collected here.
+
+For a record at offset O of a partition, known to be on its leader at time t (when it was
+acknowledged; for a phantom read, when a consumer read it):
+
+- its *holder* is the broker that led the partition at t (the last `become_leader` at or
+  before t), with that leader epoch;
+- the *dropping election* is the first `become_leader` after t whose log ended at or below
+  O: from then on the partition's log is that broker's, and O is not in it (the controller's
+  `leader_election` of that epoch says how the broker was chosen);
+- the *cause* says why that broker lacked O: a truncation of its own log between t and the
+  election (reason `log_recovery`: a power loss took the unflushed tail; `high_watermark`:
+  the pre-KIP-101 rule), an unclean election, (acks=1) it had never fetched O, or (acks=all,
+  so it had O as an ISR member) it restarted in between without a power loss: its disk was
+  lost;
+- the *removals* are the truncations by which the other replicas dropped O after the
+  election (KIP-101's OffsetForLeaderEpoch, usually on the holder when it returns).
+
+The mechanism is the first of these that applies; a record that none explains is
+`unexplained`, itself a finding (a bug in the broker or the harness). Records dropped by the
+same election from the same holder's epoch form one loss incident.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+EXPLAINED_KINDS = ("lost", "misplaced", "phantom_read")
+MECHANISMS = {
+    "acks1_before_replication": "acks=1 before replication",
+    "unclean_election": "unclean election",
+    "high_watermark_truncation": "truncation to the high watermark (pre-KIP-101)",
+    "power_loss": "unflushed data lost to a power loss",
+    "disk_lost": "a log lost with its disk",
+    "unexplained": "unexplained",
+}
+"""Mechanism code -> its name in Kafka's terms (the report's wording)."""
+
+_SUBJECT = ("value", "topic", "partition", "offset", "t", "lost", "misplaced", "phantom_read")
+
+
+def subjects(anomalies: DataFrame) -> DataFrame:
+    """The anomalous records to explain, one row per value: topic, partition, offset, t (the
+    time the record was surely on its leader: its acknowledgement; for a phantom read of a
+    record never acknowledged, the read) and a flag per kind it has. The offset is where it
+    was acknowledged (lost, misplaced), else where it was read (phantom)."""
+    kind = F.col("kind")
+    acked = kind.isin("lost", "misplaced")
+    where = F.struct("topic", "partition", "offset",
+                     F.when(acked, F.col("t_acked")).otherwise(F.col("t_read")).alias("t"))
+    return (anomalies.filter(kind.isin(*EXPLAINED_KINDS) & F.col("offset").isNotNull())
+            .groupBy("value")
+            .agg(F.min_by(where, F.when(acked, 0).otherwise(1)).alias("_at"),
+                 *[F.max(kind == k).alias(k) for k in EXPLAINED_KINDS])
+            .select("value", "_at.*", *EXPLAINED_KINDS))
+
+
+def _of_type(events: DataFrame, *types: str) -> DataFrame:
+    return events.filter(F.col("type").isin(*types))
+
+
+def _same_partition(a: DataFrame, b: DataFrame) -> Column:
+    return (a["topic"] == b["e_topic"]) & (a["partition"] == b["e_partition"])
+
+
+def _prefixed(events: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+    return F.broadcast(events.select(*[F.col(c).alias(f"e_{c}") for c in columns]))
+
+
+def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFrame:
+    """One row per subject: its columns, holder, holder_epoch, dropper, drop_epoch, drop_t,
+    dropper_end (the dropping leader's log end offset), election (t, kind, reason, isr,
+    previous_leader of that epoch's election), cause (reason, t, from_offset, to_offset of
+    the dropper's own truncation), restarted (the dropper restarted between the two: it
+    registered again, or loaded a log that ends at or below the offset), removals (brokers
+    that truncated it after the election), removal_t, removal_reason, and mechanism (a code
+    of `MECHANISMS`). `acks_one`: the producers used acks=1 (a clean election of a replica
+    that never had the record explains it only then).
+    """
+    leaders = _prefixed(_of_type(events, "become_leader"),
+                        ("topic", "partition", "t", "broker", "leader_epoch", "log_end_offset"))
+    s = subjects
+    before = leaders["e_t"] <= s["t"]
+    dropping = (leaders["e_t"] > s["t"]) & (leaders["e_log_end_offset"] <= s["offset"])
+    leader = F.struct(F.col("e_broker").alias("broker"), F.col("e_leader_epoch").alias("epoch"),
+                      F.col("e_t").alias("t"), F.col("e_log_end_offset").alias("end"))
+    stage1 = (s.join(leaders, _same_partition(s, leaders), "left")
+              .groupBy(*_SUBJECT)
+              .agg(F.max_by(leader, F.when(before, F.col("e_t"))).alias("_holder"),
+                   F.min_by(leader, F.when(dropping, F.col("e_t"))).alias("_drop"))
+              .select(*_SUBJECT,
+                      F.col("_holder.broker").alias("holder"),
+                      F.col("_holder.epoch").alias("holder_epoch"),
+                      F.col("_drop.broker").alias("dropper"),
+                      F.col("_drop.epoch").alias("drop_epoch"),
+                      F.col("_drop.t").alias("drop_t"),
+                      F.col("_drop.end").alias("dropper_end")))
+    changes = _prefixed(
+        _of_type(events, "leader_election", "truncation", "log_recovery", "broker_fenced"),
+        ("topic", "partition", "t", "type", "broker", "leader_epoch", "kind", "reason", "isr",
+         "previous_leader", "from_offset", "to_offset", "log_end_offset"))
+    a, e = stage1, changes
+    covers = (e["e_from_offset"] > a["offset"]) & (e["e_to_offset"] <= a["offset"])
+    truncation = e["e_type"] == "truncation"
+    between = (e["e_t"] > a["t"]) & (e["e_t"] <= a["drop_t"])
+    by_dropper = e["e_broker"] == a["dropper"]
+    election_of_drop = (e["e_type"] == "leader_election") & (e["e_leader_epoch"]
+                                                            == a["drop_epoch"])
+    cause_row = truncation & by_dropper & covers & between
+    restart_row = by_dropper & between & (
+        ((e["e_type"] == "log_recovery") & (e["e_log_end_offset"] <= a["offset"]))
+        | ((e["e_type"] == "broker_fenced") & (e["e_reason"] == "restarted")))
+    removal_row = truncation & covers & (e["e_t"] >= a["drop_t"]) & ~by_dropper
+    election = F.struct(F.col("e_t").alias("t"), F.col("e_kind").alias("kind"),
+                        F.col("e_reason").alias("reason"),
+                        F.col("e_isr").alias("isr"),
+                        F.col("e_previous_leader").alias("previous_leader"))
+    cause = F.struct(F.col("e_reason").alias("reason"), F.col("e_t").alias("t"),
+                     F.col("e_from_offset").alias("from_offset"),
+                     F.col("e_to_offset").alias("to_offset"))
+    stage1_columns = stage1.columns
+    attributed = (
+        a.join(e, _same_partition(a, e) | e["e_topic"].isNull(), "left")  # broker events too
+        .groupBy(*stage1_columns)
+        .agg(F.max_by(election, F.when(election_of_drop, F.col("e_t"))).alias("election"),
+             F.min_by(cause, F.when(cause_row, F.col("e_t"))).alias("cause"),
+             F.coalesce(F.max(restart_row), F.lit(False)).alias("restarted"),
+             F.array_sort(F.collect_set(F.when(removal_row, F.col("e_broker"))))
+             .alias("removals"),
+             F.min(F.when(removal_row, F.col("e_t"))).alias("removal_t"),
+             F.min_by(F.col("e_reason"), F.when(removal_row, F.col("e_t")))
+             .alias("removal_reason"))
+    )
+    return attributed.withColumn("mechanism", _mechanism(acks_one))
+
+
+def _mechanism(acks_one: bool) -> Column:
+    """The first rule that explains the record (see the module docstring)."""
+    cause = F.col("cause.reason")
+    return (F.when(F.col("dropper").isNull(), "unexplained")
+            .when(cause == "log_recovery", "power_loss")
+            .when(cause == "high_watermark", "high_watermark_truncation")
+            .when(F.col("election.kind") == "unclean", "unclean_election")
+            .when(F.lit(acks_one) & F.col("cause").isNull(), "acks1_before_replication")
+            .when(F.col("restarted"), "disk_lost")
+            .otherwise("unexplained"))
+
+
+INCIDENT_KEY = ("topic", "partition", "mechanism", "holder", "holder_epoch", "dropper",
+                "drop_epoch", "drop_t", "dropper_end", "election", "cause", "restarted")
+
+
+def incidents(attributed: DataFrame) -> DataFrame:
+    """Loss incidents: the records one election dropped from one holder's epoch, by the same
+    mechanism (an unexplained record is an incident of its own partition and kind of
+    anomaly): the key's columns, first and last offset, first_t and last_t (acknowledged or
+    read), the records lost, misplaced and read before they were gone (phantom_read; those
+    never acknowledged: phantom_only), removals (every broker that truncated one of
+    them after the election), removal_t, removal_reason and up to 5 example values."""
+    return (attributed.groupBy(*INCIDENT_KEY)
+            .agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
+                 F.min("t").alias("first_t"), F.max("t").alias("last_t"),
+                 *[F.count(F.when(F.col(k), 1)).alias(k) for k in EXPLAINED_KINDS],
+                 F.count(F.when(F.col("phantom_read") & ~F.col("lost") & ~F.col("misplaced"), 1))
+                 .alias("phantom_only"),
+                 F.array_sort(F.array_distinct(F.flatten(F.collect_list("removals"))))
+                 .alias("removals"),
+                 F.min("removal_t").alias("removal_t"),
+                 F.min_by("removal_reason", "removal_t").alias("removal_reason"),
+                 F.slice(F.array_sort(F.collect_set("value")), 1, 5).alias("examples")))
+
+
+def dropped(events: DataFrame) -> DataFrame:
+    """The truncation events that dropped offsets, each with its `id` and `t_cut`: records
+    acknowledged at those offsets before t_cut were the truncated broker's to lose. That is
+    the start of the epoch it truncated for (the new leader's `become_leader`): a record
+    acknowledged at one of those offsets after it came from the new leader. A power loss
+    cuts what was written before it: there t_cut is the truncation itself."""
+    cuts = (_of_type(events, "truncation").filter(F.col("from_offset") > F.col("to_offset"))
+            .withColumn("id", F.xxhash64("node", "t", "topic", "partition", "from_offset",
+                                         "to_offset")))
+    starts = F.broadcast(_of_type(events, "become_leader").groupBy(
+        F.col("topic").alias("s_topic"), F.col("partition").alias("s_partition"),
+        F.col("leader_epoch").alias("s_epoch")).agg(F.min("t").alias("s_t")))
+    same_epoch = ((cuts["topic"] == starts["s_topic"])
+                  & (cuts["partition"] == starts["s_partition"])
+                  & (cuts["leader_epoch"] == starts["s_epoch"]))
+    t_cut = (F.when(F.col("reason") == "log_recovery", F.col("t"))
+             .otherwise(F.least(F.coalesce(F.col("s_t"), F.col("t")), F.col("t"))))
+    return (cuts.join(starts, same_epoch, "left")
+            .select(*cuts.columns, t_cut.alias("t_cut")))
+
+
+def truncations(events: DataFrame, subjects: DataFrame) -> DataFrame:
+    """Every truncation that dropped offsets (`dropped`): id, node, broker, topic,
+    partition, t, leader_epoch, from_offset, to_offset, reason, and lost: the lost or
+    misplaced records at those offsets acknowledged before it. (How many acknowledged
+    records it cut at all comes from the one pass over the sends:
+    `checks.acked_in_truncations`.)"""
+    cuts = dropped(events)
+    lost = F.broadcast(subjects.filter(F.col("lost") | F.col("misplaced"))
+                       .select(F.col("topic").alias("l_topic"),
+                               F.col("partition").alias("l_partition"),
+                               F.col("offset").alias("l_offset"), F.col("t").alias("l_t")))
+    inside = ((cuts["topic"] == lost["l_topic"]) & (cuts["partition"] == lost["l_partition"])
+              & (lost["l_offset"] >= cuts["to_offset"])
+              & (lost["l_offset"] < cuts["from_offset"]) & (lost["l_t"] < cuts["t"]))
+    return (cuts.join(lost, inside, "left")
+            .groupBy("id", "node", "broker", "topic", "partition", "t", "t_cut",
+                     "leader_epoch", "from_offset", "to_offset", "reason")
+            .agg(F.count("l_offset").alias("lost")))

@@ -1,0 +1,191 @@
+"""The report's explanations: loss incidents and truncations as plain data with one sentence
+each, built from the rows `attribution` computes. Plain Python over a handful of rows.
+
+A sentence names, in Kafka's terms, who held the records, what removed them and why: the
+election (its kind, the ISR it chose from, the fault active then) and the truncations that
+followed. An incident no event explains says so loudly: it means a bug in the broker or in
+the harness, not a property of the configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from undertow_analysis.attribution import MECHANISMS
+from undertow_analysis.report import fault_intervals, fault_label
+
+MAX_INCIDENTS = 100
+"""Incidents kept in report.json (unexplained ones first, then in the order of the elections
+that dropped them); the count says how many there were."""
+
+_REMOVAL_REASONS = {
+    "offset_for_leader_epoch": "on becoming its follower (OffsetForLeaderEpoch, KIP-101)",
+    "high_watermark": "to their high watermark on becoming its follower (pre-KIP-101)",
+    "out_of_range": "when their fetch offset fell outside its log",
+    "log_recovery": "when a power loss cut their logs",
+}
+_TRUNCATION_REASONS = {
+    "offset_for_leader_epoch": "to the end of the leader's epoch (OffsetForLeaderEpoch)",
+    "high_watermark": "to its high watermark (pre-KIP-101 rule)",
+    "out_of_range": "to the leader's log end (fetch offset out of range)",
+    "log_recovery": "at restart: the power loss took its unflushed tail",
+}
+
+
+def _brokers(ids: list[int]) -> str:
+    if not ids:
+        return ""
+    names = [str(i) for i in ids]
+    joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"broker{'s' if len(names) > 1 else ''} {joined}"
+
+
+def _records(n: int, what: str, fate: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''} {fate}" if n else ""
+
+
+def _fault_at(t: float | None, faults: list[dict[str, Any]]) -> str | None:
+    """The faults active at `t` ("during ..."), else the last one that ended before it
+    ("after ..."): the fault that led to an election is often healed by the time the
+    controller holds it (a broker's restart is the recovery of its kill)."""
+    if t is None:
+        return None
+    intervals = fault_intervals(faults)
+    active = next((label for start, end, label in intervals if start <= t < end), None)
+    if active:
+        return f"during {active}"
+    ended = [f for f in faults if f["end"] <= t]
+    if ended:
+        return f"after {fault_label(max(ended, key=lambda f: f['end']))}"
+    return None
+
+
+def _election_t(inc: dict[str, Any]) -> float | None:
+    """When the controller elected the dropping leader (else when it became leader; None
+    when no election dropped the records)."""
+    election = inc.get("election") or {}
+    return election["t"] if election.get("t") is not None else inc["drop_t"]
+
+
+def _election(inc: dict[str, Any], t0: float) -> str:
+    """What the controller did at the dropping election, in words."""
+    election = inc.get("election") or {}
+    kind, reason = election.get("kind"), election.get("reason")
+    new = f"broker {inc['dropper']}"
+    fault = inc.get("fault")
+    at = f"at {_election_t(inc) - t0:.1f} s" + (f", {fault}," if fault else "")
+    isr = election.get("isr")
+    isr_text = f" {{{', '.join(map(str, isr))}}}" if isr else ""
+    if kind == "preferred":
+        what = f"{at} the controller moved leadership back to the preferred replica, {new}"
+    elif kind == "unclean":
+        what = (f"{at} the controller elected {new} although it was not in the ISR{isr_text} "
+                f"(an unclean election)")
+    elif reason == "leader_fenced" and election.get("previous_leader") is not None:
+        what = (f"{at} the controller fenced broker {election['previous_leader']} and elected "
+                f"{new} from the ISR{isr_text}")
+    elif reason == "broker_unfenced":
+        what = f"{at} the controller elected {new} from the ISR{isr_text} as it returned"
+    else:
+        what = f"{at} {new} became leader in epoch {inc['drop_epoch']}"
+    return f"{what}, whose log ended at {inc['dropper_end']}"
+
+
+def incident_sentence(inc: dict[str, Any], t0: float) -> str:
+    """One incident in one sentence (see the module docstring)."""
+    where = f"{inc['topic']}-{inc['partition']}"
+    first, last = inc["first_offset"], inc["last_offset"]
+    offsets = f"offset {first}" if first == last else f"offsets {first}-{last}"
+    acked = inc["lost"] + inc["misplaced"]
+    read_first = inc["phantom_read"] - inc["phantom_only"]
+    counts = [_records(inc["lost"], "acknowledged record", "lost"),
+              _records(inc["misplaced"], "acknowledged record", "misplaced"),
+              f"{read_first} of them read by a consumer before" if read_first else "",
+              _records(inc["phantom_only"], "unacknowledged record",
+                       "read by a consumer, then gone")]
+    subject = f"records at {offsets} of {where} ({'; '.join(c for c in counts if c)})"
+    held = "were acknowledged by" if acked else "were read from"
+    holder = (f"broker {inc['holder']} in epoch {inc['holder_epoch']}"
+              if inc.get("holder") is not None else "a leader no event names")
+    mechanism = inc["mechanism"]
+    if mechanism == "unexplained":
+        return (f"UNEXPLAINED: {subject} {held} {holder}, and no election or truncation in "
+                f"events.jsonl removed them: this is a bug in the broker or in the harness, "
+                f"not a property of the configuration.")
+    cause = inc.get("cause") or {}
+    if mechanism == "acks1_before_replication":
+        why = f" with acks=1, before broker {inc['dropper']} had fetched them"
+    elif mechanism == "power_loss":
+        why = (f"; broker {inc['dropper']} lost them to a power loss (its log came back ending "
+               f"at {cause.get('to_offset')} instead of {cause.get('from_offset')}: they were "
+               f"never fsynced)")
+    elif mechanism == "high_watermark_truncation":
+        why = (f"; at {cause['t'] - t0:.1f} s broker {inc['dropper']} truncated its log to its "
+               f"high watermark, {cause.get('to_offset')}, on becoming a follower (the "
+               f"pre-KIP-101 rule), below records every ISR member had")
+    elif mechanism == "disk_lost":
+        why = (f"; broker {inc['dropper']}, an ISR member that had them, came back from a "
+               f"restart without them (its disk was lost)")
+    else:
+        why = ""
+    removal = ""
+    if inc.get("removals"):
+        how = _REMOVAL_REASONS.get(inc.get("removal_reason"), "")
+        removal = f", and {_brokers(inc['removals'])} truncated them {how}".rstrip()
+    return f"{subject} {held} {holder}{why}; {_election(inc, t0)}{removal}."
+
+
+def truncation_sentence(cut: dict[str, Any], t0: float) -> str:
+    """One truncation: who cut what, why, and whether acknowledged records were among it."""
+    how = _TRUNCATION_REASONS.get(cut["reason"], cut["reason"] or "")
+    text = (f"at {cut['t'] - t0:.1f} s broker {cut['broker']} truncated "
+            f"{cut['topic']}-{cut['partition']} from {cut['from_offset']} to {cut['to_offset']} "
+            f"{how}: ")
+    if cut["lost"]:
+        return text + (f"{cut['lost']} acknowledged record{'s' if cut['lost'] > 1 else ''} at "
+                       f"those offsets, kept by no other replica, are lost.")
+    if cut["acked"]:
+        return text + (f"{cut['acked']} acknowledged records had those offsets, and every one "
+                       f"is still in the final log (another replica kept it).")
+    return text + "none of those offsets held an acknowledged record."
+
+
+WITHOUT_EVENTS: dict[str, Any] = {
+    "events": False, "incident_count": 0, "unexplained": 0, "incidents": [],
+    "truncations": [], "truncations_cut_acked": 0}
+"""The sections of a history without events.jsonl: nothing explained, nothing claimed."""
+
+
+def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
+                 faults: list[dict[str, Any]], t0: float) -> dict[str, Any]:
+    """report.json's `incidents` and `truncations` sections."""
+    rows = []
+    for inc in incidents:
+        inc = {**inc, "mechanism_name": MECHANISMS[inc["mechanism"]],
+               "fault": _fault_at(_election_t(inc), faults)}
+        inc["sentence"] = incident_sentence(inc, t0)
+        for key in ("cause", "election"):
+            if inc.get(key):
+                inc[key] = {**inc[key], "t_s": round(inc[key]["t"] - t0, 3)}
+        rows.append(inc)
+    rows.sort(key=lambda i: (i["mechanism"] != "unexplained", i["drop_t"] or 0.0,
+                             i["topic"], i["partition"], i["first_offset"]))
+    for i, inc in enumerate(rows, start=1):
+        inc["id"] = i
+        for key in ("drop_t", "removal_t", "first_t", "last_t"):
+            if inc.get(key) is not None:
+                inc[f"{key}_s"] = round(inc.pop(key) - t0, 3)
+    truncations = sorted(({**c, "t_s": round(c["t"] - t0, 3),
+                           "sentence": truncation_sentence(c, t0)} for c in cuts),
+                         key=lambda c: (c["t"], c["node"]))
+    for c in truncations:
+        del c["t"], c["t_cut"], c["id"]
+    return {
+        "events": True,
+        "incident_count": len(rows),
+        "unexplained": sum(i["lost"] + i["misplaced"] + i["phantom_only"]
+                           for i in rows if i["mechanism"] == "unexplained"),
+        "incidents": rows[:MAX_INCIDENTS],
+        "truncations": truncations,
+        "truncations_cut_acked": sum(1 for c in truncations if c["acked"]),
+    }

@@ -1,0 +1,105 @@
+"""Time to verdict (issue 21): how long after its experiment ends `undertow run` prints the
+verdict, with the analysis started with the run (the default) and without (the analysis in
+the runner's process once the run is over: UNDERTOW_ANALYSIS_PRESTART=0).
+
+    .venv/bin/python benchmarks/time_to_verdict.py [FILE] [--rounds N] [--modes prestart,after]
+
+Each round runs FILE (default experiments/acksall-leader-kill.yaml) once per mode, the modes
+alternating, and prints per run the seconds from the workload's end (meta.json's
+`workload_start` plus the spec's duration) and from the history's close (meta.json's `end`,
+written last) to the moment the runner printed the verdict, read from its output as it comes.
+For the pre-started analysis, it also prints what the analysis log says: when its session was
+ready, how long the warm-up took, and how long it then waited for the history. Target: the
+verdict within 8 s of the workload's end for runs under 100k sends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ledger import commit
+
+from undertow.spec import parse_duration
+
+REPO = Path(__file__).resolve().parents[1]
+MODES = {"prestart": "1", "after": "0"}
+PRESTART_LOG = re.compile(r"warmed up in ([\d.]+) s|history closed after ([\d.]+) s")
+
+
+def run_once(experiment: Path, mode: str) -> dict:
+    """One `undertow run`, its verdict line timestamped as the runner prints it."""
+    with tempfile.TemporaryDirectory(prefix="undertow-ttv-") as tmp:
+        out = Path(tmp) / "out"
+        load = os.getloadavg()[0]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "UNDERTOW_ANALYSIS_PRESTART": MODES[mode]}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "undertow", "run", str(experiment), "--out", str(out),
+             "--no-progress"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        verdict_at, output = None, []
+        for line in proc.stdout:
+            output.append(line)
+            if verdict_at is None and line.startswith("VERDICT:"):
+                verdict_at = time.time()
+        if proc.wait() not in (0, 1) or verdict_at is None:
+            raise RuntimeError(f"undertow run failed ({proc.returncode}):\n{''.join(output)}")
+        meta = json.loads((out / "history" / "meta.json").read_text())
+        report = json.loads((out / "report.json").read_text())
+        log = out / "analysis.log"
+        warm_up = waited = None
+        for match in PRESTART_LOG.finditer(log.read_text() if log.exists() else ""):
+            warm_up = float(match[1]) if match[1] else warm_up
+            waited = float(match[2]) if match[2] else waited
+    workload_end = meta["workload_start"] + parse_duration(meta["spec"]["workload"]["duration"])
+    return {"mode": mode, "verdict": report["verdict"], "sends": report["counts"]["attempted"],
+            "after_workload_s": round(verdict_at - workload_end, 1),
+            "after_close_s": round(verdict_at - meta["end"], 1),
+            "warm_up_s": warm_up, "waited_s": waited, "load": round(load, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", nargs="?", type=Path,
+                        default=REPO / "experiments" / "acksall-leader-kill.yaml")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--modes", default="prestart,after",
+                        help="comma-separated, in the order each round runs them")
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    unknown = set(modes) - MODES.keys()
+    if unknown:
+        parser.error(f"unknown modes {sorted(unknown)}; modes are {sorted(MODES)}")
+    print(f"commit {commit()}, {time.strftime('%Y-%m-%d %H:%M:%S')}; seconds to the verdict")
+    print(f"{'mode':<9} {'verdict':<7} {'sends':>7} {'from workload end':>18} "
+          f"{'from history close':>19} {'warm-up':>8} {'waited':>7} {'load':>5}")
+    rows = []
+    for _ in range(args.rounds):
+        for mode in modes:
+            row = run_once(args.experiment, mode)
+            rows.append(row)
+            print(f"{row['mode']:<9} {row['verdict']:<7} {row['sends']:>7} "
+                  f"{row['after_workload_s']:>18} {row['after_close_s']:>19} "
+                  f"{_blank(row['warm_up_s']):>8} {_blank(row['waited_s']):>7} "
+                  f"{row['load']:>5}", flush=True)
+    for mode in modes:
+        times = [r["after_workload_s"] for r in rows if r["mode"] == mode]
+        print(f"{mode}: from the workload's end, median {statistics.median(times)} s "
+              f"(range {min(times)}-{max(times)}, {len(times)} runs)")
+
+
+def _blank(value: float | None) -> str:
+    return "-" if value is None else f"{value}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""`undertow run`'s analysis in a process of its own, started when the run starts.
+
+The analysis's fixed costs (the JVM's start, the first job's class loading, JIT and code
+generation) are paid while the experiment runs (`undertow_analysis.prestart`): the process
+starts Spark at once, then waits for the run to close its history and analyses it. The
+runner waits for it once the history is closed, reads its report.json and prints the
+summary `run_analysis` prints, from it.
+
+It cannot outlive the run. Its stdin is a lifeline the runner holds and never writes to: the
+runner closes it when the run will not be analysed (it failed, was interrupted), and the
+kernel closes it when the runner dies, even by SIGKILL; either way the analysis exits at
+once, and its JVM with it. Its wait for the history is bounded by how long the run can take
+(`history_deadline`). Its output (Spark's log, the summary) goes to DIR/analysis.log, not to
+the run's live display.
+
+UNDERTOW_ANALYSIS_PRESTART=0 analyses in the runner's own process after the run instead, as
+before (`undertow run`'s fallback, and the benchmark's comparison).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from undertow.runner.run import DRAIN_TIMEOUT_S, HEAL_TIMEOUT_S, READY_TIMEOUT_S
+from undertow.spec.experiment import ChaosExperimentSpec
+from undertow_analysis.report import summary_text
+
+PRESTART_ENV = "UNDERTOW_ANALYSIS_PRESTART"
+DEADLINE_MARGIN_S = 300.0
+"""Added to the run's own bounds: the platform's start and stop, and a loaded machine."""
+EXIT_WAIT_S = 10.0
+NICENESS = 10
+"""How long a stopped analysis (and then its JVM) may take to exit before it is killed."""
+
+
+def prestart_enabled() -> bool:
+    return os.environ.get(PRESTART_ENV, "1") != "0"
+
+
+def planned_sends(spec: ChaosExperimentSpec) -> int:
+    """What the producers send if every send is answered at once: the analysis sets up its
+    JVM for the history's size before the history exists."""
+    w = spec.workload
+    return int(w.producers * w.rate * w.duration)
+
+
+def history_deadline(spec: ChaosExperimentSpec) -> float:
+    """The longest, in seconds, a run of `spec` can take to close its history: every wait of
+    the run is bounded (`undertow.runner.run`), plus DEADLINE_MARGIN_S."""
+    return (2 * READY_TIMEOUT_S + spec.workload.duration + HEAL_TIMEOUT_S + DRAIN_TIMEOUT_S
+            + DEADLINE_MARGIN_S)
+
+
+class AnalysisFailed(RuntimeError):
+    """The analysis process exited without a report."""
+
+
+class AnalysisProcess:
+    """`python -m undertow_analysis HISTORY --out DIR --wait S --planned-sends N --lifeline`,
+    and its lifeline.
+
+    A context manager: leaving it stops the process if it is still running."""
+
+    def __init__(self, popen: subprocess.Popen, log_path: Path) -> None:
+        self._popen = popen
+        self.log_path = log_path
+
+    @classmethod
+    def start(cls, history: Path, out: Path, spec: ChaosExperimentSpec) -> AnalysisProcess:
+        """Start it for a run of `spec` into `history`, which need not exist yet."""
+        log_path = out / "analysis.log"
+        # Importable even when the runner found the package through its own sys.path.
+        package = importlib.util.find_spec("undertow_analysis")
+        root = str(Path(next(iter(package.submodule_search_locations))).parent)
+        pythonpath = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "undertow_analysis", str(history.resolve()),
+                 "--out", str(out.resolve()), "--wait", f"{history_deadline(spec):.0f}",
+                 "--planned-sends", str(planned_sends(spec)), "--lifeline"],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": pythonpath},
+                start_new_session=True)  # a Ctrl-C reaches the runner, which stops it
+        # Below the brokers' priority (the JVM it starts inherits it): the warm-up must not
+        # take the CPU the experiment's timings rely on; once the run is over, nothing else
+        # competes and the niceness costs nothing.
+        os.setpriority(os.PRIO_PROCESS, popen.pid, NICENESS)
+        return cls(popen, log_path)
+
+    def __enter__(self) -> AnalysisProcess:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def result(self, history: Path, out: Path) -> dict[str, Any]:
+        """Once the run closed `history`: wait for the analysis, print its summary and return
+        report.json's content (`run_experiment`'s `analyze`)."""
+        code = self._popen.wait()
+        self._close()
+        if code != 0:
+            raise AnalysisFailed(f"the analysis of {history} failed (exit {code}): "
+                                 f"{self._last_log_line()} (see {self.log_path})")
+        report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        print(summary_text(report), flush=True)
+        return report
+
+    def stop(self) -> None:
+        """Close the lifeline: the analysis exits; kill it (and its JVM) if it has not within
+        EXIT_WAIT_S."""
+        try:
+            self._popen.wait(EXIT_WAIT_S if self._close() else 0)
+        except subprocess.TimeoutExpired:
+            self._popen.kill()
+            self._popen.wait()
+        self._reap_group()
+
+    def _close(self) -> bool:
+        """Close the lifeline; True the first time."""
+        if self._popen.stdin.closed:
+            return False
+        self._popen.stdin.close()
+        return True
+
+    def _reap_group(self) -> None:
+        """Wait for the rest of its process group (its JVM, which exits once the analysis
+        did), killing what is left after EXIT_WAIT_S."""
+        deadline = time.monotonic() + EXIT_WAIT_S
+        with contextlib.suppress(ProcessLookupError):
+            while time.monotonic() < deadline:
+                os.killpg(self._popen.pid, 0)
+                time.sleep(0.1)
+            os.killpg(self._popen.pid, signal.SIGKILL)
+
+    def _last_log_line(self) -> str:
+        """The analysis's own last word (an error it reports, or why it stopped), else the
+        log's last line."""
+        lines = [line for line in self.log_path.read_text(encoding="utf-8", errors="replace")
+                 .splitlines() if line.strip()]
+        own = [line for line in lines if line.startswith("undertow analyze:")]
+        return (own or lines or ["no output"])[-1]

@@ -1,0 +1,228 @@
+"""Loss attribution on hand-built histories: one per mechanism, each with the exact incident
+and sentence the events explain (sends, reads and events.jsonl planted by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from history_builder import HistoryBuilder
+
+from undertow_analysis import run_analysis
+
+C = "controller"
+
+
+def base(acks: str = "all", healthy: int = 10) -> HistoryBuilder:
+    """Broker 1 leads t-0 from the start; `healthy` records at offsets 0.. are acknowledged,
+    read and drained."""
+    h = HistoryBuilder(expect="loss", acks=acks)
+    h.event("become_leader", t=0.1, node="broker-1", broker=1, leader_epoch=0,
+            log_end_offset=0, high_watermark=0, isr=[1, 2, 3])
+    for i in range(healthy):
+        h.record(f"p0-{i}", 0, i, t=1 + i * 0.1)
+    return h
+
+
+def acked_on_broker_1(h: HistoryBuilder, offsets: range, *, t: float = 5.0,
+                      drained: bool = False) -> None:
+    for i in offsets:
+        h.send(f"p1-{i}", t=t, offset=i)
+        if drained:
+            h.read(f"p1-{i}", 0, i)
+
+
+def new_records(h: HistoryBuilder, offsets: range, *, t: float) -> None:
+    """Records the new leader wrote at the dropped offsets: acknowledged and drained."""
+    for i in offsets:
+        h.record(f"p2-{i}", 0, i, t=t)
+
+
+def elected(h: HistoryBuilder, *, t: float, epoch: int, leader: int, previous: int, kind: str,
+            reason: str, isr: list[int], end: int) -> None:
+    """The controller elects `leader` at `t`, which becomes leader 0.1 s later with its log
+    ending at `end`."""
+    h.event("leader_election", t=t, node=C, leader_epoch=epoch, leader=leader,
+            previous_leader=previous, kind=kind, reason=reason, isr=isr)
+    h.event("become_leader", t=t + 0.1, node=f"broker-{leader}", broker=leader,
+            leader_epoch=epoch, log_end_offset=end, high_watermark=end, isr=[leader])
+
+
+def analyse(h: HistoryBuilder, tmp_path) -> dict:
+    return run_analysis(str(h.write(tmp_path / "history")), str(tmp_path / "out"))
+
+
+def only_incident(report: dict) -> dict:
+    explained = report["explained"]
+    assert explained["events"] and explained["incident_count"] == 1
+    return explained["incidents"][0]
+
+
+def test_acks1_before_replication(spark, tmp_path):
+    h = base(acks="1")
+    acked_on_broker_1(h, range(10, 13))
+    h.event("broker_fenced", t=6.0, node=C, topic=None, partition=None, broker=1,
+            broker_epoch=3, reason="session_expired")
+    elected(h, t=6.0, epoch=1, leader=2, previous=1, kind="clean",
+            reason="leader_fenced", isr=[1, 2, 3], end=10)
+    new_records(h, range(10, 13), t=7.0)
+    h.event("truncation", t=9.0, node="broker-1", broker=1, leader_epoch=1, from_offset=13,
+            to_offset=10, reason="offset_for_leader_epoch")
+    report = analyse(h, tmp_path)
+    assert report["counts"]["lost"] == 3
+    incident = only_incident(report)
+    assert (incident["mechanism"], incident["first_offset"], incident["last_offset"],
+            incident["lost"], incident["holder"], incident["holder_epoch"],
+            incident["dropper"], incident["drop_epoch"], incident["removals"]) == (
+        "acks1_before_replication", 10, 12, 3, 1, 0, 2, 1, [1])
+    assert incident["sentence"] == (
+        "records at offsets 10-12 of t-0 (3 acknowledged records lost) were acknowledged "
+        "by broker 1 in epoch 0 with acks=1, before broker 2 had fetched them; at 6.0 s the "
+        "controller fenced broker 1 and elected broker 2 from the ISR {1, 2, 3}, whose log "
+        "ended at 10, and broker 1 truncated them on becoming its follower "
+        "(OffsetForLeaderEpoch, KIP-101).")
+    # The truncation cut 3 acknowledged records, all lost; the new leader's records at the
+    # same offsets (acknowledged after its epoch began) are not counted as cut.
+    (cut,) = report["explained"]["truncations"]
+    assert (cut["broker"], cut["acked"], cut["lost"]) == (1, 3, 3)
+    assert cut["sentence"] == (
+        "at 9.0 s broker 1 truncated t-0 from 13 to 10 to the end of the leader's epoch "
+        "(OffsetForLeaderEpoch): 3 acknowledged records at those offsets, kept by no other "
+        "replica, are lost.")
+
+
+def test_unclean_election(spark, tmp_path):
+    h = base()
+    acked_on_broker_1(h, range(10, 13))
+    h.event("leader_election", t=6.0, node=C, leader_epoch=1, leader=-1, previous_leader=1,
+            kind="offline", reason="leader_fenced", isr=[1])
+    elected(h, t=8.0, epoch=2, leader=3, previous=-1, kind="unclean",
+            reason="broker_unfenced", isr=[1], end=10)
+    h.event("truncation", t=12.0, node="broker-1", broker=1, leader_epoch=2, from_offset=13,
+            to_offset=10, reason="offset_for_leader_epoch")
+    h.fault("kill", "broker-1", "inject", t=5.5, role="leader of t-0")
+    h.fault("kill", "broker-1", "recover", t=11.0)
+    incident = only_incident(analyse(h, tmp_path))
+    assert incident["mechanism"] == "unclean_election"
+    assert incident["sentence"] == (
+        "records at offsets 10-12 of t-0 (3 acknowledged records lost) were acknowledged "
+        "by broker 1 in epoch 0; at 8.0 s, during #1 kill broker-1 (leader of t-0), the "
+        "controller elected broker 3 although it was not in the ISR {1} (an unclean "
+        "election), whose log ended at 10, and broker 1 truncated them on becoming its "
+        "follower (OffsetForLeaderEpoch, KIP-101).")
+
+
+def test_power_loss_of_every_replica(spark, tmp_path):
+    h = base()
+    acked_on_broker_1(h, range(10, 13))
+    for b in (1, 2, 3):
+        h.event("power_loss", t=6.0, node=f"broker-{b}", broker=b, leader_epoch=0,
+                log_end_offset=13)
+        h.event("log_recovery", t=8.0, node=f"broker-{b}", broker=b, log_end_offset=10)
+        h.event("truncation", t=8.0, node=f"broker-{b}", broker=b, leader_epoch=0,
+                from_offset=13, to_offset=10, reason="log_recovery")
+    elected(h, t=9.0, epoch=1, leader=2, previous=-1, kind="clean",
+            reason="broker_unfenced", isr=[1, 2, 3], end=10)
+    report = analyse(h, tmp_path)
+    incident = only_incident(report)
+    assert (incident["mechanism"], incident["removals"]) == ("power_loss", [])
+    assert incident["sentence"] == (
+        "records at offsets 10-12 of t-0 (3 acknowledged records lost) were acknowledged "
+        "by broker 1 in epoch 0; broker 2 lost them to a power loss (its log came back ending "
+        "at 10 instead of 13: they were never fsynced); at 9.0 s the controller elected broker 2 "
+        "from the ISR {1, 2, 3} as it returned, whose log ended at 10.")
+    assert [(c["broker"], c["acked"], c["lost"]) for c in report["explained"]["truncations"]] == [
+        (1, 3, 3), (2, 3, 3), (3, 3, 3)]
+
+
+def test_truncation_to_the_high_watermark_before_kip_101(spark, tmp_path):
+    h = base()
+    acked_on_broker_1(h, range(10, 13))
+    elected(h, t=6.0, epoch=1, leader=2, previous=1, kind="clean",
+            reason="leader_fenced", isr=[1, 2, 3], end=13)
+    h.event("truncation", t=6.2, node="broker-3", broker=3, leader_epoch=1, from_offset=13,
+            to_offset=10, reason="high_watermark")
+    elected(h, t=7.0, epoch=2, leader=3, previous=2, kind="clean",
+            reason="leader_fenced", isr=[2, 3], end=10)
+    for b in (1, 2):
+        h.event("truncation", t=12.0 + b, node=f"broker-{b}", broker=b, leader_epoch=2,
+                from_offset=13, to_offset=10, reason="high_watermark")
+    incident = only_incident(analyse(h, tmp_path))
+    assert (incident["mechanism"], incident["dropper"], incident["removals"]) == (
+        "high_watermark_truncation", 3, [1, 2])
+    assert incident["sentence"] == (
+        "records at offsets 10-12 of t-0 (3 acknowledged records lost) were acknowledged "
+        "by broker 1 in epoch 0; at 6.2 s broker 3 truncated its log to its high watermark, 10, on "
+        "becoming a follower (the pre-KIP-101 rule), below records every ISR member had; at "
+        "7.0 s the controller fenced broker 2 and elected broker 3 from the ISR {2, 3}, whose "
+        "log ended at 10, and brokers 1 and 2 truncated them to their high watermark on "
+        "becoming its follower (pre-KIP-101).")
+
+
+def test_log_lost_with_its_disk(spark, tmp_path):
+    h = base(healthy=0)
+    acked_on_broker_1(h, range(0, 5), t=2.0)
+    h.event("log_recovery", t=9.0, node="broker-2", broker=2, log_end_offset=0)
+    elected(h, t=9.5, epoch=1, leader=2, previous=-1, kind="clean",
+            reason="broker_unfenced", isr=[2], end=0)
+    h.event("truncation", t=11.0, node="broker-1", broker=1, leader_epoch=1, from_offset=5,
+            to_offset=0, reason="offset_for_leader_epoch")
+    incident = only_incident(analyse(h, tmp_path))
+    assert (incident["mechanism"], incident["first_offset"], incident["last_offset"]) == (
+        "disk_lost", 0, 4)
+    assert "broker 2, an ISR member that had them, came back from a restart without them (its " \
+        "disk was lost)" in incident["sentence"]
+
+
+def test_a_loss_no_event_explains_is_unexplained_and_said_first(spark, tmp_path):
+    h = base()
+    acked_on_broker_1(h, range(10, 13))
+    report = analyse(h, tmp_path)
+    incident = only_incident(report)
+    assert incident["mechanism"] == "unexplained"
+    assert report["explained"]["unexplained"] == 3
+    assert incident["sentence"].startswith(
+        "UNEXPLAINED: records at offsets 10-12 of t-0 (3 acknowledged records lost) were "
+        "acknowledged by broker 1 in epoch 0, and no election or truncation")
+
+
+def test_phantom_read_dropped_by_an_unclean_election(spark, tmp_path):
+    h = base()
+    h.send("p1-10", "fail", t=5.0, error="NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+    h.read("p1-10", 0, 10, phase="run", t=5.5)
+    elected(h, t=8.0, epoch=1, leader=2, previous=-1, kind="unclean",
+            reason="broker_unfenced", isr=[1], end=10)
+    incident = only_incident(analyse(h, tmp_path))
+    assert (incident["mechanism"], incident["phantom_read"], incident["lost"]) == (
+        "unclean_election", 1, 0)
+    assert incident["sentence"].startswith(
+        "records at offset 10 of t-0 (1 unacknowledged record read by a consumer, then gone) "
+        "were read from broker 1 in epoch 0; "
+        "at 8.0 s the controller elected broker 2 although it was not in the ISR {1}")
+
+
+def test_a_clean_run_lists_its_truncations_and_what_they_cut(spark, tmp_path):
+    h = base()
+    h.expect = "clean"
+    elected(h, t=6.0, epoch=1, leader=2, previous=1, kind="clean",
+            reason="leader_fenced", isr=[1, 2, 3], end=10)
+    new_records(h, range(10, 12), t=7.0)
+    # Broker 1 had two unacknowledged records at 10-11 when it was fenced.
+    h.event("truncation", t=9.0, node="broker-1", broker=1, leader_epoch=1, from_offset=12,
+            to_offset=10, reason="offset_for_leader_epoch")
+    report = analyse(h, tmp_path)
+    assert report["verdict"] == "clean"
+    assert report["explained"]["incidents"] == []
+    (cut,) = report["explained"]["truncations"]
+    assert (cut["acked"], cut["lost"]) == (0, 0)
+    assert cut["sentence"].endswith("none of those offsets held an acknowledged record.")
+
+
+@pytest.mark.parametrize("with_events", [False, True])
+def test_a_history_without_events_analyses_as_before(spark, tmp_path, with_events):
+    h = base()
+    acked_on_broker_1(h, range(10, 13))
+    if not with_events:
+        h.events = None
+    report = analyse(h, tmp_path)
+    assert report["counts"]["lost"] == 3 and report["verdict"] == "loss"
+    assert report["explained"]["events"] is with_events
+    assert len(report["explained"]["incidents"]) == (1 if with_events else 0)

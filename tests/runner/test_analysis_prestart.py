@@ -1,0 +1,125 @@
+"""`undertow run` with its analysis started with the run (real brokers, real Spark): the
+report is the one `undertow analyze` writes for the same history, the summary the one it
+prints; the analysis process and its JVM never outlive the run, whether it ends, is
+interrupted or is killed; --no-analysis starts none."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from procs import living_with_mark
+from small_experiment import small_experiment
+
+from undertow.runner.analysis_process import PRESTART_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+
+def start_run(tmp_path: Path, duration: str, *extra: str) -> tuple[subprocess.Popen, Path, str]:
+    """`undertow run` of a small experiment with one leader kill, its processes marked."""
+    experiment, out = tmp_path / "experiment.yaml", tmp_path / "out"
+    experiment.write_text(small_experiment("prestart", duration))
+    mark = f"prestart-{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "undertow", "run", str(experiment), "--out", str(out),
+         "--seed", "7", "--no-progress", *extra],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+        env={**os.environ, "UNDERTOW_TEST_MARK": mark, PRESTART_ENV: "1"})
+    return proc, out, mark
+
+
+def analysis_processes(mark: str) -> list[int]:
+    """The marked analysis processes: `python -m undertow_analysis` and its JVM."""
+    found = []
+    for pid, _state in living_with_mark(mark):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"undertow_analysis" in cmdline or b"java" in cmdline:
+            found.append(pid)
+    return found
+
+
+def wait_until(condition, timeout: float, what: str) -> float:
+    """Seconds until `condition()` held; fails the test after `timeout`."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            pytest.fail(f"not within {timeout:g} s: {what}")
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def test_the_prestarted_analysis_reports_what_undertow_analyze_does(tmp_path: Path) -> None:
+    proc, out, mark = start_run(tmp_path, "6s")
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stdout + stderr
+    assert analysis_processes(mark) == [], "the analysis or its JVM outlived the run"
+    log = (out / "analysis.log").read_text()
+    assert "warmed up in" in log and "history closed after" in log, log
+
+    again = tmp_path / "again"
+    standalone = subprocess.run(
+        [sys.executable, "-m", "undertow", "analyze", str(out / "history"), "--out", str(again)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, start_new_session=True)
+    assert standalone.returncode == 0, standalone.stdout + standalone.stderr
+    report = json.loads((out / "report.json").read_text())
+    expected = json.loads((again / "report.json").read_text().replace(str(again), str(out)))
+    assert report == expected
+    assert report["verdict"] == "clean" and report["counts"]["acked"] > 300
+    # The runner prints the summary run_analysis printed in `undertow analyze`, then its line.
+    summary = standalone.stdout.replace(str(again), str(out))
+    assert summary.strip() and summary in stdout
+    assert stdout.endswith(f"\nVerdict: clean (expected clean: as expected). "
+                           f"Report: {out / 'report.html'}\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_the_analysis_never_outlives_a_stopped_run(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, out, mark = start_run(tmp_path, "120s")
+    try:
+        # Stop the run once the analysis's JVM is up: it is what must not be left behind.
+        wait_until(lambda: (out / "analysis.log").exists()
+                   and "Spark session ready" in (out / "analysis.log").read_text(),
+                   240, "the analysis's Spark session to start")
+        assert proc.poll() is None, proc.communicate()
+        assert len(analysis_processes(mark)) >= 2  # Python and its JVM
+        proc.send_signal(sig)
+        if sig == signal.SIGINT:
+            _, stderr = proc.communicate(timeout=120)
+            assert proc.returncode == 2, stderr
+            assert analysis_processes(mark) == [], "the analysis outlived the interrupted run"
+        else:
+            proc.wait(10)
+            gone = wait_until(lambda: analysis_processes(mark) == [], 15,
+                              "the analysis and its JVM to exit after the runner was killed")
+            print(f"analysis gone {gone:.1f} s after the runner's SIGKILL")
+        assert "the run is gone (its lifeline closed)" in (out / "analysis.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    wait_until(lambda: living_with_mark(mark) == [], 60, "every process of the run to exit")
+    meta = json.loads((out / "history" / "meta.json").read_text())
+    assert not (out / "report.json").exists()
+    assert (meta["end"] is None) == (sig == signal.SIGKILL)
+
+
+def test_no_analysis_starts_no_analysis_process(tmp_path: Path) -> None:
+    proc, out, mark = start_run(tmp_path, "4s", "--no-analysis")
+    seen: set[int] = set()
+    while proc.poll() is None:
+        seen.update(analysis_processes(mark))
+        time.sleep(0.1)
+    stdout, stderr = proc.communicate()
+    assert proc.returncode == 0, stdout + stderr
+    assert "analysis skipped" in stdout
+    assert seen == set() and not (out / "analysis.log").exists()
