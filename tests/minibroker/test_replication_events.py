@@ -5,6 +5,7 @@ real cluster's ``/v1/events`` across restarts and a power loss."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -164,6 +165,24 @@ def test_a_power_loss_is_logged_before_and_its_lost_tail_after_the_restart(
     sim.start(3)
     assert [e["type"] for e in sim.events()[mark:] if e["node"] == "broker-3"] == [
         "log_recovery", "become_follower"]
+
+
+def test_a_broker_back_with_an_emptied_disk_records_its_log_recovered_empty(
+        tmp_path: Path) -> None:
+    """A pod replaced with a new emptyDir: the partition is older than the log the broker
+    finds (none), which the history must show; a new topic's logs are no recovery."""
+    sim = SimCluster(tmp_path)
+    sim.create_topic("orders")
+    fill(sim, 3)
+    assert [e for e in sim.events() if e["type"] == "log_recovery"] == []
+    sim.crash(3)
+    shutil.rmtree(tmp_path / "broker-3" / f"{TP.topic}-{TP.partition}")
+    mark = len(sim.events())
+    sim.start(3)
+    recovered = [e for e in sim.events()[mark:] if e["type"] == "log_recovery"]
+    assert [(e["node"], e["broker"], e["log_end_offset"]) for e in recovered] == [
+        ("broker-3", 3, 0)]
+    assert recovered[0]["detail"].endswith("the disk is new or was emptied")
 
 
 def test_a_leader_records_the_isr_shrink_by_lag_and_the_rejoin(tmp_path: Path) -> None:

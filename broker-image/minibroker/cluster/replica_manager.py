@@ -210,7 +210,8 @@ class ReplicaManager:
         topic_image = self.image.topics.get(topic)
         return LogConfig.from_layers(topic_image.config if topic_image else {}, self.config)
 
-    def _get_or_create_partition(self, tp: TopicPartition) -> Partition:
+    def _get_or_create_partition(self, tp: TopicPartition, reg: PartitionRegistration
+                                 ) -> Partition:
         partition = self.partitions.get(tp)
         if partition is not None:
             return partition
@@ -242,6 +243,14 @@ class ReplicaManager:
         self.partitions[tp] = partition
         if loaded:
             self._record_log_recovery(partition, recovery_point)
+        elif reg.leader_epoch > 0 or reg.partition_epoch > 0:
+            # The partition is older than this log: the broker came back with a new or emptied
+            # disk (a pod replaced with its emptyDir), which the history must be able to see.
+            self.events.emit(
+                EventType.LOG_RECOVERY, topic=tp.topic, partition=tp.partition,
+                broker=self.broker_id, log_end_offset=partition.log_end_offset,
+                detail=f"no log on disk for a partition at leader epoch {reg.leader_epoch}, "
+                       f"partition epoch {reg.partition_epoch}: the disk is new or was emptied")
         return partition
 
     def _record_log_recovery(self, partition: Partition, recovery_point: int) -> None:
@@ -285,7 +294,7 @@ class ReplicaManager:
         return endpoint.broker_epoch if endpoint is not None else None
 
     def _apply_partition(self, tp: TopicPartition, reg: PartitionRegistration) -> None:
-        partition = self._get_or_create_partition(tp)
+        partition = self._get_or_create_partition(tp, reg)
         newer_epoch = reg.leader_epoch > partition.leader_epoch
         if reg.leader == self.broker_id:
             if newer_epoch or not partition.is_leader:
