@@ -44,13 +44,13 @@ def _records(n: int, what: str, fate: str) -> str:
     return f"{n} {what}{'s' if n != 1 else ''} {fate}" if n else ""
 
 
-def _fault_at(t: float | None, faults: list[dict[str, Any]]) -> str | None:
+def _fault_at(t: float | None, faults: list[dict[str, Any]],
+              intervals: list[tuple[float, float, str]]) -> str | None:
     """The faults active at `t` ("during ..."), else the last one that ended before it
     ("after ..."): the fault that led to an election is often healed by the time the
     controller holds it (a broker's restart is the recovery of its kill)."""
     if t is None:
         return None
-    intervals = fault_intervals(faults)
     active = next((label for start, end, label in intervals if start <= t < end), None)
     if active:
         return f"during {active}"
@@ -159,10 +159,11 @@ WITHOUT_EVENTS: dict[str, Any] = {
 def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
                  faults: list[dict[str, Any]], t0: float) -> dict[str, Any]:
     """report.json's `incidents` and `truncations` sections."""
+    intervals = fault_intervals(faults)
     rows = []
     for inc in incidents:
         inc = {**inc, "mechanism_name": MECHANISMS[inc["mechanism"]],
-               "fault": _fault_at(_election_t(inc), faults)}
+               "fault": _fault_at(_election_t(inc), faults, intervals)}
         inc["sentence"] = incident_sentence(inc, t0)
         for key in ("cause", "election"):
             if inc.get(key):

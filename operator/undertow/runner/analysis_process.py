@@ -30,7 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from undertow.runner.run import DRAIN_TIMEOUT_S, HEAL_TIMEOUT_S, READY_TIMEOUT_S
+from undertow.runner.run import (
+    COMMIT_TIMEOUT_S,
+    DRAIN_TIMEOUT_S,
+    HEAL_TIMEOUT_S,
+    READY_TIMEOUT_S,
+)
 from undertow.spec.experiment import ChaosExperimentSpec
 from undertow_analysis.report import summary_text
 
@@ -38,8 +43,9 @@ PRESTART_ENV = "UNDERTOW_ANALYSIS_PRESTART"
 DEADLINE_MARGIN_S = 300.0
 """Added to the run's own bounds: the platform's start and stop, and a loaded machine."""
 EXIT_WAIT_S = 10.0
-NICENESS = 10
 """How long a stopped analysis (and then its JVM) may take to exit before it is killed."""
+NICENESS = 10
+"""The analysis process's niceness (its JVM inherits it): below the brokers'."""
 
 
 def prestart_enabled() -> bool:
@@ -56,8 +62,8 @@ def planned_sends(spec: ChaosExperimentSpec) -> int:
 def history_deadline(spec: ChaosExperimentSpec) -> float:
     """The longest, in seconds, a run of `spec` can take to close its history: every wait of
     the run is bounded (`undertow.runner.run`), plus DEADLINE_MARGIN_S."""
-    return (2 * READY_TIMEOUT_S + spec.workload.duration + HEAL_TIMEOUT_S + DRAIN_TIMEOUT_S
-            + DEADLINE_MARGIN_S)
+    return (2 * READY_TIMEOUT_S + spec.workload.duration + HEAL_TIMEOUT_S + COMMIT_TIMEOUT_S
+            + DRAIN_TIMEOUT_S + DEADLINE_MARGIN_S)
 
 
 class AnalysisFailed(RuntimeError):

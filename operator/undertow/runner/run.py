@@ -84,12 +84,24 @@ def partitions_committed(platform: Platform, topic: str) -> bool:
         and p.high_watermark >= p.log_end_offsets[p.leader] for p in partitions)
 
 
-def _until_healthy(platform: Platform, topic: str, replication_factor: int, timeout: float,
-                   what: str, abort: Abort) -> None:
-    """Wait for `partitions_healthy`, or raise the run's failure as soon as it is aborted."""
-    wait_for(lambda: abort.is_set() or partitions_healthy(platform, topic, replication_factor),
-             timeout, what, ignore=(Exception,))
+def _until(condition: Callable[[], bool], timeout: float, what: str, abort: Abort) -> None:
+    """Wait for `condition` (its errors count as not yet), or raise the run's failure as soon
+    as it is aborted."""
+    wait_for(lambda: abort.is_set() or condition(), timeout, what, ignore=(Exception,))
     abort.raise_if_set()
+
+
+def _settle(meta: dict[str, Any], key: str, wait: Callable[[], None]) -> None:
+    """One bounded wait after the faults: meta[key] says whether it was met; the drain goes
+    ahead either way (an abort still stops the run)."""
+    try:
+        wait()
+        meta[key] = True
+    except RunAborted:
+        raise
+    except Exception as exc:
+        meta[key] = False
+        log.warning("%s; draining anyway", exc)
 
 
 def _create_topic(platform: Platform, loaded: LoadedExperiment) -> None:
@@ -162,8 +174,8 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
     spec = loaded.experiment.spec
     topic, rf = spec.topic.name, spec.topic.replication_factor
     _create_topic(platform, loaded)
-    _until_healthy(platform, topic, rf, READY_TIMEOUT_S,
-                   "every partition to have a leader and a full ISR", abort)
+    _until(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
+           "every partition to have a leader and a full ISR", abort)
     workload = Workload(platform.bootstrap, cfg, history, abort)
     sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe)
     nemesis = Nemesis(platform, planned, topic, history, seed)
@@ -194,28 +206,13 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
         on_progress({"phase": "healing", "partitions": sampler.latest})
         for producer in workload.producers:
             producer.join()
-        try:
-            _until_healthy(platform, topic, rf, HEAL_TIMEOUT_S,
-                           "every partition to have a leader and a full ISR after healing",
-                           abort)
-            meta["healed"] = True
-        except RunAborted:
-            raise
-        except Exception as exc:
-            meta["healed"] = False
-            log.warning("%s; draining anyway", exc)
+        _settle(meta, "healed", lambda: _until(
+            lambda: partitions_healthy(platform, topic, rf), HEAL_TIMEOUT_S,
+            "every partition to have a leader and a full ISR after healing", abort))
         if meta["healed"]:
-            try:
-                wait_for(lambda: abort.is_set() or partitions_committed(platform, topic),
-                         COMMIT_TIMEOUT_S, "every high watermark to reach its leader's log end",
-                         ignore=(Exception,))
-                abort.raise_if_set()
-                meta["committed"] = True
-            except RunAborted:
-                raise
-            except Exception as exc:
-                meta["committed"] = False
-                log.warning("%s; draining anyway", exc)
+            _settle(meta, "committed", lambda: _until(
+                lambda: partitions_committed(platform, topic), COMMIT_TIMEOUT_S,
+                "every high watermark to reach its leader's log end", abort))
         for consumer in workload.consumers:
             consumer.stop()
         on_progress({"phase": "draining", "partitions": sampler.latest})
