@@ -10,7 +10,10 @@ alternating, and prints per run the seconds from the workload's end (meta.json's
 written last) to the moment the runner printed the verdict, read from its output as it comes.
 For the pre-started analysis, it also prints what the analysis log says: when its session was
 ready, how long the warm-up took, and how long it then waited for the history. Target: the
-verdict within 8 s of the workload's end for runs under 100k sends.
+verdict within 8 s of the workload's end for runs under 100k sends. It also prints the time
+from the last send's completion (the last acknowledgement or failure, or the workload's end
+if later): sends in flight when the workload ends can take seconds more under faults, and no
+verdict can come before their outcome is known.
 """
 
 from __future__ import annotations
@@ -60,8 +63,11 @@ def run_once(experiment: Path, mode: str) -> dict:
             warm_up = float(match[1]) if match[1] else warm_up
             waited = float(match[2]) if match[2] else waited
     workload_end = meta["workload_start"] + parse_duration(meta["spec"]["workload"]["duration"])
+    last_send = max(json.loads(line)["t_complete"]
+                    for line in (out / "history" / "sends.jsonl").open())
     return {"mode": mode, "verdict": report["verdict"], "sends": report["counts"]["attempted"],
             "after_workload_s": round(verdict_at - workload_end, 1),
+            "after_last_send_s": round(verdict_at - max(last_send, workload_end), 1),
             "after_close_s": round(verdict_at - meta["end"], 1),
             "warm_up_s": warm_up, "waited_s": waited, "load": round(load, 2)}
 
@@ -81,14 +87,16 @@ def main() -> None:
         parser.error(f"unknown modes {sorted(unknown)}; modes are {sorted(MODES)}")
     print(f"commit {commit()}, {time.strftime('%Y-%m-%d %H:%M:%S')}; seconds to the verdict")
     print(f"{'mode':<9} {'verdict':<7} {'sends':>7} {'from workload end':>18} "
-          f"{'from history close':>19} {'warm-up':>8} {'waited':>7} {'load':>5}")
+          f"{'from last send':>15} {'from history close':>19} {'warm-up':>8} {'waited':>7} "
+          f"{'load':>5}")
     rows = []
     for _ in range(args.rounds):
         for mode in modes:
             row = run_once(args.experiment, mode)
             rows.append(row)
             print(f"{row['mode']:<9} {row['verdict']:<7} {row['sends']:>7} "
-                  f"{row['after_workload_s']:>18} {row['after_close_s']:>19} "
+                  f"{row['after_workload_s']:>18} {row['after_last_send_s']:>15} "
+                  f"{row['after_close_s']:>19} "
                   f"{_blank(row['warm_up_s']):>8} {_blank(row['waited_s']):>7} "
                   f"{row['load']:>5}", flush=True)
     for mode in modes:

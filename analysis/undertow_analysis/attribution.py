@@ -23,6 +23,16 @@ acknowledged; for a phantom read, when a consumer read it):
 The mechanism is the first of these that applies; a record that none explains is
 `unexplained`, itself a finding (a bug in the broker or the harness). Records dropped by the
 same election from the same holder's epoch form one loss incident.
+
+A duplicate (a value drained at two offsets) is a producer's retry written twice. Its send
+began at t_invoke on the partition's leader then and was acknowledged at t_acked: if a
+`become_leader` of its partition falls in between, the retry crossed that leader change
+(`retry_across_election`: the first attempt's batch was written and replicated, its answer
+never came, and the retry went to the new leader); otherwise it retried a request whose
+answer came too late (`retry_after_timeout`). Neither is a bug without idempotence, which
+alone lets a broker tell a retry from a new record (KIP-98); with it, a duplicate is
+`unexplained`. Duplicates of one partition retried across the same leader change, or all
+those without one, form one duplicate group.
 """
 
 from __future__ import annotations
@@ -37,6 +47,8 @@ MECHANISMS = {
     "high_watermark_truncation": "truncation to the high watermark (pre-KIP-101)",
     "power_loss": "unflushed data lost to a power loss",
     "disk_lost": "a log lost with its disk",
+    "retry_across_election": "a producer retry across a leader change",
+    "retry_after_timeout": "a producer retry after a request timeout",
     "unexplained": "unexplained",
 }
 """Mechanism code -> its name in Kafka's terms (the report's wording)."""
@@ -196,13 +208,15 @@ def dropped(events: DataFrame) -> DataFrame:
             .select(*cuts.columns, t_cut.alias("t_cut")))
 
 
-def truncations(events: DataFrame, subjects: DataFrame) -> DataFrame:
+def truncations(events: DataFrame, subjects: DataFrame | None) -> DataFrame:
     """Every truncation that dropped offsets (`dropped`): id, node, broker, topic,
     partition, t, leader_epoch, from_offset, to_offset, reason, and lost: the lost or
-    misplaced records at those offsets acknowledged before it. (How many acknowledged
-    records it cut at all comes from the one pass over the sends:
-    `checks.acked_in_truncations`.)"""
+    misplaced records at those offsets acknowledged before it (0 without `subjects`: a run
+    that lost nothing). (How many acknowledged records it cut at all comes from the one pass
+    over the sends: `checks.acked_in_truncations`.)"""
     cuts = dropped(events)
+    if subjects is None:
+        return cuts.withColumn("lost", F.lit(0))
     lost = F.broadcast(subjects.filter(F.col("lost") | F.col("misplaced"))
                        .select(F.col("topic").alias("l_topic"),
                                F.col("partition").alias("l_partition"),
@@ -214,3 +228,45 @@ def truncations(events: DataFrame, subjects: DataFrame) -> DataFrame:
             .groupBy("id", "node", "broker", "topic", "partition", "t", "t_cut",
                      "leader_epoch", "from_offset", "to_offset", "reason")
             .agg(F.count("l_offset").alias("lost")))
+
+
+RETRY_WINDOW_S = 120.0
+"""How long after its first attempt a duplicate never acknowledged may have been retried
+(the producers' delivery timeout is far below it)."""
+DUPLICATE_KEY = ("topic", "partition", "mechanism", "holder", "holder_epoch", "new_leader",
+                 "new_epoch", "change_t")
+
+
+def duplicate_groups(anomalies: DataFrame, events: DataFrame, idempotent: bool) -> DataFrame:
+    """Duplicate groups (see the module docstring): the key's columns (holder: the leader when
+    the send began; new_leader, new_epoch, change_t: the first leader change during it, null
+    when none), duplicates, first_offset, last_offset, first_t (first send), last_t and up
+    to 5 example values."""
+    leaders = _prefixed(_of_type(events, "become_leader"),
+                        ("topic", "partition", "t", "broker", "leader_epoch"))
+    dups = anomalies.filter(F.col("kind") == "duplicate").select(
+        "value", "topic", "partition", "offset", "t_invoke",
+        F.coalesce("t_acked", F.col("t_invoke") + RETRY_WINDOW_S).alias("t_done"))
+    leader = F.struct(F.col("e_broker").alias("broker"), F.col("e_leader_epoch").alias("epoch"),
+                      F.col("e_t").alias("t"))
+    before = leaders["e_t"] <= dups["t_invoke"]
+    during = (leaders["e_t"] > dups["t_invoke"]) & (leaders["e_t"] <= dups["t_done"])
+    per_value = (
+        dups.join(leaders, _same_partition(dups, leaders), "left")
+        .groupBy("value", "topic", "partition", "offset", "t_invoke")
+        .agg(F.max_by(leader, F.when(before, F.col("e_t"))).alias("_holder"),
+             F.min_by(leader, F.when(during, F.col("e_t"))).alias("_change"))
+        .select("value", "topic", "partition", "offset", "t_invoke",
+                F.col("_holder.broker").alias("holder"),
+                F.col("_holder.epoch").alias("holder_epoch"),
+                F.col("_change.broker").alias("new_leader"),
+                F.col("_change.epoch").alias("new_epoch"),
+                F.col("_change.t").alias("change_t")))
+    mechanism = (F.when(F.lit(idempotent), "unexplained")
+                 .when(F.col("change_t").isNotNull(), "retry_across_election")
+                 .otherwise("retry_after_timeout"))
+    return (per_value.withColumn("mechanism", mechanism).groupBy(*DUPLICATE_KEY)
+            .agg(F.count("*").alias("duplicates"),
+                 F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
+                 F.min("t_invoke").alias("first_t"), F.max("t_invoke").alias("last_t"),
+                 F.slice(F.array_sort(F.collect_set("value")), 1, 5).alias("examples")))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from undertow_analysis.attribution import MECHANISMS
-from undertow_analysis.report import fault_intervals, fault_label
+from undertow_analysis.report import fault_intervals, fault_label, shortfall_text
 
 MAX_INCIDENTS = 100
 """Incidents kept in report.json (unexplained ones first, then in the order of the elections
@@ -109,6 +109,12 @@ def incident_sentence(inc: dict[str, Any], t0: float) -> str:
               if inc.get("holder") is not None else "a leader no event names")
     mechanism = inc["mechanism"]
     if mechanism == "unexplained":
+        short = inc.get("drain_short")
+        if short:
+            return (f"UNEXPLAINED: {subject} {held} {holder}, and no election or truncation "
+                    f"in events.jsonl removed them; the drain did not read them "
+                    f"({shortfall_text(short)}): the cluster did not heal, and they may "
+                    f"still be on a broker.")
         return (f"UNEXPLAINED: {subject} {held} {holder}, and no election or truncation in "
                 f"events.jsonl removed them: this is a bug in the broker or in the harness, "
                 f"not a property of the configuration.")
@@ -150,20 +156,67 @@ def truncation_sentence(cut: dict[str, Any], t0: float) -> str:
     return text + "none of those offsets held an acknowledged record."
 
 
+_IDEMPOTENCE = ("without enable.idempotence the broker cannot tell a retry from a new "
+               "record (KIP-98)")
+
+
+def duplicate_sentence(group: dict[str, Any], t0: float) -> str:
+    """One duplicate group (`attribution.duplicate_groups`) in one sentence."""
+    n = group["duplicates"]
+    one = n == 1
+    were, their, them = ("was", "its send", "it") if one else ("were", "their sends", "them")
+    first, last = group["first_offset"], group["last_offset"]
+    offsets = f"offset {first}" if first == last else f"offsets {first}-{last}"
+    subject = (f"{n} record{'' if one else 's'} of {group['topic']}-{group['partition']} "
+               f"acknowledged at {offsets} {were} written twice")
+    holder = (f"broker {group['holder']} led epoch {group['holder_epoch']}"
+              if group.get("holder") is not None else "a leader no event names led")
+    change = (f"broker {group['new_leader']} became leader in epoch {group['new_epoch']} at "
+              f"{group['change_t'] - t0:.1f} s before the acknowledgement"
+              if group.get("change_t") is not None else None)
+    if group["mechanism"] == "unexplained":
+        during = f"; {change}" if change else ""
+        return (f"UNEXPLAINED: {subject} although the producer was idempotent (KIP-98), whose "
+                f"retries the leader recognises by producer id and sequence number ({their} "
+                f"began while {holder}{during}): this is a bug in the broker or in the "
+                f"harness.")
+    if group["mechanism"] == "retry_across_election":
+        return (f"{subject}: {their} began while {holder}, {change}, and the producer "
+                f"retried {them} there; the first attempt had been written and kept, its "
+                f"answer never came, and {_IDEMPOTENCE}.")
+    return (f"{subject} while {holder}: the producer retried a request whose answer came too "
+            f"late (request.timeout.ms), and {_IDEMPOTENCE}.")
+
+
 WITHOUT_EVENTS: dict[str, Any] = {
     "events": False, "incident_count": 0, "unexplained": 0, "incidents": [],
-    "truncations": [], "truncations_cut_acked": 0}
+    "truncations": [], "truncations_cut_acked": 0, "duplicates": []}
 """The sections of a history without events.jsonl: nothing explained, nothing claimed."""
 
 
+def _short_drain(inc: dict[str, Any], drain_short: list[dict[str, Any]]
+                 ) -> dict[str, Any] | None:
+    """The drain's shortfall on the incident's partition when the drain stopped at or
+    before the incident's first offset (None otherwise)."""
+    return next((s for s in drain_short
+                 if (s["topic"], s["partition"]) == (inc["topic"], inc["partition"])
+                 and (s["end"] is None or s["read_to"] <= inc["first_offset"])), None)
+
+
 def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
-                 faults: list[dict[str, Any]], t0: float) -> dict[str, Any]:
-    """report.json's `incidents` and `truncations` sections."""
+                 faults: list[dict[str, Any]], t0: float,
+                 drain_short: list[dict[str, Any]] = (),
+                 duplicates: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """report.json's `incidents`, `truncations` and `duplicates` sections; `drain_short` are
+    the partitions the drain did not read to their end (`report.drain_shortfalls`),
+    `duplicates` the duplicate groups (`attribution.duplicate_groups`)."""
     intervals = fault_intervals(faults)
     rows = []
     for inc in incidents:
         inc = {**inc, "mechanism_name": MECHANISMS[inc["mechanism"]],
                "fault": _fault_at(_election_t(inc), faults, intervals)}
+        if inc["mechanism"] == "unexplained":
+            inc["drain_short"] = _short_drain(inc, list(drain_short))
         inc["sentence"] = incident_sentence(inc, t0)
         for key in ("cause", "election"):
             if inc.get(key):
@@ -181,11 +234,21 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
                          key=lambda c: (c["t"], c["node"]))
     for c in truncations:
         del c["t"], c["t_cut"], c["id"]
+    groups = sorted(({**g, "mechanism_name": MECHANISMS[g["mechanism"]],
+                      "sentence": duplicate_sentence(g, t0)} for g in duplicates),
+                    key=lambda g: (g["mechanism"] != "unexplained", g["first_t"], g["topic"],
+                                   g["partition"]))
+    for g in groups:
+        for key in ("change_t", "first_t", "last_t"):
+            if g.get(key) is not None:
+                g[f"{key}_s"] = round(g.pop(key) - t0, 3)
     return {
         "events": True,
         "incident_count": len(rows),
         "unexplained": sum(i["lost"] + i["misplaced"] + i["phantom_only"]
-                           for i in rows if i["mechanism"] == "unexplained"),
+                           for i in rows if i["mechanism"] == "unexplained")
+        + sum(g["duplicates"] for g in groups if g["mechanism"] == "unexplained"),
+        "duplicates": groups[:MAX_INCIDENTS],
         "incidents": rows[:MAX_INCIDENTS],
         "truncations": truncations,
         "truncations_cut_acked": sum(1 for c in truncations if c["acked"]),

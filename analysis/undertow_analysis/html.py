@@ -6,7 +6,12 @@ import base64
 from html import escape
 from typing import Any
 
-from undertow_analysis.report import ANOMALY_COUNTS, INCOMPLETE_NOTE
+from undertow_analysis.report import (
+    ANOMALY_COUNTS,
+    INCOMPLETE_NOTE,
+    SHORT_DRAIN_NOTE,
+    shortfall_text,
+)
 
 VERDICT_COLOURS = {"clean": "#2a9d8f", "anomalies": "#e9c46a", "loss": "#d62828"}
 COUNT_HELP = {
@@ -82,11 +87,18 @@ def _records(rows: list[dict[str, Any]], t0: float) -> list[list[Any]]:
 
 
 def _incomplete(report: dict[str, Any]) -> str:
-    """Right under the verdict: a history stopped by a failure (`--allow-incomplete`)."""
-    if not report["incomplete"]:
-        return ""
-    return (f'<div class="incomplete" id="incomplete"><b>Incomplete history:</b> '
-            f"{escape(INCOMPLETE_NOTE)} ({escape(str(report['incomplete_reason']))}).</div>")
+    """Right under the verdict: a history stopped by a failure (`--allow-incomplete`), a
+    drain that did not read every partition to its end."""
+    parts = []
+    if report["incomplete"]:
+        parts.append(f'<div class="incomplete" id="incomplete"><b>Incomplete history:</b> '
+                     f"{escape(INCOMPLETE_NOTE)} ({escape(str(report['incomplete_reason']))})."
+                     f"</div>")
+    if report["drain_short"]:
+        where = "; ".join(shortfall_text(s) for s in report["drain_short"])
+        parts.append(f'<div class="incomplete" id="drain-short"><b>Incomplete drain:</b> '
+                     f"{escape(SHORT_DRAIN_NOTE)} ({escape(where)}).</div>")
+    return "".join(parts)
 
 
 def _explained(report: dict[str, Any]) -> list[str]:
@@ -128,6 +140,12 @@ def _explained(report: dict[str, Any]) -> list[str]:
              for c in cuts], "truncations", ["bad" if c["lost"] else "" for c in cuts]))
     else:
         parts.append("<p class='muted truncations'>No replica truncated its log.</p>")
+    if ex["duplicates"]:
+        items = "".join(
+            f"<li class='{'unexplained' if g['mechanism'] == 'unexplained' else ''}'>"
+            f"<b>{escape(g['mechanism_name'])}</b>: {escape(g['sentence'])}</li>"
+            for g in ex["duplicates"])
+        parts += ["<h2>Duplicates</h2>", f"<ol id='duplicates'>{items}</ol>"]
     return parts
 
 

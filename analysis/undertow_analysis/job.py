@@ -45,6 +45,13 @@ FAULT_BUCKETS = 10_000  # buckets of the fault range join
 SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
+    # Every PySpark call otherwise records its Python call site in the JVM for error
+    # messages, about six Py4J round trips each: 9,000 of the 15,000 a small run's job made
+    # (2-3 s of its 6-7 s). A failing query still names its operator and its plan.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # One analysis generates about 210 classes; with Spark's 100 cached, every job compiled
+    # them all again (210 compilations after a warm-up; 2 with room for them).
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 SMALL_RUN_SENDS = 100_000
 """A run planning at most this many sends is small: its analysis is mostly one-time costs."""
@@ -247,6 +254,11 @@ def _counts(values: DataFrame, series: list[tuple[int, int, int]],
     return {name: int(counts[name]) for name in report.COUNT_NAMES}
 
 
+def _anomalous(counts: dict[str, int]) -> bool:
+    """Some value has an anomaly (otherwise anomalies/ is empty and nothing needs naming)."""
+    return any(counts[k] for k in report.ANOMALY_COUNTS)
+
+
 def _write_anomalies(spark: SparkSession, values: DataFrame, topics: dict[int, str],
                      faults: list[dict[str, Any]], t0: float, t_end: float, uri: str,
                      scratch: str) -> None:
@@ -286,10 +298,9 @@ def topic_names(history: History, values: DataFrame) -> dict[int, str]:
     wanted = {r[0] for r in values.filter(checks.is_anomalous()).select(F.explode(F.array(
         *[F.col(f"{c}.tk") for c in checks.POSITIONS])).alias("tk")).distinct().collect()}
     wanted.discard(None)
-    spec = history.meta.get("spec")
-    spec_topic = spec.get("topic") if isinstance(spec, dict) else None
+    spec_topic = _spec_topic(history.meta)
     sources = (
-        lambda: {spec_topic.get("name")} if isinstance(spec_topic, dict) else set(),
+        lambda: {spec_topic} if spec_topic else set(),
         lambda: _topics_in(history, ("cluster",)),
         lambda: _topics_in(history, ("sends", "reads"), keys=wanted),
     )
@@ -349,6 +360,14 @@ def _cluster(history: History, t0: float, width: float) -> tuple[list[dict], lis
     return report.offline_windows(offline, t0), isr
 
 
+def _spec_topic(meta: dict[str, Any]) -> str | None:
+    """The experiment's topic (meta.json's spec.topic.name), if meta.json names it."""
+    spec = meta.get("spec")
+    topic = spec.get("topic") if isinstance(spec, dict) else None
+    name = topic.get("name") if isinstance(topic, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def _acks_one(meta: dict[str, Any]) -> bool:
     """The producers used acks=1 (meta.json's spec.workload.acks)."""
     spec = meta.get("spec")
@@ -356,27 +375,35 @@ def _acks_one(meta: dict[str, Any]) -> bool:
     return isinstance(workload, dict) and str(workload.get("acks")) == "1"
 
 
-def _explain(history: History, anomalies: DataFrame, acked_cut: dict[int, int],
-             faults: list[dict[str, Any]], t0: float) -> tuple[dict[str, Any], list[dict]]:
+def _explain(history: History, anomalies: DataFrame, counts: dict[str, int],
+             acked_cut: dict[int, int], faults: list[dict[str, Any]], t0: float,
+             drain_short: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict]]:
     """The loss incidents and the truncations (`attribution`, `explain`), and the events the
-    timeline marks; none without events.jsonl."""
+    timeline marks; none without events.jsonl. A run with nothing to explain (no lost,
+    misplaced or phantom record) runs no attribution."""
     if history.parsed["events"] is None:
         return explain.WITHOUT_EVENTS, []
     events = history.usable("events")
-    subjects = attribution.subjects(anomalies)
-    attributed = attribution.attribute(subjects, events, _acks_one(history.meta))
-    incidents = [r.asDict(recursive=True)
-                 for r in attribution.incidents(attributed).collect()]
+    subjects, incidents = None, []
+    if any(counts[k] for k in ("lost", "misplaced", "phantom_reads")):
+        subjects = attribution.subjects(anomalies)
+        attributed = attribution.attribute(subjects, events, _acks_one(history.meta))
+        incidents = [r.asDict(recursive=True)
+                     for r in attribution.incidents(attributed).collect()]
     cuts = [{**r.asDict(), "acked": acked_cut.get(r["id"], 0)}
             for r in attribution.truncations(events, subjects).collect()]
     marks = [{**r.asDict(), "t_s": r["t"] - t0} for r in history.valid("events")
              .filter(F.col("type").isin(*plots.EVENT_MARKS))
              .select("t", "type", "kind", "broker", "leader").collect()]
-    return explain.explanations(incidents, cuts, faults, t0), marks
+    duplicates = [r.asDict() for r in attribution.duplicate_groups(
+        anomalies, events, bool(history.meta.get("idempotent"))).collect()
+    ] if counts["duplicates"] else []
+    return explain.explanations(incidents, cuts, faults, t0, drain_short, duplicates), marks
 
 
 def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, Any]:
     meta = history.meta
+    drain_short = report.drain_shortfalls(meta.get("drain"), _spec_topic(meta))
     t_ref = float(meta.get("start") or 0.0)
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
     scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
@@ -395,14 +422,16 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         t0 = float(meta.get("start") or send_times["first"] or 0.0)
         t_end = max(_end(history, send_times["last"]) or t0, t0)
         faults = _faults(history, t0, t_end)
-        _write_anomalies(spark, values, topic_names(history, values), faults, t0, t_end,
-                         outputs["anomalies"], scratch)
+        topics = topic_names(history, values) if _anomalous(counts) else {}
+        _write_anomalies(spark, values, topics, faults, t0, t_end, outputs["anomalies"],
+                         scratch)
     finally:
         delete(spark, scratch)
         delete(spark, scratch + "-intervals.jsonl")
     anomalies = spark.read.parquet(outputs["anomalies"])
-    explained, marks = _explain(history, anomalies, acked_cut, faults, t0)
-    lost, other = _examples(anomalies)
+    explained, marks = _explain(history, anomalies, counts, acked_cut, faults, t0,
+                                drain_short)
+    lost, other = _examples(anomalies) if _anomalous(counts) else ([], [])
     width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
     offline, isr = _cluster(history, t0, width)
     availability, windows = _availability(series, t_ref, t0, offline)
@@ -428,6 +457,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         "idempotent": idempotent,
         "incomplete": bool(meta.get("incomplete", False)),
         "incomplete_reason": meta.get("incomplete_reason"),
+        "drain_short": drain_short,
         "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
                     "anomalies": outputs["anomalies"]},
     }

@@ -26,6 +26,40 @@ COUNT_NAMES = (
 ANOMALY_COUNTS = COUNT_NAMES[4:11]
 INCOMPLETE_NOTE = ("a failure stopped the run, so records are missing from then on and there "
                    "was no drain: acknowledged records look lost, and the verdict says little")
+SHORT_DRAIN_NOTE = ("the drain did not read every partition to its end, so acknowledged "
+                    "records past where it stopped are counted lost although a broker may "
+                    "still hold them")
+
+
+def drain_shortfalls(drain: Any, topic: str | None) -> list[dict[str, Any]]:
+    """The partitions meta.json's `drain` (partition -> end offset and the offset the drain
+    read up to) says the drain did not read to their end: the end unknown (no reachable
+    leader after healing) or not reached in time. None for a history without `drain` (an
+    older run, another harness). A `drain` of another shape is a clear error."""
+    if drain is None:
+        return []
+    where = "meta.json's drain"
+    if not isinstance(drain, dict):
+        raise ValueError(f"{where} must be an object of partition -> {{end, read_to}}")
+    short = []
+    for key, entry in drain.items():
+        if not (key.isdigit() and isinstance(entry, dict)
+                and isinstance(entry.get("read_to"), int)
+                and (entry.get("end") is None or isinstance(entry["end"], int))):
+            raise ValueError(f"{where}[{key!r}] must be {{end: offset or null, read_to: "
+                             f"offset}} under a partition number, got {entry!r}")
+        end, read_to = entry.get("end"), entry["read_to"]
+        if end is None or read_to < end:
+            short.append({"topic": topic, "partition": int(key), "end": end,
+                          "read_to": read_to})
+    return sorted(short, key=lambda s: s["partition"])
+
+
+def shortfall_text(short: dict[str, Any]) -> str:
+    where = f"{short['topic']}-{short['partition']}"
+    if short["end"] is None:
+        return f"{where}: end unknown (no reachable leader after healing), not read"
+    return f"{where}: read to offset {short['read_to']} of {short['end']}"
 
 
 def fault_label(fault: dict[str, Any]) -> str:
@@ -166,6 +200,14 @@ def _incident_lines(explained: dict[str, Any]) -> list[str]:
             else f"{cut_acked} cut acknowledged records"))
     else:
         lines.append("truncations: none")
+    groups = explained["duplicates"]
+    if groups:
+        by_mechanism: dict[str, int] = {}
+        for g in groups:
+            by_mechanism[g["mechanism_name"]] = by_mechanism.get(g["mechanism_name"], 0) + (
+                g["duplicates"])
+        lines.append(f"duplicates: {sum(by_mechanism.values()):,} ("
+                     + "; ".join(f"{name}: {n:,}" for name, n in by_mechanism.items()) + ")")
     return lines
 
 
@@ -180,6 +222,9 @@ def summary_text(report: dict[str, Any]) -> str:
         if expect else ""))
     if report["incomplete"]:
         lines.append(f"HISTORY INCOMPLETE: {INCOMPLETE_NOTE} ({report['incomplete_reason']})")
+    if report["drain_short"]:
+        lines.append(f"DRAIN INCOMPLETE: {SHORT_DRAIN_NOTE} ("
+                     + "; ".join(shortfall_text(s) for s in report["drain_short"]) + ")")
     lines += _incident_lines(report["explained"])
     lines.append("")
     lines.append(f"sends   attempted {c['attempted']:>12,}  acked {c['acked']:>12,}  "

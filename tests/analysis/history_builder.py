@@ -31,6 +31,7 @@ class HistoryBuilder:
     cluster: list[dict] = field(default_factory=list)
     events: list[dict] | None = None  # None: no events.jsonl (a history from before them)
     acks: str = "all"
+    drain: dict[str, dict] | None = None  # meta.json's drain (partition -> end, read_to)
 
     def send(
         self,
@@ -122,6 +123,9 @@ class HistoryBuilder:
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
             "incomplete": False, "incomplete_reason": None,
         }
+        if self.drain is not None:
+            meta["drain"] = self.drain
+            meta["spec"]["topic"] = {"name": "t"}
         (out / "meta.json").write_text(json.dumps(meta))
         files = {"sends": self.sends, "reads": self.reads, "faults": self.faults,
                  "cluster": self.cluster}

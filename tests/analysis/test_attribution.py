@@ -184,6 +184,24 @@ def test_a_loss_no_event_explains_is_unexplained_and_said_first(spark, tmp_path)
         "acknowledged by broker 1 in epoch 0, and no election or truncation")
 
 
+def test_an_unexplained_loss_past_an_incomplete_drain_says_the_drain_stopped(spark, tmp_path):
+    """The cluster did not heal: the drain read p0 only to offset 10, so records at 10-12
+    that no event removed may still be on a broker, and the report says so."""
+    h = base()
+    acked_on_broker_1(h, range(10, 13))
+    h.drain = {"0": {"end": 13, "read_to": 10}}
+    report = analyse(h, tmp_path)
+    assert report["drain_short"] == [{"topic": "t", "partition": 0, "end": 13, "read_to": 10}]
+    incident = only_incident(report)
+    assert incident["mechanism"] == "unexplained"
+    assert incident["sentence"].endswith(
+        "and no election or truncation in events.jsonl removed them; the drain did not read "
+        "them (t-0: read to offset 10 of 13): the cluster did not heal, and they may still be "
+        "on a broker.")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="drain-short"' in html and "t-0: read to offset 10 of 13" in html
+
+
 def test_phantom_read_dropped_by_an_unclean_election(spark, tmp_path):
     h = base()
     h.send("p1-10", "fail", t=5.0, error="NOT_ENOUGH_REPLICAS_AFTER_APPEND")
@@ -226,3 +244,58 @@ def test_a_history_without_events_analyses_as_before(spark, tmp_path, with_event
     assert report["counts"]["lost"] == 3 and report["verdict"] == "loss"
     assert report["explained"]["events"] is with_events
     assert len(report["explained"]["incidents"]) == (1 if with_events else 0)
+
+
+def duplicated(h: HistoryBuilder, value: str, offsets: tuple[int, int], *, t: float,
+               latency: float) -> None:
+    """`value` sent at `t`, acknowledged `latency` later at the first offset, and drained at
+    both: a retry written twice."""
+    h.send(value, t=t, offset=offsets[0], latency=latency)
+    for offset in offsets:
+        h.read(value, 0, offset)
+
+
+def test_duplicates_retried_across_a_leader_change(spark, tmp_path):
+    h = base()
+    h.expect = "clean"
+    duplicated(h, "p1-10", (10, 11), t=5.0, latency=3.0)
+    duplicated(h, "p1-11", (12, 13), t=5.2, latency=3.0)
+    elected(h, t=6.0, epoch=1, leader=2, previous=1, kind="clean", reason="leader_fenced",
+            isr=[1, 2, 3], end=10)
+    report = analyse(h, tmp_path)
+    assert report["verdict"] == "clean" and report["counts"]["duplicates"] == 2
+    (group,) = report["explained"]["duplicates"]
+    assert (group["mechanism"], group["duplicates"], group["holder"], group["new_leader"],
+            group["new_epoch"]) == ("retry_across_election", 2, 1, 2, 1)
+    assert group["sentence"] == (
+        "2 records of t-0 acknowledged at offsets 10-12 were written twice: their sends began "
+        "while broker 1 led epoch 0, broker 2 became leader in epoch 1 at 6.1 s before the "
+        "acknowledgement, and the producer retried them there; the first attempt had been "
+        "written and kept, its answer never came, and without enable.idempotence the broker "
+        "cannot tell a retry from a new record (KIP-98).")
+    assert report["explained"]["unexplained"] == 0
+
+
+def test_a_duplicate_without_a_leader_change_is_a_retry_after_a_timeout(spark, tmp_path):
+    h = base()
+    h.expect = "clean"
+    duplicated(h, "p1-10", (10, 11), t=5.0, latency=6.0)
+    (group,) = analyse(h, tmp_path)["explained"]["duplicates"]
+    assert group["mechanism"] == "retry_after_timeout"
+    assert group["sentence"] == (
+        "1 record of t-0 acknowledged at offset 10 was written twice while broker 1 led "
+        "epoch 0: the producer retried a request whose answer came too late "
+        "(request.timeout.ms), and without enable.idempotence the broker cannot tell a retry "
+        "from a new record (KIP-98).")
+
+
+def test_a_duplicate_of_an_idempotent_producer_is_unexplained(spark, tmp_path):
+    h = base()
+    h.idempotent = True
+    duplicated(h, "p1-10", (10, 11), t=5.0, latency=6.0)
+    report = analyse(h, tmp_path)
+    (group,) = report["explained"]["duplicates"]
+    assert group["mechanism"] == "unexplained" and report["explained"]["unexplained"] == 1
+    assert group["sentence"].startswith(
+        "UNEXPLAINED: 1 record of t-0 acknowledged at offset 10 was written twice although "
+        "the producer was idempotent (KIP-98)")

@@ -24,8 +24,15 @@ def run(name: str, out: Path) -> dict:
         [sys.executable, "-m", "undertow", "run", str(REPO / "experiments" / f"{name}.yaml"),
          "--out", str(out), "--seed", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=400, start_new_session=True)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + broker_logs(out)
     return json.loads((out / "report.json").read_text())
+
+
+def broker_logs(out: Path, lines: int = 40) -> str:
+    """The end of every node's log, so that a failed run says what the cluster did."""
+    logs = sorted((out / "cluster" / "logs").glob("*.log"))
+    return "".join(f"\n--- {log.name} ---\n" + "\n".join(
+        log.read_text(errors="replace").splitlines()[-lines:]) for log in logs)
 
 
 @pytest.mark.slow

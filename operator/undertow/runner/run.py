@@ -5,7 +5,7 @@
     -> heal every fault -> wait for leaders and full ISRs (bounded)
     -> wait for every HW to reach its leader's LEO (bounded: the drain reads to the HW)
     -> stop the run-phase consumers -> drain every partition with a fresh consumer
-    -> close the history -> analysis -> verdict vs. expectation
+    -> close the history -> stop the cluster -> analysis -> verdict vs. expectation
 
 Every way out (normal end, Ctrl-C, SIGTERM, an exception) goes through the same ``finally``
 blocks: faults recovered, workload stopped, platform stopped. The guardian process of the
@@ -155,17 +155,27 @@ def run_experiment(
              len(planned), out)
     try:
         with abort.catching_thread_exceptions(), sigterm_as_interrupt(), platform:
-            _run_phases(loaded, platform, history, abort, planned, seed, cfg, meta,
-                        on_progress)
+            try:
+                _run_phases(loaded, platform, history, abort, planned, seed, cfg, meta,
+                            on_progress)
+            finally:  # before the cluster stops: the analysis waiting for it starts sooner
+                _close(history, meta, abort)
     finally:
-        meta["end"] = time.time()
-        if abort.reason is not None:
-            meta["incomplete"], meta["incomplete_reason"] = True, str(abort.reason)
-        history.finish(meta)
+        _close(history, meta, abort)  # the platform failed to start: nothing ran
     abort.raise_if_set()  # the last meta.json could not be written
     report = analyze(out / "history", out) if analyze is not None else None
     verdict = report["verdict"] if report else None
     return RunResult(verdict, spec.expect, report, out / "history")
+
+
+def _close(history: HistoryWriter, meta: dict[str, Any], abort: Abort) -> None:
+    """Close the history with meta.json's `end` (once): every line is written by then."""
+    if meta["end"] is not None:
+        return
+    meta["end"] = time.time()
+    if abort.reason is not None:
+        meta["incomplete"], meta["incomplete_reason"] = True, str(abort.reason)
+    history.finish(meta)
 
 
 def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWriter,

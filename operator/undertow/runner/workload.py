@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from undertow.runner.abort import Abort
@@ -34,6 +34,12 @@ SEPARATOR = "|"
 # only its critical messages; the outcome of every send is in the history anyway.
 LIBRDKAFKA_LOG_LEVEL = 2
 ABORT_POLL_S = 0.2
+WATERMARK_TIMEOUT_S = 5.0
+"""How long the drain waits for one answer to its end-offset request."""
+WATERMARK_RETRY_S = 0.5
+"""Between the drain's end-offset requests for a partition without a reachable leader."""
+END_OFFSETS_SHARE = 0.25
+"""The part of the drain's time it may spend asking for end offsets; the rest is reading."""
 """How often a producer waiting for its last outcomes, and the drain, look at the abort."""
 
 
@@ -221,26 +227,42 @@ class ConsumerWorker:
                                value=decode_value(message.value()), t=time.time())
             self.positions[message.partition()] = message.offset() + 1
 
-    def watermarks(self) -> dict[int, tuple[int, int]]:
-        return {p: self._consumer.get_watermark_offsets(KafkaTopicPartition(self._topic, p),
-                                                        timeout=5)
-                for p in range(self._partitions)}
+    def end_offsets(self, deadline: float, abort: Abort) -> dict[int, int | None]:
+        """Each partition's end offset (its HW, the last offset a consumer can read), asked
+        again while its leader is unknown or unreachable, until `deadline` (time.monotonic())
+        or an abort; None for a partition that never answered."""
+        ends: dict[int, int | None] = dict.fromkeys(range(self._partitions))
+        while True:
+            for p in [p for p, end in ends.items() if end is None]:
+                try:
+                    _low, ends[p] = self._consumer.get_watermark_offsets(
+                        KafkaTopicPartition(self._topic, p),
+                        timeout=max(0.1, min(WATERMARK_TIMEOUT_S, deadline - time.monotonic())))
+                except KafkaException as exc:
+                    log.warning("drain: no end offset for %s-%d yet: %s", self._topic, p, exc)
+            if all(end is not None for end in ends.values()) or abort.is_set() or (
+                    time.monotonic() >= deadline):
+                return ends
+            abort.wait(WATERMARK_RETRY_S)
 
 
 def drain(bootstrap: str, topic: str, partitions: int, history: HistoryWriter,
-          abort: Abort, timeout_s: float = 60.0) -> dict[int, tuple[int, int]]:
-    """A fresh consumer reads every partition from its log start to its end (the HW), or
-    until the run is aborted.
+          abort: Abort, timeout_s: float = 60.0) -> dict[int, tuple[int | None, int]]:
+    """A fresh consumer reads every partition from its log start to its end (the HW), for at
+    most `timeout_s` in all, or until the run is aborted.
 
-    Returns, per partition, (end offset, records read) so the runner can say whether the
-    drain was complete.
+    Returns, per partition, (end offset, offset read up to) so the report can say whether the
+    drain was complete. A partition still without a reachable leader (the cluster did not
+    heal) after END_OFFSETS_SHARE of the time has the end None and is not read: what it holds
+    is unknown, which the report says, rather than a failed run; the others are read.
     """
     consumer = ConsumerWorker("drain", bootstrap, topic, partitions, history, "drain")
-    ends = {p: high for p, (_low, high) in consumer.watermarks().items()}
+    started = time.monotonic()
+    deadline = started + timeout_s
+    ends = consumer.end_offsets(started + timeout_s * END_OFFSETS_SHARE, abort)
     consumer.assign()
-    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and not abort.is_set() and any(
-            consumer.positions.get(p, 0) < end for p, end in ends.items()):
+            end is not None and consumer.positions.get(p, 0) < end for p, end in ends.items()):
         consumer.poll_once(ABORT_POLL_S)
     consumer.close()
     return {p: (end, consumer.positions.get(p, 0)) for p, end in ends.items()}
