@@ -62,9 +62,9 @@ def run_once(experiment: Path, mode: str) -> dict:
         for match in PRESTART_LOG.finditer(log.read_text() if log.exists() else ""):
             warm_up = float(match[1]) if match[1] else warm_up
             waited = float(match[2]) if match[2] else waited
+        last_send = max(json.loads(line)["t_complete"]
+                        for line in (out / "history" / "sends.jsonl").open())
     workload_end = meta["workload_start"] + parse_duration(meta["spec"]["workload"]["duration"])
-    last_send = max(json.loads(line)["t_complete"]
-                    for line in (out / "history" / "sends.jsonl").open())
     return {"mode": mode, "verdict": report["verdict"], "sends": report["counts"]["attempted"],
             "after_workload_s": round(verdict_at - workload_end, 1),
             "after_last_send_s": round(verdict_at - max(last_send, workload_end), 1),

@@ -23,7 +23,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -377,28 +378,52 @@ def _acks_one(meta: dict[str, Any]) -> bool:
 
 def _explain(history: History, anomalies: DataFrame, counts: dict[str, int],
              acked_cut: dict[int, int], faults: list[dict[str, Any]], t0: float,
-             drain_short: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict]]:
-    """The loss incidents and the truncations (`attribution`, `explain`), and the events the
-    timeline marks; none without events.jsonl. A run with nothing to explain (no lost,
-    misplaced or phantom record) runs no attribution."""
+             drain_short: list[dict[str, Any]]) -> dict[str, Any]:
+    """The loss incidents, the truncations and the duplicates (`attribution`, `explain`);
+    none without events.jsonl. A run with nothing to explain (no lost, misplaced or phantom
+    record, no duplicate) runs no attribution for it."""
     if history.parsed["events"] is None:
-        return explain.WITHOUT_EVENTS, []
+        return explain.WITHOUT_EVENTS
     events = history.usable("events")
-    subjects, incidents = None, []
+    subjects = None
     if any(counts[k] for k in ("lost", "misplaced", "phantom_reads")):
         subjects = attribution.subjects(anomalies)
+
+    def incidents() -> list[dict[str, Any]]:
+        if subjects is None:
+            return []
         attributed = attribution.attribute(subjects, events, _acks_one(history.meta))
-        incidents = [r.asDict(recursive=True)
-                     for r in attribution.incidents(attributed).collect()]
-    cuts = [{**r.asDict(), "acked": acked_cut.get(r["id"], 0)}
-            for r in attribution.truncations(events, subjects).collect()]
-    marks = [{**r.asDict(), "t_s": r["t"] - t0} for r in history.valid("events")
-             .filter(F.col("type").isin(*plots.EVENT_MARKS))
-             .select("t", "type", "kind", "broker", "leader").collect()]
-    duplicates = [r.asDict() for r in attribution.duplicate_groups(
-        anomalies, events, bool(history.meta.get("idempotent"))).collect()
-    ] if counts["duplicates"] else []
-    return explain.explanations(incidents, cuts, faults, t0, drain_short, duplicates), marks
+        return [r.asDict(recursive=True) for r in attribution.incidents(attributed).collect()]
+
+    def cuts() -> list[dict[str, Any]]:
+        return [{**r.asDict(), "acked": acked_cut.get(r["id"], 0)}
+                for r in attribution.truncations(events, subjects).collect()]
+
+    def duplicates() -> list[dict[str, Any]]:
+        if not counts["duplicates"]:
+            return []
+        return [r.asDict() for r in attribution.duplicate_groups(
+            anomalies, events, bool(history.meta.get("idempotent"))).collect()]
+
+    found, cut, dups = _concurrently(incidents, cuts, duplicates)
+    return explain.explanations(found, cut, faults, t0, drain_short, dups)
+
+
+def _marks(history: History, t0: float) -> list[dict[str, Any]]:
+    """The events the timeline marks: elections, fences, truncations."""
+    if history.parsed["events"] is None:
+        return []
+    return [{**r.asDict(), "t_s": r["t"] - t0} for r in history.valid("events")
+            .filter(F.col("type").isin(*plots.EVENT_MARKS))
+            .select("t", "type", "kind", "broker", "leader").collect()]
+
+
+def _concurrently(*calls: Callable[[], Any]) -> list[Any]:
+    """The results of independent Spark actions on small data, run from threads at once:
+    each is mostly the driver's fixed cost of a job (planning, code generation, scheduling),
+    which then overlaps, and their few tasks share the cores."""
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="undertow-job") as pool:
+        return [f.result() for f in [pool.submit(call) for call in calls]]
 
 
 def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, Any]:
@@ -421,19 +446,22 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         counts = _counts(values, series, inconsistent_offsets)
         t0 = float(meta.get("start") or send_times["first"] or 0.0)
         t_end = max(_end(history, send_times["last"]) or t0, t0)
-        faults = _faults(history, t0, t_end)
-        topics = topic_names(history, values) if _anomalous(counts) else {}
+        width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
+        anomalous = _anomalous(counts)
+        faults, topics, (offline, isr), marks = _concurrently(
+            lambda: _faults(history, t0, t_end),
+            lambda: topic_names(history, values) if anomalous else {},
+            lambda: _cluster(history, t0, width),
+            lambda: _marks(history, t0))
         _write_anomalies(spark, values, topics, faults, t0, t_end, outputs["anomalies"],
                          scratch)
     finally:
         delete(spark, scratch)
         delete(spark, scratch + "-intervals.jsonl")
     anomalies = spark.read.parquet(outputs["anomalies"])
-    explained, marks = _explain(history, anomalies, counts, acked_cut, faults, t0,
-                                drain_short)
-    lost, other = _examples(anomalies) if _anomalous(counts) else ([], [])
-    width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
-    offline, isr = _cluster(history, t0, width)
+    explained, (lost, other) = _concurrently(
+        lambda: _explain(history, anomalies, counts, acked_cut, faults, t0, drain_short),
+        lambda: _examples(anomalies) if anomalous else ([], []))
     availability, windows = _availability(series, t_ref, t0, offline)
     idempotent = bool(meta.get("idempotent", False))
     verdict = checks.verdict(counts, idempotent)

@@ -37,7 +37,8 @@ def warm_up(spark: SparkSession, run_meta: Mapping[str, Any] | None,
 def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
     """A history of a few dozen lines: broker 1 leads; 10 records are acknowledged, read and
     drained; 3 more, acknowledged by broker 1 alone, are lost when broker 2 is elected after a
-    kill and broker 1 truncates them; one send fails and one is indeterminate."""
+    kill and broker 1 truncates them; one send fails, one is indeterminate and one record is
+    drained twice."""
     start = float(run_meta.get("start") or time.time())
     spec = run_meta.get("spec")
     topic_spec = spec.get("topic") if isinstance(spec, dict) else None
@@ -78,6 +79,8 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
           high_watermark=10, isr=[2, 3])
     for i in range(10, 13):
         record(f"p2-{i}", i, 7.0)
+    record("p2-13", 13, 7.5)  # written twice: a duplicate, drained at 13 and 14
+    lines["reads"].append({**lines["reads"][-1], "offset": 14})
     event("truncation", 12.0, "broker-1", broker=1, leader_epoch=1, from_offset=13,
           to_offset=10, reason="offset_for_leader_epoch")
     for t, leader, epoch, isr in ((1.0, 1, 0, [1, 2, 3]), (5.8, -1, 0, [2, 3]),

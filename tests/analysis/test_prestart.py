@@ -35,6 +35,7 @@ def test_the_warm_up_history_is_valid_and_loses_what_it_plants(spark, tmp_path: 
     assert (report["verdict"], report["counts"]["lost"], report["experiment"]) == (
         "loss", 3, "acks1-leader-kill")
     assert report["explained"]["incident_count"] == 1
+    assert report["counts"]["duplicates"] == len(report["explained"]["duplicates"]) == 1
     assert report["run"]["start"] == RUN_META["start"]  # the run's literals, the run's code
 
 
