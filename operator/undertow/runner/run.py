@@ -150,7 +150,7 @@ def run_experiment(
     history.write_meta(meta)
     if abort.reason is not None:  # not even meta.json could be written: nothing has started
         history.close()
-        raise abort.reason
+        abort.raise_if_set()
     log.info("Running %s (seed %d, %d planned faults) into %s", meta["experiment"], seed,
              len(planned), out)
     try:
