@@ -34,13 +34,13 @@ SEPARATOR = "|"
 # only its critical messages; the outcome of every send is in the history anyway.
 LIBRDKAFKA_LOG_LEVEL = 2
 ABORT_POLL_S = 0.2
+"""How often a producer waiting for its last outcomes, and the drain, look at the abort."""
 WATERMARK_TIMEOUT_S = 5.0
 """How long the drain waits for one answer to its end-offset request."""
 WATERMARK_RETRY_S = 0.5
 """Between the drain's end-offset requests for a partition without a reachable leader."""
 END_OFFSETS_SHARE = 0.25
 """The part of the drain's time it may spend asking for end offsets; the rest is reading."""
-"""How often a producer waiting for its last outcomes, and the drain, look at the abort."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +232,7 @@ class ConsumerWorker:
         again while its leader is unknown or unreachable, until `deadline` (time.monotonic())
         or an abort; None for a partition that never answered."""
         ends: dict[int, int | None] = dict.fromkeys(range(self._partitions))
+        errors: dict[int, KafkaException] = {}
         while True:
             for p in [p for p, end in ends.items() if end is None]:
                 try:
@@ -239,9 +240,12 @@ class ConsumerWorker:
                         KafkaTopicPartition(self._topic, p),
                         timeout=max(0.1, min(WATERMARK_TIMEOUT_S, deadline - time.monotonic())))
                 except KafkaException as exc:
-                    log.warning("drain: no end offset for %s-%d yet: %s", self._topic, p, exc)
+                    errors[p] = exc
             if all(end is not None for end in ends.values()) or abort.is_set() or (
                     time.monotonic() >= deadline):
+                for p in (p for p, end in ends.items() if end is None and p in errors):
+                    log.warning("drain: no end offset for %s-%d, not read: %s", self._topic, p,
+                                errors[p])
                 return ends
             abort.wait(WATERMARK_RETRY_S)
 
