@@ -9,6 +9,7 @@ the harness, not a property of the configuration.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from undertow_analysis.attribution import MECHANISMS
@@ -194,7 +195,7 @@ WITHOUT_EVENTS: dict[str, Any] = {
 """The sections of a history without events.jsonl: nothing explained, nothing claimed."""
 
 
-def _short_drain(inc: dict[str, Any], drain_short: list[dict[str, Any]]
+def _short_drain(inc: dict[str, Any], drain_short: Sequence[dict[str, Any]]
                  ) -> dict[str, Any] | None:
     """The drain's shortfall on the incident's partition when the drain stopped at or
     before the incident's first offset (None otherwise)."""
@@ -205,8 +206,8 @@ def _short_drain(inc: dict[str, Any], drain_short: list[dict[str, Any]]
 
 def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
                  faults: list[dict[str, Any]], t0: float,
-                 drain_short: list[dict[str, Any]] = (),
-                 duplicates: list[dict[str, Any]] = ()) -> dict[str, Any]:
+                 drain_short: Sequence[dict[str, Any]] = (),
+                 duplicates: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """report.json's `incidents`, `truncations` and `duplicates` sections; `drain_short` are
     the partitions the drain did not read to their end (`report.drain_shortfalls`),
     `duplicates` the duplicate groups (`attribution.duplicate_groups`)."""
@@ -216,7 +217,7 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
         inc = {**inc, "mechanism_name": MECHANISMS[inc["mechanism"]],
                "fault": _fault_at(_election_t(inc), faults, intervals)}
         if inc["mechanism"] == "unexplained":
-            inc["drain_short"] = _short_drain(inc, list(drain_short))
+            inc["drain_short"] = _short_drain(inc, drain_short)
         inc["sentence"] = incident_sentence(inc, t0)
         for key in ("cause", "election"):
             if inc.get(key):
