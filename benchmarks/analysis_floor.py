@@ -42,7 +42,7 @@ def run_level(history: str, level: str) -> None:
 
     from undertow_analysis import checks
     from undertow_analysis.io import read_history
-    from undertow_analysis.job import spark_session
+    from undertow_analysis.session import spark_session
 
     spark, _ = spark_session("local[*]", {"spark.driver.memory": DRIVER_MEMORY})
     try:

@@ -24,7 +24,8 @@ import time
 import urllib.request
 from collections import Counter
 
-from undertow_analysis.job import analyze, spark_session
+from undertow_analysis.job import analyze
+from undertow_analysis.session import spark_session
 
 UI_PORT = "4097"
 

@@ -11,9 +11,10 @@ import kmock._internal.parsing as kmock_parsing
 import pytest
 import pytest_asyncio
 
-# The Kubernetes and container tests' helpers serve the tests beside them too.
+# The Kubernetes, container and runner tests' helpers serve the tests beside them too.
 sys.path.insert(0, str(Path(__file__).parent / "operator"))
 sys.path.insert(0, str(Path(__file__).parent / "containers"))
+sys.path.insert(0, str(Path(__file__).parent / "runner"))
 
 from kube_helpers import NAMESPACE, serve_undertow_kinds
 

@@ -40,7 +40,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-EXPLAINED_KINDS = ("lost", "misplaced", "phantom_read")
+from undertow_analysis.anomalies import INCIDENT, RETRY, explained_by
+
+EXPLAINED_KINDS = tuple(k.name for k in explained_by(INCIDENT))
+"""The anomaly kinds whose records loss incidents explain (lost, misplaced, phantom_read)."""
+RETRIED_KINDS = tuple(k.name for k in explained_by(RETRY))
+"""The anomaly kinds whose records duplicate groups explain (duplicate)."""
 MECHANISMS = {
     "acks1_before_replication": "acks=1 before replication",
     "unclean_election": "unclean election",
@@ -53,7 +58,7 @@ MECHANISMS = {
 }
 """Mechanism code -> its name in Kafka's terms (the report's wording)."""
 
-_SUBJECT = ("value", "topic", "partition", "offset", "t", "lost", "misplaced", "phantom_read")
+_SUBJECT = ("value", "topic", "partition", "offset", "t", *EXPLAINED_KINDS)
 
 
 def subjects(anomalies: DataFrame) -> DataFrame:
@@ -244,7 +249,7 @@ def duplicate_groups(anomalies: DataFrame, events: DataFrame, idempotent: bool) 
     to 5 example values."""
     leaders = _prefixed(_of_type(events, "become_leader"),
                         ("topic", "partition", "t", "broker", "leader_epoch"))
-    dups = anomalies.filter(F.col("kind") == "duplicate").select(
+    dups = anomalies.filter(F.col("kind").isin(*RETRIED_KINDS)).select(
         "value", "topic", "partition", "offset", "t_invoke",
         F.coalesce("t_acked", F.col("t_invoke") + RETRY_WINDOW_S).alias("t_done"))
     leader = F.struct(F.col("e_broker").alias("broker"), F.col("e_leader_epoch").alias("epoch"),

@@ -10,12 +10,16 @@ fixed-width, so Spark hash-aggregates where a struct of strings would make it so
 parsing, the aggregations are the job's largest cost. Names come back only for the few
 anomalous records (`value_anomalies`). Two topics of one history with the same 64-bit key would
 count as one; with a handful of topics the odds are about 1e-19.
+
+The anomaly kinds, each with its check of one value, are the table `anomalies.KINDS`:
+`classify`, `value_counts` and `value_anomalies` apply every row of it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import fields
 from functools import reduce
 from operator import or_
 
@@ -23,18 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-INCONSISTENT = "inconsistent_offset"
-# Anomaly kinds (one anomalies/ row per value and kind) and the name of their count.
-KINDS = {
-    "lost": "lost",
-    "misplaced": "misplaced",
-    "phantom_read": "phantom_reads",
-    INCONSISTENT: "inconsistent_offsets",
-    "duplicate": "duplicates",
-    "aborted_read": "aborted_reads",
-    "unexpected": "unexpected",
-}
-
+from undertow_analysis.anomalies import KINDS, NAMES, Kind, Value
 
 # Event codes: the three outcomes of a send attempt, the two phases of a read, then a
 # malformed line of sends.jsonl or reads.jsonl (counted, otherwise ignored).
@@ -141,20 +134,20 @@ def _at(cond: Column, last: bool = False) -> Column:
     return F.struct(F.min_by("tk", pos).alias("tk"), F.min(pos).alias("pos"))
 
 
+def value_columns() -> Value:
+    """The columns of a value that the anomaly kinds' checks read (`anomalies.Value`)."""
+    return Value(**{f.name: F.col(f.name) for f in fields(Value)})
+
+
 def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
     """Per value: outcome, t_invoke, t_acked (the first acknowledgement), t_read (the first
-    read during the run), n_drained, one boolean column per anomaly kind, and the positions
-    (structs of tk, pos) that explain them.
+    read during the run), n_drained, one boolean column per anomaly kind (`anomalies.KINDS`,
+    each its row's check), and the positions (structs of tk, pos) that explain them.
 
     outcome: `acked` if any attempt was ok; else `indeterminate` if an attempt timed out (it
     may have been written); else `failed` (every attempt failed definitively); null for a
-    value never sent. lost: acked, nowhere in the drain. misplaced: acked and drained, but
-    never at a position an acknowledgement gave (an acks=0 send gets none). phantom_read:
-    read during the run, nowhere in the drain. inconsistent_offset: read at a position where
-    another value was read too.
-    duplicate: drained at two or more positions. aborted_read: every attempt failed, yet
-    read. unexpected: read, never sent. indeterminate_committed / indeterminate_lost:
-    indeterminate and drained / not drained (never loss).
+    value never sent. indeterminate_committed / indeterminate_lost: indeterminate and drained
+    / not drained (never loss).
     """
     # Broadcast: inconsistent positions are few, and joining without a shuffle keeps
     # `positions` partitioned by value for the aggregation below. Null-safe keys, so the
@@ -185,18 +178,10 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
                .when(F.col("n_info") > 0, "indeterminate")
                .otherwise("failed"))
     v = v.withColumn("outcome", outcome)
-    acked, is_drained = F.col("outcome") == "acked", F.col("n_drained") > 0
-    indeterminate = F.col("outcome") == "indeterminate"
-    read = F.col("read_at.pos").isNotNull()
+    indeterminate, is_drained = F.col("outcome") == "indeterminate", F.col("n_drained") > 0
+    value = value_columns()
     flags = {
-        "lost": acked & ~is_drained,
-        "misplaced": acked & is_drained & (F.col("placed") == 0)
-        & F.col("acked_at.pos").isNotNull(),
-        "phantom_read": F.col("run_read_at.pos").isNotNull() & ~is_drained,
-        "inconsistent_offset": F.col("inconsistent_at.pos").isNotNull(),
-        "duplicate": F.col("n_drained") > 1,
-        "aborted_read": (F.col("outcome") == "failed") & read,
-        "unexpected": F.col("outcome").isNull() & read,
+        **{k.name: k.check(value) for k in KINDS},
         "indeterminate_committed": indeterminate & is_drained,
         "indeterminate_lost": indeterminate & ~is_drained,
     }
@@ -209,7 +194,7 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
 
 def is_anomalous() -> Column:
     """True for a classified value with at least one anomaly kind."""
-    return reduce(or_, [F.col(k) for k in KINDS])
+    return reduce(or_, [F.col(k) for k in NAMES])
 
 
 def noteworthy(classified: DataFrame) -> DataFrame:
@@ -226,8 +211,9 @@ def noteworthy(classified: DataFrame) -> DataFrame:
 
 def value_counts(noteworthy: DataFrame) -> list[Column]:
     """Aggregate columns over the `noteworthy` values: `retries` (send attempts after each
-    value's first), failed, indeterminate, and each flag, named as in the report
-    (inconsistent_offsets counts positions: see `inconsistent_offsets`).
+    value's first), failed, indeterminate, and each flag, named as in the report (an anomaly
+    kind by its `count`, but for one whose count is not of values: inconsistent_offsets
+    counts positions, see `inconsistent_offsets`).
 
     Every value with more than one attempt or an outcome other than acked is noteworthy, so
     attempted = send attempts - retries and acked = attempted - failed - indeterminate.
@@ -236,8 +222,8 @@ def value_counts(noteworthy: DataFrame) -> list[Column]:
               .alias("retries")]
     counts += [F.count(F.when(F.col("outcome") == o, 1)).alias(o)
                for o in ("failed", "indeterminate")]
-    counts += [F.count(F.when(F.col(k), 1)).alias(name) for k, name in KINDS.items()
-               if k != INCONSISTENT]
+    counts += [F.count(F.when(F.col(k.name), 1)).alias(k.count) for k in KINDS
+               if k.counts_values]
     counts += [F.count(F.when(F.col(k), 1)).alias(k)
                for k in ("indeterminate_committed", "indeterminate_lost")]
     return counts
@@ -261,37 +247,35 @@ def _show(at: Column, topics: Mapping[int, str]) -> Column:
     return F.concat(topic, F.lit("-"), partition, F.lit("@"), offset)
 
 
+def _by_kind(kind: Column, of: Callable[[Kind], Column]) -> Column:
+    """`of(k)` for the row k of `anomalies.KINDS` named `kind`."""
+    first, *rest = KINDS
+    return reduce(lambda chosen, k: chosen.when(kind == k.name, of(k)), rest,
+                  F.when(kind == first.name, of(first)))
+
+
+def _first_known(names: tuple[str, ...]) -> Column:
+    """The first of the position columns `names` that is known, else the last."""
+    *first, last = names
+    return reduce(lambda known, name: F.when(F.col(name)["pos"].isNotNull(), F.col(name))
+                  .otherwise(known), reversed(first), F.col(last))
+
+
 def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFrame:
     """One row per (anomalous value, kind): kind, topic, partition, offset, value, t_invoke,
-    t_acked, t_read, detail. The position is the one the acknowledgement gave (lost,
-    misplaced, duplicate of an acked record), the inconsistent one, or where a read found the
-    record. `topics` maps the
-    topic keys of `anomalous` to names (`topic_key`). Values without an anomaly give no row."""
-    kinds = F.filter(F.array(*[F.when(F.col(k), F.lit(k)) for k in KINDS]),
+    t_acked, t_read, detail, each kind's position and detail as its row of `anomalies.KINDS`
+    says. `topics` maps the topic keys of `anomalous` to names (`topic_key`). Values without
+    an anomaly give no row."""
+    kinds = F.filter(F.array(*[F.when(F.col(k), F.lit(k)) for k in NAMES]),
                      lambda k: k.isNotNull())
     kind = F.col("kind")
-    position = (
-        F.when(kind.isin("lost", "misplaced"), F.col("acked_at"))
-        .when(kind == "duplicate",
-              F.when(F.col("acked_at.pos").isNotNull(), F.col("acked_at"))
-              .otherwise(F.col("drained_at")))
-        .when(kind == "phantom_read", F.col("run_read_at"))
-        .when(kind == INCONSISTENT, F.col("inconsistent_at"))
-        .otherwise(F.col("read_at"))
-    )
     drained = F.concat(
         F.lit("drained at "), _show(F.col("drained_at"), topics),
         F.when(F.col("n_drained") > 1,
                F.concat(F.lit(" ... "), _show(F.col("drained_last"), topics), F.lit(" ("),
                         F.col("n_drained"), F.lit(" positions)"))).otherwise(F.lit("")))
-    detail = (
-        F.when(kind == "lost", F.lit("acknowledged, missing from the drain"))
-        .when(kind.isin("misplaced", "duplicate"), drained)
-        .when(kind == "phantom_read", F.lit("read during the run, missing from the drain"))
-        .when(kind == INCONSISTENT, F.lit("another value was read at this offset"))
-        .when(kind == "aborted_read", F.lit("every send attempt failed, yet it was read"))
-        .otherwise(F.lit("read, but never sent"))
-    )
+    position = _by_kind(kind, lambda k: _first_known(k.at))
+    detail = _by_kind(kind, lambda k: drained if k.detail is None else F.lit(k.detail))
     topic, partition, offset = _named(F.col("p"), topics)
     return (
         anomalous.filter(F.size(kinds) > 0)
@@ -457,14 +441,3 @@ def offline_windows(cluster: DataFrame) -> DataFrame:
         .select("topic", "partition", F.col("t").alias("start"),
                 F.coalesce("next", "last").alias("end"))
     )
-
-
-def verdict(counts: dict[str, int], idempotent: bool) -> str:
-    """`loss` if an acknowledged record is gone or moved, or a read was later contradicted;
-    `anomalies` for reads of records never (successfully) sent, or duplicates despite an
-    idempotent producer; otherwise `clean`."""
-    if sum(counts[k] for k in ("lost", "misplaced", "phantom_reads", "inconsistent_offsets")):
-        return "loss"
-    if counts["aborted_reads"] + counts["unexpected"] or (idempotent and counts["duplicates"]):
-        return "anomalies"
-    return "clean"

@@ -6,29 +6,15 @@ import base64
 from html import escape
 from typing import Any
 
+from undertow_analysis.anomalies import COUNTS as ANOMALY_COUNTS
 from undertow_analysis.report import (
-    ANOMALY_COUNTS,
+    COUNT_HELP,
     INCOMPLETE_NOTE,
     SHORT_DRAIN_NOTE,
     shortfall_text,
 )
 
 VERDICT_COLOURS = {"clean": "#2a9d8f", "anomalies": "#e9c46a", "loss": "#d62828"}
-COUNT_HELP = {
-    "attempted": "distinct values sent",
-    "acked": "values with an ok send",
-    "failed": "values whose every send failed definitively",
-    "indeterminate": "values with no ok send and at least one timed-out (info) send",
-    "lost": "acked values missing from the drain",
-    "misplaced": "acked values drained, but not where their acknowledgement put them",
-    "phantom_reads": "values read during the run, missing from the drain",
-    "inconsistent_offsets": "positions at which reads saw two or more values",
-    "duplicates": "values drained at more than one position",
-    "aborted_reads": "values whose every send failed, yet were read",
-    "unexpected": "values read but never sent",
-    "indeterminate_committed": "indeterminate values found in the drain (not loss)",
-    "indeterminate_lost": "indeterminate values not in the drain (not loss)",
-}
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d3557}
 .verdict{padding:1em 1.5em;border-radius:8px;color:#fff;font-size:1.6em;font-weight:bold}

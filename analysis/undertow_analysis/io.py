@@ -19,8 +19,8 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from undertow_analysis import history_schema as schema
 from undertow_analysis.checks import MAX_OFFSET, MAX_PARTITION
+from undertow_history import schema
 
 CORRUPT = "_corrupt_record"
 MAX_MALFORMED_EXAMPLES = 100

@@ -1,4 +1,5 @@
-"""report.json: its sections, built from the small results the job collects, and the text summary.
+"""report.json: its sections, built from the small results the job collects (`build`), and
+the text summary.
 
 Everything here is plain Python over bounded data (aggregated counts, fault lists, windows):
 the large joins happen in checks.py.
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
+
+from undertow_analysis import anomalies
 
 AVAILABILITY_DEFINITION = (
     "A second (since the run's start) is available when at least one send attempt invoked in "
@@ -18,12 +22,21 @@ AVAILABILITY_DEFINITION = (
     "maximal run of cluster samples in which a partition had no leader (leader -1)."
 )
 
-COUNT_NAMES = (
-    "attempted", "acked", "failed", "indeterminate",
-    "lost", "misplaced", "phantom_reads", "inconsistent_offsets", "duplicates",
-    "aborted_reads", "unexpected", "indeterminate_committed", "indeterminate_lost",
-)
-ANOMALY_COUNTS = COUNT_NAMES[4:11]
+SEND_COUNTS = {
+    "attempted": "distinct values sent",
+    "acked": "values with an ok send",
+    "failed": "values whose every send failed definitively",
+    "indeterminate": "values with no ok send and at least one timed-out (info) send",
+}
+INDETERMINATE_COUNTS = {
+    "indeterminate_committed": "indeterminate values found in the drain (not loss)",
+    "indeterminate_lost": "indeterminate values not in the drain (not loss)",
+}
+COUNT_HELP = {**SEND_COUNTS, **{k.count: k.help for k in anomalies.KINDS},
+              **INDETERMINATE_COUNTS}
+"""report.json's counts in their order, each with what it counts (report.html's words): the
+sends, the anomaly kinds' (`anomalies.KINDS`), then the indeterminate sends' fate."""
+COUNT_NAMES = tuple(COUNT_HELP)
 INCOMPLETE_NOTE = ("a failure stopped the run, so records are missing from then on and there "
                    "was no drain: acknowledged records look lost, and the verdict says little")
 SHORT_DRAIN_NOTE = ("the drain did not read every partition to its end, so acknowledged "
@@ -152,6 +165,73 @@ def _ratio(a: int, b: int) -> float | None:
     return round(a / b, 6) if b else None
 
 
+Series = list[tuple[int, int, int]]
+"""Per second with send attempts: (second since the run's t_ref, attempts invoked in it, how
+many of those were acknowledged), in order (`checks.send_series`)."""
+
+
+def _availability(series: Series, t_ref: float, t0: float, offline: list[dict[str, Any]]
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The availability section and the unavailable windows, no-acks and offline, in order."""
+    summary = availability(
+        attempted=sum(a for _, a, _ in series), acked=sum(k for _, _, k in series),
+        seconds=len(series), available_seconds=sum(1 for *_, k in series if k), offline=offline)
+    no_acks = no_ack_windows([s for s, _, k in series if not k], t_ref, t0)
+    return summary, sorted(no_acks + offline, key=lambda w: (w["start"], w["kind"]))
+
+
+def acks_per_bucket(series: Series, t_ref: float, t0: float, width: float
+                    ) -> list[tuple[int, int]]:
+    """Acknowledged attempts per `width`-second bucket since t0 (the timeline's curve)."""
+    buckets: dict[int, int] = {}
+    for second, _, acked in series:
+        bucket = math.floor((second + t_ref - t0) / width)
+        buckets[bucket] = buckets.get(bucket, 0) + acked
+    return sorted(buckets.items())
+
+
+def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
+          counts: dict[str, int], series: Series, latency: list[tuple[int, int, float]],
+          t_ref: float, t0: float, t_end: float, last_read: float | None,
+          faults: list[dict[str, Any]], offline: list[dict[str, Any]],
+          explained: dict[str, Any], first_lost: dict[str, Any] | None,
+          malformed: dict[str, Any], drain_short: list[dict[str, Any]]) -> dict[str, Any]:
+    """report.json's content from what the job collected: `meta` (meta.json), the history's
+    URI, the outputs' (by file name), the counts, the send series and latency histogram
+    (`checks.send_series`), the run's reference time, start and end, its last read, the
+    faults, the rows of `checks.offline_windows`, the explanations (`explain`), the
+    earliest-sent lost record of anomalies/, the malformed lines (`History.malformed`) and
+    the drain's shortfalls (`drain_shortfalls`). The verdict is `anomalies.verdict`."""
+    idempotent = bool(meta.get("idempotent", False))
+    verdict = anomalies.verdict(counts, idempotent)
+    summary, windows = _availability(series, t_ref, t0, offline_windows(offline, t0))
+    latency_ms = latency_percentiles(latency)
+    return clean_json({
+        "verdict": verdict,
+        "expect": meta.get("expect"),
+        "as_expected": verdict == meta.get("expect") if meta.get("expect") else None,
+        "counts": counts,
+        "latency_ms": {k: latency_ms[k] for k in ("p50", "p99", "p999")},
+        "availability": summary,
+        "unavailable_windows": windows,
+        "faults": faults,
+        "explained": explained,
+        "first_loss": first_lost and {**first_lost,
+                                      "t_rel_s": round(first_lost["t_invoke"] - t0, 3)},
+        "malformed": malformed,
+        "run": {"start": t0, "end": t_end, "duration_s": round(t_end - t0, 3),
+                "last_read": last_read},
+        "history": history,
+        "experiment": meta.get("experiment"),
+        "idempotent": idempotent,
+        "incomplete": bool(meta.get("incomplete", False)),
+        "incomplete_reason": meta.get("incomplete_reason"),
+        "drain_short": drain_short,
+        "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
+                    "anomalies": outputs["anomalies"]},
+    })
+
+
 def clean_json(value: Any) -> Any:
     """Report values as JSON: NaN/inf become null, tuples lists."""
     if isinstance(value, float):
@@ -230,7 +310,7 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(f"sends   attempted {c['attempted']:>12,}  acked {c['acked']:>12,}  "
                  f"failed {c['failed']:>10,}  indeterminate {c['indeterminate']:>10,}")
     lines.append("anomalies")
-    for name in ANOMALY_COUNTS:
+    for name in anomalies.COUNTS:
         lines.append(f"  {name:<22}{c[name]:>12,}")
     lines.append(f"indeterminate committed {c['indeterminate_committed']:>11,}  "
                  f"lost {c['indeterminate_lost']:>11,}  (never counted as loss)")

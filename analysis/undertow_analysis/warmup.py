@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from undertow_analysis.history_schema import EVENTS
+from undertow_history.schema import EVENTS
 
 WARM_UP_SECONDS = 15.0
 """The tiny history's length: long enough for every timed part of the report."""

@@ -6,7 +6,7 @@ replica truncated how much and why, who was fenced). Each change is one JSON obj
 line of ``<data dir>/replication-events.jsonl``, and ``GET /v1/events`` serves the file so
 that the harness collects it while the run goes on (``events.jsonl`` in
 ``docs/history-format.md``; the field names are the harness's schema,
-``undertow_analysis.history_schema.EVENTS``, without ``node``, which the harness adds).
+``undertow_history.schema.EVENTS``, without ``node``, which the harness adds).
 
 The file observes the broker; it is not part of the storage device the broker simulates.
 Lines are appended and flushed, never fsynced, and the file is not registered with the

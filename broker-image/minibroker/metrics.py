@@ -6,13 +6,11 @@ counted on the hot path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
-from minibroker.controller.quorum_controller import QuorumController
 
 
 class _BrokerCollector:
@@ -56,8 +54,29 @@ def broker_registry(snapshot: Callable[[], dict[str, Any]]) -> CollectorRegistry
     return registry
 
 
+class _Registration(Protocol):
+    @property
+    def fenced(self) -> bool: ...
+
+
+class ControllerState(Protocol):
+    """What the controller's metrics read (`QuorumController` has it): a protocol, so that
+    the brokers, which share this module, do not load the controller's."""
+
+    @property
+    def brokers(self) -> Mapping[int, _Registration]: ...
+
+    @property
+    def unclean_elections(self) -> int: ...
+
+    @property
+    def metadata_offset(self) -> int: ...
+
+    def offline_partitions_count(self) -> int: ...
+
+
 class _ControllerCollector:
-    def __init__(self, controller: QuorumController) -> None:
+    def __init__(self, controller: ControllerState) -> None:
         self._controller = controller
 
     def collect(self) -> Iterator[Metric]:
@@ -76,7 +95,7 @@ class _ControllerCollector:
                                 value=c.metadata_offset)
 
 
-def controller_registry(controller: QuorumController) -> CollectorRegistry:
+def controller_registry(controller: ControllerState) -> CollectorRegistry:
     registry = CollectorRegistry()
     registry.register(_ControllerCollector(controller))
     return registry

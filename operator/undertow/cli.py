@@ -26,8 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from undertow.runner.abort import RunAborted
-from undertow.spec import SpecError, choose_seed, load_experiment, plan
-from undertow.spec.experiment import ChaosExperimentSpec
+from undertow.spec import LoadedExperiment, SpecError, choose_seed, load_experiment, plan
 
 EXIT_AS_EXPECTED, EXIT_UNEXPECTED, EXIT_ERROR = 0, 1, 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -101,7 +100,7 @@ def _analysis(history: Path, out: Path) -> dict:
 
 
 @contextmanager
-def _analyzer(args: argparse.Namespace, spec: ChaosExperimentSpec, out: Path
+def _analyzer(args: argparse.Namespace, loaded: LoadedExperiment, out: Path
               ) -> Iterator[Callable[[Path, Path], dict] | None]:
     """How the run is analysed: not at all (--no-analysis); by a process started now, which
     starts Spark while the experiment runs (`analysis_process`); or, with
@@ -113,7 +112,7 @@ def _analyzer(args: argparse.Namespace, spec: ChaosExperimentSpec, out: Path
     elif not prestart_enabled():
         yield _analysis
     else:
-        with AnalysisProcess.start(out / "history", out, spec) as process:
+        with AnalysisProcess.start(out / "history", out, loaded) as process:
             yield process.result
 
 
@@ -143,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         broker_config=config, controller_config=config,
         ephemeral_storage=cluster.storage.type == "ephemeral"))
     # The verdict is printed inside: leaving waits for the analysis's JVM to exit.
-    with _analyzer(args, loaded.experiment.spec, out) as analyze:
+    with _analyzer(args, loaded, out) as analyze:
         with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:
             result = run_experiment(loaded, platform, out, seed=args.seed, analyze=analyze,
                                     on_progress=progress)
@@ -201,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "describe":
             return cmd_describe(args)
         if args.command == "analyze":
-            from undertow_analysis.job import main as analyze_main
+            from undertow_analysis.__main__ import main as analyze_main
 
             argv_ = [args.history, "--out", args.out]
             if args.master:

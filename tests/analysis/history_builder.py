@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from undertow_analysis.history_schema import EVENTS
+from undertow_history.schema import EVENTS
 
 START = 1_763_830_000.0
 EVENT_FIELDS = EVENTS.names

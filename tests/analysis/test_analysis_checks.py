@@ -7,9 +7,9 @@ import math
 import pytest
 from analysis_histories import PLANTED_ANOMALIES, PLANTED_COUNTS, planted_history
 
-from undertow_analysis import checks, report
+from undertow_analysis import anomalies, checks, report
 from undertow_analysis.io import read_history
-from undertow_analysis.job import topic_keys
+from undertow_analysis.topics import topic_keys
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_inconsistent_offsets_keys_on_topic_partition_offset(planted):
 
 
 def test_classify_flags_each_planted_value(planted):
-    flagged = {(k, r["value"]) for r in planted["classified"] for k in checks.KINDS if r[k]}
+    flagged = {(k, r["value"]) for r in planted["classified"] for k in anomalies.NAMES if r[k]}
     assert flagged == {(kind, value) for kind, value, *_ in PLANTED_ANOMALIES}
     outcomes = {r["value"]: r["outcome"] for r in planted["classified"]}
     assert (outcomes["p0-5"], outcomes["p1-4"], outcomes["p2-2"], outcomes["zz-1"]) == (
@@ -113,7 +113,7 @@ def test_offline_windows_end_at_next_leader_or_last_sample(spark):
 ])
 def test_verdict(changes, idempotent, expected):
     counts = dict.fromkeys(report.COUNT_NAMES, 0) | changes
-    assert checks.verdict(counts, idempotent) == expected
+    assert anomalies.verdict(counts, idempotent) == expected
 
 
 def test_no_ack_windows_merge_consecutive_seconds():

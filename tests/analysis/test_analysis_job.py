@@ -20,10 +20,12 @@ from analysis_histories import (
 from history_builder import HistoryBuilder
 from scaled_history import write_scaled_history
 
-from undertow_analysis import checks, main, run_analysis
+from undertow_analysis import anomalies, checks, main, run_analysis
+from undertow_analysis.anomalies import COUNTS as ANOMALY_COUNTS
 from undertow_analysis.io import read_history
-from undertow_analysis.job import session_conf, topic_keys, topic_names
-from undertow_analysis.report import ANOMALY_COUNTS, COUNT_NAMES, latency_percentiles
+from undertow_analysis.report import COUNT_NAMES, latency_percentiles
+from undertow_analysis.session import session_conf
+from undertow_analysis.topics import topic_keys, topic_names
 
 
 @pytest.fixture(scope="module")
@@ -336,9 +338,9 @@ def _anomalous_at(spark, keys):
     """Anomalous (lost) values, one per topic key, positioned at offset 0 of partition 0."""
     struct = "struct<tk:bigint,pos:bigint>"
     schema = ", ".join([f"{c} {struct}" for c in checks.POSITIONS]
-                       + [f"{k} boolean" for k in checks.KINDS])
+                       + [f"{k} boolean" for k in anomalies.NAMES])
     rows = [tuple((tk, 0) if i == 0 else None for i in range(len(checks.POSITIONS)))
-            + tuple(k == "lost" for k in checks.KINDS) for tk in keys]
+            + tuple(k == "lost" for k in anomalies.NAMES) for tk in keys]
     return spark.createDataFrame(rows, schema)
 
 

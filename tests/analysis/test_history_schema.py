@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from undertow_analysis import history_schema as schema
 from undertow_analysis import io
+from undertow_history import schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "history-format.md"
 FILES = {f.name: f for f in schema.FILES}
@@ -21,8 +21,8 @@ FILES = {f.name: f for f in schema.FILES}
 def test_the_doc_tables_are_the_schema() -> None:
     text = DOC.read_text(encoding="utf-8")
     assert schema.render_doc(text) == text, (
-        "docs/history-format.md's field tables differ from history_schema.py: run "
-        ".venv/bin/python -m undertow_analysis.history_schema docs/history-format.md")
+        "docs/history-format.md's field tables differ from undertow_history/schema.py: run "
+        ".venv/bin/python -m undertow_history.schema docs/history-format.md")
 
 
 def test_a_drifted_or_missing_table_is_found() -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from undertow_analysis import history_schema as schema
-from undertow_analysis.job import SMALL_RUN_SENDS, analyze, session_conf
+from undertow_analysis.job import analyze
 from undertow_analysis.prestart import HistoryNotClosed, wait_until_closed
+from undertow_analysis.session import SMALL_RUN_SENDS, session_conf
 from undertow_analysis.warmup import write_tiny_history
+from undertow_history import schema
 
 RUN_META = {"experiment": "acks1-leader-kill", "start": 1_763_830_000.0, "end": None,
             "spec": {"topic": {"name": "acks1"}, "workload": {"acks": "1"}}, "seed": 7,

@@ -14,9 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from small_experiment import small_experiment
 
-from undertow_analysis import history_schema as schema
 from undertow_analysis import io
 from undertow_analysis.job import analyze
+from undertow_history import schema
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,17 +20,13 @@ import yaml
 from container_helpers import REPO, Engine, kubeconfig, run_args, wait_for_log
 from kube_helpers import NAMESPACE, eventually, stored
 from ports import free_port, ports_free
+from small_experiment import small_experiment
 
 from undertow.kube.agent import AgentClient
 from undertow.kube.api import KubeApi
-from undertow.kube.resources import (
-    ClusterNames,
-    Images,
-    JobSettings,
-    analysis_job,
-    fault_agent_container,
-    report_config_map,
-)
+from undertow.kube.cluster_objects import ClusterNames, fault_agent_container
+from undertow.kube.experiment_objects import analysis_job, report_config_map
+from undertow.kube.objects import Images, JobSettings
 from undertow.platform.control import EndpointUnreachable
 
 
@@ -162,25 +158,10 @@ def real_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     acks=all), in the layout of the experiment's volume: ``DIR/history``."""
     work = tmp_path_factory.mktemp("history")
     experiment = work / "experiment.yaml"
-    experiment.write_text("""\
-apiVersion: undertow.dev/v1alpha1
-kind: BrokerCluster
-metadata: {name: small}
-spec:
-  brokers: 3
-  config: {min.insync.replicas: 2}
----
-apiVersion: undertow.dev/v1alpha1
-kind: ChaosExperiment
-metadata: {name: small-leader-kill}
-spec:
-  cluster: {ref: small}
-  topic: {name: t, partitions: 1, replicationFactor: 3}
-  workload: {acks: all, duration: 6s, rate: 200}
-  faults:
-    - {kind: kill, target: {role: leader}, at: 2s, duration: 2s}
-  expect: clean
-""")
+    experiment.write_text(small_experiment(
+        "small-leader-kill", "6s",
+        "    - {kind: kill, target: {role: leader}, at: 2s, duration: 2s}",
+        config={"min.insync.replicas": 2}, partitions=1, workload={"retries": 3, "rate": 200}))
     volume = work / "volume"
     run = subprocess.run([sys.executable, "-m", "undertow.cli", "run", str(experiment),
                           "--out", str(volume), "--no-analysis"], capture_output=True,

@@ -19,7 +19,7 @@ from test_broker_processes import TOPIC, ProcessCluster, post, wait_for
 from minibroker.cluster.types import TopicPartition
 from minibroker.events import EVENTS_FILE, EventType, ReplicationEventLog, parse_events_query
 from minibroker.sim import SimCluster
-from undertow_analysis.history_schema import EVENT_TYPES, EVENTS
+from undertow_history.schema import EVENT_TYPES, EVENTS
 
 TP = TopicPartition("orders", 0)
 SESSION_EXPIRED = "its session expired (3000 ms without heartbeat)"
@@ -299,7 +299,7 @@ def test_the_auto_leader_rebalance_records_a_preferred_election(tmp_path: Path) 
 
 
 def test_every_event_follows_the_harness_schema_and_names_no_node(tmp_path: Path) -> None:
-    """The contract with ``undertow_analysis.history_schema.EVENTS``: the same event types,
+    """The contract with ``undertow_history.schema.EVENTS``: the same event types,
     only its field names, and no ``node`` (the harness adds it from where it collected)."""
     assert {str(t) for t in EventType} == set(EVENT_TYPES)
     sim = SimCluster(tmp_path, config={"replica.lag.time.max.ms": "3000",

@@ -25,8 +25,8 @@ from kube_helpers import (
 from undertow.kube.agent import FaultAgent, Processes, make_server
 from undertow.kube.api import KubeApi
 from undertow.kube.config import OperatorConfig
+from undertow.kube.operator import Operator
 from undertow.kube.platform import Endpoints
-from undertow.kube.reconcile import Operator
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from undertow.kube.agent import FaultAgent, Netfilter
 from undertow.kube.api import KubeApi
 from undertow.kube.config import OperatorConfig
 from undertow.kube.handlers import register
-from undertow.kube.reconcile import Operator
+from undertow.kube.operator import Operator
 
 NAMESPACE = "chaos"
 AGENT_TOKEN = "agent-secret"
@@ -110,6 +110,31 @@ class RunningAgent:
         self.agent = agent
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+
+
+def pod_ip(index: int) -> str:
+    return f"10.244.0.{index + 10}"
+
+
+def add_pods(api: KubeApi, cluster: str = "c", brokers: int = 3,
+             only: str | None = None) -> None:
+    """What the StatefulSets and the kubelet would show: running, ready pods (``only``: that
+    one pod, as a StatefulSet replaces a deleted one)."""
+    names = [f"{cluster}-controller-0"] + [f"{cluster}-broker-{i}" for i in range(brokers)]
+    for index, name in enumerate(names):
+        if only not in (None, name):
+            continue
+        api.create({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
+                                 "labels": {"undertow.dev/cluster": cluster}},
+                    "status": running_status(index)})
+
+
+def running_status(index: int, restarts: int = 0) -> dict[str, Any]:
+    return {"podIP": pod_ip(index),
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "minibroker", "restartCount": restarts,
+                                   "state": {"running": {}}}]}
 
 
 def stored(emulator: Any, kind: str, name: str) -> dict[str, Any] | None:

@@ -263,8 +263,8 @@ def test_a_kill_holds_the_target_down_until_release_or_its_deadline(target: Targ
 
 
 def test_the_launcher_waits_on_the_hold_file_and_its_deadline(tmp_path: Path) -> None:
-    """The broker container's own launcher (``resources._LAUNCHER``) run by a real sh."""
-    from undertow.kube.resources import _LAUNCHER
+    """The broker container's own launcher (``cluster_objects._LAUNCHER``) run by a real sh."""
+    from undertow.kube.cluster_objects import _LAUNCHER
 
     hold_file, config = tmp_path / "hold", tmp_path / "config"
     config.mkdir()

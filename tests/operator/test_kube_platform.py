@@ -1,6 +1,8 @@
-"""KubernetesPlatform's fault primitives: the API calls against kmock's emulator, pause and
-partition through a real fault agent, disk stall and power loss through a real broker's
-failpoint endpoint (the test plays the kubelet that restarts the broker's container)."""
+"""KubernetesPlatform's fault primitives, and the fault units over them: the API calls
+against kmock's emulator, pause, kill and partition through a real fault agent, disk stall,
+disk full and power loss through a real broker's failpoint endpoint (the test plays the
+kubelet that restarts the broker's container); every unit's injection and recovery is a
+Kubernetes Event on the experiment."""
 
 from __future__ import annotations
 
@@ -13,16 +15,28 @@ from typing import Any
 
 import kmock
 import pytest
-from kube_helpers import AGENT_TOKEN, NAMESPACE, RunningAgent, Target, free_port, stored
+from kube_helpers import (
+    AGENT_TOKEN,
+    NAMESPACE,
+    RunningAgent,
+    Target,
+    add_pods,
+    free_port,
+    pod_ip,
+    running_status,
+    stored,
+)
+from planned_faults import planned
 
+from undertow.faults import Nodes, build_fault
 from undertow.kube.api import KubeApi
+from undertow.kube.cluster_objects import fault_secret
 from undertow.kube.platform import (
     Endpoints,
     KubernetesPlatform,
     KubernetesPlatformConfig,
     longest_fault_s,
 )
-from undertow.kube.resources import fault_secret
 from undertow.platform.base import CLIENT, Link, PlatformError, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig
 from undertow.spec import load_experiment
@@ -31,27 +45,6 @@ pytestmark = pytest.mark.asyncio
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_IP = "10.244.9.9"
-
-
-def pod_ip(index: int) -> str:
-    return f"10.244.0.{index + 10}"
-
-
-def add_pods(api: KubeApi, cluster: str = "c", brokers: int = 3) -> None:
-    """What the StatefulSets and the kubelet would show: running, ready pods."""
-    names = [f"{cluster}-controller-0"] + [f"{cluster}-broker-{i}" for i in range(brokers)]
-    for index, name in enumerate(names):
-        api.create({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
-                                 "labels": {"undertow.dev/cluster": cluster}},
-                    "status": running_status(index)})
-
-
-def running_status(index: int, restarts: int = 0) -> dict[str, Any]:
-    return {"podIP": pod_ip(index),
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "containerStatuses": [{"name": "minibroker", "restartCount": restarts,
-                                   "state": {"running": {}}}]}
 
 
 def make_platform(api: KubeApi, *, agent_port: int, admin_port: int | None = None,
@@ -85,7 +78,9 @@ async def test_kill_sigkills_the_broker_in_its_pod_through_the_agent(
     await asyncio.to_thread(add_pods, api)
     platform = make_platform(api, agent_port=agent.port)
     assert await asyncio.to_thread(platform.is_running, "broker-1")
-    await asyncio.to_thread(platform.kill, "broker-1")
+    kill = build_fault(planned({"kind": "kill", "target": {"broker": 1}}), platform,
+                       Nodes("broker-1"), time_limit_s=600)
+    await asyncio.to_thread(kill.inject)
 
     assert target.process.wait(5) == -signal.SIGKILL
     assert not [r for r in emulator[kmock.resource("v1/pods")] if r.method == "DELETE"]
@@ -93,25 +88,30 @@ async def test_kill_sigkills_the_broker_in_its_pod_through_the_agent(
     assert [f["kind"] for f in agent.agent.faults()["faults"]] == ["kill"]
     assert agent.agent.faults()["faults"][0]["expires_in_s"] > 29  # the platform's deadline
     assert events(emulator) == [("FaultInjected",
-                                 "kill broker-1: SIGKILL in pod c-broker-1 (held down for "
-                                 "30s at the latest)")]
+                                 "kill broker-1: SIGKILL in place; held down until recovered")]
     assert not await asyncio.to_thread(platform.is_running, "broker-1")
+    assert await asyncio.to_thread(platform.incarnation, "broker-1") == ("uid-c-broker-1", 0)
     with pytest.raises(PlatformError, match=r"cannot kill broker-1: .*no process matches"):
         await asyncio.to_thread(platform.kill, "broker-1")
+    await asyncio.to_thread(platform.release, "broker-1")
+    assert agent.agent.faults()["faults"] == []
 
 
 async def test_pause_goes_through_the_pod_agent(emulator: Any, api: KubeApi,
                                                 agent: RunningAgent, target: Target) -> None:
     await asyncio.to_thread(add_pods, api)
     platform = make_platform(api, agent_port=agent.port)
-    await asyncio.to_thread(platform.pause, "broker-2")
+    pause = build_fault(planned({"kind": "pause", "target": {"broker": 2}}), platform,
+                        Nodes("broker-2"), time_limit_s=600)
+    await asyncio.to_thread(pause.inject)
     assert target.state() == "T"
     assert await asyncio.to_thread(platform.is_paused, "broker-2")
     assert agent.agent.faults()["faults"][0]["expires_in_s"] > 29  # the platform's deadline
-    await asyncio.to_thread(platform.resume, "broker-2")
+    await asyncio.to_thread(pause.recover)
     assert target.state() != "T"
     assert not await asyncio.to_thread(platform.is_paused, "broker-2")
-    assert [reason for reason, _ in events(emulator)] == ["FaultInjected", "FaultRecovered"]
+    assert events(emulator) == [("FaultInjected", "pause broker-2: SIGSTOP"),
+                                ("FaultRecovered", "pause broker-2: SIGCONT")]
 
 
 async def test_partition_drops_by_pod_ip_at_the_receiving_agent(
@@ -129,7 +129,21 @@ async def test_partition_drops_by_pod_ip_at_the_receiving_agent(
     await asyncio.to_thread(platform.unblock, "isolate broker-0")
     assert agent.agent.faults()["faults"] == []
     assert not any(pod_ip(2) in rule for rule in agent.agent.netfilter.rules())
+    assert events(emulator) == []  # the units announce, not the primitives
+
+    # A unit's links, then every drop rule of the node's agent, whoever asked for it.
+    isolate = build_fault(planned({"kind": "partition", "target": {"broker": 0}}), platform,
+                          Nodes("broker-0"), time_limit_s=600)
+    await asyncio.to_thread(isolate.inject)
+    await asyncio.to_thread(agent.agent.drop, "input", "10.9.9.9", 60)
+    await asyncio.to_thread(platform.clear_blocks, "broker-0")
+    assert agent.agent.faults()["faults"] == []
+    assert not any("DROP" in rule for rule in agent.agent.netfilter.rules())
+    assert not platform.blocked_links
+    assert await asyncio.to_thread(isolate.recover)
     assert [reason for reason, _ in events(emulator)] == ["FaultInjected", "FaultRecovered"]
+    assert events(emulator)[0][1].startswith(
+        "partition broker-0: dropping broker-0->broker-1, broker-0->broker-2, ")
 
     no_client_ip = make_platform(api, agent_port=agent.port, client_ip=None)
     with pytest.raises(PlatformError, match=r"runner pod's IP \(\$POD_IP\)"):
@@ -149,9 +163,6 @@ async def test_pod_delete_deletes_the_pod_with_its_grace_period(
     assert stored(emulator, "Pod", "c-broker-1") is None
     assert stored(emulator, "Pod", "c-broker-0") is not None
     assert agent.agent.faults()["faults"] == []
-    assert events(emulator) == [("FaultInjected",
-                                 "pod-delete broker-1: pod c-broker-1 deleted (grace 4s); "
-                                 "the StatefulSet replaces it")]
     with pytest.raises(PlatformError, match="cannot delete the pod of broker-1: it does not"):
         await asyncio.to_thread(platform.delete_pod, "broker-1", 0.0)
 
@@ -174,10 +185,12 @@ async def test_disk_stall_and_power_loss_use_the_broker_failpoint(
     platform = make_platform(api, agent_port=agent.port, admin_port=admin_port,
                              failpoint_token=broker.failpoint_token)
     assert (await asyncio.to_thread(platform.state, "broker-0"))["broker_id"] == 0
-
-    await asyncio.to_thread(platform.stall_disk, "broker-0", 5.0)
+    # The agent's target stands in for the broker's process (running, not paused).
+    stall = build_fault(planned({"kind": "disk-stall", "target": {"broker": 0}}), platform,
+                        Nodes("broker-0"), time_limit_s=5)
+    await asyncio.to_thread(stall.inject)
     assert broker.state("broker-0")["disk_stalled"] is True
-    await asyncio.to_thread(platform.clear_disk_stall, "broker-0")
+    await asyncio.to_thread(stall.recover)
     assert broker.state("broker-0")["disk_stalled"] is False
 
     def kubelet() -> None:
@@ -188,15 +201,20 @@ async def test_disk_stall_and_power_loss_use_the_broker_failpoint(
 
     watcher = threading.Thread(target=kubelet)
     watcher.start()
-    await asyncio.to_thread(platform.power_loss, "broker-0")
+    power = build_fault(planned({"kind": "power-loss", "target": {"broker": 0}}), platform,
+                        Nodes("broker-0"), time_limit_s=60)
+    await asyncio.to_thread(power.inject)  # returns once the restart count went up
     await asyncio.to_thread(watcher.join)
     assert not broker.is_running("broker-0")
+    assert await asyncio.to_thread(platform.incarnation, "broker-0") == ("uid-c-broker-0", 1)
 
     await asyncio.to_thread(broker.restart, "broker-0")  # the kubelet restarts it
-    await asyncio.to_thread(platform.restart, "broker-0")
-    assert [m.split(":")[0] for _, m in events(emulator)] == [
-        "disk-stall broker-0", "disk-stall broker-0", "power-loss broker-0",
-        "power-loss broker-0"]
+    await asyncio.to_thread(power.recover)
+    assert events(emulator) == [
+        ("FaultInjected", "disk-stall broker-0: appends and fsyncs block for at most 5s"),
+        ("FaultRecovered", "disk-stall broker-0: cleared"),
+        ("FaultInjected", "power-loss broker-0: unsynced writes dropped, process exited"),
+        ("FaultRecovered", "power-loss broker-0: back and serving")]
 
 
 async def test_disk_full_holds_the_restart_then_fills_the_disk_and_frees_both(
@@ -208,10 +226,12 @@ async def test_disk_full_holds_the_restart_then_fills_the_disk_and_frees_both(
     admin_port = int(broker.admin_url("broker-0").rsplit(":", 1)[1])
     platform = make_platform(api, agent_port=agent.port, admin_port=admin_port,
                              failpoint_token=broker.failpoint_token)
-    await asyncio.to_thread(platform.fill_disk, "broker-0", 5.0)
+    full = build_fault(planned({"kind": "disk-full", "target": {"broker": 0}}), platform,
+                       Nodes("broker-0"), time_limit_s=5)
+    await asyncio.to_thread(full.inject)
     assert broker.state("broker-0")["disk_full"] is True
     assert [f["kind"] for f in agent.agent.faults()["faults"]] == ["hold"]
-    await asyncio.to_thread(platform.clear_disk_full, "broker-0")
+    await asyncio.to_thread(full.recover)
     assert broker.state("broker-0")["disk_full"] is False
     assert agent.agent.faults()["faults"] == []
     assert [m.split(":")[0] for _, m in events(emulator)] == [

@@ -199,8 +199,9 @@ def test_kind_end_to_end() -> None:  # pragma: no cover - needs Docker, kind and
 def test_every_pod_the_operator_makes_pulls_as_the_chart_says() -> None:
     """images.pullPolicy reaches the operator, and through it every container it renders:
     brokers, fault agents, runner and analysis (kind loads images it cannot pull)."""
+    from undertow.kube.cluster_objects import cluster_objects
     from undertow.kube.config import OperatorConfig
-    from undertow.kube.resources import analysis_job, cluster_objects, runner_job
+    from undertow.kube.experiment_objects import analysis_job, runner_job
     from undertow.spec import BrokerCluster
 
     deployment = next(d for d in render({"images": {"pullPolicy": "Never"}})

@@ -29,8 +29,8 @@ from kube_helpers import (
 
 from undertow.kube.agent import AgentClient
 from undertow.kube.api import KubeApi
+from undertow.kube.cluster_objects import ANNOTATION_LOCK, fault_secret
 from undertow.kube.jobs import publish_report
-from undertow.kube.resources import ANNOTATION_LOCK, fault_secret
 from undertow.spec import load_documents
 
 pytestmark = pytest.mark.asyncio
@@ -326,7 +326,7 @@ async def test_deleting_a_running_experiment_heals_first_and_never_sticks(
     assert ANNOTATION_LOCK not in (cluster["metadata"].get("annotations") or {})
 
     # Cleanup again, everything already gone: no error, nothing left to report.
-    assert await asyncio.to_thread(operator.cleanup_experiment, running) == []
+    assert await asyncio.to_thread(operator.experiments.cleanup_experiment, running) == []
 
 
 async def test_an_experiment_the_cluster_cannot_run_fails_with_the_field(

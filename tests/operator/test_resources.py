@@ -10,24 +10,20 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from small_experiment import small_experiment
 
+from undertow.kube.cluster_objects import cluster_objects, config_hash, fault_secret, storage_change
 from undertow.kube.config import ConfigError, OperatorConfig
-from undertow.kube.resources import (
-    Images,
-    JobSettings,
+from undertow.kube.experiment_objects import (
     analysis_job,
-    check_name,
-    cluster_objects,
-    config_hash,
     driver_memory,
     experiment_file,
     experiment_setup,
-    fault_secret,
     inline_cluster,
     parse_quantity,
     runner_job,
-    storage_change,
 )
+from undertow.kube.objects import Images, JobSettings, check_name
 from undertow.spec import BrokerCluster, load_documents
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,8 +240,7 @@ def test_the_runner_job_refuses_a_bad_experiment_file(tmp_path: Path,
     from undertow.kube.jobs import main
 
     bad = tmp_path / "experiment.yaml"
-    bad.write_text("apiVersion: undertow.dev/v1alpha1\nkind: ChaosExperiment\n"
-                   "metadata: {name: x}\nspec: {expect: maybe}\n")
+    bad.write_text(small_experiment("x", expect="maybe"))
     assert main(["run", "--file", str(bad), "--out", str(tmp_path / "out"),
                  "--namespace", "chaos", "--seed", "1"]) == 2
     assert str(bad) in capsys.readouterr().err

@@ -1,10 +1,11 @@
 """The operator's pods on podman: what ``make e2e-pods`` runs below a Kubernetes API server.
 
 ``ClusterOnPods`` renders a BrokerCluster and a ChaosExperiment with the operator's own
-builders (``resources.py``), turns the StatefulSets' pod templates and the Jobs' pod
-templates into Pods, and runs them with ``podman kube play`` on an ``--internal`` podman
-network. No container spec is written here: when the operator's templates change, this runs
-the new ones. What ``kube play`` lacks is bridged, and only that:
+builders (``cluster_objects.py``, ``experiment_objects.py``), turns the StatefulSets' pod
+templates and the Jobs' pod templates into Pods, and runs them with ``podman kube play`` on
+an ``--internal`` podman network. No container spec is written here: when the operator's
+templates change, this runs the new ones. What ``kube play`` lacks is bridged, and only
+that:
 
 - ordinal pod names, ``hostname``, and every Service name the pods use, through fixed
   addresses (one ``--ip`` per pod) and ``hostAliases`` (aardvark-dns resolves only
@@ -45,17 +46,14 @@ from typing import Any
 import yaml
 from podman_api import NAMESPACE, PodmanApi, podman
 
-from undertow.kube.resources import (
-    ClusterNames,
+from undertow.kube.cluster_objects import ClusterNames, cluster_objects, fault_secret
+from undertow.kube.experiment_objects import (
     ExperimentNames,
-    Images,
-    JobSettings,
     analysis_job,
-    cluster_objects,
     experiment_setup,
-    fault_secret,
     runner_job,
 )
+from undertow.kube.objects import Images, JobSettings
 from undertow.spec import BrokerCluster
 
 KUBECONFIG_DIR = "/etc/undertow-kube"

@@ -17,8 +17,9 @@ import pytest
 import yaml
 from container_helpers import REPO, Engine
 from pods_helpers import ClusterOnPods
+from small_experiment import SMALL_CONFIG, small_experiment
 
-from undertow.kube.resources import Images
+from undertow.kube.objects import Images
 
 LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
 
@@ -78,31 +79,14 @@ def on_pods(cluster: dict[str, Any], chaos: dict[str, Any], pod_images: Engine,
         pods.stop()
 
 
-MIXED_FAULTS = """\
-apiVersion: undertow.dev/v1alpha1
-kind: BrokerCluster
-metadata: {name: pods-faults}
-spec:
-  brokers: 3
-  config:
-    min.insync.replicas: 2
-    replica.lag.time.max.ms: 6000
-    broker.session.timeout.ms: 3000
----
-apiVersion: undertow.dev/v1alpha1
-kind: ChaosExperiment
-metadata: {name: pods-faults}
-spec:
-  cluster: {ref: pods-faults}
-  topic: {name: mixed, partitions: 1, replicationFactor: 3}
-  workload: {producers: 1, consumers: 1, acks: all, rate: 150, duration: 30s}
-  faults:
+MIXED_FAULTS = small_experiment(
+    "pods-faults", "30s", """\
     - {kind: pause, target: {role: leader}, at: 3s, duration: 4s}
     - {kind: partition, target: {role: leader}, network: {mode: isolate}, at: 11s,
        duration: 5s}
-    - {kind: disk-stall, target: {role: follower}, at: 20s, duration: 4s}
-  expect: clean
-"""
+    - {kind: disk-stall, target: {role: follower}, at: 20s, duration: 4s}""",
+    cluster="pods-faults", topic="mixed", partitions=1, workload={"retries": 3, "rate": 150},
+    config={**SMALL_CONFIG, "replica.lag.time.max.ms": 6000, "broker.session.timeout.ms": 3000})
 
 
 def test_pause_partition_and_disk_stall_go_through_the_pods_agents_and_failpoints(

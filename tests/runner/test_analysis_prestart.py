@@ -17,7 +17,9 @@ import pytest
 from procs import living_with_mark
 from small_experiment import small_experiment
 
-from undertow.runner.analysis_process import PRESTART_ENV
+from undertow.runner.analysis_process import DEADLINE_MARGIN_S, PRESTART_ENV, history_deadline
+from undertow.runner.run import max_run_duration_s
+from undertow.spec import LoadedExperiment, load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,3 +125,19 @@ def test_no_analysis_starts_no_analysis_process(tmp_path: Path) -> None:
     assert proc.returncode == 0, stdout + stderr
     assert "analysis skipped" in stdout
     assert seen == set() and not (out / "analysis.log").exists()
+
+
+def test_the_analysis_waits_as_long_as_the_longest_run_and_a_margin(tmp_path: Path) -> None:
+    """--wait is the run's own bound, which counts the workload and the producers' wait for
+    their last outcomes (every attempt's request timeout, and 5 s), plus the margin."""
+    def loaded(name: str, duration: str, **workload: object) -> LoadedExperiment:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(small_experiment(name, duration, workload=workload))
+        return load_experiment(path)
+
+    short = loaded("short", "10s")  # retries 0, requestTimeout 5s: at most 10 s of outcomes
+    longer = loaded("longer", "70s")
+    patient = loaded("patient", "10s", retries=9, requestTimeout="30s")  # at most 305 s
+    assert history_deadline(short) == max_run_duration_s(short) + DEADLINE_MARGIN_S
+    assert max_run_duration_s(longer) - max_run_duration_s(short) == 60
+    assert max_run_duration_s(patient) - max_run_duration_s(short) == 305 - 10

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Producer
 from planned_faults import experiment, planned
 
-from undertow.faults import Fault, FaultError, Nodes, build_fault
+from undertow import faults
+from undertow.faults import FAULT_UNITS, Fault, FaultError, Nodes, build_fault
 from undertow.platform.base import CONTROLLER, PlatformError, broker_id_of, broker_node, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
 from undertow.platform.procfs import proc_stat
@@ -52,7 +53,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform
 
 @pytest.fixture
 def healthy(platform: LocalPlatform) -> LocalPlatform:
-    platform.heal()
+    faults.heal(platform)
     wait_for(lambda: full_isr(platform), EFFECT_TIMEOUT_S, "the full ISR before the test",
              interval=0.1)
     return platform
@@ -117,6 +118,43 @@ class Recorder:
 
     def __call__(self, fault: Fault, action: str) -> None:
         self.actions.append((fault.kind, fault.target, action))
+
+
+def leftovers(platform: LocalPlatform) -> list[str]:
+    """Whatever a fault may leave behind, read from the processes, the proxies and each
+    broker's own state: stopped or missing processes, blocked links, armed failpoints."""
+    left = [f"{node} paused" for node in platform.nodes if platform.is_paused(node)]
+    left += [f"{node} down" for node in platform.nodes if not platform.is_running(node)]
+    left += [f"{link} blocked" for link in sorted(platform.blocked_links)]
+    for node in platform.brokers:
+        if platform.is_running(node) and not platform.is_paused(node):
+            state = platform.state(node)
+            left += [f"{node} {flag}" for flag in ("disk_stalled", "disk_full") if state[flag]]
+    return left
+
+
+@pytest.mark.parametrize("heal", ["faults.heal", "time limit"])
+@pytest.mark.parametrize("kind", list(FAULT_UNITS))
+def test_every_kind_of_the_registry_heals_and_leaves_nothing_behind(
+        healthy: LocalPlatform, kind: str, heal: str) -> None:
+    """Each registered kind on a follower, healed by the cluster-wide heal (which knows no
+    unit) or by the unit's own time limit: no stopped process, no process down, no
+    blocked link and no armed failpoint is left, and the follower rejoins the ISR."""
+    follower = a_follower(healthy)
+    fault = build_fault(planned({"kind": kind, "target": FOLLOWER}), healthy,
+                        Nodes(follower), time_limit_s=60 if heal == "faults.heal" else 1.5)
+    fault.inject()
+    if kind != "pod-delete":  # the replacement starts at once: nothing to undo but waiting
+        assert leftovers(healthy), f"{kind} took no effect that this test could see"
+    if heal == "faults.heal":
+        faults.heal(healthy)
+    else:
+        wait_for(lambda: fault.state == "recovered", EFFECT_TIMEOUT_S,
+                 f"{kind}'s time limit to recover it")
+    assert leftovers(healthy) == []
+    wait_back_in_isr(healthy, follower)
+    fault.recover()  # the unit's own recovery after a heal: nothing left to do, no error
+    assert leftovers(healthy) == []
 
 
 def test_kill_leader_elects_another_and_recover_restarts_into_the_isr(

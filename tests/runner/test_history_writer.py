@@ -17,7 +17,7 @@ from small_disk import fill, mounted_tmpfs
 from undertow.runner.abort import Abort, HistoryWriteError
 from undertow.runner.events import to_event
 from undertow.runner.history import RESERVE_MIN_BYTES, RESERVE_NAME, HistoryWriter
-from undertow_analysis import history_schema as schema
+from undertow_history import schema
 
 
 def test_the_writer_creates_every_json_lines_file_of_the_schema(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """An interrupted or crashed run leaves no child process, stopped process or namespace behind.
 
-A runner subprocess starts a real cluster, pauses one broker and isolates another, and is
-then interrupted (Ctrl-C, SIGTERM: it heals and stops on the way out) or killed outright
-(SIGKILL: the parent-death signal and the guardian clean up). Every process of the run
-carries a mark in its environment, so /proc shows whatever survived.
+A runner subprocess starts a real cluster and injects one fault of every kind of the
+registry, each on a broker of its own, and is then interrupted (Ctrl-C, SIGTERM: it
+recovers each fault and stops on the way out) or killed outright (SIGKILL: the
+parent-death signal and the guardian clean up). Every process of the run carries a mark
+in its environment, so /proc shows whatever survived.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 from procs import living_with_mark, netns_names
 
+from undertow.faults import FAULT_UNITS
 from undertow.platform import netns
 from undertow.platform.base import PlatformError, wait_for
 from undertow.platform.local import default_command
@@ -33,18 +35,20 @@ pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 RUNNER = """
 import json, sys, time
 from pathlib import Path
-from undertow.faults import Nodes, build_fault
+from undertow.faults import FAULT_UNITS, Nodes, build_fault
 from undertow.platform.base import sigterm_as_interrupt
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig
 from undertow.spec import plan
 from undertow.spec.experiment import ChaosExperimentSpec
 
-config = LocalPlatformConfig(workdir=Path(sys.argv[1]), brokers=3, network=sys.argv[2])
+brokers = len(FAULT_UNITS)
+config = LocalPlatformConfig(workdir=Path(sys.argv[1]), brokers=brokers, network=sys.argv[2])
 experiment = ChaosExperimentSpec.model_validate({
-    "cluster": {"inline": {"brokers": 3}}, "topic": {"name": "t", "replicationFactor": 3},
+    "cluster": {"inline": {"brokers": brokers}},
+    "topic": {"name": "t", "replicationFactor": 3},
     "workload": {"duration": "1h"}, "expect": "clean",
-    "faults": [{"kind": "pause", "target": {"broker": 0}, "duration": "10m"},
-               {"kind": "partition", "target": {"broker": 1}, "duration": "10m"}]})
+    "faults": [{"kind": kind, "target": {"broker": index}, "duration": "10m"}
+               for index, kind in enumerate(FAULT_UNITS)]})
 faults = []
 with sigterm_as_interrupt(), LocalPlatform(config) as platform:
     try:
@@ -85,7 +89,8 @@ def test_interrupted_or_killed_run_leaves_nothing_behind(tmp_path: Path, sig: si
         assert line, f"the runner failed: {runner.stderr.read()}"
         report = json.loads(line)
         states = dict(living_with_mark(mark))
-        assert len(states) == 6  # runner, guardian, controller, three brokers
+        assert len(states) >= 2 + 1 + len(FAULT_UNITS) - 2  # runner, guardian, controller,
+        # the brokers but the killed and the power-lost ones (a full disk halts one later)
         assert sorted(state for pid, state in states.items() if pid in report["pids"]) \
             .count("T") == 1
         assert report["blocked"] > 0
@@ -100,7 +105,8 @@ def test_interrupted_or_killed_run_leaves_nothing_behind(tmp_path: Path, sig: si
     assert not set(report["namespaces"]) & netns_names()
     if sig != signal.SIGKILL:
         recovered = [json.loads(line)["recovered"] for line in runner.stdout]
-        assert recovered == ["partition broker-1", "pause broker-0"], runner.stderr.read()
+        assert recovered == [f"{kind} broker-{index}" for index, kind
+                             in reversed(list(enumerate(FAULT_UNITS)))], runner.stderr.read()
     else:
         guardian_log = (tmp_path / "logs" / "guardian.log").read_text()
         assert "the runner is gone; healing process groups" in guardian_log

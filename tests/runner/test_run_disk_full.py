@@ -19,39 +19,22 @@ from pathlib import Path
 import pytest
 from procs import processes_mentioning
 from small_disk import fill, mounted_tmpfs
+from small_experiment import SMALL_CONFIG, small_experiment
 
-from undertow_analysis import history_schema
+from undertow_history import schema as history_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
 # acksall-leader-kill's shape (acks=all, min.insync.replicas=2, kills) with 512-byte records:
 # about 21 MB by the preflight's estimate, on a 32 MB tmpfs.
-EXPERIMENT = """
-apiVersion: undertow.dev/v1alpha1
-kind: BrokerCluster
-metadata: {name: small}
-spec:
-  brokers: 3
-  config:
-    min.insync.replicas: 2
-    replica.lag.time.max.ms: 6000
-    broker.session.timeout.ms: 1500
----
-apiVersion: undertow.dev/v1alpha1
-kind: ChaosExperiment
-metadata: {name: disk-fills}
-spec:
-  cluster: {ref: small}
-  topic: {name: t, partitions: 1, replicationFactor: 3}
-  workload: {producers: 2, consumers: 1, acks: all, retries: 3, rate: 100, recordSize: 512,
-             duration: 40s}
-  faults:
+EXPERIMENT = small_experiment(
+    "disk-fills", "40s", """\
     - kind: kill
       target: {role: follower}
       at: 1s
-      duration: 30s
-  expect: clean
-"""
+      duration: 30s""",
+    config={**SMALL_CONFIG, "replica.lag.time.max.ms": 6000}, partitions=1,
+    workload={"producers": 2, "retries": 3, "recordSize": 512})
 STOPPED_WITHIN_S = 10.0
 
 

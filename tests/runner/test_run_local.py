@@ -1,6 +1,6 @@
 """``undertow run`` end to end on the local platform: real brokers, a real Kafka client, real
 signals. The analysis is skipped here (tests/analysis covers it); these tests check the
-history the run leaves (every line as `undertow_analysis.history_schema` defines it), its exit
+history the run leaves (every line as `undertow_history.schema` defines it), its exit
 codes, and that nothing outlives an interrupted run."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from procs import processes_mentioning
 from small_experiment import write_small_experiment
 
-from undertow_analysis import history_schema
+from undertow_history import schema as history_schema
 
 REPO = Path(__file__).resolve().parents[2]
 

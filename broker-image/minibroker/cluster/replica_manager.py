@@ -3,18 +3,19 @@
 It applies the controller's metadata (become leader / become follower), serves Produce,
 Fetch, ListOffsets and OffsetForLeaderEpoch through callbacks (so the same code runs under
 asyncio in a broker and step by step in ``minibroker.sim``), keeps the purgatories, runs the
-ISR shrink and HW checkpoint timers, and gives the follower fetcher its per-partition state.
-It records the replication events of loading a log and of a power loss (``minibroker.events``);
-its partitions record the rest.
+ISR shrink, HW checkpoint and log timers, and gives the follower fetcher its per-partition
+state. Its ``LogManager`` (``minibroker.storage.log_manager``) loads, flushes and
+checkpoints the logs. It records the replication event of a power loss
+(``minibroker.events``); its log manager records those of loading a log, its partitions
+the rest.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from minibroker.cluster.delayed import DelayedFetch, DelayedProduce, Purgatory
 from minibroker.cluster.errors import KafkaApiError
@@ -34,43 +35,9 @@ from minibroker.cluster.types import (
 )
 from minibroker.config import LogConfig, resolve
 from minibroker.events import EventType, ReplicationEventLog, TruncationReason
-from minibroker.storage.checkpoints import (
-    LEADER_EPOCH_CHECKPOINT_FILE,
-    RECOVERY_POINT_OFFSET_CHECKPOINT_FILE,
-    REPLICATION_OFFSET_CHECKPOINT_FILE,
-    LeaderEpochCheckpointFile,
-    OffsetCheckpointFile,
-)
+from minibroker.storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from minibroker.storage.durability import DurabilityTracker
-from minibroker.storage.leader_epoch_cache import LeaderEpochCache
-from minibroker.storage.log import Log
-
-log = logging.getLogger("minibroker.replica_manager")
-
-
-def _recover_epoch_cache(cache: LeaderEpochCache, log_: Log) -> None:
-    """Make the cache agree with the recovered log: drop epochs past its end, and add those
-    whose batches reached the log before a crash cut the cache update short."""
-    cache.truncate_from_end(log_.log_end_offset)
-    latest = cache.latest_entry
-    start = max(latest.start_offset if latest else 0, log_.log_start_offset)
-    for header in log_.batches_from(start):
-        if cache.latest_epoch is None or header.partition_leader_epoch > cache.latest_epoch:
-            cache.assign(header.partition_leader_epoch, header.base_offset)
-
-
-def _unrecovered_power_losses(events: ReplicationEventLog
-                              ) -> dict[tuple[str, int], dict[str, Any]]:
-    """The last ``power_loss`` event of each partition whose log was not loaded since (no
-    ``log_recovery`` after it): what an earlier process held in memory when it lost power."""
-    losses: dict[tuple[str, int], dict[str, Any]] = {}
-    for event in events.events():
-        key = (event.get("topic"), event.get("partition"))
-        if event["type"] == EventType.POWER_LOSS:
-            losses[key] = event
-        elif event["type"] == EventType.LOG_RECOVERY:
-            losses.pop(key, None)
-    return losses
+from minibroker.storage.log_manager import LogManager
 
 
 class AlterPartitionSender(Protocol):
@@ -118,7 +85,6 @@ class ReplicaManager:
         self._alter_partition_sender = alter_partition_sender
         self._fetcher_manager = fetcher_manager
         self.events = events
-        self._power_losses = _unrecovered_power_losses(events)
         self.partitions: dict[TopicPartition, Partition] = {}
         self.follower_states: dict[TopicPartition, FollowerState] = {}
         self.image = MetadataImage()
@@ -127,9 +93,9 @@ class ReplicaManager:
         self.replica_lag_time_max_ms: int = resolve("replica.lag.time.max.ms", self.config)
         self._hw_checkpoint = OffsetCheckpointFile(data_dir / REPLICATION_OFFSET_CHECKPOINT_FILE)
         self._checkpointed_hws = dict(self._hw_checkpoint.read())
-        self._recovery_checkpoint = OffsetCheckpointFile(
-            data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT_FILE)
-        self._checkpointed_recovery_points = dict(self._recovery_checkpoint.read())
+        self.log_manager = LogManager(
+            broker_id, data_dir, durability=self.durability, events=events,
+            clock=lambda: self.scheduler.now_ms() / 1000.0)
         self._closed = False
         data_dir.mkdir(parents=True, exist_ok=True)
 
@@ -142,7 +108,7 @@ class ReplicaManager:
                     self.checkpoint_high_watermarks)
         self._every(resolve("log.flush.offset.checkpoint.interval.ms", self.config),
                     self.checkpoint_recovery_points)
-        self._every(100, self._flush_logs_on_time)
+        self._every(100, self.log_manager.flush_logs_on_time)
 
     def _every(self, period_ms: float, action: Callable[[], None]) -> None:
         def run() -> None:
@@ -176,33 +142,20 @@ class ReplicaManager:
             self._checkpointed_hws = hws
 
     def checkpoint_recovery_points(self) -> None:
-        """Kafka's LogManager.checkpointLogRecoveryOffsets: where each log's fsynced prefix
-        ends, read back at load (``Log(recovery_point=...)``)."""
-        points = {(tp.topic, tp.partition): p.log.last_flushed_offset
-                  for tp, p in self.partitions.items()}
-        if points != self._checkpointed_recovery_points:
-            self.durability.check_space(self._recovery_checkpoint.path)
-            self._recovery_checkpoint.write(points)
-            self._checkpointed_recovery_points = points
-
-    def _flush_logs_on_time(self) -> None:
-        for partition in self.partitions.values():
-            partition.log.maybe_flush()
+        """Every log's recovery point, checkpointed by the log manager."""
+        self.log_manager.checkpoint_recovery_points()
 
     def shutdown(self) -> None:
         """A clean shutdown, as Kafka's LogManager.shutdown: flush every log, checkpoint the
         recovery points and high watermarks, then close."""
-        for partition in self.partitions.values():
-            partition.log.flush()
-        self.checkpoint_recovery_points()
+        self.log_manager.flush_all()
         self.checkpoint_high_watermarks()
         self.close()
 
     def close(self) -> None:
         """Release the logs without flushing them: a crash (``shutdown`` is the clean way)."""
         self._closed = True
-        for partition in self.partitions.values():
-            partition.log.close()
+        self.log_manager.close()
 
     # ---- metadata: become leader / become follower -----------------------------------
 
@@ -216,21 +169,9 @@ class ReplicaManager:
         if partition is not None:
             return partition
         config = self._log_config(tp.topic)
-        directory = self.data_dir / f"{tp.topic}-{tp.partition}"
-        loaded = directory.is_dir()
-        recovery_point = self._checkpointed_recovery_points.get((tp.topic, tp.partition), 0)
-        log_ = Log(
-            directory,
-            durability=self.durability,
-            segment_bytes=config.segment_bytes,
-            flush_interval_messages=config.flush_interval_messages,
-            flush_interval_ms=config.flush_interval_ms,
-            clock=lambda: self.scheduler.now_ms() / 1000.0,
-            recovery_point=recovery_point,
-        )
-        checkpoint = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT_FILE)
-        cache = LeaderEpochCache(checkpoint)
-        _recover_epoch_cache(cache, log_)
+        log_, cache = self.log_manager.load_log(tp.topic, tp.partition, config,
+                                                leader_epoch=reg.leader_epoch,
+                                                partition_epoch=reg.partition_epoch)
         partition = Partition(
             tp, self.broker_id, log_, cache, config,
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,
@@ -241,40 +182,7 @@ class ReplicaManager:
             high_watermark=self._checkpointed_hws.get((tp.topic, tp.partition), 0),
         )
         self.partitions[tp] = partition
-        if loaded:
-            self._record_log_recovery(partition, recovery_point)
-        elif reg.leader_epoch > 0 or reg.partition_epoch > 0:
-            # The partition is older than this log: the broker came back with a new or emptied
-            # disk (a pod replaced with its emptyDir), which the history must be able to see.
-            self.events.emit(
-                EventType.LOG_RECOVERY, topic=tp.topic, partition=tp.partition,
-                broker=self.broker_id, log_end_offset=partition.log_end_offset,
-                detail=f"no log on disk for a partition at leader epoch {reg.leader_epoch}, "
-                       f"partition epoch {reg.partition_epoch}: the disk is new or was emptied")
         return partition
-
-    def _record_log_recovery(self, partition: Partition, recovery_point: int) -> None:
-        """A log an earlier process left was loaded. When that process lost power holding
-        more of it in memory than survived (its ``power_loss`` event says how much), the
-        difference is a truncation: the unflushed tail the power loss took."""
-        tp = partition.tp
-        leo = partition.log_end_offset
-        self.events.emit(
-            EventType.LOG_RECOVERY, topic=tp.topic, partition=tp.partition,
-            broker=self.broker_id, log_end_offset=leo,
-            detail=f"loaded from the recovery point {recovery_point}: log start offset "
-                   f"{partition.log_start_offset}, log end offset {leo}")
-        loss = self._power_losses.pop((tp.topic, tp.partition), None)
-        if loss is None or loss["log_end_offset"] <= leo:
-            return
-        detail = (f"the unflushed tail past the recovery point {recovery_point} was lost to "
-                  f"the power loss")
-        log.warning("%r truncated log from %d to %d (%s: %s)", partition,
-                    loss["log_end_offset"], leo, TruncationReason.LOG_RECOVERY, detail)
-        self.events.emit(
-            EventType.TRUNCATION, topic=tp.topic, partition=tp.partition, broker=self.broker_id,
-            from_offset=loss["log_end_offset"], to_offset=leo,
-            reason=TruncationReason.LOG_RECOVERY, detail=detail)
 
     def apply_metadata(self, image: MetadataImage) -> None:
         """Apply the controller's view: each partition becomes leader or follower here."""

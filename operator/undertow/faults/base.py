@@ -11,6 +11,11 @@ whatever part took effect). The time limit arms a timer at injection that recove
 fault on its own, so a fault whose recover the runner never reaches still ends. The
 listener hears ``inject`` and ``recover`` in that order, exactly once each, whoever
 recovered: the runner writes its ``faults.jsonl`` lines from it.
+
+A unit is Chaos Mesh's ``chaosimpl/<kind>``: its Apply (``_inject``) and Recover
+(``_recover``) compose the platform's primitives, once for every platform. ``clear``
+is its third half, for whoever heals a cluster without the unit that injected the fault
+(``faults.heal``: the runner's last resort, the operator after a runner died).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 from undertow.platform.base import Platform
 from undertow.spec.faults import FaultKind
@@ -29,7 +34,21 @@ from undertow.spec.schedule import PlannedFault
 log = logging.getLogger("undertow.faults")
 
 Listener = Callable[["Fault", Literal["inject", "recover"]], None]
+U = TypeVar("U", bound="type[Fault]")
 State = Literal["pending", "injected", "failed", "recovered"]
+
+
+UNITS: dict[FaultKind, type[Fault]] = {}
+"""Every unit, by kind, as ``fault_unit`` registered it (``registry`` reads it)."""
+
+
+def fault_unit(unit: U) -> U:
+    """Register a unit under its kind: its module is then all a new kind needs here."""
+    if unit.kind in UNITS:
+        raise TypeError(f"two fault units for {unit.kind!r}: {UNITS[unit.kind].__name__} "
+                        f"and {unit.__name__}")
+    UNITS[unit.kind] = unit
+    return unit
 
 
 class FaultError(ValueError):
@@ -61,6 +80,11 @@ class Fault(ABC):
     kind: ClassVar[FaultKind]
     brokers_only: ClassVar[bool] = False
     """The kind acts through a broker's failpoint or pod, so its target must be a broker."""
+    restored: ClassVar[str]
+    """What recovering did, for the platform's announcement (a Kubernetes Event)."""
+    cleared_first: ClassVar[bool] = False
+    """``faults.clear`` undoes this kind before the others on a node (a paused process
+    answers nothing, so it must run before a failpoint can be cleared)."""
 
     def __init__(self, platform: Platform, spec: PlannedFault, nodes: Nodes, *,
                  time_limit_s: float, listener: Listener | None = None) -> None:
@@ -103,6 +127,7 @@ class Fault(ABC):
                 self._state = "failed"
                 raise
             self._state = "injected"
+            self.platform.announce("FaultInjected", f"{self}: {self.effect()}")
             self._timer = threading.Timer(self.time_limit_s, self._expire)
             self._timer.name = f"fault-limit {self}"
             self._timer.daemon = True
@@ -123,6 +148,7 @@ class Fault(ABC):
             was_injected = self._state == "injected"
             self._state = "recovered"
             if was_injected:
+                self.platform.announce("FaultRecovered", f"{self}: {self.restored}")
                 self._notify("recover")
             return True
 
@@ -145,6 +171,17 @@ class Fault(ABC):
     @abstractmethod
     def _recover(self) -> None:
         """Undo the fault; must be a no-op for any part that is not in effect."""
+
+    @abstractmethod
+    def effect(self) -> str:
+        """What injecting did, for the platform's announcement (a Kubernetes Event)."""
+
+    @classmethod
+    @abstractmethod
+    def clear(cls, platform: Platform, node: str) -> None:
+        """Undo whatever a fault of this kind may have left on ``node``, injected by a unit
+        this process may never have seen; return without waiting for the node to serve.
+        An ``EndpointUnreachable`` means the node is gone, and what it held with it."""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.target}"

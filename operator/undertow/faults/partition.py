@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from undertow.faults.base import Fault, FaultError, Nodes
+from undertow.faults.base import Fault, FaultError, Nodes, fault_unit
 from undertow.platform.base import Link, Platform
 from undertow.spec.faults import PartitionMode
 
@@ -60,8 +60,10 @@ def _one_way(_platform: Platform, nodes: Nodes) -> tuple[str, list[Link]]:
 CUTS: dict[PartitionMode, Cut] = {"isolate": _isolate, "split": _split, "one-way": _one_way}
 
 
+@fault_unit
 class Partition(Fault):
     kind = "partition"
+    restored = "links pass again"
     links: frozenset[Link]
     owner: str
     """The name its links are blocked under, so that overlapping partitions heal apart."""
@@ -82,3 +84,10 @@ class Partition(Fault):
 
     def _recover(self) -> None:
         self.platform.unblock(self.owner)
+
+    def effect(self) -> str:
+        return f"dropping {', '.join(map(str, sorted(self.links)))}"
+
+    @classmethod
+    def clear(cls, platform: Platform, node: str) -> None:
+        platform.clear_blocks(node)

@@ -15,7 +15,7 @@ import kopf
 from undertow.kube.api import KubeApi
 from undertow.kube.config import ConfigError, OperatorConfig
 from undertow.kube.handlers import register
-from undertow.kube.reconcile import Operator
+from undertow.kube.operator import Operator
 
 
 def main() -> int:

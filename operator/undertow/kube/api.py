@@ -2,9 +2,10 @@
 
 Built on the official client's ``ApiClient`` (authentication, in-cluster and kubeconfig
 loading, token refresh) but without its generated models, so that the operator, the
-runner's platform and the jobs read and write exactly the manifests ``resources.py``
-builds. Updates are JSON merge patches: the same patch works on any API server (and on
-the test emulator), and a dict in the patch only touches the keys it names.
+runner's platform and the jobs read and write exactly the manifests ``cluster_objects.py``
+and ``experiment_objects.py`` build. Updates are JSON merge patches: the same patch works
+on any API server (and on the test emulator), and a dict in the patch only touches the
+keys it names.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from undertow.kube.objects import Images, JobSettings
 from undertow.kube.platform import Endpoints
-from undertow.kube.resources import Images, JobSettings
 
 
 class ConfigError(ValueError):

@@ -1,9 +1,10 @@
-"""The kopf handlers: thin adapters from kopf's callbacks to ``reconcile.Operator``.
+"""The kopf handlers: thin adapters from kopf's callbacks to ``operator.Operator``.
 
-BrokerCluster: create/update/resume apply its objects; a timer writes its status and
-takes rollout steps. ChaosExperiment: a timer advances its phase machine until it is
-Completed or Failed (one handler only, so two steps never race); deletion heals and
-releases the cluster before kopf removes the finalizer.
+BrokerCluster (``operator.clusters``): create/update/resume apply its objects; a timer
+writes its status and takes rollout steps. ChaosExperiment (``operator.experiments``): a
+timer advances its phase machine until it is Completed or Failed (one handler only, so two
+steps never race); deletion heals and releases the cluster before kopf removes the
+finalizer.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from undertow.kube.reconcile import Operator
+from undertow.kube.operator import Operator
 from undertow.kube.status import TERMINAL
 from undertow.spec import SpecError
 from undertow.spec.meta import GROUP, VERSION
@@ -73,7 +74,7 @@ def register(registry: kopf.OperatorRegistry, operator: Operator,
     @kopf.on.update(*BROKERCLUSTERS, field="spec", registry=registry)
     def apply_cluster(body: kopf.Body, **_: Any) -> None:
         try:
-            operator.apply_cluster(plain(body))
+            operator.clusters.apply_cluster(plain(body))
         except (SpecError, ValueError) as exc:
             raise kopf.PermanentError(str(exc)) from exc
 
@@ -82,7 +83,7 @@ def register(registry: kopf.OperatorRegistry, operator: Operator,
         def notify(reason: str, message: str) -> None:
             kopf.event(body, type="Normal", reason=reason, message=message)
 
-        status = operator.cluster_status(plain(body), notify)
+        status = operator.clusters.cluster_status(plain(body), notify)
         if _changed(body.get("status") or {}, status):
             patch["status"] = status
 
@@ -92,7 +93,7 @@ def register(registry: kopf.OperatorRegistry, operator: Operator,
     @kopf.timer(*CHAOSEXPERIMENTS, interval=interval, when=running, registry=registry)
     def advance_experiment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         previous = (body.get("status") or {}).get("phase")
-        step, status = operator.advance_experiment(plain(body))
+        step, status = operator.experiments.advance_experiment(plain(body))
         if status and _changed(body.get("status") or {}, status):
             patch["status"] = status
         if step.phase != previous:
@@ -102,5 +103,5 @@ def register(registry: kopf.OperatorRegistry, operator: Operator,
 
     @kopf.on.delete(*CHAOSEXPERIMENTS, registry=registry)
     def cleanup_experiment(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-        for problem in operator.cleanup_experiment(plain(body)):
+        for problem in operator.experiments.cleanup_experiment(plain(body)):
             logger.warning("cleanup: %s", problem)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from undertow.kube.api import KubeApi
-from undertow.kube.resources import REPORT_KEY
+from undertow.kube.experiment_objects import REPORT_KEY
 
 log = logging.getLogger("undertow.kube.jobs")
 

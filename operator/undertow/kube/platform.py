@@ -1,22 +1,28 @@
 """The Kubernetes platform: the runner's faults on a BrokerCluster the operator deployed.
 
-- kill: the fault agent in the pod SIGKILLs the broker in place, as the local platform
+Its primitives, which the fault units compose (``undertow.faults``):
+
+- ``kill``: the fault agent in the pod SIGKILLs the broker in place, as the local platform
   does (Kafka's hard bounce): no clean shutdown, and its container restarts under the
-  pod's restart policy with the same IP and the same volumes, held down until ``restart``
-  releases it (or the fault's deadline passes); ``restart`` then waits for it to be ready
-  and serving again;
-- pause and partition: the fault agent in the pod (SIGSTOP/SIGCONT; iptables DROP in the
-  pod's network namespace, peers addressed by pod IP, the clients by the runner pod's IP);
-- disk stall and power loss: the broker's failpoint endpoint, with the token from the
-  cluster's Secret (the runner Job gets it as an environment variable);
+  pod's restart policy with the same IP and the same volumes, held down (``hold_restart``
+  too) until ``release`` (or the deadline passes); ``await_serving`` waits until the pod
+  is ready and the broker serves again;
+- ``pause``/``resume`` and links: the fault agent in the pod (SIGSTOP/SIGCONT; iptables
+  DROP in the pod's network namespace, peers addressed by pod IP, the clients by the
+  runner pod's IP);
+- failpoints (disk stall, disk full, power loss): the broker's failpoint endpoint, with
+  the token from the cluster's Secret (the runner Job gets it as an environment variable);
+- ``delete_pod``: the API server; ``incarnation``: the pod's uid and restart count;
 - ``state``: the pod's ``/v1/state`` through its stable DNS name.
 
 Every fault the agent applies carries a deadline (``fault_deadline_s``: the experiment's
 longest fault plus a margin), so it heals even if this process dies. Each injection and
-recovery is also a Kubernetes Event on the ChaosExperiment (``kubectl describe uce``).
+recovery is also a Kubernetes Event on the ChaosExperiment (``announce``; ``kubectl
+describe uce``).
 
-The platform never creates or deletes the cluster: ``start`` waits for it to be ready,
-``stop`` heals every fault and leaves it running.
+The platform never creates or deletes the cluster: ``start`` clears what an earlier run
+may have left and waits for it to be ready, ``stop`` heals every fault and leaves it
+running.
 """
 
 from __future__ import annotations
@@ -25,17 +31,16 @@ import base64
 import contextlib
 import logging
 import os
-import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from undertow import faults
 from undertow.kube.agent import AgentClient
 from undertow.kube.api import ApiError, KubeApi
-from undertow.kube.pods import PodView, pod_view
-from undertow.kube.resources import (
+from undertow.kube.cluster_objects import (
     ADMIN_PORT,
     AGENT_PORT,
     AGENT_TOKEN_ENV,
@@ -45,6 +50,7 @@ from undertow.kube.resources import (
     KAFKA_PORT,
     ClusterNames,
 )
+from undertow.kube.pods import PodView, pod_view
 from undertow.platform.admin import AdminClient
 from undertow.platform.base import (
     CLIENT,
@@ -91,6 +97,8 @@ class KubernetesPlatformConfig:
     endpoints: Endpoints = Endpoints()
     start_timeout_s: float = 300.0
     poll_s: float = 0.25
+    control_timeout_s: float | None = None
+    """Timeout of each call to a pod's agent or admin endpoint (None: each client's own)."""
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -122,11 +130,7 @@ class KubernetesPlatform(Platform):
         self.api = api
         self.names = ClusterNames(config.cluster, config.namespace)
         self._broker_ids = tuple(range(config.brokers))
-        self._lock = threading.RLock()
         self._link_rules: dict[Link, tuple[str, str, str]] = {}
-        self._down: dict[str, str] = {}
-        self._paused: set[str] = set()
-        self._stalled: set[str] = set()
 
     @classmethod
     def for_experiment(cls, loaded: LoadedExperiment, namespace: str, *,
@@ -160,31 +164,21 @@ class KubernetesPlatform(Platform):
         broker is registered with the controller, unfenced."""
         for node in self.nodes:
             self._wait_ready(node, self.config.start_timeout_s)
-        for node in self.nodes:
-            self._agent(node).heal()
+        problems = faults.clear(self)
+        if problems:
+            raise PlatformError(f"clearing what an earlier run left: {'; '.join(problems)}")
         wait_for(self.all_brokers_unfenced, self.config.start_timeout_s,
                  "every broker to register with the controller, unfenced",
                  interval=0.5, ignore=(EndpointError,))
 
     def stop(self) -> None:
         """Heal every fault (the cluster keeps running: the operator owns it)."""
-        errors: list[BaseException] = []
         try:
-            self.heal()
-        except Exception as exc:
-            errors.append(exc)
-        for node in self.nodes:
-            try:
-                self._agent(node).heal()
-            except EndpointRefused as exc:
-                errors.append(exc)
-            except EndpointUnreachable:
-                pass  # the pod, its rules and its processes are gone
-        with self._links_lock:
-            self._blocks.clear()
-            self._link_rules.clear()
-        if errors:
-            raise PlatformError(f"healing the Kubernetes platform: {errors[0]}") from errors[0]
+            faults.heal(self)
+        finally:
+            with self._links_lock:
+                self._blocks.clear()
+                self._link_rules.clear()
 
     # ---- names and addresses ----------------------------------------------------------------
 
@@ -219,46 +213,49 @@ class KubernetesPlatform(Platform):
 
     # ---- processes --------------------------------------------------------------------------
 
+    @property
+    def timeout_s(self) -> float:
+        return self.config.start_timeout_s
+
+    @property
+    def failpoint_token(self) -> str:
+        return self.config.failpoint_token
+
     def kill(self, node: str) -> None:
         """SIGKILL the broker in its pod; return once it is dead. Its container restarts
-        but the broker stays down until ``restart`` (at most ``fault_deadline_s``)."""
+        but the broker stays down until ``release`` (at most ``fault_deadline_s``)."""
         try:
-            self._agent(node).kill(self.config.fault_deadline_s)
+            self.agent(node).kill(self.config.fault_deadline_s)
         except EndpointError as exc:
             raise PlatformError(f"cannot kill {node}: {exc}") from exc
-        with self._lock:
-            self._down[node] = "kill"
-        self._event("FaultInjected", f"kill {node}: SIGKILL in pod {self.names.pod(node)} "
-                                     f"(held down for {self.config.fault_deadline_s:g}s at "
-                                     "the latest)")
 
-    def restart(self, node: str) -> None:
-        """Release a killed broker (its container starts it again), then wait until the
-        node serves again; a power loss or a pod restart needs only the waiting."""
+    def hold_restart(self, node: str, duration_s: float) -> None:
+        """The agent holds the broker's next start (its launcher waits on the hold file)."""
+        try:
+            self.agent(node).hold_restart(duration_s)
+        except EndpointError as exc:
+            raise PlatformError(f"cannot hold the restart of {node}: {exc}") from exc
+
+    def release(self, node: str) -> None:
+        """Let the container start the broker again (the kubelet restarts it)."""
         with contextlib.suppress(EndpointUnreachable):  # the pod is gone, its hold with it
-            self._agent(node).release()
+            self.agent(node).release()
+
+    def await_serving(self, node: str) -> None:
         self._wait_ready(node, self.config.start_timeout_s)
         wait_for(lambda: self.state(node), self.config.start_timeout_s,
                  f"{node} to serve {self.admin_url(node)}/v1/state",
                  interval=self.config.poll_s, ignore=(EndpointError,))
-        self._recovered(node, "back and serving")
 
     def pause(self, node: str) -> None:
-        self._agent(node).pause(self.config.fault_deadline_s)
-        with self._lock:
-            self._paused.add(node)
-        self._event("FaultInjected", f"pause {node}: SIGSTOP (agent resumes it after "
-                                     f"{self.config.fault_deadline_s:g}s at the latest)")
+        """SIGSTOP through the agent, which resumes it after ``fault_deadline_s`` at the
+        latest."""
+        self.agent(node).pause(self.config.fault_deadline_s)
 
     def resume(self, node: str) -> None:
         # Unreachable: the pod is gone, and its paused process with it.
         with contextlib.suppress(EndpointUnreachable):
-            self._agent(node).resume()
-        with self._lock:
-            was_paused = node in self._paused
-            self._paused.discard(node)
-        if was_paused:
-            self._event("FaultRecovered", f"pause {node}: SIGCONT")
+            self.agent(node).resume()
 
     def is_running(self, node: str) -> bool:
         """Whether the broker process runs in its pod (a killed one held down does not,
@@ -267,96 +264,20 @@ class KubernetesPlatform(Platform):
         if pod is None or not pod.running:
             return False
         try:
-            return bool(self._agent(node).faults().get("running"))
+            return bool(self.agent(node).faults().get("running"))
         except EndpointUnreachable:
             return False
 
     def is_paused(self, node: str) -> bool:
         try:
-            return bool(self._agent(node).faults().get("paused"))
+            return bool(self.agent(node).faults().get("paused"))
         except EndpointUnreachable:
             return False  # no agent answering: no pod, no paused process
 
-    # ---- disks ------------------------------------------------------------------------------
-
-    def stall_disk(self, node: str, duration_s: float) -> None:
-        self.check_broker(node)
-        if duration_s <= 0:
-            raise PlatformError(f"disk stall of {node}: duration must be positive")
-        self._admin(node).set_failpoint("disk-stall", {"duration_ms": round(duration_s * 1000)})
-        with self._lock:
-            self._stalled.add(node)
-        self._event("FaultInjected", f"disk-stall {node}: appends and fsyncs block for at "
-                                     f"most {duration_s:g}s")
-
-    def clear_disk_stall(self, node: str) -> None:
-        self.check_broker(node)
-        if not self.is_running(node):
-            return  # the stall died with the process
-        if self.is_paused(node):
-            raise PlatformError(f"cannot clear the disk stall of {node} while it is paused")
-        try:
-            self._admin(node).clear_failpoint("disk-stall")
-        except EndpointUnreachable as exc:
-            # Unreachable (restarting, or its DNS name not back yet): the broker lifts the
-            # stall itself when its duration is up, and the operator clears it again.
-            log.warning("could not clear the disk stall of %s: %s", node, exc)
-            return
-        with self._lock:
-            was_stalled = node in self._stalled
-            self._stalled.discard(node)
-        if was_stalled:
-            self._event("FaultRecovered", f"disk-stall {node}: cleared")
-
-    def fill_disk(self, node: str, duration_s: float) -> None:
-        """The broker's restart is held first (its agent), then its disk fills: when its
-        log directory fails it halts, its container restarts and waits, as locally."""
-        self.check_broker(node)
-        if duration_s <= 0:
-            raise PlatformError(f"disk-full of {node}: duration must be positive")
-        try:
-            self._agent(node).hold_restart(duration_s)
-        except EndpointError as exc:
-            raise PlatformError(f"cannot hold the restart of {node}: {exc}") from exc
-        self._admin(node).set_failpoint("disk-full", {"duration_ms": round(duration_s * 1000)})
-        with self._lock:
-            self._down[node] = "disk-full"
-        self._event("FaultInjected", f"disk-full {node}: log writes fail with ENOSPC for at "
-                                     f"most {duration_s:g}s; the broker halts on its failed "
-                                     "log directory and stays down until then")
-
-    def clear_disk_full(self, node: str) -> None:
-        """Free the disk of a broker still serving, release a halted one's restart and wait
-        until it serves again."""
-        self.check_broker(node)
-        with contextlib.suppress(EndpointUnreachable):  # halted, or halting right now
-            self._admin(node).clear_failpoint("disk-full")
-        with self._lock:
-            held = self._down.get(node) == "disk-full"
-        if held:
-            self.restart(node)
-
-    def power_loss(self, node: str) -> None:
-        """The failpoint drops every unsynced write and exits the broker; return once the
-        kubelet saw the container die (it restarts it at once, in the same pod)."""
-        pod = self.pod(self.check_broker(node))
-        if pod is None or not pod.running:
-            raise PlatformError(f"cannot cut the power of {node}: it is not running")
-        # A cut connection is the broker dying; a refusal is raised.
-        with contextlib.suppress(EndpointUnreachable):
-            self._admin(node).set_failpoint("power-loss")
-
-        def died() -> bool:
-            now = self.pod(node)
-            return now is None or now.uid != pod.uid or now.restarts > pod.restarts \
-                or not now.running
-
-        wait_for(died, self.config.start_timeout_s, f"{node}'s container to exit",
-                 interval=self.config.poll_s)
-        with self._lock:
-            self._down[node] = "power-loss"
-        self._event("FaultInjected", f"power-loss {node}: unsynced writes dropped, "
-                                     "process exited")
+    def incarnation(self, node: str) -> tuple[str, int] | None:
+        """The pod's uid and its container's restart count, as the kubelet reports them."""
+        pod = self.pod(node)
+        return (pod.uid, pod.restarts) if pod is not None and pod.running else None
 
     # ---- pods -------------------------------------------------------------------------------
 
@@ -377,39 +298,14 @@ class KubernetesPlatform(Platform):
         wait_for(gone, grace_period_s + self.config.start_timeout_s,
                  f"pod {self.names.pod(node)} (uid {pod.uid}) to be deleted",
                  interval=self.config.poll_s, ignore=(ApiError,))
-        with self._lock:
-            self._down[node] = "pod-delete"
-        self._event("FaultInjected", f"pod-delete {node}: pod {self.names.pod(node)} deleted "
-                                     f"(grace {grace_period_s:g}s); the StatefulSet replaces it")
-
-    def await_replacement(self, node: str) -> None:
-        self._wait_ready(node, self.config.start_timeout_s)
-        wait_for(lambda: self.registered_and_unfenced(node), self.config.start_timeout_s,
-                 f"the replacement of {node} to register with the controller, unfenced",
-                 interval=self.config.poll_s, ignore=(EndpointError,))
-        self._recovered(node, "replaced, registered and unfenced")
-
-    def _recovered(self, node: str, how: str) -> None:
-        """The FaultRecovered Event of whatever fault held ``node`` down, once."""
-        with self._lock:
-            kind = self._down.pop(node, None)
-        if kind is not None:
-            self._event("FaultRecovered", f"{kind} {node}: {how}")
 
     # ---- network ----------------------------------------------------------------------------
 
-    def block(self, links: Iterable[Link], owner: str) -> None:
-        wanted = frozenset(links)
-        super().block(wanted, owner)
-        self._event("FaultInjected", f"partition {owner}: dropping "
-                                     f"{', '.join(map(str, sorted(wanted)))}")
-
-    def unblock(self, owner: str) -> None:
-        with self._links_lock:
-            had = owner in self._blocks
-            super().unblock(owner)
-        if had:
-            self._event("FaultRecovered", f"partition {owner}: links pass again")
+    def clear_blocks(self, node: str) -> None:
+        """Also every drop rule the node's agent holds, whoever asked for it (a runner
+        that died mid-partition)."""
+        super().clear_blocks(node)
+        self.agent(node).undrop_all()
 
     def _set_link_blocked(self, link: Link, blocked: bool) -> None:
         """Drop ``src -> dst`` at ``dst``'s INPUT (from src's IP), or, for the clients' side,
@@ -420,7 +316,7 @@ class KubernetesPlatform(Platform):
             else:
                 rule = (link.src, "output", self._ip(CLIENT))
             node, direction, peer = rule
-            self._agent(node).drop(direction, peer, self.config.fault_deadline_s)
+            self.agent(node).drop(direction, peer, self.config.fault_deadline_s)
             self._link_rules[link] = rule
             return
         rule = self._link_rules.pop(link, None)
@@ -428,7 +324,7 @@ class KubernetesPlatform(Platform):
             return
         node, direction, peer = rule
         try:
-            self._agent(node).undrop(direction, peer)
+            self.agent(node).undrop(direction, peer)
         except EndpointRefused:
             self._link_rules[link] = rule
             raise
@@ -448,12 +344,21 @@ class KubernetesPlatform(Platform):
 
     # ---- helpers ----------------------------------------------------------------------------
 
-    def _agent(self, node: str) -> AgentClient:
+    def agent(self, node: str) -> AgentClient:
+        """The fault agent of the node's pod."""
         url = f"http://{self.host(node)}:{self.config.endpoints.agent_port}"
-        return AgentClient(url, self.config.agent_token)
+        return AgentClient(url, self.config.agent_token, **self._timeout())
 
     def _admin(self, node: str) -> AdminClient:
-        return AdminClient(self.admin_url(node), self.config.failpoint_token)
+        return AdminClient(self.admin_url(node), **self._timeout())
+
+    def _failpoints(self, node: str) -> AdminClient:
+        return AdminClient(self.admin_url(self.check_broker(node)), self.failpoint_token,
+                           **self._timeout())
+
+    def _timeout(self) -> dict[str, float]:
+        timeout = self.config.control_timeout_s
+        return {} if timeout is None else {"timeout_s": timeout}
 
     def _wait_ready(self, node: str, timeout: float) -> None:
         def ready() -> bool:
@@ -463,8 +368,8 @@ class KubernetesPlatform(Platform):
         wait_for(ready, timeout, f"pod {self.names.pod(node)} to be ready",
                  interval=self.config.poll_s, ignore=(ApiError,))
 
-    def _event(self, reason: str, message: str) -> None:
-        """A Kubernetes Event on the experiment; never fails the fault it reports."""
+    def announce(self, reason: str, message: str) -> None:
+        """A Kubernetes Event on the experiment (``kubectl describe uce``)."""
         if not self.config.experiment:
             return
         now = datetime.now(UTC)

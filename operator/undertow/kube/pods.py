@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from undertow.kube.resources import LABEL_COMPONENT, LABEL_REVISION, ClusterNames
+from undertow.kube.cluster_objects import LABEL_REVISION, ClusterNames
+from undertow.kube.objects import LABEL_COMPONENT
 
 MAIN_CONTAINER = "minibroker"
 

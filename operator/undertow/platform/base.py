@@ -8,26 +8,28 @@ implements this with child processes, a Kubernetes platform with pods and a faul
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from undertow.cluster_view import ClusterView, broker_report, view_from_states
+from undertow.platform.admin import AdminClient
+from undertow.platform.control import EndpointError
+from undertow.platform.errors import PlatformError
+
+log = logging.getLogger("undertow.platform")
 
 CLIENT = "client"
 CONTROLLER = "controller"
 _BROKER_PREFIX = "broker-"
 
 T = TypeVar("T")
-
-
-class PlatformError(RuntimeError):
-    """A platform operation failed or did not take effect in time."""
 
 
 def broker_node(broker_id: int) -> str:
@@ -171,14 +173,46 @@ class Platform(ABC):
         (``AdminClient.events``)."""
 
     # ---- processes --------------------------------------------------------------------------
+    # The process primitives fault units compose. "Down" is a node whose process is not
+    # running; what brings it back differs (the runner starts a local process, a pod's
+    # container restarts on its own unless its agent holds it), so units say only when it
+    # may come back (``release``) and wait until it serves (``await_serving``).
+
+    @property
+    @abstractmethod
+    def timeout_s(self) -> float:
+        """How long the platform waits for a node to start, stop or register."""
 
     @abstractmethod
     def kill(self, node: str) -> None:
-        """Kill the node without warning; return once its process is gone."""
+        """SIGKILL the node, no clean shutdown; return once its process is gone. It stays
+        down until ``release``."""
 
     @abstractmethod
+    def hold_restart(self, node: str, duration_s: float) -> None:
+        """When the node's process exits on its own (a broker halting on a failed log
+        directory), keep it down until ``release``, for at most ``duration_s``."""
+
+    @abstractmethod
+    def release(self, node: str) -> None:
+        """Let a node that is down start again, and start it where nothing else does;
+        a no-op for a running node. Returns at once: ``await_serving`` waits."""
+
+    @abstractmethod
+    def await_serving(self, node: str) -> None:
+        """Return once the node serves its admin endpoint."""
+
     def restart(self, node: str) -> None:
-        """Start the node if it is not running; return once it serves its admin endpoint."""
+        """Bring a node that is down back and return once it serves."""
+        self.release(node)
+        self.await_serving(node)
+
+    def await_registered(self, node: str) -> None:
+        """Return once the broker now serving ``node`` is registered with the controller
+        under its current broker epoch, unfenced (``registered_and_unfenced``)."""
+        wait_for(lambda: self.registered_and_unfenced(node), self.timeout_s,
+                 f"{node} to register with the controller, unfenced",
+                 interval=0.1, ignore=(EndpointError,))
 
     @abstractmethod
     def pause(self, node: str) -> None:
@@ -186,7 +220,7 @@ class Platform(ABC):
 
     @abstractmethod
     def resume(self, node: str) -> None:
-        """Let a paused node run again; a no-op for a running one."""
+        """Let a paused node run again; a no-op for a running or absent one."""
 
     @abstractmethod
     def is_running(self, node: str) -> bool:
@@ -196,30 +230,40 @@ class Platform(ABC):
     def is_paused(self, node: str) -> bool:
         """The node's process is stopped by a pause."""
 
-    # ---- disks ------------------------------------------------------------------------------
-
     @abstractmethod
-    def stall_disk(self, node: str, duration_s: float) -> None:
-        """Make the broker's appends and fsyncs block; the broker lifts it after ``duration_s``."""
+    def incarnation(self, node: str) -> Hashable | None:
+        """What tells the node's running process from the next one (None: not running)."""
 
-    @abstractmethod
-    def clear_disk_stall(self, node: str) -> None:
-        """Lift a disk stall; a no-op when there is none or the broker is not running."""
+    def await_exit(self, node: str, incarnation: Hashable) -> None:
+        """Return once the process of ``incarnation`` is gone (exited, or replaced)."""
+        wait_for(lambda: self.incarnation(node) != incarnation, self.timeout_s,
+                 f"{node}'s process to exit", interval=0.05)
 
-    @abstractmethod
-    def fill_disk(self, node: str, duration_s: float) -> None:
-        """Make the broker's disk full for at most ``duration_s``: its next log write fails
-        with ENOSPC, its log directory goes offline and it halts, as Kafka's does; it
-        stays down until ``clear_disk_full``."""
+    def require_responsive(self, node: str, action: str) -> None:
+        """Failpoints are HTTP calls: a dead or paused broker cannot answer them."""
+        if not self.is_running(node):
+            raise PlatformError(f"cannot {action} {node}: it is not running")
+        if self.is_paused(node):
+            raise PlatformError(f"cannot {action} {node}: it is paused")
 
-    @abstractmethod
-    def clear_disk_full(self, node: str) -> None:
-        """Free the disk; a broker that halted comes back only by a restart (this one),
-        as Kafka's does. Return once it serves."""
+    # ---- failpoints -------------------------------------------------------------------------
 
+    @property
     @abstractmethod
-    def power_loss(self, node: str) -> None:
-        """The broker loses every write it has not fsynced and dies; ``restart`` brings it back."""
+    def failpoint_token(self) -> str:
+        """The bearer token of the brokers' failpoints."""
+
+    def set_failpoint(self, node: str, name: str, duration_s: float | None = None) -> None:
+        """Arm the broker's failpoint ``name`` (``/v1/failpoints/NAME``); with a duration
+        the broker lifts it on its own when that is up."""
+        body = None if duration_s is None else {"duration_ms": round(duration_s * 1000)}
+        self._failpoints(node).set_failpoint(name, body)
+
+    def clear_failpoint(self, node: str, name: str) -> None:
+        self._failpoints(node).clear_failpoint(name)
+
+    def _failpoints(self, node: str) -> AdminClient:
+        return AdminClient(self.admin_url(self.check_broker(node)), self.failpoint_token)
 
     # ---- pods -------------------------------------------------------------------------------
 
@@ -229,10 +273,13 @@ class Platform(ABC):
         period); its StatefulSet replaces it at once, with a new address and, when storage
         is ephemeral, an empty disk. Return once the old process is gone."""
 
-    @abstractmethod
-    def await_replacement(self, node: str) -> None:
-        """Return once the replacement of a deleted pod serves, registered with the
-        controller under its new incarnation and unfenced."""
+    # ---- users ------------------------------------------------------------------------------
+
+    def announce(self, reason: str, message: str) -> None:
+        """Tell the experiment's watchers that a fault took effect or ended (``reason``:
+        ``FaultInjected``, ``FaultRecovered``); on Kubernetes an Event on the
+        ChaosExperiment. Never raises: a fault does not fail on its report."""
+        log.info("%s: %s", reason, message)
 
     def cluster_view(self, *, replicas: bool = False) -> ClusterView:
         """The controller's view of the cluster; with ``replicas``, also every answering
@@ -296,18 +343,9 @@ class Platform(ABC):
             for link in sorted(released - self.blocked_links):
                 self._set_link_blocked(link, False)
 
-    # ---- healing ----------------------------------------------------------------------------
-
-    def heal(self) -> None:
-        """Undo every fault: pass every link, resume, restart, lift disk stalls."""
+    def clear_blocks(self, node: str) -> None:
+        """Pass again every link to or from ``node``, whoever blocked it."""
         with self._links_lock:
-            for owner in list(self._blocks):
-                self.unblock(owner)
-        for node in self.nodes:
-            if self.is_paused(node):
-                self.resume(node)
-            if not self.is_running(node):
-                self.restart(node)
-        for node in self.brokers:
-            self.clear_disk_stall(node)
-            self.clear_disk_full(node)
+            for owner, links in list(self._blocks.items()):
+                if any(node in (link.src, link.dst) for link in links):
+                    self.unblock(owner)

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from undertow.platform.base import PlatformError
+from undertow.platform.errors import PlatformError
 
 _DETAIL_CHARS = 300
 """How much of an error body goes into an error message."""

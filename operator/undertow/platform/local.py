@@ -5,7 +5,7 @@ connection between nodes, and from clients to brokers, goes through a per-link p
 the runner (``--controller``, ``--broker-address`` and ``--advertised-listener`` point at
 the proxies). ``netns`` (root): every node in its own network namespace, partitions are
 iptables rules. Kills, pauses and restarts are signals to the node's process group; disk
-stalls and power loss are the broker's failpoints.
+stalls, full disks and power loss are the broker's failpoints.
 
 Nothing outlives the run: children die with the runner (PR_SET_PDEATHSIG), the proxies
 are threads of the runner, and the guardian cleans up after a runner killed outright.
@@ -13,7 +13,6 @@ are threads of the runner, and the guardian cleans up after a runner killed outr
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -21,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from undertow.platform.base import (
     broker_node,
     wait_for,
 )
-from undertow.platform.control import EndpointError, EndpointUnreachable
+from undertow.platform.control import EndpointError
 from undertow.platform.guardian import Guardian
 from undertow.platform.netns import NetnsNetwork
 from undertow.platform.ports import reserve_ports
@@ -107,7 +106,7 @@ class LocalPlatform(Platform):
     def __init__(self, config: LocalPlatformConfig) -> None:
         super().__init__()
         self.config = config
-        self.failpoint_token = secrets.token_hex(16)
+        self._failpoint_token = secrets.token_hex(16)
         first = config.first_broker_id
         self._broker_ids = tuple(range(first, first + config.brokers))
         self._lock = threading.RLock()
@@ -140,7 +139,7 @@ class LocalPlatform(Platform):
         self._guardian = Guardian.start(logs / "guardian.log")
         self._spawner = Spawner()
         self._wiring = self._wire_netns() if self.config.network == "netns" else self._wire_proxy()
-        env = {**os.environ, FAILPOINT_TOKEN_ENV: self.failpoint_token, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, FAILPOINT_TOKEN_ENV: self._failpoint_token, "PYTHONUNBUFFERED": "1"}
         for node in self.nodes:
             (self.config.workdir / "data" / node).mkdir(parents=True, exist_ok=True)
             self._processes[node] = ChildProcess(
@@ -289,6 +288,14 @@ class LocalPlatform(Platform):
 
     # ---- processes --------------------------------------------------------------------------
 
+    @property
+    def timeout_s(self) -> float:
+        return self.config.start_timeout_s
+
+    @property
+    def failpoint_token(self) -> str:
+        return self._failpoint_token
+
     def kill(self, node: str) -> None:
         with self._node_locks[self.check_node(node)]:
             process = self._process(node)
@@ -296,7 +303,12 @@ class LocalPlatform(Platform):
                 raise PlatformError(f"cannot kill {node}: it is not running")
             process.kill()
 
-    def restart(self, node: str) -> None:
+    def hold_restart(self, node: str, duration_s: float) -> None:
+        """Nothing restarts a local process but ``release``: it is held already."""
+        self.check_node(node)
+
+    def release(self, node: str) -> None:
+        """Start the node if it is not running (the runner is its kubelet)."""
         with self._node_locks[self.check_node(node)]:
             if self._state not in ("starting", "running"):
                 raise PlatformError(f"cannot restart {node}: the platform is {self._state}")
@@ -304,7 +316,20 @@ class LocalPlatform(Platform):
             if process.running:
                 return
             process.kill()  # reap whatever exited on its own
-            self._start_nodes([node])
+            process.start()
+
+    def await_serving(self, node: str) -> None:
+        process, url = self._process(node), self.admin_url(node)
+
+        def serving() -> bool:
+            if not process.running:
+                raise PlatformError(f"{node} exited with status {process.returncode} while "
+                                    f"starting:\n{self._log_tail(node)}")
+            AdminClient(url, timeout_s=1.0).state()
+            return True
+
+        wait_for(serving, self.config.start_timeout_s, f"{node} to serve {url}/v1/state",
+                 ignore=(EndpointError,))
 
     def pause(self, node: str) -> None:
         with self._node_locks[self.check_node(node)]:
@@ -320,23 +345,21 @@ class LocalPlatform(Platform):
     def is_paused(self, node: str) -> bool:
         return self._process(node).paused
 
+    def incarnation(self, node: str) -> int | None:
+        process = self._process(node)
+        return process.pid if process.running else None
+
+    def await_exit(self, node: str, incarnation: Hashable) -> None:
+        process = self._process(node)
+        if process.pid == incarnation:
+            process.wait_exit(self.config.start_timeout_s)
+
     def _start_nodes(self, nodes: Sequence[str]) -> None:
         """Start the processes together, then wait until each serves its admin endpoint."""
         for node in nodes:
             self._process(node).start()
         for node in nodes:
-            process, url = self._process(node), self.admin_url(node)
-
-            def serving(node: str = node, process: ChildProcess = process,
-                        url: str = url) -> bool:
-                if not process.running:
-                    raise PlatformError(f"{node} exited with status {process.returncode} while "
-                                        f"starting:\n{self._log_tail(node)}")
-                AdminClient(url, timeout_s=1.0).state()
-                return True
-
-            wait_for(serving, self.config.start_timeout_s, f"{node} to serve {url}/v1/state",
-                     ignore=(EndpointError,))
+            self.await_serving(node)
 
     # ---- pods -------------------------------------------------------------------------------
 
@@ -366,66 +389,6 @@ class LocalPlatform(Platform):
                 self._proxies.move_upstream(node, (host, port))
             process.start()
 
-    def await_replacement(self, node: str) -> None:
-        with self._node_locks[self.check_broker(node)]:
-            if not self.is_running(node):
-                self.restart(node)  # it exited on its own meanwhile: the StatefulSet's job
-        wait_for(lambda: self.registered_and_unfenced(node), self.config.start_timeout_s,
-                 f"the replacement of {node} to register with the controller, unfenced",
-                 interval=0.1, ignore=(EndpointError,))
-
-    # ---- disks ------------------------------------------------------------------------------
-
-    def stall_disk(self, node: str, duration_s: float) -> None:
-        self.check_broker(node)
-        if duration_s <= 0:
-            raise PlatformError(f"disk stall of {node}: duration must be positive")
-        self._require_responsive(node, "stall the disk of")
-        self._admin(node).set_failpoint("disk-stall", {"duration_ms": round(duration_s * 1000)})
-
-    def clear_disk_stall(self, node: str) -> None:
-        self.check_broker(node)
-        if not self.is_running(node):
-            return  # the stall died with the process
-        if self.is_paused(node):
-            raise PlatformError(f"cannot clear the disk stall of {node} while it is paused")
-        self._admin(node).clear_failpoint("disk-stall")
-
-    def fill_disk(self, node: str, duration_s: float) -> None:
-        self.check_broker(node)
-        if duration_s <= 0:
-            raise PlatformError(f"disk-full of {node}: duration must be positive")
-        self._require_responsive(node, "fill the disk of")
-        self._admin(node).set_failpoint("disk-full", {"duration_ms": round(duration_s * 1000)})
-
-    def clear_disk_full(self, node: str) -> None:
-        self.check_broker(node)
-        if not self.is_running(node):
-            self.restart(node)  # it halted on its failed log directory
-            return
-        if self.is_paused(node):
-            raise PlatformError(f"cannot free the disk of {node} while it is paused")
-        with contextlib.suppress(EndpointUnreachable):  # halting right now
-            self._admin(node).clear_failpoint("disk-full")
-        if not self.is_running(node):
-            self.restart(node)
-
-    def power_loss(self, node: str) -> None:
-        with self._node_locks[self.check_broker(node)]:
-            process = self._process(node)
-            self._require_responsive(node, "cut the power of")
-            # The broker may exit before it answers; a refusal (HTTP error) is real.
-            with contextlib.suppress(EndpointUnreachable):
-                self._admin(node).set_failpoint("power-loss")
-            process.wait_exit(self.config.start_timeout_s)
-
-    def _require_responsive(self, node: str, action: str) -> None:
-        """Failpoints are HTTP calls: a dead or paused broker cannot answer them."""
-        if not self.is_running(node):
-            raise PlatformError(f"cannot {action} {node}: it is not running")
-        if self.is_paused(node):
-            raise PlatformError(f"cannot {action} {node}: it is paused")
-
     # ---- network ----------------------------------------------------------------------------
 
     def _set_link_blocked(self, link: Link, blocked: bool) -> None:
@@ -450,7 +413,7 @@ class LocalPlatform(Platform):
             raise PlatformError(f"{node} has no process: the platform is not started") from None
 
     def _admin(self, node: str) -> AdminClient:
-        return AdminClient(self.admin_url(node), self.failpoint_token)
+        return AdminClient(self.admin_url(node))
 
     def _log_tail(self, node: str, lines: int = 20) -> str:
         try:

@@ -30,12 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from undertow.runner.run import (
-    COMMIT_TIMEOUT_S,
-    DRAIN_TIMEOUT_S,
-    HEAL_TIMEOUT_S,
-    READY_TIMEOUT_S,
-)
+from undertow.runner.run import max_run_duration_s
+from undertow.spec import LoadedExperiment
 from undertow.spec.experiment import ChaosExperimentSpec
 from undertow_analysis.report import summary_text
 
@@ -59,11 +55,11 @@ def planned_sends(spec: ChaosExperimentSpec) -> int:
     return int(w.producers * w.rate * w.duration)
 
 
-def history_deadline(spec: ChaosExperimentSpec) -> float:
-    """The longest, in seconds, a run of `spec` can take to close its history: every wait of
-    the run is bounded (`undertow.runner.run`), plus DEADLINE_MARGIN_S."""
-    return (2 * READY_TIMEOUT_S + spec.workload.duration + HEAL_TIMEOUT_S + COMMIT_TIMEOUT_S
-            + DRAIN_TIMEOUT_S + DEADLINE_MARGIN_S)
+def history_deadline(loaded: LoadedExperiment) -> float:
+    """How long, in seconds, the analysis waits for a run of `loaded` to close its history:
+    the longest the run can take (`undertow.runner.run.max_run_duration_s`), plus
+    DEADLINE_MARGIN_S."""
+    return max_run_duration_s(loaded) + DEADLINE_MARGIN_S
 
 
 class AnalysisFailed(RuntimeError):
@@ -81,8 +77,8 @@ class AnalysisProcess:
         self.log_path = log_path
 
     @classmethod
-    def start(cls, history: Path, out: Path, spec: ChaosExperimentSpec) -> AnalysisProcess:
-        """Start it for a run of `spec` into `history`, which need not exist yet."""
+    def start(cls, history: Path, out: Path, loaded: LoadedExperiment) -> AnalysisProcess:
+        """Start it for a run of `loaded` into `history`, which need not exist yet."""
         log_path = out / "analysis.log"
         # Importable even when the runner found the package through its own sys.path.
         package = importlib.util.find_spec("undertow_analysis")
@@ -91,8 +87,9 @@ class AnalysisProcess:
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "undertow_analysis", str(history.resolve()),
-                 "--out", str(out.resolve()), "--wait", f"{history_deadline(spec):.0f}",
-                 "--planned-sends", str(planned_sends(spec)), "--lifeline"],
+                 "--out", str(out.resolve()), "--wait", f"{history_deadline(loaded):.0f}",
+                 "--planned-sends", str(planned_sends(loaded.experiment.spec)),
+                 "--lifeline"],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": pythonpath},
                 start_new_session=True)  # a Ctrl-C reaches the runner, which stops it

@@ -22,7 +22,7 @@ from typing import Any
 
 from undertow.platform.base import Platform, PlatformError
 from undertow.runner.history import HistoryWriter
-from undertow_analysis.history_schema import EVENTS
+from undertow_history.schema import EVENTS
 
 log = logging.getLogger("undertow.events")
 

@@ -4,7 +4,7 @@ Every line goes to its file with one ``write`` as it is recorded (no buffer), so
 run still leaves an analysable history. Writers are called from the workload's threads and the
 runner's loop alike.
 
-The files and their fields are those of `undertow_analysis.history_schema`, the one schema the
+The files and their fields are those of `undertow_history.schema`, the one schema the
 analysis reads them with. Lines are not checked against it here (thousands a second go through
 `_append`): tests check the lines a real run writes.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from undertow.runner.abort import Abort, HistoryWriteError
-from undertow_analysis import history_schema as schema
+from undertow_history import schema
 
 RESERVE_MIN_BYTES = 64 * 1024
 """Room set aside for the last meta.json: at least this, and four times the first one (the

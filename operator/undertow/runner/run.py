@@ -33,7 +33,7 @@ from undertow.runner.events import EventCollector
 from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
 from undertow.runner.sampler import ClusterSampler
-from undertow.runner.workload import Workload, WorkloadConfig, drain
+from undertow.runner.workload import Workload, WorkloadConfig, drain, outcomes_wait_s
 from undertow.spec import LoadedExperiment, choose_seed, plan
 
 log = logging.getLogger("undertow.run")
@@ -66,6 +66,16 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
         consumers=w.consumers, acks=str(w.acks), retries=w.retries,
         request_timeout_ms=int(w.request_timeout * 1000), rate=float(w.rate),
         record_size=w.record_size, idempotent=w.idempotent)
+
+
+def max_run_duration_s(loaded: LoadedExperiment) -> float:
+    """The longest, in seconds, a run of `loaded` can take to close its history once its
+    platform has started: the bounds of its waits in turn (the topic's creation, the
+    cluster's readiness, the workload, the producers' last outcomes, the healing, the commit,
+    the drain). The platform's own start and the faults' recovery are not counted."""
+    return (2 * READY_TIMEOUT_S + loaded.experiment.spec.workload.duration
+            + outcomes_wait_s(workload_config(loaded)) + HEAL_TIMEOUT_S + COMMIT_TIMEOUT_S
+            + DRAIN_TIMEOUT_S)
 
 
 def partitions_healthy(platform: Platform, topic: str, replication_factor: int) -> bool:

@@ -57,6 +57,12 @@ class WorkloadConfig:
     idempotent: bool = False
 
 
+def outcomes_wait_s(cfg: WorkloadConfig) -> float:
+    """The longest a producer waits, once stopped, for its outstanding sends' outcomes: every
+    attempt's request timeout, and 5 s more."""
+    return cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5
+
+
 def error_name(error: KafkaError) -> str:
     return error.name().lstrip("_") if error.name() else str(error.code())
 
@@ -125,7 +131,7 @@ class ProducerWorker:
                 next_send = time.monotonic()  # fell behind (a full queue): do not burst
         # Wait for every outstanding send's outcome: each ends ok, fail or (timed out) info;
         # unless the run was aborted, when the outcomes could not be recorded anyway.
-        deadline = time.monotonic() + cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5
+        deadline = time.monotonic() + outcomes_wait_s(cfg)
         while (self._producer.flush(ABORT_POLL_S) and time.monotonic() < deadline
                and not self._abort.is_set()):
             pass

@@ -19,11 +19,14 @@ HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /h
     POST   /v1/pause   {"deadline_s": 10}       SIGSTOP the target; returns once stopped
     POST   /v1/resume                           SIGCONT the target
     POST   /v1/kill    {"deadline_s": 10}       SIGKILL the target; held down until release
-    POST   /v1/release                          let a killed target start again
+    POST   /v1/hold    {"deadline_s": 10}       hold the target's next start until release
+    POST   /v1/release                          let a killed (or held) target start again
     PUT    /v1/drops/{input|output}/{ip}  {"deadline_s": 10}
     DELETE /v1/drops/{input|output}/{ip}
-    POST   /v1/heal                             remove every rule, resume and release every
-                                                target
+    DELETE /v1/drops                            remove every rule, whoever asked for it
+
+These are the Kubernetes platform's primitives; the fault kinds compose them
+(``undertow.faults``), and so does healing a cluster (``undertow.faults.heal``).
 
 ``input`` drops packets from the peer (INPUT -s), ``output`` packets to it (OUTPUT -d).
 

@@ -43,8 +43,8 @@ class AgentClient:
     def undrop(self, direction: str, peer: str) -> None:
         self._control.request("DELETE", f"/v1/drops/{direction}/{peer}", {})
 
-    def heal(self) -> None:
-        self._control.request("POST", "/v1/heal", {})
+    def undrop_all(self) -> None:
+        self._control.request("DELETE", "/v1/drops", {})
 
     def faults(self) -> dict[str, Any]:
         return self._control.request("GET", "/v1/faults")

@@ -73,6 +73,12 @@ class Deadlines:
         with self.lock:
             self._faults.pop(key, None)
 
+    def discard_kind(self, kind: str) -> None:
+        """Every fault of ``kind`` was healed on request."""
+        with self.lock:
+            for key in [key for key, fault in self._faults.items() if fault.kind == kind]:
+                del self._faults[key]
+
     def clear(self) -> None:
         with self.lock:
             self._faults.clear()

@@ -93,6 +93,12 @@ class FaultAgent:
             self.netfilter.undrop(direction, peer)
             self.deadlines.discard(f"{direction}/{peer}")
 
+    def undrop_all(self) -> None:
+        """Remove every drop rule, those of an agent before this one included."""
+        with self.deadlines.lock:
+            self.netfilter.flush()
+            self.deadlines.discard_kind("drop")
+
     def heal(self) -> None:
         """Remove every rule and resume every target, whatever the agent remembers."""
         with self.deadlines.lock:

@@ -4,7 +4,7 @@ A ``kill`` is SIGKILL of the broker process in place, as the local platform does
 hard bounce): its container restarts under the pod's restart policy, with the same IP and
 the same volumes. So that the broker stays down for the fault's duration, as it does
 locally, the agent first writes this file into a volume both containers mount; the
-container's launcher (``resources._LAUNCHER``) waits, before it starts the broker, until
+container's launcher (``cluster_objects._LAUNCHER``) waits, before it starts the broker, until
 the file is gone or its deadline has passed. The deadline is in the file, so the broker
 comes back even when the agent and the runner are gone.
 """

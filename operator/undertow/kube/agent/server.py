@@ -89,9 +89,9 @@ def make_server(agent: FaultAgent, host: str, port: int, token: str) -> Threadin
             if (method, path) == ("POST", "/v1/release"):
                 agent.release()
                 return {"released": True}
-            if (method, path) == ("POST", "/v1/heal"):
-                agent.heal()
-                return {"healed": True}
+            if (method, path) == ("DELETE", "/v1/drops"):
+                agent.undrop_all()
+                return {"dropped": []}
             if path.startswith("/v1/drops/") and method in ("PUT", "DELETE"):
                 direction, peer = _drop_target(path)
                 if method == "PUT":

@@ -4,11 +4,11 @@ they mean.
 The runner writes a history, the analysis reads it, docs/history-format.md describes it; all
 three take the fields from here, so they cannot drift apart: the runner's `HistoryWriter` opens
 the files listed in `FILES`, the analysis builds its Spark schemas from them (`io.spark_schema`),
-the doc's field tables are generated from them (`python -m undertow_analysis.history_schema
+the doc's field tables are generated from them (`python -m undertow_history.schema
 docs/history-format.md`), and tests check the lines a real run writes against `problems`.
 
 Pure Python with no imports beyond the standard library: the runner imports it (the operator
-image has no Spark) and the analysis image holds only the analysis package.
+image has no Spark) and so does the analysis (whose image has no runner).
 
 Adding a file (say events.jsonl) takes one `HistoryFile` in `FILES`, its table's two markers in
 the doc, a `HistoryWriter` method that appends its records, and, if the analysis reads it, a
@@ -319,7 +319,7 @@ def render_doc(text: str) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m undertow_analysis.history_schema DOC...`: regenerate the tables in place."""
+    """`python -m undertow_history.schema DOC...`: regenerate the tables in place."""
     for path in map(Path, argv):
         path.write_text(render_doc(path.read_text(encoding="utf-8")), encoding="utf-8")
     return 0

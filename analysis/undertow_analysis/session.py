@@ -1,0 +1,90 @@
+"""The Spark session of the job and its settings (docs/design.md, "Where the job's time goes,
+and the settings that follow")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+SESSION_DEFAULTS = {
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # Every PySpark call otherwise records its Python call site in the JVM for error
+    # messages, about six Py4J round trips each: 9,000 of the 15,000 a small run's job made
+    # (2-3 s of its 6-7 s). A failing query still names its operator and its plan.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # One analysis generates about 210 classes; with Spark's 100 cached, every job compiled
+    # them all again (210 compilations after a warm-up; 2 with room for them).
+    "spark.sql.codegen.cache.maxEntries": "1000",
+}
+SMALL_RUN_SENDS = 100_000
+"""A run planning at most this many sends is small: its analysis is mostly one-time costs."""
+
+
+def session_conf(master: str | None, conf: Mapping[str, str] | None = None, *,
+                 planned_sends: int | None = None) -> dict[str, str]:
+    """The configuration of a session the job creates: its defaults, then `conf`.
+    `planned_sends`: how many sends the run to analyse planned, when known before its
+    history is (`undertow run`)."""
+    defaults = dict(SESSION_DEFAULTS)
+    if master and master.startswith("local"):
+        # Few shuffle partitions, which adaptive execution coalesces further on small runs.
+        # Scan splits stay at Spark's 128 MB: 32 MB splits (four times the map tasks and
+        # shuffle blocks) cost 4-5 % of the whole job at 1M, 5M and 20M sends side by side.
+        defaults["spark.sql.shuffle.partitions"] = "32"
+        # Sort-based serialized shuffle writes: one output stream per map task instead of one
+        # per reduce partition concatenated afterwards (scan + shuffle write of 5M sends:
+        # about 9 % less CPU side by side).
+        defaults["spark.shuffle.sort.bypassMergeThreshold"] = "0"
+        # The driver JVM is the executor: the throughput collector has no concurrent threads
+        # and cheaper write barriers than G1, which leaves more of a small machine to tasks.
+        defaults["spark.driver.extraJavaOptions"] = "-XX:+UseParallelGC"
+        if planned_sends is not None and planned_sends <= SMALL_RUN_SENDS:
+            # The client compiler alone: a small run's job runs no code long enough to gain
+            # from C2, whose compilations took 40 % of the CPU of the warm-up and of the job
+            # after it (acksall-leader-kill, 18k sends; a synthetic 100k: 30 %), same times.
+            # Without C2 the code cache shrinks to 48 MB, which Spark's generated classes
+            # filled after four analyses (the JIT then stops): keep the tiered 240 MB.
+            defaults["spark.driver.extraJavaOptions"] += (
+                " -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+    return {**defaults, **(conf or {})}
+
+
+def spark_session(master: str | None, conf: Mapping[str, str] | None = None, *,
+                  planned_sends: int | None = None) -> tuple[SparkSession, bool]:
+    """The active session if there is one (tests, notebooks, `undertow run`), else a new one.
+
+    Returns (session, created): the caller stops only a session it created. `master` None
+    keeps the one spark-submit configured.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    builder = SparkSession.builder.appName("undertow-analysis")
+    if master:
+        builder = builder.master(master)
+    for key, value in session_conf(master, conf, planned_sends=planned_sends).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate(), True
+
+
+EMPTY_RELATION_RULE = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+
+
+@contextmanager
+def keeping_observations(spark: SparkSession) -> Iterator[None]:
+    """Adaptive execution replaces a branch that turned out empty (no inconsistent offsets,
+    an empty faults.jsonl) by an empty relation, and an Observation in that branch then never
+    reports: keep such branches while the job runs."""
+    key = "spark.sql.adaptive.optimizer.excludedRules"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, ",".join(r for r in (before, EMPTY_RELATION_RULE) if r))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)

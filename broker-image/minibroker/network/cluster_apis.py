@@ -1,0 +1,225 @@
+"""The APIs that touch no replica: what a client asks before it produces or fetches
+(ApiVersions, Metadata, FindCoordinator), answered from the metadata image, and what the
+broker forwards to the controller (CreateTopics, InitProducerId)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from types import ModuleType
+from typing import Any, Protocol
+
+from kio.static.protocol import ResponsePayload
+
+from minibroker.cluster.types import ErrorCode, MetadataImage, TopicImage
+from minibroker.network.codec import SUPPORTED_API_VERSIONS, ApiKey, Request
+from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
+
+_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" sentinel
+_NO_PRODUCER_ID = -1
+_NO_PRODUCER_EPOCH = -1
+
+
+class ClusterBroker(Protocol):
+    """What ClusterApis needs of the broker: its id, the metadata image and what it forwards
+    to the controller."""
+
+    broker_id: int
+
+    def metadata_image(self) -> MetadataImage: ...
+
+    async def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, config: dict[str, str]
+    ) -> tuple[ErrorCode, str | None]:
+        """Forwarded to the controller. -1 partitions or replication factor (CreateTopics
+        v4+) ask for the broker's defaults."""
+        ...
+
+    async def init_producer_id(self) -> tuple[ErrorCode, int]:
+        """(error, producer id): an id no producer was given before, on any broker."""
+        ...
+
+
+class ClusterApis:
+    """The handlers of the APIs that touch no replica, for ``KafkaApis``."""
+
+    def __init__(self, broker: ClusterBroker) -> None:
+        self._broker = broker
+
+    # -- ApiVersions ---------------------------------------------------------------------
+
+    async def handle_api_versions(self, request: Request) -> ResponsePayload:
+        if request.api_version > SUPPORTED_API_VERSIONS[ApiKey.API_VERSIONS][1]:
+            # The client learns our range from a v0-form answer and retries (KIP-511).
+            version, error = 0, ErrorCode.unsupported_version
+        else:
+            version, error = request.api_version, ErrorCode.none
+        m = response_module(ApiKey.API_VERSIONS, version)
+        api_keys = tuple(
+            m.ApiVersion(api_key=key, min_version=lo, max_version=hi)
+            for key, (lo, hi) in sorted(SUPPORTED_API_VERSIONS.items())
+        )
+        return build(
+            m.ApiVersionsResponse, error_code=error, api_keys=api_keys, throttle_time=NO_THROTTLE
+        )
+
+    # -- Metadata ------------------------------------------------------------------------
+
+    async def handle_metadata(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.METADATA, request.api_version)
+        image = self._broker.metadata_image()
+        brokers = tuple(
+            m.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=None)
+            for _, b in sorted(image.brokers.items())
+        )
+        if body.topics is None:
+            topics = tuple(self._topic_metadata(m, image, image.topics[name])
+                           for name in sorted(image.topics))
+        else:
+            topics = tuple(self._requested_topic_metadata(m, image, t) for t in body.topics)
+        return build(
+            m.MetadataResponse,
+            throttle_time=NO_THROTTLE,
+            brokers=brokers,
+            cluster_id=image.cluster_id or None,
+            controller_id=self._broker.broker_id,  # KRaft brokers name any broker
+            topics=topics,
+            cluster_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    def _requested_topic_metadata(self, m: ModuleType, image: MetadataImage, req: Any) -> Any:
+        name: str | None = req.name
+        if name is not None:
+            topic, error = image.topics.get(name), ErrorCode.unknown_topic_or_partition
+        else:  # v10+ may name a topic by id only
+            topic = next((t for t in image.topics.values()
+                          if uuid.UUID(t.topic_id) == req.topic_id), None)
+            error = ErrorCode.unknown_topic_id
+        if topic is not None:
+            return self._topic_metadata(m, image, topic)
+        return build(
+            m.MetadataResponseTopic,
+            error_code=error,
+            name=name,
+            topic_id=getattr(req, "topic_id", None),
+            is_internal=False,
+            partitions=(),
+            topic_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    @staticmethod
+    def _topic_metadata(m: ModuleType, image: MetadataImage, topic: TopicImage) -> Any:
+        live = image.brokers
+        partitions = []
+        for index, reg in sorted(topic.partitions.items()):
+            leader_alive = reg.leader in live
+            partitions.append(build(
+                m.MetadataResponsePartition,
+                error_code=ErrorCode.none if leader_alive else ErrorCode.leader_not_available,
+                partition_index=index,
+                leader_id=reg.leader if leader_alive else NO_NODE,
+                leader_epoch=reg.leader_epoch,
+                replica_nodes=reg.replicas,
+                isr_nodes=reg.isr,
+                offline_replicas=tuple(r for r in reg.replicas if r not in live),
+            ))
+        return build(
+            m.MetadataResponseTopic,
+            error_code=ErrorCode.none,
+            name=topic.name,
+            topic_id=uuid.UUID(topic.topic_id),
+            is_internal=False,
+            partitions=tuple(partitions),
+            topic_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
+        )
+
+    # -- CreateTopics --------------------------------------------------------------------
+
+    async def handle_create_topics(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.CREATE_TOPICS, request.api_version)
+        timeout = body.timeout.total_seconds()
+        outcomes = await asyncio.gather(*(self._create_topic(t, body, timeout)
+                                          for t in body.topics))
+        image = self._broker.metadata_image()
+        results = []
+        for topic, (error, message) in zip(body.topics, outcomes, strict=True):
+            created = image.topics.get(topic.name) if error is ErrorCode.none else None
+            num_partitions, replication_factor = topic.num_partitions, topic.replication_factor
+            if created is not None and created.partitions:
+                num_partitions = len(created.partitions)
+                replication_factor = len(next(iter(created.partitions.values())).replicas)
+            results.append(build(
+                m.CreatableTopicResult,
+                name=topic.name,
+                topic_id=uuid.UUID(created.topic_id) if created is not None else None,
+                error_code=error,
+                error_message=message,
+                num_partitions=num_partitions,
+                replication_factor=replication_factor,
+                configs=(),
+            ))
+        return m.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    async def _create_topic(
+        self, topic: Any, body: Any, timeout: float
+    ) -> tuple[ErrorCode, str | None]:
+        if body.validate_only:
+            return ErrorCode.invalid_request, "validate_only is not supported"
+        if topic.assignments:
+            return ErrorCode.invalid_replica_assignment, "manual assignment is not supported"
+        config = {c.name: c.value for c in topic.configs if c.value is not None}
+        try:
+            return await asyncio.wait_for(
+                self._broker.create_topic(
+                    topic.name, topic.num_partitions, topic.replication_factor, config),
+                timeout,
+            )
+        except TimeoutError:
+            return ErrorCode.request_timed_out, f"not created within {timeout:g} s"
+
+    # -- InitProducerId ------------------------------------------------------------------
+
+    async def handle_init_producer_id(self, request: Request) -> ResponsePayload:
+        """Idempotent producers only: there is no transaction coordinator, so a transactional
+        id gets INVALID_REQUEST (not retriable: ``init_transactions`` fails at once). As in
+        Kafka, a null transactional id always gets a fresh producer id at epoch 0, also when
+        the request names its current id and epoch (a KIP-360 epoch bump, v3+); naming only
+        one of the two is INVALID_REQUEST."""
+        body = request.body
+        m = response_module(ApiKey.INIT_PRODUCER_ID, request.api_version)
+        names_id = getattr(body, "producer_id", _NO_PRODUCER_ID) != _NO_PRODUCER_ID
+        names_epoch = getattr(body, "producer_epoch", _NO_PRODUCER_EPOCH) != _NO_PRODUCER_EPOCH
+        if body.transactional_id is not None or names_id != names_epoch:
+            error, producer_id = ErrorCode.invalid_request, _NO_PRODUCER_ID
+        else:
+            error, producer_id = await self._broker.init_producer_id()
+        return m.InitProducerIdResponse(
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            producer_id=producer_id,
+            producer_epoch=0 if error is ErrorCode.none else _NO_PRODUCER_EPOCH,
+        )
+
+    # -- FindCoordinator -----------------------------------------------------------------
+
+    async def handle_find_coordinator(self, request: Request) -> ResponsePayload:
+        """There is no group coordinator: say so, which keeps assign()-only consumers
+        (librdkafka always looks one up when group.id is set) quietly retrying."""
+        body = request.body
+        m = response_module(ApiKey.FIND_COORDINATOR, request.api_version)
+        unavailable = {
+            "node_id": NO_NODE,
+            "host": "",
+            "port": -1,
+            "error_code": ErrorCode.coordinator_not_available,
+            "error_message": "minibroker has no group or transaction coordinator",
+        }
+        if hasattr(m, "Coordinator"):
+            return m.FindCoordinatorResponse(
+                throttle_time=NO_THROTTLE,
+                coordinators=tuple(m.Coordinator(key=key, **unavailable)
+                                   for key in body.coordinator_keys),
+            )
+        return build(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, **unavailable)

@@ -1,0 +1,298 @@
+"""The APIs the ``ReplicaManager`` serves: Produce, Fetch, ListOffsets and
+OffsetForLeaderEpoch, which read and write the replicas (a partition unknown to the
+metadata image is answered here, without asking the core; sessionless fetches; acks=0)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Protocol, TypeVar
+
+from kio.static.protocol import ResponsePayload
+
+from minibroker.cluster.types import (
+    ErrorCode,
+    FetchPartition,
+    FetchRequestData,
+    FetchResult,
+    MetadataImage,
+    ProduceResult,
+    TopicPartition,
+)
+from minibroker.network.codec import ApiKey, Request
+from minibroker.network.kafka_server import CloseConnection
+from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
+
+T = TypeVar("T")
+
+_TRANSACTIONS_UNSUPPORTED = "minibroker does not support transactional producers"
+
+
+class ReplicaBroker(Protocol):
+    """What ReplicaApis needs of the broker: the ReplicaManager's API.
+
+    Completion callbacks may run synchronously or later, always on the event loop thread.
+    """
+
+    def metadata_image(self) -> MetadataImage: ...
+
+    def append_records(
+        self,
+        *,
+        acks: int,
+        timeout_ms: int,
+        entries: dict[TopicPartition, bytes],
+        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+    ) -> None: ...
+
+    def fetch_messages(
+        self,
+        request: FetchRequestData,
+        on_complete: Callable[[dict[TopicPartition, FetchResult]], None],
+    ) -> None: ...
+
+    def list_offset(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        current_leader_epoch: int,
+        isolation_level: int,
+        replica_id: int = -1,
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, offset, leader epoch); timestamp -2 is the earliest, -1 the latest."""
+        ...
+
+    def last_offset_for_leader_epoch(
+        self, tp: TopicPartition, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[ErrorCode, int, int]:
+        """(error, leader epoch, end offset)."""
+        ...
+
+
+async def _completion(start: Callable[[Callable[[T], None]], None]) -> T:
+    """Await a core operation that reports through a completion callback."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    def complete(result: T) -> None:
+        if not future.done():  # the connection may be gone (cancelled) by then
+            future.set_result(result)
+
+    start(complete)
+    return await future
+
+
+class ReplicaApis:
+    """The handlers of the replicas' APIs, for ``KafkaApis``."""
+
+    def __init__(self, broker: ReplicaBroker) -> None:
+        self._broker = broker
+
+    # -- Produce -------------------------------------------------------------------------
+
+    async def handle_produce(self, request: Request) -> ResponsePayload | None:
+        body = request.body
+        image = self._broker.metadata_image()
+        entries: dict[TopicPartition, bytes] = {}
+        results: dict[TopicPartition, ProduceResult] = {}
+        for topic in body.topic_data:
+            for part in topic.partition_data:
+                tp = TopicPartition(topic.name, part.index)
+                if body.transactional_id is not None:
+                    results[tp] = ProduceResult(
+                        ErrorCode.invalid_request, error_message=_TRANSACTIONS_UNSUPPORTED)
+                elif body.acks not in (-1, 0, 1):
+                    results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
+                elif not _partition_exists(image, tp):
+                    results[tp] = ProduceResult(ErrorCode.unknown_topic_or_partition)
+                elif part.records is None:
+                    results[tp] = ProduceResult(ErrorCode.invalid_record)
+                else:
+                    entries[tp] = part.records
+        if entries:
+            timeout_ms = int(body.timeout.total_seconds() * 1000)
+            results.update(await _completion(lambda done: self._broker.append_records(
+                acks=body.acks, timeout_ms=timeout_ms, entries=entries, on_complete=done)))
+        if body.acks == 0:
+            failed = {str(tp): r.error.name for tp, r in results.items() if r.error}
+            if failed:
+                raise CloseConnection(f"acks=0 produce failed: {failed}")
+            return None
+        m = response_module(ApiKey.PRODUCE, request.api_version)
+        return build(
+            m.ProduceResponse,
+            responses=tuple(
+                m.TopicProduceResponse(
+                    name=topic.name,
+                    partition_responses=tuple(
+                        _produce_partition(m, part.index,
+                                           results[TopicPartition(topic.name, part.index)])
+                        for part in topic.partition_data
+                    ),
+                )
+                for topic in body.topic_data
+            ),
+            throttle_time=NO_THROTTLE,
+        )
+
+    # -- Fetch ---------------------------------------------------------------------------
+
+    async def handle_fetch(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.FETCH, request.api_version)
+        # No fetch sessions (KIP-227): a full fetch gets session id 0, which tells the
+        # client no session was created; an incremental one is refused so it starts over.
+        if getattr(body, "session_epoch", -1) > 0:
+            return build(
+                m.FetchResponse,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.fetch_session_id_not_found,
+                session_id=0,
+                responses=(),
+            )
+        image = self._broker.metadata_image()
+        by_id = request.api_version >= 13  # v13+ (KIP-516) name topics by id
+        names = {uuid.UUID(t.topic_id): t.name for t in image.topics.values()} if by_id else {}
+        wanted: list[FetchPartition] = []
+        results: dict[tuple[Any, int], FetchResult] = {}
+        for topic in body.topics:
+            key = topic.topic_id if by_id else topic.topic
+            name = names.get(topic.topic_id) if by_id else topic.topic
+            for part in topic.partitions:
+                tp = TopicPartition(name or "", part.partition)
+                if name is not None and _partition_exists(image, tp):
+                    wanted.append(FetchPartition(
+                        tp=tp,
+                        fetch_offset=part.fetch_offset,
+                        current_leader_epoch=getattr(part, "current_leader_epoch", -1),
+                        log_start_offset=getattr(part, "log_start_offset", -1),
+                        max_bytes=part.partition_max_bytes,
+                    ))
+                else:
+                    results[key, part.partition] = FetchResult(
+                        ErrorCode.unknown_topic_id if name is None
+                        else ErrorCode.unknown_topic_or_partition)
+        if wanted or not results:
+            # Fetch v15 (KIP-903) moved the follower's id into ReplicaState, with its broker
+            # epoch.
+            replica = getattr(body, "replica_state", None)
+            fetch = FetchRequestData(
+                replica_id=replica.replica_id if replica is not None else body.replica_id,
+                max_wait_ms=int(body.max_wait.total_seconds() * 1000),
+                min_bytes=body.min_bytes,
+                max_bytes=body.max_bytes,
+                partitions=wanted,
+                isolation_level=body.isolation_level,
+                replica_epoch=replica.replica_epoch if replica is not None else -1,
+            )
+            done = await _completion(lambda complete: self._broker.fetch_messages(fetch, complete))
+            for tp, result in done.items():
+                topic_key = uuid.UUID(image.topics[tp.topic].topic_id) if by_id else tp.topic
+                results[topic_key, tp.partition] = result
+        return build(
+            m.FetchResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=tuple(
+                build(
+                    m.FetchableTopicResponse,
+                    topic=getattr(topic, "topic", None),
+                    topic_id=getattr(topic, "topic_id", None),
+                    partitions=tuple(
+                        _fetch_partition(m, part.partition, results[
+                            topic.topic_id if by_id else topic.topic, part.partition])
+                        for part in topic.partitions
+                    ),
+                )
+                for topic in body.topics
+            ),
+        )
+
+    # -- ListOffsets ---------------------------------------------------------------------
+
+    async def handle_list_offsets(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.LIST_OFFSETS, request.api_version)
+        image = self._broker.metadata_image()
+        isolation_level = getattr(body, "isolation_level", 0)
+        topics = []
+        for topic in body.topics:
+            partitions = []
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                if _partition_exists(image, tp):
+                    error, offset, epoch = self._broker.list_offset(
+                        tp, part.timestamp, getattr(part, "current_leader_epoch", -1),
+                        isolation_level, replica_id=body.replica_id)
+                else:
+                    error, offset, epoch = ErrorCode.unknown_topic_or_partition, -1, -1
+                partitions.append(build(
+                    m.ListOffsetsPartitionResponse,
+                    partition_index=part.partition_index,
+                    error_code=error,
+                    timestamp=-1,
+                    offset=offset,
+                    leader_epoch=epoch,
+                ))
+            topics.append(m.ListOffsetsTopicResponse(name=topic.name, partitions=tuple(partitions)))
+        return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    # -- OffsetForLeaderEpoch ------------------------------------------------------------
+
+    async def handle_offset_for_leader_epoch(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.OFFSET_FOR_LEADER_EPOCH, request.api_version)
+        image = self._broker.metadata_image()
+        topics = []
+        for topic in body.topics:
+            partitions = []
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition)
+                if _partition_exists(image, tp):
+                    error, epoch, end_offset = self._broker.last_offset_for_leader_epoch(
+                        tp, part.current_leader_epoch, part.leader_epoch)
+                else:
+                    error, epoch, end_offset = ErrorCode.unknown_topic_or_partition, -1, -1
+                partitions.append(m.EpochEndOffset(
+                    error_code=error, partition=part.partition,
+                    leader_epoch=epoch, end_offset=end_offset,
+                ))
+            topics.append(m.OffsetForLeaderTopicResult(
+                topic=topic.topic, partitions=tuple(partitions)))
+        return m.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _partition_exists(image: MetadataImage, tp: TopicPartition) -> bool:
+    topic = image.topics.get(tp.topic)
+    return topic is not None and tp.partition in topic.partitions
+
+
+def _produce_partition(m: ModuleType, index: int, result: ProduceResult) -> Any:
+    return build(
+        m.PartitionProduceResponse,
+        index=index,
+        error_code=result.error,
+        base_offset=result.base_offset,
+        log_append_time=None,
+        log_start_offset=result.log_start_offset,
+        record_errors=(),
+        error_message=result.error_message,
+    )
+
+
+def _fetch_partition(m: ModuleType, index: int, result: FetchResult) -> Any:
+    # No transactions, so the last stable offset is the high watermark.
+    lso = result.last_stable_offset if result.last_stable_offset >= 0 else result.high_watermark
+    return build(
+        m.PartitionData,
+        partition_index=index,
+        error_code=result.error,
+        high_watermark=result.high_watermark,
+        last_stable_offset=lso,
+        log_start_offset=result.log_start_offset,
+        aborted_transactions=(),
+        preferred_read_replica=NO_NODE,
+        records=result.records,
+    )
