@@ -108,7 +108,8 @@ def _read_lines(
         _lit(b'{"consumer":"' + consumer + b'","phase":"' + phase + b'","topic":"t","partition":',
              n),
         _digits(partition, 4), _lit(b',"offset":', n), _digits(offset, 12),
-        _lit(b',"value":"', n), value, _lit(b'","t":', n), _time(t_ms), _lit(b"}\n", n),
+        _lit(b',"value":"', n), value, _lit(b'","t":', n), _time(t_ms),
+        _lit(b',"generation":null}\n', n),
     ]
     return np.concatenate(parts, axis=1).tobytes()
 
@@ -194,7 +195,7 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
     start = start_ms / 1000
     meta = {"experiment": "scaled", "spec": {}, "seed": 0, "start": start,
             "end": start + duration + 2, "idempotent": idempotent, "expect": "loss",
-            "incomplete": False, "incomplete_reason": None}
+            "incomplete": False, "incomplete_reason": None, "consumer_group": None}
     (out / "meta.json").write_text(json.dumps(meta))
     kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]
     with open(out / "faults.jsonl", "w") as f:
@@ -219,7 +220,7 @@ def _event(t: float, node: str, type_: str, **fields: object) -> str:
     row = dict.fromkeys(("topic", "partition", "leader_epoch", "broker", "leader",
                          "previous_leader", "kind", "reason", "detail", "from_offset",
                          "to_offset", "log_end_offset", "high_watermark", "isr", "old_isr",
-                         "broker_epoch"))
+                         "broker_epoch", "group", "generation", "members", "member"))
     return json.dumps({"t": t, "node": node, "type": type_, **row, **fields}) + "\n"
 
 

@@ -166,6 +166,11 @@ META = HistoryFile("meta.json", (
     Field("incomplete_reason", STRING, "the failure that stopped the run, e.g. `history: could "
                                        "not write .../sends.jsonl: [Errno 28] No space left on "
                                        "device`; null when complete", nullable=True),
+    Field("consumer_group", OBJECT, "`subscribe` mode: `{\"group_id\", \"offsets_topic\", "
+                                    "\"offsets_partition\"}`, the group and the partition of "
+                                    "`__consumer_offsets` that holds its state (Kafka's "
+                                    "`abs(groupId.hashCode) % offsets.topic.num.partitions`); "
+                                    "null for `assign` mode", nullable=True),
 ), closed=False)
 
 # One line per send attempt, written when it completes.
@@ -201,6 +206,39 @@ READS = HistoryFile("reads.jsonl", (
     Field("offset", LONG, "the record's offset"),
     Field("value", STRING, "the record value, as sent"),
     Field("t", DOUBLE, "when the consumer returned it"),
+    Field("generation", INT, "`subscribe` mode: the consumer group's generation the member "
+                             "was in when it returned the record; null for `assign` mode and "
+                             "the drain", nullable=True),
+))
+
+# Consumer groups (`workload.consumer.mode: subscribe`): one line per group action of a member.
+GROUPS = HistoryFile("groups.jsonl", (
+    Field("member", STRING, "the member's name in the workload: `c0`, `c1`, ..."),
+    Field("member_id", STRING, "the member id the coordinator gave it, when the action "
+                               "happened; null before its first join", nullable=True),
+    Field("generation", INT, "the group generation the action belongs to; null when unknown",
+          nullable=True),
+    Field("type", STRING, "`assign`: the member got the partition in this generation. "
+                          "`revoke`: it gave the partition up (or lost it). `committed`: when "
+                          "assigned, the offset the coordinator returned for the partition "
+                          "(OffsetFetch). `commit`: the member committed an offset",
+          values=("assign", "revoke", "committed", "commit")),
+    Field("topic", STRING, "the partition's topic"),
+    Field("partition", INT, "the partition"),
+    Field("offset", LONG, "`committed`: the offset returned (null: none committed). `commit`: "
+                          "the offset committed, the next one to read as Kafka commits; null "
+                          "for `assign` and `revoke`", nullable=True),
+    Field("status", STRING, "`commit` only. `ok`: the coordinator acknowledged it. `fail`: "
+                            "refused, definitely not written (`ILLEGAL_GENERATION`, "
+                            "`UNKNOWN_MEMBER_ID`, `REBALANCE_IN_PROGRESS`, "
+                            "`FENCED_INSTANCE_ID`). `info`: indeterminate (a timeout, a "
+                            "disconnection, `COORDINATOR_NOT_AVAILABLE`, `NOT_COORDINATOR`, any "
+                            "other error)", nullable=True, values=("ok", "fail", "info")),
+    Field("error", STRING, "`commit`: the Kafka error name of a `fail` or `info`",
+          nullable=True),
+    Field("t_invoke", DOUBLE, "`commit`: when it was called; null for an auto-commit, which "
+                              "the client's timer makes", nullable=True),
+    Field("t", DOUBLE, "when it happened (`commit`: when its outcome was known)"),
 ))
 
 # One line per fault action.
@@ -237,7 +275,8 @@ CLUSTER = HistoryFile("cluster.jsonl", (
 # leaves the others null.
 EVENT_TYPES = ("become_leader", "become_follower", "truncation", "isr_change",
                "leader_election", "broker_fenced", "broker_unfenced", "power_loss",
-               "log_recovery")
+               "log_recovery", "coordinator_load", "coordinator_unload", "group_rebalance",
+               "group_stable", "group_empty", "group_member_removed")
 EVENTS = HistoryFile("events.jsonl", (
     Field("t", DOUBLE, "when the node logged it"),
     Field("node", STRING, "the process that logged it: `broker-N` or `controller`"),
@@ -245,7 +284,11 @@ EVENTS = HistoryFile("events.jsonl", (
                           "truncated; a leader changed its ISR; the controller elected a "
                           "leader (or found none), fenced or unfenced a broker; a broker lost "
                           "power (with its log end offsets just before); a restarted broker "
-                          "loaded its log", values=EVENT_TYPES),
+                          "loaded its log. A broker's group coordinator: it loaded the groups "
+                          "of a `__consumer_offsets` partition it now leads, or unloaded them; "
+                          "a group began a rebalance, completed a generation (every member "
+                          "synced) or was left empty; a member left, or was removed when its "
+                          "session expired or it did not rejoin in time", values=EVENT_TYPES),
     Field("topic", STRING, "the partition's topic; null for broker events", nullable=True),
     Field("partition", INT, "the partition; null for broker events", nullable=True),
     Field("leader_epoch", INT, "the partition's leader epoch after the change (for a "
@@ -267,12 +310,17 @@ EVENTS = HistoryFile("events.jsonl", (
                             "`log_recovery` (what a power loss took). `isr_change`: `lag`, "
                             "`caught_up`, `fenced`. `leader_election`: `leader_fenced`, "
                             "`broker_unfenced`, `preferred`. `broker_fenced`: "
-                            "`session_expired`, `restarted`", nullable=True),
+                            "`session_expired`, `restarted`. `group_rebalance`: "
+                            "`member_joined`, `member_left`, `session_expired`, "
+                            "`metadata_changed`, `leader_rejoined`, `sync_failed`. "
+                            "`group_member_removed`: `left`, `session_expired`, "
+                            "`rebalance_timeout`", nullable=True),
     Field("detail", STRING, "the same in words, as the node logged it", nullable=True),
     Field("from_offset", LONG, "`truncation`: the log end offset before", nullable=True),
     Field("to_offset", LONG, "`truncation`: the log end offset after", nullable=True),
     Field("log_end_offset", LONG, "the replica's LEO at the change (`become_leader`, "
-                                  "`become_follower`, `power_loss`, `log_recovery`)",
+                                  "`become_follower`, `power_loss`, `log_recovery`); "
+                                  "`coordinator_load`: the offset the groups were loaded to",
           nullable=True),
     Field("high_watermark", LONG, "the replica's HW at the change (`become_leader`, "
                                   "`become_follower`)", nullable=True),
@@ -282,9 +330,19 @@ EVENTS = HistoryFile("events.jsonl", (
     Field("old_isr", array_of(INT), "`isr_change`: the ISR before", nullable=True),
     Field("broker_epoch", LONG, "`broker_fenced`, `broker_unfenced`: the broker's "
                                 "registration epoch", nullable=True),
+    Field("group", STRING, "the group of a `group_*` event; `coordinator_load`: null (its "
+                           "`detail` names the groups loaded)", nullable=True),
+    Field("generation", INT, "`group_rebalance`: the generation it began from; `group_stable`, "
+                             "`group_empty`: the generation completed; "
+                             "`group_member_removed`: the group's generation then",
+          nullable=True),
+    Field("members", array_of(STRING), "`group_stable`: the member ids of the generation",
+          nullable=True),
+    Field("member", STRING, "`group_rebalance`: the member id that caused it, if one did; "
+                            "`group_member_removed`: the member id removed", nullable=True),
 ))
 
-FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, FAULTS, CLUSTER, EVENTS)
+FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, GROUPS, FAULTS, CLUSTER, EVENTS)
 
 
 # ---- docs/history-format.md's field tables ----------------------------------------------------

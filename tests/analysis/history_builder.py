@@ -78,6 +78,7 @@ class HistoryBuilder:
             "offset": offset,
             "value": value,
             "t": self.start + when,
+            "generation": None,
         })
 
     def record(self, value: str, partition: int, offset: int, *, t: float,
@@ -121,7 +122,7 @@ class HistoryBuilder:
             "experiment": self.experiment, "spec": {"workload": {"acks": self.acks}},
             "seed": 0, "start": self.start,
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
-            "incomplete": False, "incomplete_reason": None,
+            "incomplete": False, "incomplete_reason": None, "consumer_group": None,
         }
         if self.drain is not None:
             meta["drain"] = self.drain

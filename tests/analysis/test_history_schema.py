@@ -65,16 +65,17 @@ def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
     # meta.json is open: the runner's extra context is no problem.
     meta = {"experiment": "e", "spec": {}, "seed": 2**40, "start": 1.0, "end": None,
             "idempotent": False, "expect": "clean", "incomplete": False,
-            "incomplete_reason": None, "plan": []}
+            "incomplete_reason": None, "consumer_group": None, "plan": []}
     assert schema.META.problems(meta) == []
 
 
 def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     """Parsing is most of the job's cost: the Spark schemas are projections of the history
     schema, with its types."""
-    unused = {"sends": {"producer", "error"}, "reads": {"consumer"}, "faults": set(),
-              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"},
-              "events": {"detail", "old_isr", "broker_epoch", "high_watermark"}}
+    unused = {"sends": {"producer", "error"}, "reads": {"consumer", "generation"},
+              "faults": set(), "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"},
+              "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "group",
+                         "generation", "members", "member"}}
     for name, spec in io.FILES.items():
         file = FILES[name]
         assert set(spec.schema.names) == set(file.names) - unused[name], name
@@ -130,8 +131,9 @@ def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -
     written.append(with_events.write(tmp_path / "events"))
     for directory in written:
         for file in schema.FILES:
-            if file is schema.EVENTS and not (directory / file.filename).exists():
-                continue  # optional: a history from before events
+            if file in (schema.EVENTS, schema.GROUPS) \
+                    and not (directory / file.filename).exists():
+                continue  # optional: a history from before events, or without a group
             text = (directory / file.filename).read_text()
             records = ([json.loads(line) for line in text.splitlines()] if file.json_lines
                        else [json.loads(text)])

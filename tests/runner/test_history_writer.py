@@ -35,6 +35,10 @@ def test_every_line_the_writer_writes_has_the_schema_fields_and_types(tmp_path: 
                 offset=None, error="_MSG_TIMED_OUT", t_invoke=1763830001.0, t_complete=1763830031.0)
     writer.read(consumer="drain", phase="drain", topic="t", partition=2, offset=5, value="p0-1",
                 t=1763830040.0)
+    writer.group(member="c1", member_id="c1-5e1c", generation=4, type="commit", topic="t",
+                 partition=2, offset=6, status="ok", t_invoke=1763830041.0, t=1763830041.1)
+    writer.group(member="c1", member_id=None, generation=None, type="assign", topic="t",
+                 partition=2, t=1763830039.0)
     writer.fault(fault="partition", target="broker-0|broker-1,broker-2", role="split",
                  action="inject")
     # A node's event as it served it: the writer's line has every field, and the node.
@@ -47,7 +51,7 @@ def test_every_line_the_writer_writes_has_the_schema_fields_and_types(tmp_path: 
     written = {f: [json.loads(line) for line in (tmp_path / f.filename).read_text().splitlines()]
                for f in schema.FILES if f.json_lines}
     assert {f.name: len(lines) for f, lines in written.items()} == {
-        "sends": 2, "reads": 1, "faults": 1, "cluster": 0, "events": 1}
+        "sends": 2, "reads": 1, "groups": 2, "faults": 1, "cluster": 0, "events": 1}
     for file, lines in written.items():
         for line in lines:
             assert file.problems(line) == [], (file.filename, line)

@@ -86,9 +86,20 @@ class HistoryWriter:
                                "error": error, "t_invoke": t_invoke, "t_complete": t_complete})
 
     def read(self, *, consumer: str, phase: str, topic: str, partition: int, offset: int,
-             value: str, t: float) -> None:
+             value: str, t: float, generation: int | None = None) -> None:
         self._append("reads", {"consumer": consumer, "phase": phase, "topic": topic,
-                               "partition": partition, "offset": offset, "value": value, "t": t})
+                               "partition": partition, "offset": offset, "value": value, "t": t,
+                               "generation": generation})
+
+    def group(self, *, member: str, member_id: str | None, generation: int | None, type: str,
+              topic: str, partition: int, t: float, offset: int | None = None,
+              status: str | None = None, error: str | None = None,
+              t_invoke: float | None = None) -> None:
+        """One group action of a member (``groups.jsonl``)."""
+        self._append("groups", {"member": member, "member_id": member_id,
+                                "generation": generation, "type": type, "topic": topic,
+                                "partition": partition, "offset": offset, "status": status,
+                                "error": error, "t_invoke": t_invoke, "t": t})
 
     def fault(self, *, fault: str, target: str, role: str, action: str,
               t: float | None = None) -> None:

@@ -156,6 +156,7 @@ def run_experiment(
         "end": None,
         "incomplete": False,
         "incomplete_reason": None,
+        "consumer_group": None,
     }
     history.write_meta(meta)
     if abort.reason is not None:  # not even meta.json could be written: nothing has started
