@@ -215,7 +215,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         exp("spec/workload/producer", 2),
         EXP,
         "spec.workload.producer: unknown field 'producer'; expected one of: producers, consumers, "
-        "acks, retries, requestTimeout, rate, recordSize, duration, idempotent",
+        "acks, retries, requestTimeout, rate, recordSize, duration, idempotent, consumer",
     ),
     (
         "wrong-type",
@@ -332,11 +332,31 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.faults[0].target.mode: does not apply to broker 1: it is a single process",
     ),
     (
+        "coordinator-without-group",
+        exp("spec/faults/0/target", {"role": "group-coordinator"}),
+        EXP,
+        "spec.faults[0].target.role: group-coordinator needs a consumer group "
+        "(workload.consumer.mode: subscribe)",
+    ),
+    (
+        "group-field-in-assign-mode",
+        exp("spec/workload/consumer", {"commit": "manual"}),
+        EXP,
+        "spec.workload.consumer.commit: only consumers of mode subscribe take it",
+    ),
+    (
+        "group-without-members",
+        exp("spec/workload", {"consumers": 0, "consumer": {"mode": "subscribe"}}),
+        EXP,
+        "spec.workload.consumers: a consumer group (consumer.mode subscribe) needs at least "
+        "one member",
+    ),
+    (
         "unknown-role",
         exp("spec/faults/0/target", {"role": "boss"}),
         EXP,
         "spec.faults[0].target.role: expected 'leader', 'follower', 'isr-member', "
-        "'all-isr-but-one' or 'controller', got 'boss'",
+        "'all-isr-but-one', 'controller' or 'group-coordinator', got 'boss'",
     ),
     (
         "pod-delete-controller",

@@ -9,9 +9,10 @@ import pytest
 from confluent_kafka import KafkaError
 
 from undertow.cluster_view import view_from_states
+from undertow.runner.group_member import commit_outcome, generation_of
 from undertow.runner.outcomes import LeaderEpochGate, classify
 from undertow.runner.targets import TargetError, resolve, role_label
-from undertow.runner.workload import decode_value
+from undertow.runner.values import decode_value
 from undertow.spec import TargetSelector
 
 CONTROLLER = view_from_states({
@@ -52,6 +53,40 @@ def test_mode_one_is_seeded() -> None:
     assert picks == {("broker-0",), ("broker-1",)}
     assert resolve(selector, CONTROLLER, "t", random.Random(4)) == \
         resolve(selector, CONTROLLER, "t", random.Random(4))
+
+
+def test_the_group_coordinator_is_the_leader_of_the_groups_offsets_partition() -> None:
+    """Kafka's partitionFor: abs(String.hashCode) % partitions; "g".hashCode() is 103, so
+    group g lives in partition 103 % 4 = 3, and "polygenelubricants".hashCode() is
+    Integer.MIN_VALUE, which Kafka's Utils.abs maps to 0."""
+    offsets = {str(p): {"leader": p % 3, "isr": [p % 3], "replicas": [p % 3],
+                        "leader_epoch": 0} for p in range(4)}
+    view = view_from_states({"brokers": [{"id": b, "fenced": False} for b in range(3)],
+                             "topics": {"t": {"partitions": {}},
+                                        "__consumer_offsets": {"partitions": offsets}}})
+    assert view.group_partition("g").partition == 3
+    assert view.group_partition("polygenelubricants").partition == 0
+    coordinator = TargetSelector(role="group-coordinator")
+    assert resolve(coordinator, view, "t", random.Random(1), "g") == ["broker-0"]
+    assert resolve(coordinator, view, "t", random.Random(1), "polygenelubricants") == \
+        ["broker-0"]
+    with pytest.raises(TargetError, match="__consumer_offsets does not exist yet"):
+        resolve(coordinator, CONTROLLER, "t", random.Random(1), "g")
+    with pytest.raises(TargetError, match="no consumer group"):
+        resolve(coordinator, view, "t", random.Random(1), None)
+
+
+def test_a_members_generation_and_commit_outcomes() -> None:
+    # librdkafka's serialized consumer group metadata: magic, generation, group, member...
+    assert generation_of(b"CGMDv2:\x00\x00\x00\x07g\x00m-1\x00\x01") == 7
+    assert generation_of(b"CGMDv2:\xff\xff\xff\xffg\x00\x00\x01") is None  # no join yet
+    assert generation_of(b"other") is None
+    assert commit_outcome(None) == ("ok", None)
+    assert commit_outcome(KafkaError(KafkaError.ILLEGAL_GENERATION)) == (
+        "fail", "ILLEGAL_GENERATION")
+    assert commit_outcome(KafkaError(KafkaError.REQUEST_TIMED_OUT)) == (
+        "info", "REQUEST_TIMED_OUT")
+    assert commit_outcome(KafkaError(KafkaError.NOT_COORDINATOR)) == ("info", "NOT_COORDINATOR")
 
 
 def test_role_labels_name_the_topic() -> None:

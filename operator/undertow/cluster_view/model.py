@@ -77,6 +77,20 @@ class PartitionView:
         return self.leader != NO_LEADER
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def offsets_partition(group_id: str, partitions: int) -> int:
+    """Kafka's ``GroupMetadataManager.partitionFor``: ``Utils.abs(groupId.hashCode) %
+    partitions``, with Java's ``String.hashCode`` (over UTF-16 code units)."""
+    data = group_id.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % partitions  # Kafka's Utils.abs
+
+
 @dataclass(frozen=True)
 class ClusterView:
     """The cluster at one moment: registrations, partitions, topic configs, and the reports
@@ -122,6 +136,14 @@ class ClusterView:
         leader maintains, read where Strimzi's roller reads it."""
         return {(r.topic, r.partition): r for report in self.reports.values()
                 for r in report.replicas if r.is_leader}
+
+    def group_partition(self, group_id: str) -> PartitionView:
+        """The partition of ``__consumer_offsets`` that holds ``group_id``'s state, whose
+        leader is the group's coordinator; KeyError while the topic does not exist."""
+        count = len(self.topic_partitions(OFFSETS_TOPIC))
+        if not count:
+            raise KeyError(f"{OFFSETS_TOPIC} does not exist yet")
+        return self.partition(OFFSETS_TOPIC, offsets_partition(group_id, count))
 
     def healthy(self, topic: str, replication_factor: int) -> bool:
         """Every partition of ``topic`` has a leader and a full ISR."""

@@ -44,9 +44,10 @@ class FaultRun:
 
 class Nemesis:
     def __init__(self, platform: Platform, plan: list[PlannedFault], topic: str,
-                 history: HistoryWriter, seed: int) -> None:
+                 history: HistoryWriter, seed: int, group_id: str | None = None) -> None:
         self._platform = platform
         self._topic = topic
+        self._group_id = group_id
         self._history = history
         self._seed = seed
         self._runs = [FaultRun(p) for p in plan]
@@ -141,16 +142,18 @@ class Nemesis:
         to: tuple[str, ...] = ()
         groups: tuple[tuple[str, ...], ...] = ()
         if network is not None and network.to is not None:
-            to = tuple(resolve(network.to, controller, self._topic, rng))
+            to = tuple(resolve(network.to, controller, self._topic, rng, self._group_id))
         if network is not None and network.groups is not None:
             groups = tuple(
-                tuple(sorted({n for s in group for n in resolve(s, controller, self._topic, rng)}))
+                tuple(sorted({n for s in group for n in resolve(s, controller, self._topic, rng,
+                                                 self._group_id)}))
                 for group in network.groups)
         if planned.target is None:
             targets: list[str | None] = [None]
             run.role = "split"
         else:
-            targets = list(resolve(planned.target, controller, self._topic, rng))
+            targets = list(resolve(planned.target, controller, self._topic, rng,
+                                   self._group_id))
             run.role = role_label(planned.target, self._topic)
         for target in targets:
             unit = build_fault(planned, self._platform, Nodes(target, to, groups),

@@ -30,6 +30,7 @@ from undertow.cluster_view.kafka import KafkaAdminError, admin_client, create_to
 from undertow.platform.base import Platform, sigterm_as_interrupt, wait_for
 from undertow.runner.abort import Abort, RunAborted
 from undertow.runner.events import EventCollector
+from undertow.runner.group_member import GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
 from undertow.runner.sampler import ClusterSampler
@@ -61,11 +62,32 @@ class RunResult:
 def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
     spec = loaded.experiment.spec
     w = spec.workload
+    c = w.consumer
+    group = None
+    if c.mode == "subscribe":
+        assert c.group_id and c.commit and c.commit_interval and c.isolation_level \
+            and c.session_timeout, "the spec fills in every subscribe default"
+        group = GroupSettings(
+            group_id=c.group_id, commit=c.commit,
+            commit_interval_ms=int(c.commit_interval * 1000),
+            isolation_level=c.isolation_level, static_membership=bool(c.static_membership),
+            session_timeout_ms=int(c.session_timeout * 1000))
     return WorkloadConfig(
         topic=spec.topic.name, partitions=spec.topic.partitions, producers=w.producers,
         consumers=w.consumers, acks=str(w.acks), retries=w.retries,
         request_timeout_ms=int(w.request_timeout * 1000), rate=float(w.rate),
-        record_size=w.record_size, idempotent=w.idempotent)
+        record_size=w.record_size, idempotent=w.idempotent, group=group,
+        rebalance_every_s=c.rebalance_every)
+
+
+def consumer_group(platform: Platform, group_id: str) -> dict[str, Any] | None:
+    """meta.json's `consumer_group`: the group and the `__consumer_offsets` partition that
+    holds it, from the cluster's metadata (None while the topic does not exist)."""
+    try:
+        p = platform.cluster_view().group_partition(group_id)
+    except KeyError:
+        return None
+    return {"group_id": group_id, "offsets_topic": p.topic, "offsets_partition": p.partition}
 
 
 def max_run_duration_s(loaded: LoadedExperiment) -> float:
@@ -197,9 +219,11 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
     _create_topic(platform, loaded)
     _until(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
            "every partition to have a leader and a full ISR", abort)
+    group_id = cfg.group.group_id if cfg.group is not None else None
     workload = Workload(platform.bootstrap, cfg, history, abort)
-    sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe)
-    nemesis = Nemesis(platform, planned, topic, history, seed)
+    sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe,
+                             group_id=group_id)
+    nemesis = Nemesis(platform, planned, topic, history, seed, group_id)
     events = EventCollector(platform, history)
     events.start()
     sampler.start()
@@ -236,6 +260,8 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
                 "every high watermark to reach its leader's log end", abort))
         for consumer in workload.consumers:
             consumer.stop()
+        if group_id is not None:
+            meta["consumer_group"] = consumer_group(platform, group_id)
         on_progress({"phase": "draining", "partitions": sampler.latest})
         drained = drain(platform.bootstrap, topic, spec.topic.partitions, history, abort,
                         DRAIN_TIMEOUT_S)

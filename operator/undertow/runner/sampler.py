@@ -7,6 +7,7 @@ LEO and the leader's HW come from the brokers' ``/v1/state``. A node that does n
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -22,14 +23,20 @@ log = logging.getLogger("undertow.sampler")
 INTERVAL_S = 0.25
 
 
-def sample(platform: Platform, topic: str) -> list[dict[str, Any]]:
-    """One sample per partition of ``topic``; empty when the controller does not answer."""
+def sample(platform: Platform, topic: str, group_id: str | None = None
+           ) -> list[dict[str, Any]]:
+    """One sample per partition of ``topic``, and of the ``__consumer_offsets`` partition
+    holding ``group_id`` once it exists; empty when the controller does not answer."""
     try:
         view = platform.cluster_view(replicas=True)
     except Exception:  # a paused or killed controller: no sample this round
         return []
     now = time.time()
-    return [to_sample(p, now) for p in view.topic_partitions(topic)]
+    partitions = view.topic_partitions(topic)
+    if group_id is not None:
+        with contextlib.suppress(KeyError):  # the group's first member creates the topic
+            partitions.append(view.group_partition(group_id))
+    return [to_sample(p, now) for p in partitions]
 
 
 def to_sample(p: PartitionView, t: float) -> dict[str, Any]:
@@ -45,10 +52,11 @@ class ClusterSampler:
     hands every round to `on_round(began, samples)` (the workload's leader-epoch gate)."""
 
     def __init__(self, platform: Platform, topic: str, history: HistoryWriter,
-                 on_round: Callable[[float, list[dict[str, Any]]], None] = lambda _t, _s: None
-                 ) -> None:
+                 on_round: Callable[[float, list[dict[str, Any]]], None] = lambda _t, _s: None,
+                 group_id: str | None = None) -> None:
         self._platform = platform
         self._topic = topic
+        self._group_id = group_id
         self._history = history
         self._on_round = on_round
         self._stop = threading.Event()
@@ -65,7 +73,7 @@ class ClusterSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             started, began = time.monotonic(), time.time()
-            samples = sample(self._platform, self._topic)
+            samples = sample(self._platform, self._topic, self._group_id)
             for record in samples:
                 self._history.cluster_sample(record)
             if samples:

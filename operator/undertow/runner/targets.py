@@ -48,13 +48,31 @@ def candidates(selector: TargetSelector, view: ClusterView, topic: str) -> list[
     raise AssertionError(selector.role)
 
 
+def coordinator(view: ClusterView, group_id: str | None) -> int:
+    """The broker coordinating ``group_id`` now: the leader of its ``__consumer_offsets``
+    partition (Kafka's FindCoordinator answer)."""
+    if group_id is None:
+        raise TargetError("no consumer group: the workload's consumers do not subscribe")
+    try:
+        p = view.group_partition(group_id)
+    except KeyError as exc:
+        raise TargetError(f"no coordinator of group {group_id} yet: {exc.args[0]}") from None
+    if not p.has_leader:
+        raise TargetError(f"no coordinator of group {group_id} right now: "
+                          f"{p.topic}-{p.partition} has no leader")
+    return p.leader
+
+
 def resolve(selector: TargetSelector, view: ClusterView, topic: str,
-            rng: random.Random) -> list[str]:
-    """The nodes a fault with this selector hits now."""
+            rng: random.Random, group_id: str | None = None) -> list[str]:
+    """The nodes a fault with this selector hits now (``group_id``: the workload's consumer
+    group, for ``group-coordinator``)."""
     if selector.broker is not None:
         return [broker_node(selector.broker)]
     if selector.role == "controller":
         return [CONTROLLER]
+    if selector.role == "group-coordinator":
+        return [broker_node(coordinator(view, group_id))]
     found = candidates(selector, view, topic)
     if not found:
         raise TargetError(f"no {role_label(selector, topic)} right now")

@@ -4,7 +4,7 @@ reading every partition, every outcome recorded in the history.
 A send is ``ok`` (acknowledged, with its offset), ``fail`` (the broker said no, and no earlier
 attempt could have been written: see ``outcomes``) or ``info`` (timed out, disconnected, or an
 error after retries or a leader change: the record may or may not be in the log). Values are
-``p{producer}-{seq}``, padded to the record size after a ``|`` that readers cut off.
+``p{producer}-{seq}``, padded to the record size (``values``).
 
 When the run is aborted (`undertow.runner.abort`) the workers stop waiting: producers give up
 their outstanding sends' outcomes and the drain stops, so neither holds up a run that stops.
@@ -24,12 +24,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from undertow.runner.abort import Abort
+from undertow.runner.group_member import GroupMember, GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.outcomes import LeaderEpochGate, classify
+from undertow.runner.values import SEPARATOR, decode_value
 
 log = logging.getLogger("undertow.workload")
 
-SEPARATOR = "|"
 # librdkafka logs every disconnect and refused connection a fault causes (levels 3-6): keep
 # only its critical messages; the outcome of every send is in the history anyway.
 LIBRDKAFKA_LOG_LEVEL = 2
@@ -55,6 +56,10 @@ class WorkloadConfig:
     rate: float = 200.0
     record_size: int = 100
     idempotent: bool = False
+    group: GroupSettings | None = None
+    """subscribe mode: the consumers are the members of this consumer group."""
+    rebalance_every_s: float | None = None
+    """subscribe mode: every this often one member (in turn) leaves and joins again."""
 
 
 def outcomes_wait_s(cfg: WorkloadConfig) -> float:
@@ -65,11 +70,6 @@ def outcomes_wait_s(cfg: WorkloadConfig) -> float:
 
 def error_name(error: KafkaError) -> str:
     return error.name().lstrip("_") if error.name() else str(error.code())
-
-
-def decode_value(raw: bytes | None) -> str:
-    text = (raw or b"").decode("utf-8", errors="replace")
-    return text.split(SEPARATOR, 1)[0]
 
 
 class ProducerWorker:
@@ -289,18 +289,38 @@ class Workload:
         self.epoch_gate = LeaderEpochGate(self._record_send)
         self.producers = [ProducerWorker(i, bootstrap, cfg, self._submit, abort)
                           for i in range(cfg.producers)]
-        self.consumers = [ConsumerWorker(f"c{i}", bootstrap, cfg.topic, cfg.partitions,
-                                         history, "run")
-                          for i in range(cfg.consumers)]
+        self.consumers: list[ConsumerWorker | GroupMember] = [
+            GroupMember(f"c{i}", bootstrap, cfg.topic, cfg.group, history)
+            if cfg.group is not None else
+            ConsumerWorker(f"c{i}", bootstrap, cfg.topic, cfg.partitions, history, "run")
+            for i in range(cfg.consumers)]
+        self._rebalance_every_s = cfg.rebalance_every_s
+        self._stopped = threading.Event()
+        self._rebalancer = threading.Thread(target=self._rebalance, name="rebalancer",
+                                            daemon=True)
 
     def start(self) -> None:
         for worker in (*self.consumers, *self.producers):
             worker.start()
+        if self._rebalance_every_s is not None:
+            self._rebalancer.start()
+
+    def _rebalance(self) -> None:
+        """Every `rebalance_every_s`, the next member leaves the group and joins again."""
+        assert self._rebalance_every_s is not None
+        turn = 0
+        while not self._stopped.wait(self._rebalance_every_s):
+            member = self.consumers[turn % len(self.consumers)]
+            if isinstance(member, GroupMember):
+                log.info("%s leaves the group and joins again", member.name)
+                member.rejoin()
+            turn += 1
 
     def stop(self) -> None:
         """On every way out of a run: no more sends, no more reads (idempotent). Producers
         are not waited for: they finish their outstanding sends on their own, quickly when
         the run was aborted."""
+        self._stopped.set()
         for producer in self.producers:
             producer.stop()
         for consumer in self.consumers:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+from pydantic import Field, model_validator
 
 from .cluster import BrokerClusterSpec, TopicConfig
-from .durations import Duration, format_duration
+from .durations import format_duration
 from .faults import PARTITION_ROLES, ScheduleEntry, TargetSelector
 from .meta import (
     API_VERSION,
@@ -26,6 +26,7 @@ from .meta import (
     StatusModel,
     one_of,
 )
+from .workload import Workload
 
 __all__ = [
     "ChaosExperiment",
@@ -37,31 +38,11 @@ __all__ = [
     "ReportRef",
     "TopicSpec",
     "Verdict",
-    "Workload",
     "check_against_cluster",
 ]
 
 Phase = Literal["Pending", "Running", "Healing", "Analyzing", "Completed", "Failed"]
 Verdict = Literal["clean", "loss", "anomalies"]
-
-
-def _check_acks(value: Any) -> Any:
-    if isinstance(value, bool) or value not in (0, 1, "all"):
-        raise ValueError(f"invalid acks {value!r}: expected 0, 1 or all")
-    return value
-
-
-Acks = Annotated[
-    Literal[0, 1, "all"],
-    BeforeValidator(_check_acks),
-    WithJsonSchema(
-        {
-            "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "x-kubernetes-int-or-string": True,
-            "enum": [0, 1, "all"],
-        }
-    ),
-]
 
 
 class TopicSpec(SpecModel):
@@ -72,39 +53,6 @@ class TopicSpec(SpecModel):
     replication_factor: Annotated[int, Field(ge=1)]
     config: TopicConfig = Field(default_factory=TopicConfig)
     """Topic-level overrides of the cluster's broker config."""
-
-
-class Workload(SpecModel):
-    """Producers and consumers with a stock Kafka client; every send and read is recorded."""
-
-    producers: Annotated[int, Field(ge=1)] = 1
-    consumers: Annotated[int, Field(ge=0)] = 1
-    """Consumers reading during the fault phase (a fresh drain consumer always runs after)."""
-    acks: Acks = "all"
-    retries: Annotated[int, Field(ge=0)] = 3
-    request_timeout: Duration = Field("5s", validate_default=True)
-    """The producer's request.timeout.ms."""
-    rate: Annotated[int, Field(ge=1)] = 100
-    """Records per second per producer."""
-    record_size: Annotated[int, Field(ge=16, le=1_048_576)] = 100
-    """Record value size in bytes (the unique value, padded)."""
-    duration: Duration = Field("30s", validate_default=True)
-    """How long the producers run; faults must start before it ends."""
-    idempotent: bool = False
-    """enable.idempotence: no duplicates from retries. Kafka requires acks=all and retries."""
-
-    @model_validator(mode="after")
-    def _check(self) -> Workload:
-        for name in ("request_timeout", "duration"):
-            if getattr(self, name) <= 0:
-                raise FieldError((Workload.model_fields[name].alias or name,), "must be positive")
-        if self.idempotent and self.acks != "all":
-            raise FieldError(
-                ("idempotent",), f"an idempotent producer needs acks all, not {self.acks}"
-            )
-        if self.idempotent and self.retries == 0:
-            raise FieldError(("idempotent",), "an idempotent producer needs retries > 0")
-        return self
 
 
 class ClusterSource(SpecModel):
@@ -156,6 +104,11 @@ class ChaosExperimentSpec(SpecModel):
                 raise FieldError(
                     (*prefix, "count"), f"injection {count} would start at {last}, {ends}"
                 )
+        if self.workload.consumer.mode != "subscribe":
+            for loc, selector in self.selectors():
+                if selector.role == "group-coordinator":
+                    raise FieldError((*loc, "role"), "group-coordinator needs a consumer group "
+                                                     "(workload.consumer.mode: subscribe)")
         if self.cluster.inline is not None:
             check_against_cluster(self, self.cluster.inline, "the inline cluster")
         return self

@@ -84,7 +84,8 @@ BROKER_ONLY_KINDS = {
 PartitionMode = Literal["isolate", "split", "one-way"]
 """How a partition cuts: see `NetworkFault`."""
 
-Role = Literal["leader", "follower", "isr-member", "all-isr-but-one", "controller"]
+Role = Literal["leader", "follower", "isr-member", "all-isr-but-one", "controller",
+               "group-coordinator"]
 Mode = Literal["one", "all", "fixed", "fixed-percent"]
 Event = Literal["injected", "recovered", "in-sync", "out-of-sync"]
 """What a sequence step waits for, about the previous step's fault and targets:
@@ -96,6 +97,8 @@ in effect, they have left it."""
 STEP_TIMEOUT = 30
 """Default seconds a sequence step waits for its event."""
 PARTITION_ROLES = ("leader", "follower", "isr-member", "all-isr-but-one")
+SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator"}
+"""Roles that name one process: they take no partition, mode or value."""
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -107,7 +110,9 @@ class TargetSelector(SpecModel):
     Exactly one of `role` or `broker`. `{role: leader}` is the leader of `partition`
     (default 0) of the experiment topic; `follower` a replica of it outside the leader;
     `isr-member` any ISR member; `all-isr-but-one` the ISR without one member (the
-    classic way to leave a single replica holding the data); `controller` the controller.
+    classic way to leave a single replica holding the data); `controller` the controller;
+    `group-coordinator` the broker coordinating the workload's consumer group (the leader of
+    its `__consumer_offsets` partition; `workload.consumer.mode: subscribe` only).
     `{broker: 2}` is broker id 2, whatever its role. `mode` picks among the candidates:
     `one` (default; `all` for all-isr-but-one), `all`, `fixed` (`value` of them) or
     `fixed-percent` (`value` percent of them, rounded down, at least one).
@@ -116,7 +121,8 @@ class TargetSelector(SpecModel):
     model_config = one_of("role", "broker")
 
     role: Role | None = None
-    """leader, follower, isr-member or all-isr-but-one (of `partition`), or controller."""
+    """leader, follower, isr-member or all-isr-but-one (of `partition`), controller or
+    group-coordinator."""
     broker: NonNegativeInt | None = None
     """A broker id, 0 .. brokers-1."""
     partition: NonNegativeInt | None = None
@@ -131,8 +137,9 @@ class TargetSelector(SpecModel):
     def _normalise(self) -> TargetSelector:
         if (self.role is None) == (self.broker is None):
             raise FieldError((), "set exactly one of 'role' or 'broker'")
-        if self.broker is not None or self.role == "controller":
-            what = f"broker {self.broker}" if self.broker is not None else "the controller"
+        if self.broker is not None or self.role in SINGLE_ROLES:
+            what = f"broker {self.broker}" if self.broker is not None \
+                else SINGLE_ROLES[self.role]
             for name in ("partition", "mode", "value"):
                 if getattr(self, name) is not None:
                     raise FieldError((name,), f"does not apply to {what}: it is a single process")
@@ -156,8 +163,8 @@ class TargetSelector(SpecModel):
         """How the history's `role` column names this selector, e.g. `leader of p0`."""
         if self.broker is not None:
             return f"broker {self.broker}"
-        if self.role == "controller":
-            return "controller"
+        if self.role in SINGLE_ROLES:
+            return self.role
         where = f"of p{self.partition}"
         if self.mode == "one" or self.role in ("leader", "all-isr-but-one"):
             return f"{self.role} {where}"

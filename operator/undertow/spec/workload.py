@@ -1,0 +1,130 @@
+"""The workload of an experiment: stock Kafka producers, and consumers that read by
+partition (`assign`) or as one consumer group (`subscribe`), every send and read recorded."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
+
+from .durations import Duration
+from .meta import FieldError, SpecModel
+
+__all__ = ["Acks", "ConsumerSpec", "Workload"]
+
+
+def _check_acks(value: Any) -> Any:
+    if isinstance(value, bool) or value not in (0, 1, "all"):
+        raise ValueError(f"invalid acks {value!r}: expected 0, 1 or all")
+    return value
+
+
+Acks = Annotated[
+    Literal[0, 1, "all"],
+    BeforeValidator(_check_acks),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "enum": [0, 1, "all"],
+        }
+    ),
+]
+
+
+class ConsumerSpec(SpecModel):
+    """How the workload's consumers read.
+
+    `assign` (the default): each consumer reads every partition from the earliest offset
+    (`assign()`), with no group. `subscribe`: the consumers are the members of one consumer
+    group (`subscribe()`, Kafka's classic group protocol): the coordinator assigns them the
+    partitions, they commit their progress to `__consumer_offsets` and resume from it after a
+    rebalance; the history records every assignment, committed offset returned and commit
+    (docs/history-format.md, `groups.jsonl`).
+    """
+
+    mode: Literal["assign", "subscribe"] = "assign"
+    group_id: str | None = Field(None, min_length=1, max_length=249)
+    """subscribe: the group's id (default `undertow`)."""
+    commit: Literal["auto", "manual"] | None = None
+    """subscribe: `auto` (the client commits every `commitInterval`, enable.auto.commit) or
+    `manual` (the member commits synchronously every `commitInterval`, and when its
+    partitions are revoked). Default auto."""
+    commit_interval: Duration | None = None
+    """subscribe: auto.commit.interval.ms, or the manual commit period (default 1s)."""
+    isolation_level: Literal["read_committed", "read_uncommitted"] | None = None
+    """subscribe: isolation.level (default librdkafka's, read_committed)."""
+    static_membership: bool | None = None
+    """subscribe: give member cN the group.instance.id `{groupId}-cN` (KIP-345): a member that
+    restarts within its session keeps its partitions without a rebalance."""
+    session_timeout: Duration | None = None
+    """subscribe: session.timeout.ms (default 6s; the brokers' group.min.session.timeout.ms
+    and group.max.session.timeout.ms bound it); heartbeats go every third of it, 1s at most."""
+    rebalance_every: Duration | None = None
+    """subscribe: every this often one member (in turn) leaves the group and joins again,
+    which makes the group rebalance at known times; unset: members stay for the whole run."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ConsumerSpec:
+        group_only = ("group_id", "commit", "commit_interval", "isolation_level",
+                      "static_membership", "session_timeout", "rebalance_every")
+        if self.mode == "assign":
+            for name in group_only:
+                if getattr(self, name) is not None:
+                    alias = ConsumerSpec.model_fields[name].alias or name
+                    raise FieldError((alias,), "only consumers of mode subscribe take it")
+            return self
+        self.group_id = self.group_id or "undertow"
+        self.commit = self.commit or "auto"
+        self.commit_interval = 1.0 if self.commit_interval is None else self.commit_interval
+        self.isolation_level = self.isolation_level or "read_committed"
+        self.static_membership = bool(self.static_membership)
+        self.session_timeout = 6.0 if self.session_timeout is None else self.session_timeout
+        for name in ("commit_interval", "session_timeout", "rebalance_every"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise FieldError((ConsumerSpec.model_fields[name].alias or name,),
+                                 "must be positive")
+        return self
+
+
+class Workload(SpecModel):
+    """Producers and consumers with a stock Kafka client; every send and read is recorded."""
+
+    producers: Annotated[int, Field(ge=1)] = 1
+    consumers: Annotated[int, Field(ge=0)] = 1
+    """Consumers reading during the fault phase, the group's members in `subscribe` mode (a
+    fresh drain consumer always runs after)."""
+    acks: Acks = "all"
+    retries: Annotated[int, Field(ge=0)] = 3
+    request_timeout: Duration = Field("5s", validate_default=True)
+    """The producer's request.timeout.ms."""
+    rate: Annotated[int, Field(ge=1)] = 100
+    """Records per second per producer."""
+    record_size: Annotated[int, Field(ge=16, le=1_048_576)] = 100
+    """Record value size in bytes (the unique value, padded)."""
+    duration: Duration = Field("30s", validate_default=True)
+    """How long the producers run; faults must start before it ends."""
+    idempotent: bool = False
+    """enable.idempotence: no duplicates from retries. Kafka requires acks=all and retries."""
+    consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
+    """How the consumers read: by partition (assign) or as a consumer group (subscribe)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        for name in ("request_timeout", "duration"):
+            if getattr(self, name) <= 0:
+                raise FieldError((Workload.model_fields[name].alias or name,), "must be positive")
+        if self.idempotent and self.acks != "all":
+            raise FieldError(
+                ("idempotent",), f"an idempotent producer needs acks all, not {self.acks}"
+            )
+        if self.idempotent and self.retries == 0:
+            raise FieldError(("idempotent",), "an idempotent producer needs retries > 0")
+        if self.consumer.mode == "subscribe" and self.consumers < 1:
+            raise FieldError(("consumers",), "a consumer group (consumer.mode subscribe) needs "
+                                             "at least one member")
+        if self.consumer.rebalance_every is not None and self.consumers < 2:
+            raise FieldError(("consumer", "rebalanceEvery"),
+                             "needs two members or more: one stays while another rejoins")
+        return self
