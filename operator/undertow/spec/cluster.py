@@ -116,6 +116,27 @@ class BrokerConfig(TopicConfig):
     """How often high watermarks reach `replication-offset-checkpoint` (Kafka: 5000)."""
     segment_bytes: PositiveInt | None = Field(None, alias="segment.bytes")
     """Log segment size."""
+    offsets_topic_replication_factor: PositiveInt | None = Field(
+        None, alias="offsets.topic.replication.factor")
+    """Replicas of each `__consumer_offsets` partition, where consumer groups keep their
+    committed offsets (Kafka: 3; created when a group is first used)."""
+    offsets_topic_num_partitions: PositiveInt | None = Field(
+        None, alias="offsets.topic.num.partitions")
+    """Partitions of `__consumer_offsets`; a group lives in one of them, whose leader is
+    its coordinator."""
+    offsets_commit_required_acks: Literal[-1, 1] | None = Field(
+        None, alias="offsets.commit.required.acks")
+    """The acks an OffsetCommit is appended with: -1 (all the ISR, the default) or 1 (the
+    coordinator alone; Kafka up to 3.9, removed in 4.0)."""
+    group_initial_rebalance_delay_ms: Annotated[int, Field(ge=0)] | None = Field(
+        None, alias="group.initial.rebalance.delay.ms")
+    """How long the first rebalance of an empty group waits for more members to join."""
+    group_min_session_timeout_ms: PositiveInt | None = Field(
+        None, alias="group.min.session.timeout.ms")
+    """The shortest session timeout a group member may ask for."""
+    group_max_session_timeout_ms: PositiveInt | None = Field(
+        None, alias="group.max.session.timeout.ms")
+    """The longest session timeout a group member may ask for."""
 
     @classmethod
     def unknown_key_message(cls, key: object, known: list[str]) -> str:

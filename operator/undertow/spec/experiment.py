@@ -155,6 +155,14 @@ def check_against_cluster(
         )
     for loc, selector in spec.selectors():
         _check_selector(loc, selector, spec, cluster, cluster_name)
+    offsets_rf = cluster.config.offsets_topic_replication_factor
+    if spec.workload.consumer.mode == "subscribe" and offsets_rf is not None \
+            and offsets_rf > cluster.brokers:
+        raise FieldError(
+            ("workload", "consumer", "mode"),
+            f"a consumer group needs __consumer_offsets, whose offsets.topic.replication.factor "
+            f"{offsets_rf} (in {cluster_name}'s config) exceeds its {cluster.brokers} brokers: "
+            "the topic could never be created")
 
 
 def _check_selector(
