@@ -332,6 +332,15 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.faults[0].target.mode: does not apply to broker 1: it is a single process",
     ),
     (
+        "offsets-topic-too-wide",
+        both(clu("spec/config/offsets.topic.replication.factor", 4),
+             exp("spec/workload/consumer", {"mode": "subscribe"})),
+        EXP,
+        "spec.workload.consumer.mode: a consumer group needs __consumer_offsets, whose "
+        "offsets.topic.replication.factor 4 (in BrokerCluster/three's config) exceeds its 3 "
+        "brokers: the topic could never be created",
+    ),
+    (
         "coordinator-without-group",
         exp("spec/faults/0/target", {"role": "group-coordinator"}),
         EXP,
@@ -771,7 +780,10 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "high.watermark.min.isr.rule, log.flush.interval.messages, log.flush.interval.ms, "
         "replica.lag.time.max.ms, broker.session.timeout.ms, broker.heartbeat.interval.ms, "
         "leader.imbalance.check.interval.ms, replica.fetch.wait.max.ms, "
-        "replica.fetch.min.bytes, replica.high.watermark.checkpoint.interval.ms, segment.bytes",
+        "replica.fetch.min.bytes, replica.high.watermark.checkpoint.interval.ms, segment.bytes, "
+        "offsets.topic.replication.factor, offsets.topic.num.partitions, "
+        "offsets.commit.required.acks, group.initial.rebalance.delay.ms, "
+        "group.min.session.timeout.ms, group.max.session.timeout.ms",
     ),
     (
         "config-bool-string",
