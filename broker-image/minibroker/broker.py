@@ -1,5 +1,5 @@
 """The broker process: ``ReplicaManager`` wired to the controller, the Kafka listener, the
-follower fetchers, and the control endpoint.
+follower fetchers, the group coordinator, and the control endpoint.
 
 A broker registers with the controller (a new incarnation each start, which gets a new
 broker epoch and stays fenced until its heartbeats show it has caught up with the metadata),
@@ -37,6 +37,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import resolve
+from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.events import ReplicationEventLog
 from minibroker.failpoints import DiskFull, DiskStall, power_loss
 from minibroker.metrics import broker_registry
@@ -122,6 +123,13 @@ class BrokerServer:
             alter_partition_sender=_ControllerAlterPartition(self),
             fetcher_manager=self.fetchers, events=self.events, durability=self.durability,
             log_dir_failure_channel=self.log_dir_failure_channel)
+        self.group_coordinator = GroupCoordinator(
+            options.broker_id, self.replica_manager.scheduler, config=config,
+            events=self.events, append=self.append_records,
+            local_partition=self.replica_manager.partitions.get,
+            metadata_image=self.metadata_image)
+        self.replica_manager.leadership_listeners.append(
+            self.group_coordinator.on_leadership_change)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self.kafka_server = KafkaServer(KafkaApis(self))
         self.admin: AdminServer | None = None
@@ -161,6 +169,7 @@ class BrokerServer:
         self.controller.close()
         if self.admin is not None:
             self.admin.stop()
+        self.group_coordinator.shutdown()
         self.replica_manager.shutdown()
 
     @property
@@ -275,6 +284,9 @@ class BrokerServer:
     def metadata_image(self) -> MetadataImage:
         return self.replica_manager.image
 
+    def broker_config(self) -> dict[str, str]:
+        return self.options.config
+
     def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
         if not self.disk_stall.stalled:
@@ -329,6 +341,7 @@ class BrokerServer:
         state["incarnation_id"] = self.incarnation_id
         state["broker_epoch"] = self.broker_epoch
         state["fenced"] = self.fenced
+        state["group_coordinator"] = self.group_coordinator.state()
         return state
 
 

@@ -44,23 +44,39 @@ def _optional_int(value: str) -> int | None:
     return number
 
 
-def _positive_int(value: str) -> int:
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    expected = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def parse(value: str) -> int:
+        number = int(value)
+        if number < minimum:
+            raise ValueError(f"expected {expected}, got {value!r}")
+        return number
+
+    return parse
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"expected {' or '.join(choices)}, got {value!r}")
+        return value
+
+    return parse
+
+
+def _acks(value: str) -> int:
     number = int(value)
-    if number < 1:
-        raise ValueError(f"expected a positive integer, got {value!r}")
+    if number not in (-1, 0, 1):
+        raise ValueError(f"expected -1 (all), 0 or 1, got {value!r}")
     return number
 
 
-def _min_isr_rule(value: str) -> str:
-    if value not in ("strict", "legacy"):
-        raise ValueError(f"expected strict or legacy, got {value!r}")
-    return value
-
-
-def _truncation_mode(value: str) -> str:
-    if value not in ("leader-epoch", "high-watermark"):
-        raise ValueError(f"expected leader-epoch or high-watermark, got {value!r}")
-    return value
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
+_min_isr_rule = _one_of("strict", "legacy")
+_truncation_mode = _one_of("leader-epoch", "high-watermark")
+_cleanup_policy = _one_of("delete", "compact")
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,42 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("leader.imbalance.check.interval.ms", _positive_int, 60000, False,
                   "How often the controller checks for preferred leaders (Kafka: 300000; "
                   "longer than a typical run, so failovers are not undone mid-run)."),
+        ConfigDef("cleanup.policy", _cleanup_policy, "delete", True,
+                  "Recorded only: minibroker has no log cleaner, so it neither deletes nor "
+                  "compacts (__consumer_offsets is created with compact, as in Kafka)."),
+        # The group coordinator (Kafka's GroupCoordinatorConfig, classic protocol).
+        ConfigDef("offsets.topic.replication.factor", _positive_int, 3, False,
+                  "Replication factor of __consumer_offsets, created on the first "
+                  "FindCoordinator for a group; as in Kafka, creation fails (and the "
+                  "coordinator stays unavailable) while fewer brokers are live."),
+        ConfigDef("offsets.topic.num.partitions", _positive_int, 10, False,
+                  "Partitions of __consumer_offsets; a group's coordinator is the leader of "
+                  "partition abs(hashCode(group.id)) % this (Kafka: 50; fewer here because "
+                  "every partition is replicated by Python brokers whether groups use it or "
+                  "not: beside an idle 50-partition RF=3 topic a 3-broker cluster produced "
+                  "up to half fewer records/s, beside a 10-partition one about as "
+                  "many (benchmarks/RESULTS.md), and any consumer with a group.id creates "
+                  "the topic, so every experiment pays)."),
+        ConfigDef("offsets.commit.required.acks", _acks, -1, False,
+                  "The acks an OffsetCommit (and a group's metadata) is written with before "
+                  "the coordinator answers; -1 = every ISR member. Deprecated in Kafka 3.8 "
+                  "(KIP-1041) and removed in 4.0, which always use -1."),
+        ConfigDef("offsets.commit.timeout.ms", _positive_int, 2000, False,
+                  "How long an offset or group write waits for its acks before the member "
+                  "gets REQUEST_TIMED_OUT (Kafka: 5000; as in Kafka, below "
+                  "broker.session.timeout.ms)."),
+        ConfigDef("group.min.session.timeout.ms", _positive_int, 2000, False,
+                  "The shortest session.timeout.ms a member may ask for "
+                  "(INVALID_SESSION_TIMEOUT below; Kafka: 6000)."),
+        ConfigDef("group.max.session.timeout.ms", _positive_int, 600000, False,
+                  "The longest session.timeout.ms a member may ask for (Kafka: 1800000)."),
+        ConfigDef("group.initial.rebalance.delay.ms", _non_negative_int, 1000, False,
+                  "How long the first rebalance of an empty group waits for more members, "
+                  "extended by as much for each newcomer up to the rebalance timeout "
+                  "(InitialDelayedJoin; Kafka: 3000)."),
+        ConfigDef("group.max.size", _positive_int, 2**31 - 1, False,
+                  "Members a group may have (GROUP_MAX_SIZE_REACHED beyond; Kafka: "
+                  "Integer.MAX_VALUE)."),
         ConfigDef("default.replication.factor", _positive_int, 1, False,
                   "Replication factor of CreateTopics requests that leave it unset."),
         ConfigDef("num.partitions", _positive_int, 1, False,

@@ -40,6 +40,8 @@ __all__ = [
     "EventsQueryError",
     "FenceReason",
     "IsrChangeReason",
+    "MemberRemovedReason",
+    "RebalanceReason",
     "ReplicationEventLog",
     "TruncationReason",
     "parse_events_query",
@@ -61,6 +63,13 @@ class EventType(StrEnum):
     BROKER_UNFENCED = "broker_unfenced"
     POWER_LOSS = "power_loss"
     LOG_RECOVERY = "log_recovery"
+    # The group coordinator's (``minibroker.coordinator``).
+    COORDINATOR_LOAD = "coordinator_load"
+    COORDINATOR_UNLOAD = "coordinator_unload"
+    GROUP_REBALANCE = "group_rebalance"
+    GROUP_STABLE = "group_stable"
+    GROUP_EMPTY = "group_empty"
+    GROUP_MEMBER_REMOVED = "group_member_removed"
 
 
 class TruncationReason(StrEnum):
@@ -92,6 +101,25 @@ class ElectionReason(StrEnum):
 class FenceReason(StrEnum):
     SESSION_EXPIRED = "session_expired"
     RESTARTED = "restarted"
+
+
+class RebalanceReason(StrEnum):
+    """Why a group began a rebalance (``group_rebalance``)."""
+
+    MEMBER_JOINED = "member_joined"
+    MEMBER_LEFT = "member_left"
+    SESSION_EXPIRED = "session_expired"
+    METADATA_CHANGED = "metadata_changed"  # a member's protocols changed
+    LEADER_REJOINED = "leader_rejoined"  # the leader's JoinGroup in a Stable group
+    SYNC_FAILED = "sync_failed"  # SyncGroups missing, or the assignment not written
+
+
+class MemberRemovedReason(StrEnum):
+    """Why a member left its group (``group_member_removed``)."""
+
+    LEFT = "left"  # LeaveGroup
+    SESSION_EXPIRED = "session_expired"
+    REBALANCE_TIMEOUT = "rebalance_timeout"  # did not rejoin, or sync, in time
 
 
 class EventsQueryError(ValueError):

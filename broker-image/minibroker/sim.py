@@ -1,8 +1,9 @@
 """An in-process, step-by-step minibroker cluster for tests and teaching.
 
-The same ``QuorumController``, ``ReplicaManager`` and ``Partition`` code as the real broker
-runs here on one manual clock, with "the network" replaced by direct calls: a follower's
-fetch round, a controller tick, a crash or a power loss happen exactly when the caller says.
+The same ``QuorumController``, ``ReplicaManager``, ``Partition`` and ``GroupCoordinator``
+code as the real broker runs here on one manual clock, with "the network" replaced by direct
+calls: a follower's fetch round, a controller tick, a crash or a power loss happen exactly
+when the caller says.
 That makes the seeds' walkthroughs reproducible to the offset, and lets property tests
 explore random fault sequences deterministically.
 
@@ -32,6 +33,7 @@ from minibroker.cluster.types import (
 )
 from minibroker.config import resolve
 from minibroker.controller.quorum_controller import QuorumController
+from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.events import ReplicationEventLog
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.records import build_batch, decode_values
@@ -90,6 +92,7 @@ class SimCluster:
         self.auto_alter_partition = auto_alter_partition
         self.pending_alter_partitions: list[tuple[int, AlterPartitionRequest, Callable]] = []
         self.brokers: dict[int, ReplicaManager] = {}
+        self.coordinators: dict[int, GroupCoordinator] = {}
         self._fetchers: dict[int, _FollowMap] = {}
         self._durability: dict[int, DurabilityTracker] = {}
         self._incarnations: dict[int, str] = {}
@@ -119,13 +122,19 @@ class SimCluster:
         """Start (or restart) a broker on its data directory; it registers at once."""
         durability = self._durability.setdefault(broker_id, DurabilityTracker())
         follow_map = _FollowMap()
+        events = self._event_log(f"broker-{broker_id}")
         rm = ReplicaManager(
             broker_id, self.root / f"broker-{broker_id}", self.scheduler, config=self.config,
             alter_partition_sender=_DirectAlterPartition(self, broker_id),
-            fetcher_manager=follow_map, events=self._event_log(f"broker-{broker_id}"),
-            durability=durability,
+            fetcher_manager=follow_map, events=events, durability=durability,
         )
         rm.start_timers()
+        coordinator = GroupCoordinator(
+            broker_id, self.scheduler, config=self.config, events=events,
+            append=rm.append_records, local_partition=rm.partitions.get,
+            metadata_image=rm.metadata_image, wall_clock_ms=self.scheduler.now_ms)
+        rm.leadership_listeners.append(coordinator.on_leadership_change)
+        self.coordinators[broker_id] = coordinator
         self.brokers[broker_id] = rm
         self._fetchers[broker_id] = follow_map
         self._incarnations[broker_id] = uuid.uuid4().hex
@@ -150,6 +159,7 @@ class SimCluster:
     def stop(self, broker_id: int) -> None:
         """A clean shutdown (SIGTERM): every log flushed, its recovery point checkpointed."""
         self._fetchers.pop(broker_id)
+        self.coordinators.pop(broker_id).shutdown()
         self.brokers.pop(broker_id).shutdown()
 
     def crash(self, broker_id: int, *, power_loss: bool = False) -> None:
@@ -157,6 +167,7 @@ class SimCluster:
         records its log end offsets first, as the failpoint does)."""
         rm = self.brokers.pop(broker_id)
         self._fetchers.pop(broker_id)
+        self.coordinators.pop(broker_id).shutdown()
         if power_loss:
             rm.record_power_loss()
         rm.close()

@@ -9,6 +9,7 @@ process group and is torn down with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -83,18 +84,20 @@ async def _topics_ready(cluster: Cluster) -> set[str]:
     }
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("interop")
+@contextlib.contextmanager
+def running_cluster(workdir: Path, *config: str
+                    ) -> Iterator[tuple[Cluster, subprocess.Popen[bytes]]]:
+    """``minibroker cluster`` (with ``--config`` pairs) in its own process group, torn down
+    with it."""
     cluster = Cluster(_free_base_port(), workdir / "cluster.log")
     with cluster.log.open("w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "minibroker", "cluster", "--brokers", str(BROKERS),
-             "--base-port", str(cluster.base_port), "--data-dir", str(workdir / "data")],
+             "--base-port", str(cluster.base_port), "--data-dir", str(workdir / "data"),
+             *(arg for pair in config for arg in ("--config", pair))],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_until_ready(cluster, process)
-        yield cluster
+        yield cluster, process
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -102,6 +105,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("interop")) as (cluster, process):
+        _wait_until_ready(cluster, process)
+        yield cluster
 
 
 def _wait_until_ready(cluster: Cluster, process: subprocess.Popen[bytes]) -> None:

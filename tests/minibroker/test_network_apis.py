@@ -80,6 +80,10 @@ class FakeBroker:
     def metadata_image(self) -> MetadataImage:
         return self.image
 
+    @staticmethod
+    def broker_config() -> dict[str, str]:
+        return {}
+
     def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
         results = {}
@@ -649,8 +653,10 @@ def test_init_producer_id_epoch_bump_gets_a_fresh_id_as_in_kafka() -> None:
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.FIND_COORDINATOR))
-def test_find_coordinator_says_none_is_available(version: int) -> None:
-    async def scenario(_broker: FakeBroker, port: int) -> None:
+def test_find_coordinator_is_unavailable_while_the_offsets_topic_is_created(
+        version: int) -> None:
+    """Every version; the coordinator found once the topic exists: test_group_apis.py."""
+    async def scenario(broker: FakeBroker, port: int) -> None:
         m = request_module(ApiKey.FIND_COORDINATOR, version)
         response = await call(port, build(m.FindCoordinatorRequest, key="group-a", key_type=0,
                                           coordinator_keys=("group-a", "group-b")))
@@ -659,6 +665,8 @@ def test_find_coordinator_says_none_is_available(version: int) -> None:
             (ErrorCode.coordinator_not_available, -1)}
         if version >= 4:
             assert [c.key for c in answers] == ["group-a", "group-b"]
+        await asyncio.sleep(0.01)
+        assert [c[0] for c in broker.created] == ["__consumer_offsets"]
 
     run(scenario)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import struct
 
@@ -119,3 +120,30 @@ def test_truncated_response_is_a_protocol_error() -> None:
     metadata_v12 = response_schema(ApiKey.METADATA, 12)
     with pytest.raises(KafkaProtocolError, match="MetadataResponse v12"):
         decode_response(struct.pack(">i", 7) + b"\x00\x00", metadata_v12)
+
+
+GROUP_APIS = [ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
+              ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
+              ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS]
+
+
+@pytest.mark.parametrize(("api", "version"), [(a, v) for a, v in EDGE_VERSIONS
+                                              if a in GROUP_APIS])
+def test_garbled_group_requests_are_protocol_errors_never_crashes(api: ApiKey,
+                                                                  version: int) -> None:
+    """A valid request of the group coordinator's APIs, cut short or with bytes
+    overwritten: it parses or it is a KafkaProtocolError (the connection is closed), never
+    anything else, and never an allocation kio's reader would make from a forged length."""
+    body_type = request_schema(api, version)
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_type(body_type), st.data())
+    def garble(body: object, data: st.DataObject) -> None:
+        frame = bytearray(encode_request(body, 1, "fuzz")[4:])
+        cut = data.draw(st.integers(8, len(frame)))
+        for _ in range(data.draw(st.integers(0, 4))):
+            frame[data.draw(st.integers(8, len(frame) - 1))] = data.draw(st.integers(0, 255))
+        with contextlib.suppress(KafkaProtocolError):
+            parse_request(bytes(frame[:cut]))
+
+    garble()

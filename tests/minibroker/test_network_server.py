@@ -16,7 +16,9 @@ import pytest
 from kio.schema.api_versions.v3 import request as api_versions_req
 from kio.schema.api_versions.v3 import response as api_versions_resp
 from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v9 import request as join_group_req
 from kio.schema.metadata.v12 import request as metadata_req
+from kio.schema.offset_fetch.v8 import request as offset_fetch_req
 
 from minibroker.network.client import KafkaConnection, KafkaConnectionError
 from minibroker.network.codec import Request, encode_request
@@ -53,6 +55,20 @@ def valid_metadata_v12() -> bytes:
         topics=None, include_topic_authorized_operations=False), 5, "bad-client")[4:]
 
 
+def valid_join_group_v9() -> bytes:
+    return encode_request(join_group_req.JoinGroupRequest(
+        group_id="g", session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=30), member_id="", group_instance_id=None,
+        protocol_type="consumer", protocols=(join_group_req.JoinGroupRequestProtocol(
+            name="range", metadata=b"\x00\x01"),), reason=None), 5, "bad-client")[4:]
+
+
+def valid_offset_fetch_v8() -> bytes:
+    return encode_request(offset_fetch_req.OffsetFetchRequest(
+        groups=(offset_fetch_req.OffsetFetchRequestGroup(group_id="g", topics=None),),
+        require_stable=False), 5, "bad-client")[4:]
+
+
 # Each sends bytes that must get its connection closed; the label names the log line.
 BAD_INPUTS: dict[str, tuple[bytes, str]] = {
     "garbage body": (frame(header(18, 3) + b"\x00\xff\xff\xff\xff\xff\xff\xff"), "malformed"),
@@ -63,9 +79,25 @@ BAD_INPUTS: dict[str, tuple[bytes, str]] = {
     "absurd size": (struct.pack(">i", 2**31 - 1) + b"\x00" * 16, "frame size"),
     "negative size": (struct.pack(">i", -4) + b"\x00" * 16, "frame size"),
     "unknown api key": (frame(header(999, 0)), "unsupported API key"),
-    "api minibroker lacks": (frame(header(8, 8)), "unsupported API key"),
+    "api minibroker lacks": (frame(header(20, 4)), "unsupported API key"),  # DeleteTopics
     "unsupported version": (frame(header(3, 0)), "unsupported version"),
     "handler crash": (frame(valid_metadata_v12()), "METADATA v12"),
+    # The group coordinator's APIs get the same rule.
+    "truncated JoinGroup": (frame(valid_join_group_v9()[:-4]), "malformed JOIN_GROUP"),
+    "JoinGroup with a huge protocols array": (
+        frame(valid_join_group_v9()[:-14] + b"\x81\x80\x80\x80\x10"), "malformed JOIN_GROUP"),
+    "OffsetFetch with a huge groups array": (
+        frame(valid_offset_fetch_v8()[:-9] + b"\x81\x80\x80\x80\x10"),
+        "malformed OFFSET_FETCH"),
+    "SyncGroup with a negative assignment length": (
+        frame(header(14, 2) + b"\x00\x01g" + b"\x00\x00\x00\x01" + b"\x00\x01m"
+              + b"\x00\x00\x00\x01" + b"\x00\x01m" + b"\xff\xff\xff\xf0"),
+        "malformed SYNC_GROUP"),
+    "OffsetCommit cut inside its topics": (
+        frame(header(8, 2) + b"\x00\x01g" + b"\x00\x00\x00\x01" + b"\x00\x01m"
+              + b"\x00\x00\x00\x00\x00\x00\x00\x00" + b"\x00\x00\x00\x05"),
+        "malformed OFFSET_COMMIT"),
+    "JoinGroup version minibroker lacks": (frame(header(11, 10)), "unsupported version"),
 }
 
 

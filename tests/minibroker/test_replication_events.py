@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from test_broker_processes import TOPIC, ProcessCluster, post, wait_for
+from test_group_failover import CONFIG as GROUP_CONFIG
+from test_group_failover import GROUP, OFFSETS_TP, join_and_sync
 
 from minibroker.cluster.types import TopicPartition
+from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.events import EVENTS_FILE, EventType, ReplicationEventLog, parse_events_query
 from minibroker.sim import SimCluster
 from undertow_history.schema import EVENT_TYPES, EVENTS
@@ -315,10 +318,18 @@ def test_every_event_follows_the_harness_schema_and_names_no_node(tmp_path: Path
     sim.advance(3500)
     sim.start(1)
     sim.replicate()
-    written = [event for node in ("controller", "broker-1", "broker-2", "broker-3")
-               for event in ReplicationEventLog(tmp_path / node).events()]
+    groups = SimCluster(tmp_path / "groups", config=GROUP_CONFIG)  # the coordinator's events
+    groups.create_topic(OFFSETS_TOPIC)
+    groups.scheduler.advance(0)
+    leader = groups.leader_of(OFFSETS_TP)
+    member_id, _ = join_and_sync(groups, groups.coordinators[leader])
+    groups.coordinators[leader].handle_leave_group(GROUP, [(member_id, None)])
+    groups.advance(3500, silent=[leader])
+    written = [event for root in (tmp_path, tmp_path / "groups")
+               for node in ("controller", "broker-1", "broker-2", "broker-3")
+               for event in ReplicationEventLog(root / node).events()]
     assert {e["type"] for e in written} == set(EVENT_TYPES)
-    assert len(written) == len(sim.events())
+    assert len(written) == len(sim.events()) + len(groups.events())
     for event in written:
         assert "node" not in event
         assert set(event) <= set(EVENTS.names), event

@@ -8,14 +8,17 @@ latest when its timeout expires.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from minibroker.cluster.scheduler import Scheduler, Timer
 from minibroker.cluster.types import ErrorCode, FetchResult, ProduceResult, TopicPartition
 
 
 class DelayedOperation:
-    def __init__(self, keys: set[TopicPartition]) -> None:
+    """Watched under ``keys``: partitions here, groups and members in the group coordinator
+    (``coordinator/delayed.py``)."""
+
+    def __init__(self, keys: set[Hashable]) -> None:
         self.keys = keys
         self.completed = False
         self.timer: Timer | None = None
@@ -107,11 +110,12 @@ class DelayedFetch(DelayedOperation):
 
 
 class Purgatory:
-    """Delayed operations watched by partition, each with its own expiration timer."""
+    """Delayed operations watched by key (a partition, a group), each with its own
+    expiration timer."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
-        self._watchers: dict[TopicPartition, list[DelayedOperation]] = defaultdict(list)
+        self._watchers: dict[Hashable, list[DelayedOperation]] = defaultdict(list)
 
     def try_complete_else_watch(self, op: DelayedOperation, timeout_ms: float) -> None:
         if op.try_complete():
@@ -127,8 +131,8 @@ class Purgatory:
         for key in op.keys:
             self._watchers[key].append(op)
 
-    def check_and_complete(self, tp: TopicPartition) -> None:
-        ops = self._watchers.get(tp)
+    def check_and_complete(self, key: Hashable) -> None:
+        ops = self._watchers.get(key)
         if not ops:
             return
         for op in list(ops):

@@ -86,6 +86,9 @@ class ReplicaManager:
         self._fetcher_manager = fetcher_manager
         self.events = events
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Told (partition, is leader now, leader epoch) on every leadership change here:
+        # the group coordinator follows __consumer_offsets this way.
+        self.leadership_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
         self.follower_states: dict[TopicPartition, FollowerState] = {}
         self.image = MetadataImage()
         self.produce_purgatory = Purgatory(scheduler)
@@ -204,11 +207,13 @@ class ReplicaManager:
     def _apply_partition(self, tp: TopicPartition, reg: PartitionRegistration) -> None:
         partition = self._get_or_create_partition(tp, reg)
         newer_epoch = reg.leader_epoch > partition.leader_epoch
+        changed = False
         if reg.leader == self.broker_id:
             if newer_epoch or not partition.is_leader:
                 self.follower_states.pop(tp, None)
                 self._fetcher_manager.unfollow(tp)
                 partition.make_leader(reg)
+                changed = True
             else:
                 partition.apply_registration(reg)
         elif newer_epoch or partition.leader_id != reg.leader:
@@ -218,10 +223,14 @@ class ReplicaManager:
             if reg.leader >= 0:
                 self.follower_states[tp] = FollowerState(reg.leader, reg.leader_epoch)
                 self._fetcher_manager.follow(tp, reg.leader)
+            changed = True
         else:
             partition.apply_registration(reg)
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+        if changed:
+            for listener in self.leadership_listeners:
+                listener(tp, partition.is_leader, reg.leader_epoch)
 
     def _send_alter_partition(self, request: AlterPartitionRequest) -> None:
         def on_response(error: ErrorCode, reg: PartitionRegistration | None) -> None:

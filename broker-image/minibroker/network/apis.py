@@ -5,7 +5,8 @@ handlers own every protocol detail: version-specific response shapes, partitions
 to the metadata image, sessionless fetches, acks=0. One handler per API serves all of
 its supported versions: responses are built from a superset of fields and each
 version's class keeps the fields it has (``responses.build``). The handlers of the APIs
-that read and write the replicas are in ``replica_apis``, the others in ``cluster_apis``.
+that read and write the replicas are in ``replica_apis``, the group coordinator's in
+``group_apis``, the others in ``cluster_apis``.
 """
 
 from __future__ import annotations
@@ -16,27 +17,37 @@ from kio.static.protocol import ResponsePayload
 
 from minibroker.network.cluster_apis import ClusterApis, ClusterBroker
 from minibroker.network.codec import ApiKey, Request
+from minibroker.network.group_apis import GroupApis, GroupBroker
 from minibroker.network.replica_apis import ReplicaApis, ReplicaBroker
 
 __all__ = ["BrokerApi", "KafkaApis"]
 
 
-class BrokerApi(ReplicaBroker, ClusterBroker, Protocol):
-    """What KafkaApis needs of the broker: the ReplicaManager's API (``ReplicaBroker``) plus
-    what it forwards to the controller (``ClusterBroker``)."""
+class BrokerApi(ReplicaBroker, ClusterBroker, GroupBroker, Protocol):
+    """What KafkaApis needs of the broker: the ReplicaManager's API (``ReplicaBroker``),
+    what it forwards to the controller (``ClusterBroker``) and its group coordinator
+    (``GroupBroker``)."""
 
 
 class KafkaApis:
     """The request handler of ``KafkaServer`` (Kafka's ``KafkaApis``)."""
 
     def __init__(self, broker: BrokerApi) -> None:
-        replicas, cluster = ReplicaApis(broker), ClusterApis(broker)
+        replicas, cluster, groups = ReplicaApis(broker), ClusterApis(broker), GroupApis(broker)
         self._handlers = {
             ApiKey.PRODUCE: replicas.handle_produce,
             ApiKey.FETCH: replicas.handle_fetch,
             ApiKey.LIST_OFFSETS: replicas.handle_list_offsets,
             ApiKey.METADATA: cluster.handle_metadata,
-            ApiKey.FIND_COORDINATOR: cluster.handle_find_coordinator,
+            ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+            ApiKey.JOIN_GROUP: groups.handle_join_group,
+            ApiKey.SYNC_GROUP: groups.handle_sync_group,
+            ApiKey.HEARTBEAT: groups.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+            ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+            ApiKey.LIST_GROUPS: groups.handle_list_groups,
+            ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.API_VERSIONS: cluster.handle_api_versions,
             ApiKey.CREATE_TOPICS: cluster.handle_create_topics,
             ApiKey.INIT_PRODUCER_ID: cluster.handle_init_producer_id,

@@ -1,6 +1,6 @@
-"""The APIs that touch no replica: what a client asks before it produces or fetches
-(ApiVersions, Metadata, FindCoordinator), answered from the metadata image, and what the
-broker forwards to the controller (CreateTopics, InitProducerId)."""
+"""The APIs that touch no replica nor group: what a client asks before it produces or
+fetches (ApiVersions, Metadata), answered from the metadata image, and what the broker
+forwards to the controller (CreateTopics, InitProducerId)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicImage
+from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.network.codec import SUPPORTED_API_VERSIONS, ApiKey, Request
 from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
 
@@ -129,7 +130,7 @@ class ClusterApis:
             error_code=ErrorCode.none,
             name=topic.name,
             topic_id=uuid.UUID(topic.topic_id),
-            is_internal=False,
+            is_internal=topic.name == OFFSETS_TOPIC,
             partitions=tuple(partitions),
             topic_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
         )
@@ -201,25 +202,3 @@ class ClusterApis:
             producer_id=producer_id,
             producer_epoch=0 if error is ErrorCode.none else _NO_PRODUCER_EPOCH,
         )
-
-    # -- FindCoordinator -----------------------------------------------------------------
-
-    async def handle_find_coordinator(self, request: Request) -> ResponsePayload:
-        """There is no group coordinator: say so, which keeps assign()-only consumers
-        (librdkafka always looks one up when group.id is set) quietly retrying."""
-        body = request.body
-        m = response_module(ApiKey.FIND_COORDINATOR, request.api_version)
-        unavailable = {
-            "node_id": NO_NODE,
-            "host": "",
-            "port": -1,
-            "error_code": ErrorCode.coordinator_not_available,
-            "error_message": "minibroker has no group or transaction coordinator",
-        }
-        if hasattr(m, "Coordinator"):
-            return m.FindCoordinatorResponse(
-                throttle_time=NO_THROTTLE,
-                coordinators=tuple(m.Coordinator(key=key, **unavailable)
-                                   for key in body.coordinator_keys),
-            )
-        return build(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE, **unavailable)

@@ -54,7 +54,15 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
@@ -65,12 +73,25 @@ class ApiKey(IntEnum):
 # follower's broker epoch (KIP-903); v16+ (KIP-951 leader hints) is not served.
 # InitProducerId: librdkafka 2.x and kafka-python use up to v4; v5 only adds an error code
 # that transactional producers may see.
+# The group coordinator's APIs (the classic protocol) at Kafka 3.9's versions, but:
+# OffsetCommit from v2 and OffsetFetch from v1 (kio has no older classes; no client in use
+# sends them); FindCoordinator to v4 (KIP-699's batch; v5 only adds an error transactional
+# producers see), DescribeGroups to v5 (v6 is Kafka 4.0's). OffsetCommit v9 and OffsetFetch
+# v9 carry KIP-848's member epoch, which a classic group reads as the generation.
 SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 15),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.INIT_PRODUCER_ID: (0, 5),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from contextvars import ContextVar
 from typing import Protocol
 
 from kio.static.protocol import ResponsePayload
@@ -24,9 +25,13 @@ from minibroker.network.codec import (
     read_frame,
 )
 
-__all__ = ["CloseConnection", "KafkaServer", "RequestHandler"]
+__all__ = ["CLIENT_HOST", "CloseConnection", "KafkaServer", "RequestHandler"]
 
 log = logging.getLogger(__name__)
+
+CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
+"""The peer address of the connection being served (``/127.0.0.1``, as Kafka names a group
+member's client host); each connection is its own task, so its own context."""
 
 
 class CloseConnection(Exception):
@@ -81,6 +86,7 @@ class KafkaServer:
         self._connections.add(task)
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "an unknown peer"
+        CLIENT_HOST.set(f"/{peername[0]}" if peername else "")
         try:
             writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await self._process_requests(reader, writer, peer)

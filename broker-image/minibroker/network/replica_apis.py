@@ -4,11 +4,10 @@ metadata image is answered here, without asking the core; sessionless fetches; a
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from kio.static.protocol import ResponsePayload
 
@@ -23,9 +22,13 @@ from minibroker.cluster.types import (
 )
 from minibroker.network.codec import ApiKey, Request
 from minibroker.network.kafka_server import CloseConnection
-from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
-
-T = TypeVar("T")
+from minibroker.network.responses import (
+    NO_NODE,
+    NO_THROTTLE,
+    build,
+    completion,
+    response_module,
+)
 
 _TRANSACTIONS_UNSUPPORTED = "minibroker does not support transactional producers"
 
@@ -71,18 +74,6 @@ class ReplicaBroker(Protocol):
         ...
 
 
-async def _completion(start: Callable[[Callable[[T], None]], None]) -> T:
-    """Await a core operation that reports through a completion callback."""
-    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-
-    def complete(result: T) -> None:
-        if not future.done():  # the connection may be gone (cancelled) by then
-            future.set_result(result)
-
-    start(complete)
-    return await future
-
-
 class ReplicaApis:
     """The handlers of the replicas' APIs, for ``KafkaApis``."""
 
@@ -112,7 +103,7 @@ class ReplicaApis:
                     entries[tp] = part.records
         if entries:
             timeout_ms = int(body.timeout.total_seconds() * 1000)
-            results.update(await _completion(lambda done: self._broker.append_records(
+            results.update(await completion(lambda done: self._broker.append_records(
                 acks=body.acks, timeout_ms=timeout_ms, entries=entries, on_complete=done)))
         if body.acks == 0:
             failed = {str(tp): r.error.name for tp, r in results.items() if r.error}
@@ -186,7 +177,7 @@ class ReplicaApis:
                 isolation_level=body.isolation_level,
                 replica_epoch=replica.replica_epoch if replica is not None else -1,
             )
-            done = await _completion(lambda complete: self._broker.fetch_messages(fetch, complete))
+            done = await completion(lambda complete: self._broker.fetch_messages(fetch, complete))
             for tp, result in done.items():
                 topic_key = uuid.UUID(image.topics[tp.topic].topic_id) if by_id else tp.topic
                 results[topic_key, tp.partition] = result

@@ -1,8 +1,11 @@
 """What every request handler uses to answer: one version's response classes, built from a
-superset of fields (``build``), and Kafka's values for "none"."""
+superset of fields (``build``), Kafka's values for "none", and how a handler awaits a core
+operation that answers through a callback (``completion``)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import timedelta
 from functools import cache
@@ -34,3 +37,16 @@ def build(entity_type: type[T], **values: Any) -> T:
     """Instantiate one version's entity, dropping the fields that version lacks."""
     names = _field_names(entity_type)
     return entity_type(**{k: v for k, v in values.items() if k in names})
+
+
+async def completion(start: Callable[[Callable[[T], None]], None]) -> T:
+    """Await a core operation (``ReplicaManager``, ``GroupCoordinator``) that reports
+    through a completion callback, now or later."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    def complete(result: T) -> None:
+        if not future.done():  # the connection may be gone (cancelled) by then
+            future.set_result(result)
+
+    start(complete)
+    return await future

@@ -1,0 +1,305 @@
+"""``GroupCoordinator``: the broker's group coordinator, as Kafka 3.9's classic one
+(``kafka.coordinator.group.GroupCoordinator``).
+
+Every request first passes ``validate_group_status``: a valid group id, a running
+coordinator, the group's ``__consumer_offsets`` partition loaded (else
+COORDINATOR_LOAD_IN_PROGRESS) and led by this broker (else NOT_COORDINATOR). Membership
+requests then go to the classic protocol's handler (``classic_group``); offsets, listing and
+describing are answered here from the ``GroupMetadataManager``'s cache, and commits are
+written through it. The coordinator follows the ``ReplicaManager``: becoming leader of an
+offsets partition loads its groups (``on_election``), losing it unloads them
+(``on_resignation``).
+
+It is callback-based and takes its clock and timers from the broker's ``Scheduler``, like
+``ReplicaManager``, so the same code runs in a broker and on ``minibroker.sim``'s manual
+clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from minibroker.cluster.partition import Partition
+from minibroker.cluster.scheduler import Scheduler
+from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
+from minibroker.config import resolve
+from minibroker.coordinator.classic_group import (
+    ClassicGroupHandler,
+    JoinCallback,
+    SyncCallback,
+)
+from minibroker.coordinator.group_metadata import (
+    GroupMetadata,
+    GroupState,
+    GroupType,
+    JoinGroupResult,
+    Protocols,
+    SyncGroupResult,
+)
+from minibroker.coordinator.group_metadata_manager import (
+    OFFSETS_TOPIC,
+    AppendRecords,
+    CommittedOffset,
+    GroupMetadataManager,
+)
+from minibroker.coordinator.rebalance import UNKNOWN_MEMBER_ID
+from minibroker.coordinator.records import OffsetAndMetadata
+from minibroker.events import EventType, ReplicationEventLog
+
+__all__ = ["GroupConfig", "GroupCoordinator", "GroupEvents", "GroupSummary", "MemberSummary"]
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Kafka's ``GroupConfig``, from the broker's ``group.*`` keys."""
+
+    min_session_timeout_ms: int
+    max_session_timeout_ms: int
+    max_size: int
+    initial_rebalance_delay_ms: int
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, str]) -> GroupConfig:
+        return cls(resolve("group.min.session.timeout.ms", config),
+                   resolve("group.max.session.timeout.ms", config),
+                   resolve("group.max.size", config),
+                   resolve("group.initial.rebalance.delay.ms", config))
+
+
+class GroupEvents:
+    """The coordinator's replication events, each naming this broker."""
+
+    def __init__(self, events: ReplicationEventLog, broker_id: int) -> None:
+        self._events = events
+        self._broker_id = broker_id
+
+    def emit(self, event_type: EventType, /, **fields: object) -> None:
+        self._events.emit(event_type, broker=self._broker_id, **fields)
+
+
+class MemberSummary(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+class GroupSummary(NamedTuple):
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberSummary, ...]
+
+
+_DEAD_GROUP = GroupSummary(GroupState.DEAD, "", "", ())
+_NO_GROUP = GroupSummary("", "", "", ())
+
+
+class GroupCoordinator:
+    def __init__(self, broker_id: int, scheduler: Scheduler, *, config: Mapping[str, str],
+                 events: ReplicationEventLog, append: AppendRecords,
+                 local_partition: Callable[[TopicPartition], Partition | None],
+                 metadata_image: Callable[[], MetadataImage],
+                 wall_clock_ms: Callable[[], float] | None = None) -> None:
+        self.broker_id = broker_id
+        self.config = GroupConfig.from_config(config)
+        self._events = GroupEvents(events, broker_id)
+        self.manager = GroupMetadataManager(
+            broker_id, scheduler, config=config, append=append,
+            local_partition=local_partition, metadata_image=metadata_image,
+            events=self._events, wall_clock_ms=wall_clock_ms)
+        self.classic = ClassicGroupHandler(self.manager, scheduler, self.config, self._events)
+
+    # ---- following the offsets topic's leadership ------------------------------------------
+
+    def on_leadership_change(self, tp: TopicPartition, is_leader: bool,
+                             leader_epoch: int) -> None:
+        """The ``ReplicaManager``'s listener (Kafka: ``BrokerMetadataPublisher``)."""
+        if tp.topic != OFFSETS_TOPIC:
+            return
+        if is_leader:
+            self.manager.schedule_load(tp.partition, leader_epoch,
+                                       self.classic.rebalancer.on_group_loaded)
+        else:
+            self.manager.remove_groups_for_partition(tp.partition, leader_epoch,
+                                                     self.classic.rebalancer.on_group_unloaded)
+
+    def shutdown(self) -> None:
+        """Kafka's ``GroupCoordinator.shutdown``: nothing is coordinated here any more."""
+        self.manager.shutdown()
+
+    def validate_group_status(self, group_id: str | None, *,
+                              allow_empty: bool = False) -> ErrorCode | None:
+        """OffsetCommit, OffsetFetch and DescribeGroups accept the empty group id."""
+        if group_id is None or (not group_id and not allow_empty):
+            return ErrorCode.invalid_group_id
+        if self.manager.is_group_loading(group_id):
+            return ErrorCode.coordinator_load_in_progress
+        if not self.manager.is_group_local(group_id):
+            return ErrorCode.not_coordinator
+        return None
+
+    # ---- membership (the classic protocol) ---------------------------------------------
+
+    def handle_join_group(self, group_id: str, member_id: str, instance_id: str | None, *,
+                          require_known_member_id: bool, support_skipping_assignment: bool,
+                          client_id: str, client_host: str, rebalance_timeout_ms: int,
+                          session_timeout_ms: int, protocol_type: str, protocols: Protocols,
+                          callback: JoinCallback) -> None:
+        error = self.validate_group_status(group_id)
+        if error is not None:
+            callback(JoinGroupResult(member_id, error))
+            return
+        self.classic.join_group(
+            group_id, member_id, instance_id, require_known_member_id=require_known_member_id,
+            support_skipping_assignment=support_skipping_assignment, client_id=client_id,
+            client_host=client_host, rebalance_timeout_ms=rebalance_timeout_ms,
+            session_timeout_ms=session_timeout_ms, protocol_type=protocol_type,
+            protocols=protocols, callback=callback)
+
+    def handle_sync_group(self, group_id: str, generation_id: int, member_id: str,
+                          protocol_type: str | None, protocol_name: str | None,
+                          instance_id: str | None, assignment: dict[str, bytes],
+                          callback: SyncCallback) -> None:
+        error = self.validate_group_status(group_id)
+        if error == ErrorCode.coordinator_load_in_progress:
+            # The rebalance's state is lost with the old coordinator: rejoin.
+            error = ErrorCode.rebalance_in_progress
+        group = self.manager.get_group(group_id) if error is None else None
+        if error is None and group is None:
+            error = ErrorCode.unknown_member_id
+        if error is not None or group is None:
+            callback(SyncGroupResult(error or ErrorCode.unknown_member_id))
+            return
+        self.classic.sync_group(group, generation_id, member_id, protocol_type, protocol_name,
+                                instance_id, assignment, callback)
+
+    def handle_heartbeat(self, group_id: str, member_id: str, instance_id: str | None,
+                         generation_id: int) -> ErrorCode:
+        error = self.validate_group_status(group_id)
+        if error == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # the group is loading: answer blindly
+        if error is not None:
+            return error
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        return self.classic.heartbeat(group, member_id, instance_id, generation_id)
+
+    def handle_leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                           ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """(top-level error, one error per (member id, instance id) leaving)."""
+        error = self.validate_group_status(group_id)
+        if error is not None:
+            return error, []
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(members)
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available, []
+        return ErrorCode.none, [self.classic.leave_group(group, member_id, instance_id)
+                                for member_id, instance_id in members]
+
+    # ---- offsets ------------------------------------------------------------------------
+
+    def handle_commit_offsets(self, group_id: str, member_id: str, instance_id: str | None,
+                              generation_id: int,
+                              offsets: dict[TopicPartition, OffsetAndMetadata],
+                              callback: Callable[[dict[TopicPartition, ErrorCode]], None]
+                              ) -> None:
+        error = self.validate_group_status(group_id, allow_empty=True)
+        group = self.manager.get_group(group_id) if error is None else None
+        if error is None and group is None:
+            if generation_id < 0:
+                # A group that uses Kafka only to store offsets (no membership).
+                group = self.manager.get_or_maybe_create_group(group_id, True)
+            else:
+                error = ErrorCode.illegal_generation
+        if error is None and group is not None:
+            error = self._validate_offset_commit(group, generation_id, member_id, instance_id)
+            if error is None and group.is_(GroupState.COMPLETING_REBALANCE):
+                # Its generation is known but the assignment is not yet out.
+                error = ErrorCode.rebalance_in_progress
+        if error is not None or group is None:
+            callback(dict.fromkeys(offsets, error or ErrorCode.unknown_member_id))
+            return
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # Commits are allowed while preparing: the heartbeat tells of the rebalance.
+            member = group.get(member_id)
+            self.classic.rebalancer.complete_and_schedule_next_heartbeat(group, member)
+        self.manager.store_offsets(group, offsets, callback)
+
+    def _validate_offset_commit(self, group: GroupMetadata, generation_id: int,
+                                member_id: str, instance_id: str | None) -> ErrorCode | None:
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation_id < 0 and group.is_(GroupState.EMPTY):
+            return None  # the admin client, or a consumer without group management
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
+            error = self.classic.validate_current_member(group, member_id, instance_id)
+            if error is None and generation_id != group.generation_id:
+                error = ErrorCode.illegal_generation
+            return error
+        if not group.is_(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id  # only members commit to a live group
+        return None
+
+    def handle_fetch_offsets(self, group_id: str, require_stable: bool,
+                             partitions: list[TopicPartition] | None
+                             ) -> tuple[ErrorCode, dict[TopicPartition, CommittedOffset]]:
+        """Offsets whatever the group's state: a group may commit without membership."""
+        error = self.validate_group_status(group_id, allow_empty=True)
+        if error is not None:
+            return error, {}
+        return ErrorCode.none, self.manager.get_offsets(group_id, require_stable, partitions)
+
+    # ---- listing and describing -----------------------------------------------------------
+
+    def handle_list_groups(self, states: set[str], types: set[str]
+                           ) -> tuple[ErrorCode, list[tuple[str, str, str, str]]]:
+        """(group id, protocol type, state, type) of every group coordinated here,
+        filtered by state and type (case-insensitive; every group is ``classic``)."""
+        error = (ErrorCode.coordinator_load_in_progress if self.manager.is_loading
+                 else ErrorCode.none)
+        wanted_states = {s.lower() for s in states}
+        if types and GroupType.CLASSIC not in {t.lower() for t in types}:
+            return error, []
+        return error, [(g.group_id, g.protocol_type or "", g.state, g.group_type)
+                       for g in self.manager.groups.values()
+                       if not wanted_states or g.state.lower() in wanted_states]
+
+    def handle_describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary]:
+        error = self.validate_group_status(group_id, allow_empty=True)
+        if error is not None:
+            return error, _NO_GROUP
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return ErrorCode.none, _DEAD_GROUP
+        stable = group.is_(GroupState.STABLE) and group.protocol_name is not None
+        return ErrorCode.none, GroupSummary(
+            group.state, group.protocol_type or "",
+            group.protocol_name or "" if stable else "",
+            tuple(MemberSummary(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
+                m.assignment if stable else b"") for m in group.members.values()))
+
+    # ---- state for /v1/state ------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "offsets_topic_partitions": self.manager.partition_count(),
+            "owned_partitions": sorted(self.manager.owned_partitions),
+            "loading_partitions": sorted(self.manager.loading_partitions),
+            "groups": [
+                {"group": g.group_id, "partition": self.manager.partition_for(g.group_id),
+                 "state": g.state, "type": g.group_type, "protocol_type": g.protocol_type,
+                 "protocol": g.protocol_name, "generation": g.generation_id,
+                 "leader": g.leader_id, "members": list(g.members),
+                 "committed_offsets": len(g.offsets)}
+                for g in sorted(self.manager.groups.values(), key=lambda g: g.group_id)],
+        }

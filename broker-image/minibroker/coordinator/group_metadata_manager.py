@@ -1,0 +1,401 @@
+"""Where groups live: Kafka 3.9's ``GroupMetadataManager``.
+
+A group belongs to one partition of ``__consumer_offsets`` (``partition_for``: Java's
+``String.hashCode`` of the group id, as ``Utils.abs(groupId.hashCode) % partitions``), and
+the leader of that partition is its coordinator. Its state is records in that partition:
+``store_group`` appends a generation's metadata and ``store_offsets`` a commit, each as one
+RecordBatch v2 through the ``ReplicaManager`` with ``offsets.commit.required.acks`` (all
+ISR by default), and the cache changes only once the write is acknowledged. The partition
+replicates like any other (ISR, high watermark, leader epochs), so every fault the harness
+injects applies to group state too.
+
+When this broker becomes the partition's leader it replays the partition from its log
+start to its log end (Kafka's ``doLoadGroupsAndOffsets`` reads to the log end offset, not
+the high watermark) and owns its groups from then on; until the load is done, requests for
+them are answered COORDINATOR_LOAD_IN_PROGRESS. When it stops leading, the groups are
+unloaded (marked Dead, their parked requests answered NOT_COORDINATOR) and requests for
+them get NOT_COORDINATOR. Loads and unloads carry the partition's leader epoch (Kafka's
+coordinator epoch), so a load overtaken by a newer leadership change does nothing.
+
+Simplified against Kafka: offsets never expire (no ``offsets.retention.minutes``), nothing
+is compacted (minibroker has no log cleaner; the topic's ``cleanup.policy=compact`` is
+recorded only), there are no transactional offset commits and no offset deletion.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, Protocol
+
+from minibroker.cluster.partition import Partition
+from minibroker.cluster.scheduler import Scheduler
+from minibroker.cluster.types import ErrorCode, MetadataImage, ProduceResult, TopicPartition
+from minibroker.config import resolve
+from minibroker.coordinator.group_metadata import (
+    CachedOffset,
+    GroupMetadata,
+    GroupState,
+    MemberMetadata,
+)
+from minibroker.coordinator.records import (
+    CorruptGroupRecordError,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberRecord,
+    OffsetAndMetadata,
+    OffsetCommitKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
+from minibroker.events import EventType
+from minibroker.storage.records import CorruptRecordError, build_batch, decode_records, iter_batches
+
+__all__ = ["OFFSETS_TOPIC", "CommittedOffset", "GroupMetadataManager", "partition_for"]
+
+log = logging.getLogger("minibroker.coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"  # Topic.GROUP_METADATA_TOPIC_NAME
+OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
+LOAD_BUFFER_SIZE = 5 * 1024 * 1024  # offsets.load.buffer.size
+NO_OFFSET = -1  # OffsetFetchResponse.INVALID_OFFSET
+
+
+def java_string_hash(value: str) -> int:
+    """Java's ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
+    data = value.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """``Utils.abs(groupId.hashCode) % partitions`` (Kafka's abs maps MIN_VALUE to 0)."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class CommittedOffset(NamedTuple):
+    offset: int
+    leader_epoch: int
+    metadata: str
+    error: ErrorCode
+
+
+class AppendRecords(Protocol):
+    """``ReplicaManager.append_records`` (the broker's, which waits out a disk stall)."""
+
+    def __call__(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
+                 on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None: ...
+
+
+class Emit(Protocol):
+    def emit(self, event_type: EventType, /, **fields: object) -> None: ...
+
+
+# Log append errors as a member sees them (GroupMetadataManager.storeGroup's mapping and
+# maybeConvertOffsetCommitError); REQUEST_TIMED_OUT is a rebalance for a group's metadata.
+_APPEND_ERRORS = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+_TOO_LARGE = (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
+              ErrorCode.invalid_fetch_size)
+
+
+class GroupMetadataManager:
+    def __init__(self, broker_id: int, scheduler: Scheduler, *, config: Mapping[str, str],
+                 append: AppendRecords, local_partition: Callable[[TopicPartition],
+                                                                  Partition | None],
+                 metadata_image: Callable[[], MetadataImage], events: Emit,
+                 wall_clock_ms: Callable[[], float] | None = None) -> None:
+        self.broker_id = broker_id
+        self._scheduler = scheduler
+        # Record, commit and state timestamps are wall-clock time (the scheduler's is not).
+        self.now_ms = wall_clock_ms or (lambda: time.time() * 1000)
+        self._config = config
+        self._append = append
+        self._local_partition = local_partition
+        self._image = metadata_image
+        self._events = events
+        self._commit_acks: int = resolve("offsets.commit.required.acks", config)
+        self._commit_timeout_ms: int = resolve("offsets.commit.timeout.ms", config)
+        self.groups: dict[str, GroupMetadata] = {}
+        self.owned_partitions: set[int] = set()
+        self.loading_partitions: set[int] = set()
+        self._epochs: dict[int, int] = {}
+        self._shutting_down = False
+
+    # ---- where a group lives ------------------------------------------------------------
+
+    def partition_count(self) -> int:
+        """The topic's partition count once it exists, else ``offsets.topic.num.partitions``
+        (Kafka reads the same two at startup)."""
+        topic = self._image().topics.get(OFFSETS_TOPIC)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return resolve("offsets.topic.num.partitions", self._config)
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count())
+
+    def is_group_local(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.owned_partitions
+
+    def is_group_loading(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.loading_partitions
+
+    @property
+    def is_loading(self) -> bool:
+        return bool(self.loading_partitions)
+
+    def get_group(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+    def get_or_maybe_create_group(self, group_id: str, create: bool) -> GroupMetadata | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = self.groups[group_id] = GroupMetadata(group_id, self.now_ms)
+        return group
+
+    def _tp(self, group_id: str) -> TopicPartition:
+        return TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
+
+    # ---- writing ------------------------------------------------------------------------
+
+    def _write(self, group_id: str, keys: list[bytes], values: list[bytes],
+               done: Callable[[ProduceResult], None]) -> None:
+        tp = self._tp(group_id)
+        batch = build_batch(values, keys=keys, timestamp_ms=int(self.now_ms()))
+        self._append(acks=self._commit_acks, timeout_ms=self._commit_timeout_ms,
+                     entries={tp: batch}, on_complete=lambda results: done(results[tp]))
+
+    def store_group(self, group: GroupMetadata, assignment: dict[str, bytes],
+                    callback: Callable[[ErrorCode], None]) -> None:
+        """Append the group's generation (members, their subscriptions and ``assignment``);
+        ``callback`` gets the error a member should see."""
+        protocol = group.protocol_name
+        value = GroupMetadataValue(
+            group.protocol_type or "", group.generation_id, protocol, group.leader_id,
+            group.current_state_timestamp,
+            tuple(MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                               m.rebalance_timeout_ms, m.session_timeout_ms,
+                               m.metadata(protocol) if protocol is not None else b"",
+                               assignment[m.member_id])
+                  for m in group.members.values()))
+
+        def done(result: ProduceResult) -> None:
+            error = result.error
+            if error != ErrorCode.none:
+                log.info("Writing the metadata of group %s generation %d failed: %s",
+                         group.group_id, value.generation, error.name)
+                error = (ErrorCode.rebalance_in_progress
+                         if error == ErrorCode.request_timed_out
+                         else ErrorCode.unknown_server_error if error in _TOO_LARGE
+                         else _APPEND_ERRORS.get(error, error))
+            callback(error)
+
+        self._write(group.group_id, [encode_group_key(group.group_id)],
+                    [encode_group_value(value)], done)
+
+    def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition,
+                                                                OffsetAndMetadata],
+                      callback: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
+        """Append one record per committed partition; the cache takes them once they are
+        acknowledged (pending until then, for OffsetFetch's require_stable)."""
+        valid = {tp: o for tp, o in offsets.items()
+                 if len(o.metadata) <= OFFSET_METADATA_MAX_BYTES}
+        if not valid:
+            callback(dict.fromkeys(offsets, ErrorCode.offset_metadata_too_large))
+            return
+        group.prepare_offset_commit(valid)
+
+        def done(result: ProduceResult) -> None:
+            error = result.error
+            for tp, offset in valid.items():
+                if group.is_(GroupState.DEAD):
+                    break  # unloaded meanwhile: the log has it (or not), the cache is gone
+                if error == ErrorCode.none:
+                    group.on_offset_commit_append(tp, result.base_offset, offset)
+                else:
+                    group.fail_pending_offset_write(tp, offset)
+            if error != ErrorCode.none:
+                log.info("Offset commit of group %s failed: %s", group.group_id, error.name)
+                error = (ErrorCode.invalid_commit_offset_size if error in _TOO_LARGE
+                         else _APPEND_ERRORS.get(error, error))
+            callback({tp: error if tp in valid else ErrorCode.offset_metadata_too_large
+                      for tp in offsets})
+
+        self._write(group.group_id,
+                    [encode_offset_key(group.group_id, tp.topic, tp.partition) for tp in valid],
+                    [encode_offset_value(o) for o in valid.values()], done)
+
+    # ---- reading ------------------------------------------------------------------------
+
+    def get_offsets(self, group_id: str, require_stable: bool,
+                    partitions: list[TopicPartition] | None
+                    ) -> dict[TopicPartition, CommittedOffset]:
+        """Never a stale offset: the cache is what the log holds, acknowledged."""
+        none = CommittedOffset(NO_OFFSET, -1, "", ErrorCode.none)
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return dict.fromkeys(partitions or (), none)
+        result = {}
+        for tp in partitions if partitions is not None else list(group.offsets):
+            offset = group.offset(tp)
+            if require_stable and tp in group.pending_offset_commits:
+                result[tp] = CommittedOffset(NO_OFFSET, -1, "", ErrorCode.unstable_offset_commit)
+            elif offset is None:
+                result[tp] = none
+            else:
+                result[tp] = CommittedOffset(offset.offset, offset.leader_epoch,
+                                             offset.metadata, ErrorCode.none)
+        return result
+
+    # ---- loading and unloading ------------------------------------------------------------
+
+    def _maybe_update_epoch(self, partition: int, epoch: int | None) -> bool:
+        """Kafka's maybeUpdateCoordinatorEpoch: only the newest leadership change acts."""
+        current = self._epochs.get(partition)
+        if epoch is not None and (current is None or epoch > current):
+            self._epochs[partition] = current = epoch
+        return epoch is None or epoch == current
+
+    def schedule_load(self, partition: int, epoch: int,
+                      on_group_loaded: Callable[[GroupMetadata], None]) -> None:
+        """Become the coordinator of ``partition``'s groups: loading at once (so requests get
+        COORDINATOR_LOAD_IN_PROGRESS), replayed from the log on the scheduler."""
+        if partition not in self.owned_partitions:
+            self.loading_partitions.add(partition)
+        self._scheduler.call_later(0, lambda: self._load(partition, epoch, on_group_loaded))
+
+    def _load(self, partition: int, epoch: int,
+              on_group_loaded: Callable[[GroupMetadata], None]) -> None:
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        if self._shutting_down:
+            return
+        if not self._maybe_update_epoch(partition, epoch) or partition in self.owned_partitions:
+            log.info("Not loading %s in epoch %d (epoch now %s)", tp, epoch,
+                     self._epochs.get(partition))
+            return
+        replica = self._local_partition(tp)
+        end = replica.log_end_offset if replica is not None else 0
+        try:
+            groups, offsets = self._replay(tp, replica) if replica is not None else ({}, {})
+        finally:
+            self.loading_partitions.discard(partition)
+            self.owned_partitions.add(partition)
+        loaded = []
+        for group_id in sorted(set(groups) | {g for g, _ in offsets}):
+            value = groups.get(group_id)
+            group = self._group_from(group_id, value)
+            group.initialize_offsets({tp_: o for (g, tp_), o in offsets.items()
+                                      if g == group_id})
+            self.groups.setdefault(group_id, group)
+            on_group_loaded(group)
+            loaded.append(f"{group_id} ({group.state}, generation {group.generation_id}, "
+                          f"{len(group.members)} members, {len(group.offsets)} offsets)")
+        log.info("Loaded %s to offset %d in epoch %d: %s", tp, end, epoch,
+                 ", ".join(loaded) or "no group")
+        self._events.emit(EventType.COORDINATOR_LOAD, topic=OFFSETS_TOPIC, partition=partition,
+                          leader_epoch=epoch, log_end_offset=end,
+                          detail=f"loaded {len(loaded)} groups: {', '.join(loaded)}"
+                          if loaded else "loaded no group")
+
+    def _replay(self, tp: TopicPartition, replica: Partition
+                ) -> tuple[dict[str, GroupMetadataValue],
+                           dict[tuple[str, TopicPartition], CachedOffset]]:
+        """The latest record of every key, from the log start to the log end."""
+        groups: dict[str, GroupMetadataValue | None] = {}
+        offsets: dict[tuple[str, TopicPartition], CachedOffset | None] = {}
+        position, end = replica.log_start_offset, replica.log_end_offset
+        while position < end:
+            data = replica.log.read(position, LOAD_BUFFER_SIZE)
+            if not data:
+                break
+            for header, batch in iter_batches(data, validate_crc=False):
+                position = header.next_offset
+                try:
+                    for record in decode_records(batch):
+                        self._apply_record(record.key, record.value, header.base_offset,
+                                           groups, offsets)
+                except (CorruptRecordError, CorruptGroupRecordError) as exc:
+                    log.warning("%s: skipped the batch at offset %d: %s", tp,
+                                header.base_offset, exc)
+        return ({g: v for g, v in groups.items() if v is not None},
+                {k: v for k, v in offsets.items() if v is not None})
+
+    @staticmethod
+    def _apply_record(key: bytes | None, value: bytes | None, batch_offset: int,
+                      groups: dict[str, GroupMetadataValue | None],
+                      offsets: dict[tuple[str, TopicPartition], CachedOffset | None]) -> None:
+        if key is None:
+            raise CorruptGroupRecordError("a record without a key")
+        parsed = decode_key(key)
+        if isinstance(parsed, OffsetCommitKey):
+            committed = decode_offset_value(value)
+            offsets[parsed.group, TopicPartition(parsed.topic, parsed.partition)] = (
+                None if committed is None else CachedOffset(batch_offset, committed))
+        elif isinstance(parsed, GroupMetadataKey):
+            groups[parsed.group] = decode_group_value(value)
+
+    def _group_from(self, group_id: str, value: GroupMetadataValue | None) -> GroupMetadata:
+        """Kafka's ``GroupMetadata.loadGroup``: Stable with its members, or Empty."""
+        group = GroupMetadata(group_id, self.now_ms)
+        if value is None:
+            return group
+        group.generation_id = value.generation
+        group.protocol_type = value.protocol_type or None
+        group.protocol_name = value.protocol
+        if value.current_state_timestamp != -1:
+            group.current_state_timestamp = value.current_state_timestamp
+        for m in value.members:
+            group.add(MemberMetadata(m.member_id, m.group_instance_id, m.client_id,
+                                     m.client_host, m.rebalance_timeout, m.session_timeout,
+                                     value.protocol_type, [(value.protocol or "",
+                                                            m.subscription)], m.assignment))
+        group.leader_id = value.leader
+        group.state = GroupState.STABLE if value.members else GroupState.EMPTY
+        return group
+
+    def remove_groups_for_partition(self, partition: int, epoch: int | None,
+                                    on_group_unloaded: Callable[[GroupMetadata], None]) -> None:
+        """Stop coordinating ``partition``'s groups (this broker no longer leads it)."""
+        if not self._maybe_update_epoch(partition, epoch):
+            return
+        was_coordinator = (partition in self.owned_partitions
+                           or partition in self.loading_partitions)
+        self.owned_partitions.discard(partition)
+        self.loading_partitions.discard(partition)
+        removed = [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
+        for group in removed:
+            on_group_unloaded(group)
+            del self.groups[group.group_id]
+        if was_coordinator:
+            log.info("Unloaded %s-%d in epoch %s: %d groups", OFFSETS_TOPIC, partition, epoch,
+                     len(removed))
+            self._events.emit(EventType.COORDINATOR_UNLOAD, topic=OFFSETS_TOPIC,
+                              partition=partition, leader_epoch=epoch,
+                              detail=f"unloaded {len(removed)} groups: "
+                                     f"{', '.join(g.group_id for g in removed)}"
+                              if removed else "unloaded no group")
+
+    def shutdown(self) -> None:
+        """The broker stops: every group is dropped (marked Dead, so that timers still
+        pending find nothing to do), no load runs any more."""
+        self._shutting_down = True
+        for group in self.groups.values():
+            group.state = GroupState.DEAD
+        self.groups.clear()
+        self.owned_partitions.clear()
+        self.loading_partitions.clear()

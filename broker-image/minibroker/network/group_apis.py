@@ -1,0 +1,301 @@
+"""The group coordinator's APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and DescribeGroups, as Kafka 3.9's
+``KafkaApis`` handles them for the classic protocol.
+
+Every version's request is turned into a call on the ``GroupCoordinator`` (callback-based;
+a parked JoinGroup or SyncGroup is awaited here) and its answer into that version's
+response, built from a superset of fields (``responses.build``). FindCoordinator is answered
+from the metadata image: the leader of the group's ``__consumer_offsets`` partition. While
+the topic does not exist it answers COORDINATOR_NOT_AVAILABLE and asks the controller to
+create it (Kafka's ``AutoTopicCreationManager`` in KRaft), one creation at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from types import ModuleType
+from typing import Any, Protocol
+
+from kio.static.protocol import ResponsePayload
+
+from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
+from minibroker.config import resolve
+from minibroker.coordinator.group_coordinator import GroupCoordinator
+from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
+from minibroker.coordinator.records import OffsetAndMetadata
+from minibroker.network.codec import ApiKey, Request
+from minibroker.network.kafka_server import CLIENT_HOST
+from minibroker.network.responses import (
+    NO_NODE,
+    NO_THROTTLE,
+    build,
+    completion,
+    response_module,
+)
+
+__all__ = ["GroupApis", "GroupBroker"]
+
+log = logging.getLogger("minibroker.network.group_apis")
+
+_AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+_GROUP_KEY, _TRANSACTION_KEY = 0, 1  # FindCoordinator's CoordinatorType
+
+
+class GroupBroker(Protocol):
+    """What GroupApis needs of the broker: its coordinator, its metadata and config, and
+    the controller (to create ``__consumer_offsets``)."""
+
+    group_coordinator: GroupCoordinator
+
+    def metadata_image(self) -> MetadataImage: ...
+
+    def broker_config(self) -> dict[str, str]: ...
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           config: dict[str, str]) -> tuple[ErrorCode, str | None]: ...
+
+
+def _ms(value: timedelta) -> int:
+    return int(value / timedelta(milliseconds=1))
+
+
+class GroupApis:
+    """The handlers of the group coordinator's APIs, for ``KafkaApis``."""
+
+    def __init__(self, broker: GroupBroker) -> None:
+        self._broker = broker
+        self._creating: asyncio.Task[None] | None = None
+        self._creation_failed = False  # warned once; clients retry every second or so
+
+    @property
+    def _coordinator(self) -> GroupCoordinator:
+        return self._broker.group_coordinator
+
+    # -- FindCoordinator -----------------------------------------------------------------
+
+    async def handle_find_coordinator(self, request: Request) -> ResponsePayload:
+        body, version = request.body, request.api_version
+        m = response_module(ApiKey.FIND_COORDINATOR, version)
+        key_type = getattr(body, "key_type", _GROUP_KEY)
+        if version >= 4:  # KIP-699: batched
+            return m.FindCoordinatorResponse(
+                throttle_time=NO_THROTTLE,
+                coordinators=tuple(m.Coordinator(key=key, **self._coordinator_of(key_type, key))
+                                   for key in body.coordinator_keys))
+        return build(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
+                     **self._coordinator_of(key_type, body.key))
+
+    def _coordinator_of(self, key_type: int, key: str) -> dict[str, Any]:
+        def unavailable(error: ErrorCode, message: str) -> dict[str, Any]:
+            return {"node_id": NO_NODE, "host": "", "port": -1, "error_code": error,
+                    "error_message": message}
+
+        if key_type == _TRANSACTION_KEY:
+            return unavailable(ErrorCode.coordinator_not_available,
+                               "minibroker has no transaction coordinator")
+        if key_type != _GROUP_KEY:
+            return unavailable(ErrorCode.invalid_request, f"unknown key type {key_type}")
+        image = self._broker.metadata_image()
+        topic = image.topics.get(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            self._maybe_create_offsets_topic()
+            return unavailable(ErrorCode.coordinator_not_available,
+                               f"{OFFSETS_TOPIC} is being created")
+        reg = topic.partitions[partition_for(key, len(topic.partitions))]
+        leader = image.brokers.get(reg.leader)
+        if leader is None:
+            return unavailable(ErrorCode.coordinator_not_available,
+                               "the group's partition has no live leader")
+        return {"node_id": leader.broker_id, "host": leader.host, "port": leader.port,
+                "error_code": ErrorCode.none, "error_message": None}
+
+    def _maybe_create_offsets_topic(self) -> None:
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.get_running_loop().create_task(
+                self._create_offsets_topic())
+
+    async def _create_offsets_topic(self) -> None:
+        config = self._broker.broker_config()
+        partitions = resolve("offsets.topic.num.partitions", config)
+        replication_factor = resolve("offsets.topic.replication.factor", config)
+        error, message = await self._broker.create_topic(
+            OFFSETS_TOPIC, partitions, replication_factor, {"cleanup.policy": "compact"})
+        if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            log.log(logging.DEBUG if self._creation_failed else logging.WARNING,
+                    "Creating %s (%d partitions, replication factor %d) failed: %s %s",
+                    OFFSETS_TOPIC, partitions, replication_factor, error.name, message)
+            self._creation_failed = True
+
+    # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------------
+
+    async def handle_join_group(self, request: Request) -> ResponsePayload:
+        body, version = request.body, request.api_version
+        session_ms = _ms(body.session_timeout)
+        # v0 has no rebalance timeout: the session timeout stands in (JoinGroupRequest).
+        rebalance_ms = _ms(body.rebalance_timeout) if version >= 1 else session_ms
+        result = await completion(lambda done: self._coordinator.handle_join_group(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+            require_known_member_id=version >= 4,  # KIP-394
+            support_skipping_assignment=version >= 9,
+            client_id=request.client_id or "", client_host=CLIENT_HOST.get(),
+            rebalance_timeout_ms=rebalance_ms, session_timeout_ms=session_ms,
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, p.metadata) for p in body.protocols], callback=done))
+        m = response_module(ApiKey.JOIN_GROUP, version)
+        return build(
+            m.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+            generation_id=result.generation_id, protocol_type=result.protocol_type,
+            # Before v7 the protocol name is not nullable.
+            protocol_name=result.protocol_name if version >= 7 else result.protocol_name or "",
+            leader=result.leader_id, skip_assignment=result.skip_assignment,
+            member_id=result.member_id,
+            members=tuple(build(m.JoinGroupResponseMember, member_id=member_id,
+                                group_instance_id=instance_id, metadata=metadata)
+                          for member_id, instance_id, metadata in result.members))
+
+    async def handle_sync_group(self, request: Request) -> ResponsePayload:
+        body, version = request.body, request.api_version
+        m = response_module(ApiKey.SYNC_GROUP, version)
+        protocol_type = getattr(body, "protocol_type", None)
+        protocol_name = getattr(body, "protocol_name", None)
+        if version >= 5 and (protocol_type is None or protocol_name is None):
+            return build(m.SyncGroupResponse, throttle_time=NO_THROTTLE,
+                         error_code=ErrorCode.inconsistent_group_protocol, protocol_type=None,
+                         protocol_name=None, assignment=b"")
+        result = await completion(lambda done: self._coordinator.handle_sync_group(
+            body.group_id, body.generation_id, body.member_id, protocol_type, protocol_name,
+            getattr(body, "group_instance_id", None),
+            {a.member_id: a.assignment for a in body.assignments}, done))
+        return build(m.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
+                     protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                     assignment=result.assignment)
+
+    async def handle_heartbeat(self, request: Request) -> ResponsePayload:
+        body = request.body
+        error = self._coordinator.handle_heartbeat(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+            body.generation_id)
+        m = response_module(ApiKey.HEARTBEAT, request.api_version)
+        return build(m.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)
+
+    async def handle_leave_group(self, request: Request) -> ResponsePayload:
+        body, version = request.body, request.api_version
+        m = response_module(ApiKey.LEAVE_GROUP, version)
+        if version < 3:
+            leaving = [(body.member_id, None)]
+        else:  # KIP-345: a batch, members named by instance id too
+            leaving = [(member.member_id, member.group_instance_id) for member in body.members]
+        error, errors = self._coordinator.handle_leave_group(body.group_id, leaving)
+        if version < 3:
+            # One member: its own error is the answer (LeaveGroupResponse before v3).
+            return build(m.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                         error_code=errors[0] if error == ErrorCode.none and errors else error)
+        return m.LeaveGroupResponse(
+            throttle_time=NO_THROTTLE, error_code=error,
+            members=tuple(m.MemberResponse(member_id=member_id, group_instance_id=instance_id,
+                                           error_code=member_error)
+                          for (member_id, instance_id), member_error in zip(leaving, errors,
+                                                                            strict=False)))
+
+    # -- OffsetCommit and OffsetFetch --------------------------------------------------------
+
+    async def handle_offset_commit(self, request: Request) -> ResponsePayload:
+        body, version = request.body, request.api_version
+        m = response_module(ApiKey.OFFSET_COMMIT, version)
+        image = self._broker.metadata_image()
+        now = int(self._coordinator.manager.now_ms())
+        errors: dict[TopicPartition, ErrorCode] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for topic in body.topics:
+            known = image.topics.get(topic.name)
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                if known is None or tp.partition not in known.partitions:
+                    errors[tp] = ErrorCode.unknown_topic_or_partition
+                else:
+                    offsets[tp] = OffsetAndMetadata(
+                        part.committed_offset, getattr(part, "committed_leader_epoch", -1),
+                        part.committed_metadata or "", now)
+        if offsets:
+            errors.update(await completion(lambda done: self._coordinator.handle_commit_offsets(
+                body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+                body.generation_id_or_member_epoch, offsets, done)))
+        return build(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+            m.OffsetCommitResponseTopic(name=topic.name, partitions=tuple(
+                m.OffsetCommitResponsePartition(
+                    partition_index=part.partition_index,
+                    error_code=errors[TopicPartition(topic.name, part.partition_index)])
+                for part in topic.partitions))
+            for topic in body.topics))
+
+    async def handle_offset_fetch(self, request: Request) -> ResponsePayload:
+        body, version = request.body, request.api_version
+        m = response_module(ApiKey.OFFSET_FETCH, version)
+        require_stable = getattr(body, "require_stable", False)
+        if version >= 8:  # KIP-709: many groups in one request
+            return m.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(
+                self._fetched_group(m, group.group_id, group.topics, require_stable)
+                for group in body.groups))
+        error, topics = self._fetch(m, body.group_id, body.topics, require_stable, version)
+        return build(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
+                     topics=topics)
+
+    def _fetched_group(self, m: ModuleType, group_id: str, topics: Any,
+                       require_stable: bool) -> Any:
+        error, fetched = self._fetch(m, group_id, topics, require_stable, 8)
+        return m.OffsetFetchResponseGroup(group_id=group_id, topics=fetched, error_code=error)
+
+    def _fetch(self, m: ModuleType, group_id: str, topics: Any, require_stable: bool,
+               version: int) -> tuple[ErrorCode, tuple[Any, ...]]:
+        wanted = (None if topics is None else
+                  [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes])
+        error, offsets = self._coordinator.handle_fetch_offsets(group_id, require_stable,
+                                                                wanted)
+        v8 = version >= 8
+        topic_type = m.OffsetFetchResponseTopics if v8 else m.OffsetFetchResponseTopic
+        partition_type = m.OffsetFetchResponsePartitions if v8 else m.OffsetFetchResponsePartition
+        if error != ErrorCode.none and version < 2 and wanted:
+            # v1 has no group-level error: each partition carries it.
+            offsets = {tp: (-1, -1, "", error) for tp in wanted}
+        by_topic: dict[str, list[Any]] = {}
+        for tp, (offset, leader_epoch, metadata, partition_error) in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(build(
+                partition_type, partition_index=tp.partition, committed_offset=offset,
+                committed_leader_epoch=leader_epoch, metadata=metadata,
+                error_code=partition_error))
+        return error, tuple(topic_type(name=name, partitions=tuple(parts))
+                            for name, parts in by_topic.items())
+
+    # -- ListGroups and DescribeGroups -------------------------------------------------------
+
+    async def handle_list_groups(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.LIST_GROUPS, request.api_version)
+        error, groups = self._coordinator.handle_list_groups(
+            set(getattr(body, "states_filter", ())), set(getattr(body, "types_filter", ())))
+        return build(m.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=error,
+                     groups=tuple(build(m.ListedGroup, group_id=group_id,
+                                        protocol_type=protocol_type, group_state=state,
+                                        group_type=group_type)
+                                  for group_id, protocol_type, state, group_type in groups))
+
+    async def handle_describe_groups(self, request: Request) -> ResponsePayload:
+        m = response_module(ApiKey.DESCRIBE_GROUPS, request.api_version)
+        described = []
+        for group_id in request.body.groups:
+            error, summary = self._coordinator.handle_describe_group(group_id)
+            described.append(build(
+                m.DescribedGroup, error_code=error, group_id=group_id,
+                group_state=summary.state, protocol_type=summary.protocol_type,
+                protocol_data=summary.protocol,
+                members=tuple(build(m.DescribedGroupMember, member_id=member.member_id,
+                                    group_instance_id=member.group_instance_id,
+                                    client_id=member.client_id, client_host=member.client_host,
+                                    member_metadata=member.metadata,
+                                    member_assignment=member.assignment)
+                              for member in summary.members),
+                authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
+        return build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
+                     groups=tuple(described))
