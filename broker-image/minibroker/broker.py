@@ -62,6 +62,10 @@ class BrokerOptions:
     data_dir: Path
     config: dict[str, str] = field(default_factory=dict)
     advertised: tuple[str, int] | None = None
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """More client listeners, by name (Kafka's ``listeners``, KIP-103)."""
+    advertised_listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Their advertised addresses (default: where each listens)."""
     broker_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
     metrics_port: int | None = None
     failpoint_token: str | None = None
@@ -131,7 +135,10 @@ class BrokerServer:
         self.replica_manager.leadership_listeners.append(
             self.group_coordinator.on_leadership_change)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
-        self.kafka_server = KafkaServer(KafkaApis(self))
+        apis = KafkaApis(self)
+        self.kafka_server = KafkaServer(apis)
+        self.listener_servers = {name: KafkaServer(apis, listener=name)
+                                 for name in options.listeners}
         self.admin: AdminServer | None = None
         self._tasks: list[asyncio.Task] = []
         self._heartbeat_ms: int = resolve("broker.heartbeat.interval.ms", config)
@@ -141,6 +148,8 @@ class BrokerServer:
     async def start(self) -> None:
         host, port = self.options.listen
         await self.kafka_server.start(host, port)
+        for name, server in self.listener_servers.items():
+            await server.start(*self.options.listeners[name])
         if self.options.metrics_port is not None:
             self.admin = AdminServer(
                 self.loop, host, self.options.metrics_port,
@@ -166,6 +175,8 @@ class BrokerServer:
             task.cancel()
         await self.fetchers.stop()
         await self.kafka_server.stop()
+        for server in self.listener_servers.values():
+            await server.stop()
         self.controller.close()
         if self.admin is not None:
             self.admin.stop()
@@ -175,6 +186,12 @@ class BrokerServer:
     @property
     def advertised(self) -> tuple[str, int]:
         return self.options.advertised or (self.options.listen[0], self.kafka_server.port)
+
+    def advertised_listeners(self) -> dict[str, tuple[str, int]]:
+        """Each named listener's advertised address, as registered with the controller."""
+        return {name: self.options.advertised_listeners.get(
+                    name, (self.options.listeners[name][0], server.port))
+                for name, server in self.listener_servers.items()}
 
     def _stall(self, body: dict[str, Any]) -> dict[str, Any]:
         self.disk_stall.stall(int(body["duration_ms"]))
@@ -209,7 +226,9 @@ class BrokerServer:
             try:
                 answer = await self.controller.call("register_broker", {
                     "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
-                    "host": host, "port": port})
+                    "host": host, "port": port,
+                    "listeners": {name: list(address)
+                                  for name, address in self.advertised_listeners().items()}})
                 self.broker_epoch = answer["broker_epoch"]
                 self.fenced = True
                 log.info("Registered with broker epoch %d", self.broker_epoch)

@@ -13,11 +13,13 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from minibroker.cluster.types import DEFAULT_LISTENER
 from minibroker.config import ConfigError, parse_overrides
 
 LOG_FORMAT = "[%(asctime)s] %(levelname)s %(message)s (%(name)s)"
@@ -35,6 +37,17 @@ def broker_address(value: str) -> tuple[int, tuple[str, int]]:
     if not sep or not broker_id.isdigit():
         raise argparse.ArgumentTypeError(f"expected ID=HOST:PORT, got {value!r}")
     return int(broker_id), host_port(address)
+
+
+def named_host_port(value: str) -> tuple[str, tuple[str, int]]:
+    """``NAME=HOST:PORT`` (a listener name as Kafka's: letters, digits, ``_``, ``-``), or
+    ``HOST:PORT`` for the default listener."""
+    name, sep, address = value.rpartition("=")
+    if not sep:
+        return DEFAULT_LISTENER, host_port(value)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise argparse.ArgumentTypeError(f"expected NAME=HOST:PORT, got {value!r}")
+    return name.upper(), host_port(address)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,8 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--controller", type=host_port, required=True)
     b.add_argument("--data-dir", type=Path, required=True)
     b.add_argument("--metrics-port", type=int)
-    b.add_argument("--advertised-listener", type=host_port,
-                   help="the address clients get in Metadata (default: the listener)")
+    b.add_argument("--listener", type=named_host_port, action="append", default=[],
+                   metavar="NAME=HOST:PORT",
+                   help="one more client listener, named as Kafka's listener names (KIP-103): "
+                        "a client that connects to it gets its addresses in Metadata "
+                        "(repeatable)")
+    b.add_argument("--advertised-listener", type=named_host_port, action="append", default=[],
+                   metavar="[NAME=]HOST:PORT",
+                   help="the address clients of a listener get in Metadata (no NAME: the "
+                        "--listen one; default: where the listener listens; repeatable)")
     b.add_argument("--broker-address", type=broker_address, action="append", default=[],
                    metavar="ID=HOST:PORT",
                    help="reach broker ID at this address for replication (repeatable)")
@@ -128,9 +148,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "broker":
         from minibroker.broker import BrokerOptions, run_broker
 
+        advertised = dict(args.advertised_listener)
+        listeners = dict(args.listener)
+        unknown = set(advertised) - set(listeners) - {DEFAULT_LISTENER}
+        if unknown or DEFAULT_LISTENER in listeners:
+            print(f"minibroker: --advertised-listener names no --listener: {sorted(unknown)}"
+                  if unknown else f"minibroker: --listener {DEFAULT_LISTENER} is --listen's",
+                  file=sys.stderr)
+            return 2
         options = BrokerOptions(
             broker_id=args.id, listen=args.listen, controller=args.controller,
-            data_dir=args.data_dir, config=config, advertised=args.advertised_listener,
+            data_dir=args.data_dir, config=config,
+            advertised=advertised.pop(DEFAULT_LISTENER, None),
+            listeners=listeners, advertised_listeners=advertised,
             broker_addresses=dict(args.broker_address), metrics_port=args.metrics_port,
             failpoint_token=args.failpoint_token)
         _run_until_signal(lambda stop: run_broker(options, stop))

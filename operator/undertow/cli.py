@@ -140,7 +140,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     platform = LocalPlatform(LocalPlatformConfig(
         workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
         broker_config=config, controller_config=config,
-        ephemeral_storage=cluster.storage.type == "ephemeral"))
+        ephemeral_storage=cluster.storage.type == "ephemeral",
+        consumers=loaded.experiment.spec.isolated_consumers()))
     # The verdict is printed inside: leaving waits for the analysis's JVM to exit.
     with _analyzer(args, loaded, out) as analyze:
         with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:

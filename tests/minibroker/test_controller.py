@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minibroker.cluster.types import NO_LEADER, ErrorCode, TopicPartition
+from minibroker.cluster.types import NO_LEADER, ErrorCode, MetadataImage, TopicPartition
 from minibroker.controller.quorum_controller import QuorumController
 from minibroker.events import ReplicationEventLog
 
@@ -52,6 +52,23 @@ def test_state_survives_a_controller_restart(tmp_path: Path) -> None:
     clock.now += 2000
     restarted.tick()
     assert all(not b.fenced for b in restarted.brokers.values())
+
+
+def test_a_brokers_named_listeners_are_in_the_image_and_survive_a_restart(
+        tmp_path: Path) -> None:
+    clock = Clock()
+    c = controller(tmp_path, clock, data_dir=tmp_path)
+    epoch = c.register_broker(1, "inc-1b", "127.0.0.1", 9001,
+                              {"CONSUMER_C1": ("127.0.0.1", 29001)})
+    c.heartbeat(1, epoch, c.metadata_offset)
+    assert c.image().brokers[1].address("CONSUMER_C1") == ("127.0.0.1", 29001)
+    assert c.image().brokers[1].address("PLAINTEXT") == ("127.0.0.1", 9001)
+    assert c.image().brokers[2].address("CONSUMER_C1") is None
+    restarted = QuorumController(clock_ms=clock, events=ReplicationEventLog(tmp_path),
+                                 data_dir=tmp_path)
+    assert restarted.image().brokers == c.image().brokers
+    # What a broker receives goes through JSON.
+    assert MetadataImage.from_json(c.image().to_json()).brokers == c.image().brokers
 
 
 def test_alter_partition_needs_the_current_partition_epoch(tmp_path: Path) -> None:

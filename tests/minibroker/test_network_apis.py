@@ -12,7 +12,7 @@ import datetime
 import struct
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import pytest
@@ -341,6 +341,43 @@ def test_metadata_for_named_topics_marks_unknown_ones(version: int) -> None:
         assert errors == {"nope": ErrorCode.unknown_topic_or_partition, "orders": ErrorCode.none}
 
     run(scenario)
+
+
+def test_metadata_answers_with_the_addresses_of_the_listener_asked_on() -> None:
+    """KIP-103: a client that came in on listener CONSUMER_C1 is told CONSUMER_C1's
+    addresses, brokers without that listener are left out, and a partition whose live
+    leader lacks it is LISTENER_NOT_FOUND; the default listener still gets host and port."""
+    broker = FakeBroker()
+    broker.image = replace(broker.image, brokers={
+        1: BrokerEndpoint(1, "127.0.0.1", 19092, listeners={"CONSUMER_C1": ("10.0.0.1", 29092)}),
+        2: BrokerEndpoint(2, "127.0.0.1", 19093)})
+
+    async def main() -> tuple[Any, Any]:
+        default, own = KafkaServer(KafkaApis(broker)), KafkaServer(
+            KafkaApis(broker), listener="CONSUMER_C1")
+        await default.start("127.0.0.1", 0)
+        await own.start("127.0.0.1", 0)
+        try:
+            return (await call(own.port, metadata_request(12, None)),
+                    await call(default.port, metadata_request(12, None)))
+        finally:
+            await own.stop()
+            await default.stop()
+
+    on_own, on_default = asyncio.run(main())
+    assert {(b.node_id, b.host, b.port) for b in on_own.brokers} == {(1, "10.0.0.1", 29092)}
+    assert {(b.node_id, b.port) for b in on_default.brokers} == {(1, 19092), (2, 19093)}
+    # orders-0 is led by broker 1 (on the listener), orders-1 by broker 3 (not alive).
+    (topic,) = on_own.topics
+    p0, p1 = sorted(topic.partitions, key=lambda p: p.partition_index)
+    assert (p0.error_code, p0.leader_id) == (ErrorCode.none, 1)
+    assert p1.error_code == ErrorCode.leader_not_available
+    broker.image = replace(broker.image, topics={"orders": replace(
+        broker.image.topics["orders"], partitions={
+            0: PartitionRegistration((2, 1), (2, 1), 2, 5, 10)})})
+    on_own, _ = asyncio.run(main())
+    (p0,) = on_own.topics[0].partitions
+    assert (p0.error_code, p0.leader_id) == (ErrorCode.listener_not_found, -1)
 
 
 def test_metadata_v12_finds_topics_by_id() -> None:

@@ -15,7 +15,7 @@ def experiment(*faults: dict[str, Any], topic: str = "t") -> ChaosExperimentSpec
     return ChaosExperimentSpec.model_validate({
         "cluster": {"inline": {"brokers": 3}},
         "topic": {"name": topic, "replicationFactor": 3},
-        "workload": {"duration": "1h"},
+        "workload": {"duration": "1h", "consumers": 3},
         "faults": list(faults),
         "expect": "clean",
     })

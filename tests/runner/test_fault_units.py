@@ -102,7 +102,7 @@ def test_split_cuts_links_between_groups_only(platform: LocalPlatform) -> None:
      Nodes("broker-0", to=("broker-0",)), 5, "on both sides"),
     ({"kind": "partition", "target": LEADER,
       "network": {"mode": "one-way", "to": {"role": "isr-member"}}},
-     Nodes("broker-0", to=("broker-9",)), 5, "unknown node 'broker-9'"),
+     Nodes("broker-0", to=("broker-9",)), 5, "unknown endpoint 'broker-9'"),
     ({"kind": "partition",
       "network": {"mode": "split", "groups": [[LEADER], [{"role": "isr-member"}]]}},
      Nodes(None, groups=(("broker-0",), ("broker-0", "broker-1"))), 5,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from procs import processes_mentioning
-from small_experiment import write_small_experiment
+from small_experiment import small_experiment, write_small_experiment
 
 from undertow_history import schema as history_schema
 
@@ -36,11 +36,14 @@ def lines(path: Path) -> list[dict]:
 
 
 def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
-    experiment = write_experiment(tmp_path, "kill-leader", "8s", """
+    """Two consumers in a group (subscribe mode), so that every file has lines."""
+    experiment = tmp_path / "kill-leader.yaml"
+    experiment.write_text(small_experiment("kill-leader", "8s", """
     - kind: kill
       target: {role: leader}
       at: 2s
-      duration: 2s""")
+      duration: 2s""", workload={"consumers": 2,
+                                  "consumer": "{mode: subscribe, groupId: documented}"}))
     out = tmp_path / "out"
     proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7")
     output, _ = proc.communicate(timeout=180)
@@ -65,6 +68,18 @@ def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
     drained = {r["value"]: (r["partition"], r["offset"])
                for r in lines(history / "reads.jsonl") if r["phase"] == "drain"}
     assert all(drained.get(v) == where for v, where in acked.items()), "acks=all lost a record"
+
+    # The group: each partition assigned, its committed offset asked, progress committed,
+    # and every record a member returned carries its generation.
+    groups = lines(history / "groups.jsonl")
+    assigned = {g["partition"] for g in groups if g["type"] == "assign"}
+    assert assigned == {0, 1}
+    assert {g["partition"] for g in groups if g["type"] == "committed"} == assigned
+    assert any(g["type"] == "commit" and g["status"] == "ok" for g in groups)
+    run_reads = [r for r in lines(history / "reads.jsonl") if r["phase"] == "run"]
+    assert run_reads and all(r["generation"] is not None and r["generation"] >= 1
+                             for r in run_reads)
+    assert meta["consumer_group"]["group_id"] == "documented"
 
     faults = lines(history / "faults.jsonl")
     assert [f["action"] for f in faults] == ["inject", "recover"]

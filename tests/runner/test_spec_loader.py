@@ -323,7 +323,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "role-and-broker",
         exp("spec/faults/0/target", {"role": "leader", "broker": 1}),
         EXP,
-        "spec.faults[0].target: set exactly one of 'role' or 'broker'",
+        "spec.faults[0].target: set exactly one of 'role', 'broker' or 'consumer'",
     ),
     (
         "mode-on-broker",
@@ -339,6 +339,21 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.workload.consumer.mode: a consumer group needs __consumer_offsets, whose "
         "offsets.topic.replication.factor 4 (in BrokerCluster/three's config) exceeds its 3 "
         "brokers: the topic could never be created",
+    ),
+    (
+        "consumer-not-isolated",
+        exp("spec/faults/0/target", {"consumer": 0}),
+        EXP,
+        "spec.faults[0].target.consumer: a consumer can only be the target of a partition of "
+        "mode isolate (its links to every broker cut)",
+    ),
+    (
+        "consumer-out-of-range",
+        both(exp("spec/faults/0/target", {"consumer": 5}), exp("spec/faults/0/kind",
+                                                               "partition")),
+        EXP,
+        "spec.faults[0].target.consumer: consumer c5 does not exist: the workload has 1 "
+        "consumer(s)",
     ),
     (
         "coordinator-without-group",

@@ -4,6 +4,7 @@ classifying a send's outcome."""
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 from confluent_kafka import KafkaError
@@ -77,8 +78,10 @@ def test_the_group_coordinator_is_the_leader_of_the_groups_offsets_partition() -
 
 
 def test_a_members_generation_and_commit_outcomes() -> None:
-    # librdkafka's serialized consumer group metadata: magic, generation, group, member...
-    assert generation_of(b"CGMDv2:\x00\x00\x00\x07g\x00m-1\x00\x01") == 7
+    # librdkafka's serialized consumer group metadata: magic, generation (host byte order),
+    # group, member...
+    seven = (7).to_bytes(4, sys.byteorder)
+    assert generation_of(b"CGMDv2:" + seven + b"g\x00m-1\x00\x01") == 7
     assert generation_of(b"CGMDv2:\xff\xff\xff\xffg\x00\x00\x01") is None  # no join yet
     assert generation_of(b"other") is None
     assert commit_outcome(None) == ("ok", None)

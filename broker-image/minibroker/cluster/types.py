@@ -6,6 +6,7 @@ the network layer translates them to and from Kafka wire messages (kio dataclass
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -39,14 +40,29 @@ class TopicPartition(NamedTuple):
         return f"{self.topic}-{self.partition}"
 
 
+DEFAULT_LISTENER = "PLAINTEXT"
+"""The name of a broker's first listener (``--listen``), Kafka's default listener name."""
+
+
 @dataclass(frozen=True)
 class BrokerEndpoint:
-    """A live broker: where it listens and the broker epoch of its registration."""
+    """A live broker: where it listens and the broker epoch of its registration.
+
+    ``host``/``port`` are its default listener's advertised address; ``listeners`` the
+    others', by listener name (KIP-103): a client that connected to listener L is told the
+    addresses of L, as Kafka's Metadata answers."""
 
     broker_id: int
     host: str
     port: int
     broker_epoch: int = -1
+    listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where ``listener`` reaches this broker; None when it has no such listener."""
+        if listener == DEFAULT_LISTENER:
+            return self.host, self.port
+        return self.listeners.get(listener)
 
 
 @dataclass(frozen=True)
@@ -100,7 +116,8 @@ class MetadataImage:
         return {
             "metadata_offset": self.metadata_offset,
             "cluster_id": self.cluster_id,
-            "brokers": [[b.broker_id, b.host, b.port, b.broker_epoch]
+            "brokers": [[b.broker_id, b.host, b.port, b.broker_epoch,
+                         {name: list(address) for name, address in b.listeners.items()}]
                         for b in self.brokers.values()],
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "config": t.config,
@@ -114,7 +131,9 @@ class MetadataImage:
         return cls(
             metadata_offset=data["metadata_offset"],
             cluster_id=data["cluster_id"],
-            brokers={b[0]: BrokerEndpoint(*b) for b in data["brokers"]},
+            brokers={b[0]: BrokerEndpoint(*b[:4], {name: (host, port) for name, (host, port)
+                                                   in (b[4] if len(b) > 4 else {}).items()})
+                     for b in data["brokers"]},
             topics={
                 t["name"]: TopicImage(
                     t["name"], t["topic_id"], t["config"],

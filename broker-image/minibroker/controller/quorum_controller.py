@@ -15,7 +15,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from minibroker.cluster.types import (
@@ -57,6 +57,8 @@ class BrokerRegistration:
     fenced: bool
     broker_epoch: int
     last_heartbeat_ms: float = 0.0
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Its other listeners' advertised addresses, by name (KIP-103)."""
 
 
 @dataclass
@@ -114,7 +116,8 @@ class QuorumController:
             "next_producer_id": self.next_producer_id,
             "brokers": [
                 {"id": b.broker_id, "incarnation_id": b.incarnation_id, "host": b.host,
-                 "port": b.port, "fenced": b.fenced, "broker_epoch": b.broker_epoch}
+                 "port": b.port, "fenced": b.fenced, "broker_epoch": b.broker_epoch,
+                 "listeners": {name: list(address) for name, address in b.listeners.items()}}
                 for b in self.brokers.values()
             ],
             "topics": [
@@ -137,8 +140,10 @@ class QuorumController:
         now = self._clock_ms()
         # Every broker gets a full session from the controller's restart to heartbeat again.
         self.brokers = {
-            b["id"]: BrokerRegistration(b["id"], b["incarnation_id"], b["host"], b["port"],
-                                        b["fenced"], b.get("broker_epoch", -1), now)
+            b["id"]: BrokerRegistration(
+                b["id"], b["incarnation_id"], b["host"], b["port"], b["fenced"],
+                b.get("broker_epoch", -1), now,
+                {name: (host, port) for name, (host, port) in b.get("listeners", {}).items()})
             for b in state["brokers"]
         }
         self.topics = {
@@ -159,7 +164,8 @@ class QuorumController:
         broker = self.brokers.get(broker_id)
         return broker is not None and not broker.fenced
 
-    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int) -> int:
+    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int,
+                        listeners: Mapping[str, tuple[str, int]] | None = None) -> int:
         """KRaft's registerBroker: a (re)starting broker gets a new broker epoch and starts
         fenced. A new incarnation first fences the old one (out of every ISR, its
         leaderships moved). Returns the broker epoch."""
@@ -171,7 +177,7 @@ class QuorumController:
         broker_epoch = self.metadata_offset + 1  # the offset of this registration's record
         self.brokers[broker_id] = BrokerRegistration(
             broker_id, incarnation_id, host, port, fenced=True, broker_epoch=broker_epoch,
-            last_heartbeat_ms=self._clock_ms(),
+            last_heartbeat_ms=self._clock_ms(), listeners=dict(listeners or {}),
         )
         log.info("Broker %d registered (incarnation %s, broker epoch %d) at %s:%d; fenced "
                  "until it catches up with the metadata", broker_id, incarnation_id,
@@ -430,7 +436,8 @@ class QuorumController:
             metadata_offset=self.metadata_offset,
             cluster_id=self.cluster_id,
             brokers={
-                b.broker_id: BrokerEndpoint(b.broker_id, b.host, b.port, b.broker_epoch)
+                b.broker_id: BrokerEndpoint(b.broker_id, b.host, b.port, b.broker_epoch,
+                                            dict(b.listeners))
                 for b in self.brokers.values() if not b.fenced
             },
             topics={

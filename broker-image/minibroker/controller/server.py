@@ -78,8 +78,10 @@ class ControllerServer:
             self.controller.tick()
 
     async def _register_broker(self, p: dict[str, Any]) -> dict[str, Any]:
+        listeners = {name: (host, port)
+                     for name, (host, port) in (p.get("listeners") or {}).items()}
         epoch = self.controller.register_broker(p["broker_id"], p["incarnation_id"], p["host"],
-                                                p["port"])
+                                                p["port"], listeners)
         return {"broker_epoch": epoch}
 
     async def _heartbeat(self, p: dict[str, Any]) -> dict[str, Any]:

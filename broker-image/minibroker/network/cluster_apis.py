@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -14,6 +15,7 @@ from kio.static.protocol import ResponsePayload
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicImage
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.network.codec import SUPPORTED_API_VERSIONS, ApiKey, Request
+from minibroker.network.kafka_server import LISTENER
 from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
 
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" sentinel
@@ -70,15 +72,21 @@ class ClusterApis:
         body = request.body
         m = response_module(ApiKey.METADATA, request.api_version)
         image = self._broker.metadata_image()
+        listener = LISTENER.get()
+        # Kafka's MetadataCache.getAliveBrokerNodes(listenerName): a broker without this
+        # listener is left out, so a client keeps to the listener it came in on.
+        reachable = {b.broker_id: address for b in image.brokers.values()
+                     if (address := b.address(listener)) is not None}
         brokers = tuple(
-            m.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=None)
-            for _, b in sorted(image.brokers.items())
+            m.MetadataResponseBroker(node_id=broker_id, host=host, port=port, rack=None)
+            for broker_id, (host, port) in sorted(reachable.items())
         )
         if body.topics is None:
-            topics = tuple(self._topic_metadata(m, image, image.topics[name])
+            topics = tuple(self._topic_metadata(m, image, image.topics[name], reachable)
                            for name in sorted(image.topics))
         else:
-            topics = tuple(self._requested_topic_metadata(m, image, t) for t in body.topics)
+            topics = tuple(self._requested_topic_metadata(m, image, t, reachable)
+                           for t in body.topics)
         return build(
             m.MetadataResponse,
             throttle_time=NO_THROTTLE,
@@ -89,7 +97,8 @@ class ClusterApis:
             cluster_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
         )
 
-    def _requested_topic_metadata(self, m: ModuleType, image: MetadataImage, req: Any) -> Any:
+    def _requested_topic_metadata(self, m: ModuleType, image: MetadataImage, req: Any,
+                                  reachable: Mapping[int, object]) -> Any:
         name: str | None = req.name
         if name is not None:
             topic, error = image.topics.get(name), ErrorCode.unknown_topic_or_partition
@@ -98,7 +107,7 @@ class ClusterApis:
                           if uuid.UUID(t.topic_id) == req.topic_id), None)
             error = ErrorCode.unknown_topic_id
         if topic is not None:
-            return self._topic_metadata(m, image, topic)
+            return self._topic_metadata(m, image, topic, reachable)
         return build(
             m.MetadataResponseTopic,
             error_code=error,
@@ -110,16 +119,23 @@ class ClusterApis:
         )
 
     @staticmethod
-    def _topic_metadata(m: ModuleType, image: MetadataImage, topic: TopicImage) -> Any:
+    def _topic_metadata(m: ModuleType, image: MetadataImage, topic: TopicImage,
+                        reachable: Mapping[int, object]) -> Any:
         live = image.brokers
         partitions = []
         for index, reg in sorted(topic.partitions.items()):
             leader_alive = reg.leader in live
+            if not leader_alive:
+                error = ErrorCode.leader_not_available
+            elif reg.leader not in reachable:  # alive, but not on this listener
+                error = ErrorCode.listener_not_found
+            else:
+                error = ErrorCode.none
             partitions.append(build(
                 m.MetadataResponsePartition,
-                error_code=ErrorCode.none if leader_alive else ErrorCode.leader_not_available,
+                error_code=error,
                 partition_index=index,
-                leader_id=reg.leader if leader_alive else NO_NODE,
+                leader_id=reg.leader if error == ErrorCode.none else NO_NODE,
                 leader_epoch=reg.leader_epoch,
                 replica_nodes=reg.replicas,
                 isr_nodes=reg.isr,

@@ -26,7 +26,7 @@ from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
 from minibroker.coordinator.records import OffsetAndMetadata
 from minibroker.network.codec import ApiKey, Request
-from minibroker.network.kafka_server import CLIENT_HOST
+from minibroker.network.kafka_server import CLIENT_HOST, LISTENER
 from minibroker.network.responses import (
     NO_NODE,
     NO_THROTTLE,
@@ -108,7 +108,12 @@ class GroupApis:
         if leader is None:
             return unavailable(ErrorCode.coordinator_not_available,
                                "the group's partition has no live leader")
-        return {"node_id": leader.broker_id, "host": leader.host, "port": leader.port,
+        address = leader.address(LISTENER.get())
+        if address is None:
+            return unavailable(ErrorCode.coordinator_not_available,
+                               f"the coordinator has no listener {LISTENER.get()}")
+        host, port = address
+        return {"node_id": leader.broker_id, "host": host, "port": port,
                 "error_code": ErrorCode.none, "error_message": None}
 
     def _maybe_create_offsets_topic(self) -> None:

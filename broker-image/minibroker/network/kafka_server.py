@@ -16,6 +16,7 @@ from typing import Protocol
 
 from kio.static.protocol import ResponsePayload
 
+from minibroker.cluster.types import DEFAULT_LISTENER
 from minibroker.network.codec import (
     DEFAULT_MAX_REQUEST_SIZE,
     KafkaProtocolError,
@@ -25,13 +26,17 @@ from minibroker.network.codec import (
     read_frame,
 )
 
-__all__ = ["CLIENT_HOST", "CloseConnection", "KafkaServer", "RequestHandler"]
+__all__ = ["CLIENT_HOST", "LISTENER", "CloseConnection", "KafkaServer", "RequestHandler"]
 
 log = logging.getLogger(__name__)
 
 CLIENT_HOST: ContextVar[str] = ContextVar("client_host", default="")
 """The peer address of the connection being served (``/127.0.0.1``, as Kafka names a group
 member's client host); each connection is its own task, so its own context."""
+LISTENER: ContextVar[str] = ContextVar("listener", default=DEFAULT_LISTENER)
+"""The name of the listener the connection being served came in on (Kafka's
+``RequestContext.listenerName``): Metadata and FindCoordinator answer with that listener's
+addresses (KIP-103)."""
 
 
 class CloseConnection(Exception):
@@ -50,9 +55,11 @@ class RequestHandler(Protocol):
 
 class KafkaServer:
     def __init__(
-        self, handler: RequestHandler, *, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE
+        self, handler: RequestHandler, *, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE,
+        listener: str = DEFAULT_LISTENER,
     ) -> None:
         self._handler = handler
+        self.listener = listener
         self._max_request_size = max_request_size
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -87,6 +94,7 @@ class KafkaServer:
         peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "an unknown peer"
         CLIENT_HOST.set(f"/{peername[0]}" if peername else "")
+        LISTENER.set(self.listener)
         try:
             writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await self._process_requests(reader, writer, peer)

@@ -3,7 +3,9 @@
 Three shapes, as the spec's ``network.mode`` names them (``spec.faults.NetworkFault``):
 
 - ``isolate``: the target loses its links to every other node, both ways. Clients still
-  reach it (the interesting case: a cut-off leader that still takes writes).
+  reach it (the interesting case: a cut-off leader that still takes writes). A consumer's
+  endpoint as the target (``consumer_endpoint``) loses its links to every broker: a group
+  member cut off from the cluster.
 - ``split``: links between different groups are cut both ways; links inside a group, of
   nodes named in no group, and of the clients stay up.
 - ``one-way``: the packets the target sends to the ``to`` nodes are dropped; the reverse
@@ -31,7 +33,9 @@ Cut = Callable[[Platform, Nodes], tuple[str, list[Link]]]
 def _isolate(platform: Platform, nodes: Nodes) -> tuple[str, list[Link]]:
     assert nodes.target is not None, "the spec gives an isolating partition a target"
     node = nodes.target
-    peers = [n for n in platform.nodes if n != node]
+    # A consumer's own links go to the brokers only (clients never reach the controller).
+    peers = [n for n in (platform.nodes if node in platform.nodes else platform.brokers)
+             if n != node]
     return node, [link for peer in peers for link in (Link(node, peer), Link(peer, node))]
 
 
@@ -72,7 +76,7 @@ class Partition(Fault):
         assert self.spec.network is not None, "the spec gives every partition its network"
         target, links = CUTS[self.spec.network.mode](self.platform, nodes)
         for node in sorted({end for link in links for end in (link.src, link.dst)}):
-            self.platform.check_node(node)
+            self.platform.check_endpoint(node)
         if not links:
             raise FaultError(f"partition {target}: no link to cut")
         self.links = frozenset(links)

@@ -32,6 +32,11 @@ _BROKER_PREFIX = "broker-"
 T = TypeVar("T")
 
 
+def consumer_endpoint(consumer: str) -> str:
+    """The endpoint of workload consumer ``c1``'s own links: ``client-c1``."""
+    return f"{CLIENT}-{consumer}"
+
+
 def broker_node(broker_id: int) -> str:
     return f"{_BROKER_PREFIX}{broker_id}"
 
@@ -140,9 +145,21 @@ class Platform(ABC):
         return (CONTROLLER, *self.brokers)
 
     @property
+    def consumer_endpoints(self) -> tuple[str, ...]:
+        """The consumers with links of their own to every broker (``consumer_endpoint``),
+        which a partition can cut apart from the other clients'; none on most platforms."""
+        return ()
+
+    @property
     def endpoints(self) -> tuple[str, ...]:
         """Everything a link can connect: the nodes and the clients."""
-        return (*self.nodes, CLIENT)
+        return (*self.nodes, CLIENT, *self.consumer_endpoints)
+
+    def bootstrap_for(self, consumer: str) -> str:
+        """Where workload consumer ``consumer`` connects: its own links where it has them,
+        else the clients' (``bootstrap``)."""
+        del consumer
+        return self.bootstrap
 
     @property
     @abstractmethod
@@ -157,6 +174,12 @@ class Platform(ABC):
         if node not in self.nodes:
             raise PlatformError(f"unknown node {node!r}; nodes are {', '.join(self.nodes)}")
         return node
+
+    def check_endpoint(self, endpoint: str) -> str:
+        if endpoint not in self.endpoints:
+            raise PlatformError(f"unknown endpoint {endpoint!r}; endpoints are "
+                                f"{', '.join(self.endpoints)}")
+        return endpoint
 
     def check_broker(self, node: str) -> str:
         if node not in self.brokers:

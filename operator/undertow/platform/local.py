@@ -33,6 +33,7 @@ from undertow.platform.base import (
     Platform,
     PlatformError,
     broker_node,
+    consumer_endpoint,
     wait_for,
 )
 from undertow.platform.control import EndpointError
@@ -75,6 +76,10 @@ class LocalPlatformConfig:
     stop_grace_s: float = 2.0
     ephemeral_storage: bool = False
     """A pod-delete wipes the broker's data directory (an emptyDir dies with its pod)."""
+    consumers: tuple[str, ...] = ()
+    """Workload consumers (``c1``) that get links of their own, which a partition can cut
+    apart from the other clients': a listener of their own on every broker (Kafka's
+    listener names, KIP-103), behind proxies of their own. Proxy network only."""
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -88,6 +93,10 @@ class LocalPlatformConfig:
                                 f"got {self.network!r}")
         if self.start_timeout_s <= 0:
             raise PlatformError(f"start_timeout_s: must be positive, got {self.start_timeout_s}")
+        if self.consumers and self.network != "proxy":
+            raise PlatformError(f"consumers: links of their own for {', '.join(self.consumers)} "
+                                "(a partition that isolates a consumer) need the proxy "
+                                "network, not --network netns")
 
 
 @dataclass
@@ -98,6 +107,7 @@ class _Wiring:
     admin_urls: dict[str, str]
     bootstrap: str
     netns: dict[str, str | None]
+    consumer_bootstraps: dict[str, str] = field(default_factory=dict)
 
 
 class LocalPlatform(Platform):
@@ -200,6 +210,7 @@ class LocalPlatform(Platform):
 
         argv = {CONTROLLER: self._controller_argv(listen[CONTROLLER], metrics[CONTROLLER])}
         client_addresses = []
+        consumer_addresses: dict[str, list[str]] = {c: [] for c in self.config.consumers}
         for broker_id, node in zip(self._broker_ids, self.brokers, strict=True):
             advertised = via(CLIENT, node)
             client_addresses.append(advertised)
@@ -208,10 +219,22 @@ class LocalPlatform(Platform):
             argv[node] = self._broker_argv(broker_id, listen[node], metrics[node],
                                            controller=via(node, CONTROLLER),
                                            advertised=advertised, peers=peers)
+            for consumer in self.config.consumers:
+                # The consumer's own listener: Metadata answers it with these addresses
+                # only, so every connection of the consumer takes its own links.
+                (port,) = reserve_ports(1, host)
+                own_host, own_port = self._proxies.add_link(
+                    Link(consumer_endpoint(consumer), node), (host, port))
+                consumer_addresses[consumer].append(f"{own_host}:{own_port}")
+                name = listener_name(consumer)
+                argv[node] += ["--listener", f"{name}={host}:{port}",
+                               "--advertised-listener", f"{name}={own_host}:{own_port}"]
         return _Wiring(argv=argv,
                        admin_urls={node: f"http://{host}:{metrics[node]}" for node in self.nodes},
                        bootstrap=",".join(client_addresses),
-                       netns=dict.fromkeys(self.nodes))
+                       netns=dict.fromkeys(self.nodes),
+                       consumer_bootstraps={c: ",".join(addresses)
+                                            for c, addresses in consumer_addresses.items()})
 
     def _wire_netns(self) -> _Wiring:
         self._netns = NetnsNetwork(self.nodes, self._guardian)
@@ -257,6 +280,13 @@ class LocalPlatform(Platform):
     @property
     def bootstrap(self) -> str:
         return self._wired().bootstrap
+
+    @property
+    def consumer_endpoints(self) -> tuple[str, ...]:
+        return tuple(consumer_endpoint(c) for c in self.config.consumers)
+
+    def bootstrap_for(self, consumer: str) -> str:
+        return self._wired().consumer_bootstraps.get(consumer, self.bootstrap)
 
     def admin_url(self, node: str) -> str:
         return self._wired().admin_urls[self.check_node(node)]
@@ -382,12 +412,24 @@ class LocalPlatform(Platform):
                 shutil.rmtree(data, ignore_errors=True)
                 data.mkdir(parents=True)
             if self._proxies is not None:
-                listen = process.argv.index("--listen") + 1
-                host = process.argv[listen].rsplit(":", 1)[0]
-                (port,) = reserve_ports(1, host)
-                process.argv[listen] = f"{host}:{port}"
-                self._proxies.move_upstream(node, (host, port))
+                self._move_listeners(process)
             process.start()
+
+    def _move_listeners(self, process: ChildProcess) -> None:
+        """A replaced pod listens at a new IP: each of its listeners on a new port, and the
+        proxies of its links forward there, as its Service names resolve to the new IP."""
+        assert self._proxies is not None
+        argv, node = process.argv, process.name
+        own = {listener_name(c): consumer_endpoint(c) for c in self.config.consumers}
+        for index in [i + 1 for i, arg in enumerate(argv) if arg in ("--listen", "--listener")]:
+            name, _, address = argv[index].rpartition("=")
+            host = address.rsplit(":", 1)[0]
+            (port,) = reserve_ports(1, host)
+            argv[index] = f"{name}={host}:{port}" if name else f"{host}:{port}"
+            if name:
+                self._proxies.move_link(Link(own[name], node), (host, port))
+            else:  # the default listener: every other link to the node
+                self._proxies.move_upstream(node, (host, port), but=frozenset(own.values()))
 
     # ---- network ----------------------------------------------------------------------------
 
@@ -421,6 +463,11 @@ class LocalPlatform(Platform):
                              .splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def listener_name(consumer: str) -> str:
+    """The Kafka listener name of a consumer's own links (``c1`` -> ``CONSUMER_C1``)."""
+    return f"CONSUMER_{consumer.upper()}"
 
 
 def _config_args(config: Mapping[str, str]) -> list[str]:

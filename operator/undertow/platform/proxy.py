@@ -182,10 +182,17 @@ class ProxyNetwork:
     def address(self, link: Link) -> tuple[str, int]:
         return self._proxy(link).address
 
-    def move_upstream(self, dst: str, upstream: tuple[str, int]) -> None:
-        """Every link to ``dst`` forwards to ``upstream`` from now on, as a Service name
-        resolves to a replaced pod's new IP; connections to the old address are reset."""
-        self._call(self._move(dst, upstream))
+    def move_upstream(self, dst: str, upstream: tuple[str, int], *,
+                      but: frozenset[str] = frozenset()) -> None:
+        """Every link to ``dst`` (but those from ``but``) forwards to ``upstream`` from now
+        on, as a Service name resolves to a replaced pod's new IP; connections to the old
+        address are reset."""
+        self._call(self._move([link for link in self._proxies
+                               if link.dst == dst and link.src not in but], upstream))
+
+    def move_link(self, link: Link, upstream: tuple[str, int]) -> None:
+        """``link`` alone forwards to ``upstream`` from now on (``move_upstream``)."""
+        self._call(self._move([link], upstream))
 
     def links(self) -> list[Link]:
         return sorted(self._proxies)
@@ -230,12 +237,12 @@ class ProxyNetwork:
             else:
                 gate.clear()
 
-    async def _move(self, dst: str, upstream: tuple[str, int]) -> None:
-        for link, proxy in self._proxies.items():
-            if link.dst == dst:
-                proxy.upstream = upstream
-                for conn in list(proxy.connections):
-                    conn.abort()
+    async def _move(self, links: list[Link], upstream: tuple[str, int]) -> None:
+        for link in links:
+            proxy = self._proxies[link]
+            proxy.upstream = upstream
+            for conn in list(proxy.connections):
+                conn.abort()
 
     async def _close_all(self) -> None:
         await asyncio.gather(*(proxy.close() for proxy in self._proxies.values()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -77,9 +78,10 @@ class GroupSettings:
 
 def generation_of(metadata: object) -> int | None:
     """The generation in librdkafka's consumer group metadata (``CGMDv2:`` then the
-    generation id as a big-endian int32); None when the format is not that one."""
+    generation id as an int32 in the host's byte order, as librdkafka copies it); None when
+    the format is not that one, or before the first join (-1)."""
     if isinstance(metadata, bytes) and metadata.startswith(_METADATA_MAGIC):
-        generation = int.from_bytes(metadata[7:11], "big", signed=True)
+        generation = int.from_bytes(metadata[7:11], sys.byteorder, signed=True)
         return generation if generation >= 0 else None
     return None
 

@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from undertow.cluster_view.kafka import KafkaAdminError, admin_client, create_topic
-from undertow.platform.base import Platform, sigterm_as_interrupt, wait_for
+from undertow.platform.base import (
+    Platform,
+    PlatformError,
+    consumer_endpoint,
+    sigterm_as_interrupt,
+    wait_for,
+)
 from undertow.runner.abort import Abort, RunAborted
 from undertow.runner.events import EventCollector
 from undertow.runner.group_member import GroupSettings
@@ -160,6 +166,12 @@ def run_experiment(
     on_progress: Callable[[dict[str, Any]], None] = lambda _update: None,
 ) -> RunResult:
     spec = loaded.experiment.spec
+    missing = [c for c in spec.isolated_consumers()
+               if consumer_endpoint(c) not in platform.consumer_endpoints]
+    if missing:  # before anything starts: the partitions could not be injected
+        raise PlatformError(f"the schedule isolates consumer(s) {', '.join(missing)}, which "
+                            f"need links of their own: run it on the local platform with "
+                            f"--network proxy")
     seed = choose_seed(spec) if seed is None else seed
     planned = plan(loaded.experiment, seed)
     abort = Abort()
@@ -220,7 +232,7 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
     _until(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
            "every partition to have a leader and a full ISR", abort)
     group_id = cfg.group.group_id if cfg.group is not None else None
-    workload = Workload(platform.bootstrap, cfg, history, abort)
+    workload = Workload(platform.bootstrap, cfg, history, abort, platform.bootstrap_for)
     sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe,
                              group_id=group_id)
     nemesis = Nemesis(platform, planned, topic, history, seed, group_id)

@@ -11,7 +11,7 @@ import math
 import random
 
 from undertow.cluster_view import ClusterView
-from undertow.platform.base import CONTROLLER, broker_node
+from undertow.platform.base import CONTROLLER, broker_node, consumer_endpoint
 from undertow.spec.faults import TargetSelector
 
 
@@ -69,6 +69,8 @@ def resolve(selector: TargetSelector, view: ClusterView, topic: str,
     group, for ``group-coordinator``)."""
     if selector.broker is not None:
         return [broker_node(selector.broker)]
+    if selector.consumer is not None:
+        return [consumer_endpoint(f"c{selector.consumer}")]
     if selector.role == "controller":
         return [CONTROLLER]
     if selector.role == "group-coordinator":

@@ -283,16 +283,19 @@ class Workload:
     it the cluster sampler's rounds and close it when the sampler stops."""
 
     def __init__(self, bootstrap: str, cfg: WorkloadConfig, history: HistoryWriter,
-                 abort: Abort) -> None:
+                 abort: Abort, consumer_bootstrap: Callable[[str], str] | None = None) -> None:
+        """``consumer_bootstrap(name)``: where consumer ``name`` connects, when consumers have
+        links of their own (``Platform.bootstrap_for``); else ``bootstrap``."""
+        own = consumer_bootstrap or (lambda _name: bootstrap)
         self.stats = WorkloadStats()
         self._history = history
         self.epoch_gate = LeaderEpochGate(self._record_send)
         self.producers = [ProducerWorker(i, bootstrap, cfg, self._submit, abort)
                           for i in range(cfg.producers)]
         self.consumers: list[ConsumerWorker | GroupMember] = [
-            GroupMember(f"c{i}", bootstrap, cfg.topic, cfg.group, history)
+            GroupMember(f"c{i}", own(f"c{i}"), cfg.topic, cfg.group, history)
             if cfg.group is not None else
-            ConsumerWorker(f"c{i}", bootstrap, cfg.topic, cfg.partitions, history, "run")
+            ConsumerWorker(f"c{i}", own(f"c{i}"), cfg.topic, cfg.partitions, history, "run")
             for i in range(cfg.consumers)]
         self._rebalance_every_s = cfg.rebalance_every_s
         self._stopped = threading.Event()

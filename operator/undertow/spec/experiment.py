@@ -121,6 +121,11 @@ class ChaosExperimentSpec(SpecModel):
             return cluster.config.min_insync_replicas, "the cluster config"
         return 1, "the default"
 
+    def isolated_consumers(self) -> tuple[str, ...]:
+        """The consumers a partition isolates (``c1``), which need links of their own."""
+        return tuple(sorted({f"c{s.consumer}" for _, s in self.selectors()
+                             if s.consumer is not None}))
+
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
         """Every target selector in the schedule with its path below `spec`."""
         for index, entry in enumerate(self.faults):
@@ -172,6 +177,14 @@ def _check_selector(
     cluster: BrokerClusterSpec,
     cluster_name: str,
 ) -> None:
+    if selector.consumer is not None:
+        if selector.consumer >= spec.workload.consumers:
+            raise FieldError(
+                (*loc, "consumer"),
+                f"consumer c{selector.consumer} does not exist: the workload has "
+                f"{spec.workload.consumers} consumer(s)",
+            )
+        return
     if selector.broker is not None:
         if selector.broker >= cluster.brokers:
             raise FieldError(

@@ -97,6 +97,8 @@ in effect, they have left it."""
 STEP_TIMEOUT = 30
 """Default seconds a sequence step waits for its event."""
 PARTITION_ROLES = ("leader", "follower", "isr-member", "all-isr-but-one")
+CONSUMER_TARGETS = ("a consumer can only be the target of a partition of mode isolate (its "
+                    "links to every broker cut)")
 SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator"}
 """Roles that name one process: they take no partition, mode or value."""
 
@@ -113,18 +115,24 @@ class TargetSelector(SpecModel):
     classic way to leave a single replica holding the data); `controller` the controller;
     `group-coordinator` the broker coordinating the workload's consumer group (the leader of
     its `__consumer_offsets` partition; `workload.consumer.mode: subscribe` only).
-    `{broker: 2}` is broker id 2, whatever its role. `mode` picks among the candidates:
+    `{broker: 2}` is broker id 2, whatever its role. `{consumer: 1}` is the workload's
+    consumer `c1` (a group member in subscribe mode), for a partition that isolates it.
+    `mode` picks among the candidates:
     `one` (default; `all` for all-isr-but-one), `all`, `fixed` (`value` of them) or
     `fixed-percent` (`value` percent of them, rounded down, at least one).
     """
 
-    model_config = one_of("role", "broker")
+    model_config = one_of("role", "broker", "consumer")
 
     role: Role | None = None
     """leader, follower, isr-member or all-isr-but-one (of `partition`), controller or
     group-coordinator."""
     broker: NonNegativeInt | None = None
     """A broker id, 0 .. brokers-1."""
+    consumer: NonNegativeInt | None = None
+    """A consumer of the workload, by index (0 is `c0`): the target of an `isolate`
+    partition that cuts its links to every broker (the local platform gives each consumer
+    links of its own)."""
     partition: NonNegativeInt | None = None
     """The experiment topic's partition whose leader/followers/ISR is meant (default 0)."""
     mode: Mode | None = None
@@ -135,11 +143,12 @@ class TargetSelector(SpecModel):
 
     @model_validator(mode="after")
     def _normalise(self) -> TargetSelector:
-        if (self.role is None) == (self.broker is None):
-            raise FieldError((), "set exactly one of 'role' or 'broker'")
-        if self.broker is not None or self.role in SINGLE_ROLES:
-            what = f"broker {self.broker}" if self.broker is not None \
-                else SINGLE_ROLES[self.role]
+        if sum(x is not None for x in (self.role, self.broker, self.consumer)) != 1:
+            raise FieldError((), "set exactly one of 'role', 'broker' or 'consumer'")
+        if self.broker is not None or self.consumer is not None or self.role in SINGLE_ROLES:
+            what = (f"broker {self.broker}" if self.broker is not None
+                    else f"consumer c{self.consumer}" if self.consumer is not None
+                    else SINGLE_ROLES[self.role])
             for name in ("partition", "mode", "value"):
                 if getattr(self, name) is not None:
                     raise FieldError((name,), f"does not apply to {what}: it is a single process")
@@ -163,6 +172,8 @@ class TargetSelector(SpecModel):
         """How the history's `role` column names this selector, e.g. `leader of p0`."""
         if self.broker is not None:
             return f"broker {self.broker}"
+        if self.consumer is not None:
+            return f"consumer c{self.consumer}"
         if self.role in SINGLE_ROLES:
             return self.role
         where = f"of p{self.partition}"
@@ -263,6 +274,11 @@ class FaultAction(SpecModel):
             for loc, selector in self.selectors():
                 if selector.role == "controller":
                     raise FieldError(loc, BROKER_ONLY_KINDS[self.kind])
+        isolate = self.kind == "partition" and self.network is not None \
+            and self.network.mode == "isolate"
+        for loc, selector in self.selectors():
+            if selector.consumer is not None and not (isolate and loc == ("target",)):
+                raise FieldError((*loc, "consumer"), CONSUMER_TARGETS)
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
         """Every selector of this fault with its path, for checks against the cluster."""
@@ -374,6 +390,9 @@ class RandomSchedule(SpecModel):
             for index, selector in enumerate(self.targets):
                 if selector.role == "controller":
                     raise FieldError(("targets", index), BROKER_ONLY_KINDS[kind])
+        for index, selector in enumerate(self.targets):
+            if selector.consumer is not None and self.kinds != ["partition"]:
+                raise FieldError(("targets", index, "consumer"), CONSUMER_TARGETS)
         return self
 
 

@@ -1,0 +1,122 @@
+"""A consumer with links of its own (Kafka's named listeners, KIP-103, behind proxies of its
+own): every connection it makes takes them, a partition that isolates it cuts it alone off
+every broker, and a replaced broker's listeners all move to its new address.
+
+Real minibroker processes and real confluent-kafka consumers; every effect is read from the
+proxies' own counters and the clients' own progress, with bounded waits.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from planned_faults import planned
+
+from undertow.faults import Nodes, build_fault
+from undertow.platform.base import CLIENT, Link, PlatformError, consumer_endpoint, wait_for
+from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
+
+try:
+    default_command()
+    MISSING = None
+except PlatformError as exc:
+    MISSING = str(exc)
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+
+TOPIC = "links"
+FAST = {"replica.lag.time.max.ms": "1000", "broker.session.timeout.ms": "1500",
+        "broker.heartbeat.interval.ms": "200"}
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
+    config = LocalPlatformConfig(workdir=tmp_path_factory.mktemp("links"), brokers=2,
+                                 broker_config=FAST, controller_config=FAST,
+                                 consumers=("c0", "c1"))
+    with LocalPlatform(config) as cluster:
+        argv = [*default_command(), "topics", "create", "--bootstrap",
+                cluster.bootstrap.split(",")[0], "--topic", TOPIC, "--partitions", "2",
+                "--replication-factor", "2"]
+        assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+        for i in range(20):
+            producer.produce(TOPIC, f"v{i}".encode(), partition=i % 2)
+        assert producer.flush(20) == 0
+        yield cluster
+
+
+def reader(platform: LocalPlatform, consumer: str, group: str, **config: object) -> Consumer:
+    """An assign-mode consumer of both partitions, connecting as workload consumer
+    ``consumer`` does."""
+    c = Consumer({"bootstrap.servers": platform.bootstrap_for(consumer), "group.id": group,
+                  "enable.auto.commit": False, "log_level": 0, **config})
+    c.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(2)])
+    return c
+
+
+def read_every_record(c: Consumer, what: str, timeout_s: float = 20) -> None:
+    got: list[int] = []
+    try:
+        wait_for(lambda: got.append(read_more(c)) or sum(got) >= 20, timeout_s, what,
+                 interval=0)
+    finally:
+        c.close()
+
+
+def read_more(consumer: Consumer) -> int:
+    return sum(1 for m in consumer.consume(100, 0.2) if not m.error())
+
+
+def accepted(platform: LocalPlatform, src: str) -> int:
+    """Connections the proxies of ``src``'s links to the brokers accepted."""
+    proxies = platform.proxies
+    assert proxies is not None
+    return sum(proxies.accepted_count(Link(src, broker)) for broker in platform.brokers)
+
+
+def test_each_consumer_gets_its_own_addresses_and_keeps_to_them(platform: LocalPlatform) -> None:
+    c1 = platform.bootstrap_for("c1")
+    assert len({platform.bootstrap, platform.bootstrap_for("c0"), c1}) == 3
+    assert platform.bootstrap_for("c9") == platform.bootstrap  # no links of its own
+    before_client = accepted(platform, CLIENT)
+    before_c0 = accepted(platform, consumer_endpoint("c0"))
+    read_every_record(reader(platform, "c1", "links-c1"), "c1 to read every record")
+    # Metadata (and the group's coordinator) named c1's own listener on every broker.
+    assert all(platform.proxies.accepted_count(Link(consumer_endpoint("c1"), b)) > 0
+               for b in platform.brokers)
+    assert accepted(platform, CLIENT) == before_client
+    assert accepted(platform, consumer_endpoint("c0")) == before_c0
+
+
+def test_an_isolated_consumer_alone_is_cut_off(platform: LocalPlatform) -> None:
+    fault = build_fault(planned({"kind": "partition", "target": {"consumer": 1}}), platform,
+                        Nodes(consumer_endpoint("c1")), time_limit_s=60)
+    assert fault.describe() == {"fault": "partition", "target": "client-c1"}
+    fault.inject()
+    try:
+        assert platform.blocked_links == {
+            link for b in platform.brokers
+            for link in (Link(consumer_endpoint("c1"), b), Link(b, consumer_endpoint("c1")))}
+        # Everyone else reads on, while c1, in that time and two seconds more, reads nothing.
+        stranded = reader(platform, "c1", "links-cut")
+        read_every_record(reader(platform, "c0", "links-c0"),
+                          "c0 to read every record while c1 is cut off")
+        assert sum(read_more(stranded) for _ in range(10)) == 0
+    finally:
+        fault.recover()
+    assert not platform.blocked_links
+    read_every_record(stranded, "c1 to read every record once healed", 30)
+
+
+def test_a_replaced_broker_moves_every_listener(platform: LocalPlatform) -> None:
+    victim = platform.brokers[0]
+    fault = build_fault(planned({"kind": "pod-delete", "target": {"broker": 0}}), platform,
+                        Nodes(victim), time_limit_s=60)
+    fault.inject()
+    fault.recover()
+    read_every_record(reader(platform, "c1", "links-after"),
+                      "c1 to read every record through the replaced broker's new listener", 30)
