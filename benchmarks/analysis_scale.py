@@ -13,8 +13,12 @@ the loss attribution (the events joined with the anomalies, and each truncation 
 acknowledged sends in the one pass over the history) must cost at most 10 % more time than
 the analysis without it, the mean of the two runs with events against the one without.
 
+With --group the run's consumers are a consumer group (`subscribe` mode): the run reads carry
+a generation and groups.jsonl holds the members' assignments and commits, so the job runs the
+consumer group's checks too (one more scan of reads.jsonl and a shuffle of the run reads).
+
     .venv/bin/python benchmarks/analysis_scale.py [--sizes 1000000,5000000] [--dir /tmp/x]
-                                                  [--compare-events]
+                                                  [--compare-events] [--group]
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--driver-memory", default="4g")
     p.add_argument("--compare-events", action="store_true",
                    help="also analyse each history without events.jsonl and print the cost")
+    p.add_argument("--group", action="store_true",
+                   help="histories of a consumer group's run (groups.jsonl, generations)")
     args = p.parse_args(argv)
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="undertow-scale-"))
     conf = [f"spark.driver.memory={args.driver_memory}"]
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in (int(s) for s in args.sizes.split(",")):
         history, out = scratch / f"history-{n}", scratch / f"out-{n}"
         start = time.monotonic()
-        expected = write_scaled_history(history, n)
+        expected = write_scaled_history(history, n, group=args.group)
         generated = time.monotonic() - start
         os.sync()  # the first analysis must not read while the history's pages are written back
         lines = _lines(history / "sends.jsonl") + _lines(history / "reads.jsonl")

@@ -99,23 +99,28 @@ def _send_lines(i: np.ndarray, status: np.ndarray, start_ms: int) -> bytes:
 
 
 def _read_lines(
-    value: np.ndarray, partition: np.ndarray, offset: np.ndarray, t_ms: np.ndarray, drain: bool
+    value: np.ndarray, partition: np.ndarray, offset: np.ndarray, t_ms: np.ndarray, drain: bool,
+    consumer: bytes = b"c0", generation: bytes = b"null",
 ) -> bytes:
     """reads.jsonl lines; `value` is a byte matrix from `_values`."""
     n = len(value)
-    consumer, phase = (b"drain", b"drain") if drain else (b"c0", b"run")
+    consumer, phase = (b"drain", b"drain") if drain else (consumer, b"run")
     parts = [
         _lit(b'{"consumer":"' + consumer + b'","phase":"' + phase + b'","topic":"t","partition":',
              n),
         _digits(partition, 4), _lit(b',"offset":', n), _digits(offset, 12),
         _lit(b',"value":"', n), value, _lit(b'","t":', n), _time(t_ms),
-        _lit(b',"generation":null}\n', n),
+        _lit(b',"generation":' + (b"null" if drain else generation) + b"}\n", n),
     ]
     return np.concatenate(parts, axis=1).tobytes()
 
 
-def scaled_expected_counts(n_sends: int, plant_every: int) -> dict[str, int]:
-    """The counts `write_scaled_history(n_sends, plant_every)` plants, by the report's names."""
+def scaled_expected_counts(n_sends: int, plant_every: int, *, group: bool = False
+                           ) -> dict[str, int]:
+    """The counts `write_scaled_history(n_sends, plant_every, group=group)` plants, by the
+    report's names. With a consumer group, the records drained but never returned (the
+    indeterminate ones committed after all, those read though every send failed) are below its
+    last commit: skipped. Nothing else of the group's is planted."""
     limit = max(n_sends - PARTITIONS, 0)
     c = [len(range(r, limit, plant_every)) for r in range(10)]
     failed = c[FAILED] + c[ABORTED]
@@ -126,6 +131,8 @@ def scaled_expected_counts(n_sends: int, plant_every: int) -> dict[str, int]:
         "phantom_reads": c[PHANTOM], "inconsistent_offsets": c[INCONSISTENT],
         "duplicates": c[DUPLICATE], "aborted_reads": c[ABORTED], "unexpected": c[UNEXPECTED],
         "indeterminate_committed": c[IND_COMMITTED], "indeterminate_lost": c[IND_LOST] + c[PHANTOM],
+        "skipped": c[IND_COMMITTED] + c[ABORTED] if group else 0,
+        "committed_offsets_lost": 0, "redelivered_past_commit": 0, "non_monotonic_polls": 0,
     }
 
 
@@ -136,11 +143,14 @@ def write_scaled_history(
     plant_every: int = 10_007,
     chunk: int = 1_000_000,
     idempotent: bool = False,
+    group: bool = False,
 ) -> dict[str, int]:
     """Write a history of `n_sends` sends, a run read and a drain read per healthy record.
 
     Send i with i % plant_every == r < 10 carries the anomaly of residue r (FAILED ... UNEXPECTED
-    above); returns the expected counts (see `scaled_expected_counts`).
+    above); returns the expected counts (see `scaled_expected_counts`). With `group`, the run's
+    consumers are a consumer group (`_write_groups`): c0 returns the records in generation 1
+    and commits past them, c1 the inconsistent reads.
     """
     if plant_every < 10 + PARTITIONS:
         raise ValueError(f"plant_every must be >= {10 + PARTITIONS}, got {plant_every}")
@@ -159,9 +169,11 @@ def write_scaled_history(
             sends.write(_send_lines(i, status, start_ms))
             seen = np.isin(r, [LOST, FAILED, IND_COMMITTED, IND_LOST, ABORTED], invert=True)
             t_run = start_ms + i * 1000 // int(RATE) + 150
-            _write_reads(reads, i[seen], i[seen], t_run[seen], drain=False)
+            member = {"generation": b"   1"} if group else {}
+            _write_reads(reads, i[seen], i[seen], t_run[seen], drain=False, **member)
             extra = i[r == INCONSISTENT]  # the next record of the partition, read at this offset
-            _write_reads(reads, extra + PARTITIONS, extra, t_run[r == INCONSISTENT], drain=False)
+            _write_reads(reads, extra + PARTITIONS, extra, t_run[r == INCONSISTENT], drain=False,
+                         **member, consumer=b"c1")
         t_drain = start_ms + int(duration * 1000) + 1000
         for lo in range(0, n_sends, chunk):
             i = np.arange(lo, min(lo + chunk, n_sends), dtype=np.int64)
@@ -175,27 +187,59 @@ def write_scaled_history(
             planted = i[r == UNEXPECTED]
             _write_reads(reads, planted, planted, t[r == UNEXPECTED], drain=True,
                          shift=UNEXPECTED_SHIFT, prefix=b"x")
-    _write_run_context(out, start_ms, duration, idempotent)
-    return scaled_expected_counts(n_sends, plant_every)
+    _write_run_context(out, start_ms, duration, idempotent, group)
+    if group:
+        _write_groups(out, n_sends, start_ms / 1000, duration)
+    return scaled_expected_counts(n_sends, plant_every, group=group)
 
 
 def _write_reads(
     f, values: np.ndarray, slots: np.ndarray, t_ms: np.ndarray, *, drain: bool, shift: int = 0,
-    prefix: bytes = b"p",
+    prefix: bytes = b"p", **member: bytes,
 ) -> None:
-    """Reads of the records `values` found at the log positions of sends `slots` (+ shift)."""
+    """Reads of the records `values` found at the log positions of sends `slots` (+ shift);
+    `member`: a run read's consumer and generation."""
     if len(values):
         f.write(_read_lines(_values(values, prefix), slots % PARTITIONS,
-                            slots // PARTITIONS + shift, t_ms, drain))
+                            slots // PARTITIONS + shift, t_ms, drain, **member))
 
 
-def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bool) -> None:
+COMMIT_EVERY = 1000
+"""Offsets between two commits of a partition in a history with a consumer group."""
+GROUP = {"group_id": "g", "offsets_topic": "__consumer_offsets", "offsets_partition": 7}
+
+
+def _write_groups(out: Path, n_sends: int, start: float, duration: float) -> None:
+    """groups.jsonl of a consumer group whose members c0 and c1 are assigned every partition
+    in generation 1 (nothing committed yet) and c0 commits each partition every COMMIT_EVERY
+    offsets as it goes, then past its end. Few lines: one per commit."""
+    def line(member: str, type_: str, p: int, t: float, offset: int | None = None) -> str:
+        commit = type_ == "commit"
+        return json.dumps({"member": member, "member_id": f"{member}-1", "generation": 1,
+                           "type": type_, "topic": "t", "partition": p, "offset": offset,
+                           "status": "ok" if commit else None, "error": None,
+                           "t_invoke": t - 0.01 if commit else None, "t": t}) + "\n"
+
+    end = -(-n_sends // PARTITIONS)  # past the last offset of every partition
+    with open(out / "groups.jsonl", "w") as f:
+        for p in range(PARTITIONS):
+            for member in ("c0", "c1"):
+                f.write(line(member, "assign", p, start))
+                f.write(line(member, "committed", p, start + 0.01))
+            for offset in [*range(COMMIT_EVERY, end, COMMIT_EVERY), end]:
+                t = start + min(offset * PARTITIONS / RATE + 0.5, duration)
+                f.write(line("c0", "commit", p, t, offset))
+
+
+def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bool,
+                       group: bool = False) -> None:
     """meta.json, a kill every 30 s lasting 10 s (with its events), and 4 cluster samples a
     second per partition."""
     start = start_ms / 1000
     meta = {"experiment": "scaled", "spec": {}, "seed": 0, "start": start,
             "end": start + duration + 2, "idempotent": idempotent, "expect": "loss",
-            "incomplete": False, "incomplete_reason": None, "consumer_group": None}
+            "incomplete": False, "incomplete_reason": None,
+            "consumer_group": GROUP if group else None}
     (out / "meta.json").write_text(json.dumps(meta))
     kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]
     with open(out / "faults.jsonl", "w") as f:

@@ -1,11 +1,13 @@
-"""Loss attribution: for each lost, misplaced or phantom record, the election and the
+"""Loss attribution: for each lost, misplaced, phantom or skipped record, the election and the
 truncation that removed it, and the Kafka rule behind them (from events.jsonl).
 
 Pure functions from DataFrames to DataFrames, like `checks`: the anomalous records (few) are
 joined with the replication events (fewer still: a broadcast), and nothing is collected here.
 
 For a record at offset O of a partition, known to be on its leader at time t (when it was
-acknowledged; for a phantom read, when a consumer read it):
+acknowledged; for a phantom read, when a consumer read it; for a record the consumer group
+skipped, when the group's committed offset passed O: the record then at O is the one the
+election removed, and the skipped one was written at O after it):
 
 - its *holder* is the broker that led the partition at t (the last `become_leader` at or
   before t), with that leader epoch;
@@ -42,8 +44,10 @@ from pyspark.sql import functions as F
 
 from undertow_analysis.anomalies import INCIDENT, RETRY, explained_by
 
-EXPLAINED_KINDS = tuple(k.name for k in explained_by(INCIDENT))
-"""The anomaly kinds whose records loss incidents explain (lost, misplaced, phantom_read)."""
+_EXPLAINED = explained_by(INCIDENT)
+EXPLAINED_KINDS = tuple(k.name for k in _EXPLAINED)
+"""The anomaly kinds whose records loss incidents explain (lost, misplaced, phantom_read,
+skipped)."""
 RETRIED_KINDS = tuple(k.name for k in explained_by(RETRY))
 """The anomaly kinds whose records duplicate groups explain (duplicate)."""
 MECHANISMS = {
@@ -52,6 +56,7 @@ MECHANISMS = {
     "high_watermark_truncation": "truncation to the high watermark (pre-KIP-101)",
     "power_loss": "unflushed data lost to a power loss",
     "disk_lost": "a log lost with its disk",
+    "coordinator_truncation": "a truncation of the group coordinator's log",
     "retry_across_election": "a producer retry across a leader change",
     "retry_after_timeout": "a producer retry after a request timeout",
     "unexplained": "unexplained",
@@ -63,21 +68,22 @@ _SUBJECT = ("value", "topic", "partition", "offset", "t", *EXPLAINED_KINDS)
 
 def subjects(anomalies: DataFrame) -> DataFrame:
     """The anomalous records to explain, one row per value: topic, partition, offset, t (the
-    time the record was surely on its leader: its acknowledgement; for a phantom read of a
-    record never acknowledged, the read) and a flag per kind it has. The offset is where it
-    was acknowledged (lost, misplaced), else where it was read (phantom)."""
+    time the record was surely on its leader: its kind's `held_at`, the acknowledgement of a
+    lost or misplaced record, the read of a phantom one, for a skipped one the commit that
+    passed its offset) and a flag per kind it has. Position and time are its row's of the
+    first of its kinds in the table's order (where it was acknowledged, if it was)."""
     kind = F.col("kind")
-    acked = kind.isin("lost", "misplaced")
-    where = F.struct("topic", "partition", "offset",
-                     F.when(acked, F.col("t_acked")).otherwise(F.col("t_read")).alias("t"))
+    held = F.coalesce(*[F.when(kind == k.name, F.col(k.held_at)) for k in _EXPLAINED])
+    rank = F.coalesce(*[F.when(kind == k.name, F.lit(i)) for i, k in enumerate(_EXPLAINED)])
+    where = F.struct("topic", "partition", "offset", held.alias("t"))
     return (anomalies.filter(kind.isin(*EXPLAINED_KINDS) & F.col("offset").isNotNull())
             .groupBy("value")
-            .agg(F.min_by(where, F.when(acked, 0).otherwise(1)).alias("_at"),
+            .agg(F.min_by(where, rank).alias("_at"),
                  *[F.max(kind == k).alias(k) for k in EXPLAINED_KINDS])
             .select("value", "_at.*", *EXPLAINED_KINDS))
 
 
-def _of_type(events: DataFrame, *types: str) -> DataFrame:
+def of_type(events: DataFrame, *types: str) -> DataFrame:
     return events.filter(F.col("type").isin(*types))
 
 
@@ -85,7 +91,7 @@ def _same_partition(a: DataFrame, b: DataFrame) -> Column:
     return (a["topic"] == b["e_topic"]) & (a["partition"] == b["e_partition"])
 
 
-def _prefixed(events: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+def prefixed(events: DataFrame, columns: tuple[str, ...]) -> DataFrame:
     return F.broadcast(events.select(*[F.col(c).alias(f"e_{c}") for c in columns]))
 
 
@@ -99,7 +105,7 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
     of `MECHANISMS`). `acks_one`: the producers used acks=1 (a clean election of a replica
     that never had the record explains it only then).
     """
-    leaders = _prefixed(_of_type(events, "become_leader"),
+    leaders = prefixed(of_type(events, "become_leader"),
                         ("topic", "partition", "t", "broker", "leader_epoch", "log_end_offset"))
     s = subjects
     before = leaders["e_t"] <= s["t"]
@@ -117,8 +123,8 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
                       F.col("_drop.epoch").alias("drop_epoch"),
                       F.col("_drop.t").alias("drop_t"),
                       F.col("_drop.end").alias("dropper_end")))
-    changes = _prefixed(
-        _of_type(events, "leader_election", "truncation", "log_recovery", "broker_fenced"),
+    changes = prefixed(
+        of_type(events, "leader_election", "truncation", "log_recovery", "broker_fenced"),
         ("topic", "partition", "t", "type", "broker", "leader_epoch", "kind", "reason", "isr",
          "previous_leader", "from_offset", "to_offset", "log_end_offset"))
     a, e = stage1, changes
@@ -175,13 +181,16 @@ INCIDENT_KEY = ("topic", "partition", "mechanism", "holder", "holder_epoch", "dr
 def incidents(attributed: DataFrame) -> DataFrame:
     """Loss incidents: the records one election dropped from one holder's epoch, by the same
     mechanism (an unexplained record is an incident of its own partition and kind of
-    anomaly): the key's columns, first and last offset, first_t and last_t (acknowledged or
-    read), the records lost, misplaced and read before they were gone (phantom_read; those
-    never acknowledged: phantom_only), removals (every broker that truncated one of
-    them after the election), removal_t, removal_reason and up to 5 example values."""
+    anomaly): the key's columns, first and last offset, first_t and last_t (acknowledged,
+    read or passed by a commit), the records, those lost, misplaced, read before they were
+    gone (phantom_read; those never acknowledged: phantom_only) and skipped by the consumer
+    group (written at offsets its committed offset had passed), removals (every broker that
+    truncated one of them after the election), removal_t, removal_reason and up to 5
+    example values."""
     return (attributed.groupBy(*INCIDENT_KEY)
             .agg(F.min("offset").alias("first_offset"), F.max("offset").alias("last_offset"),
                  F.min("t").alias("first_t"), F.max("t").alias("last_t"),
+                 F.count("*").alias("records"),
                  *[F.count(F.when(F.col(k), 1)).alias(k) for k in EXPLAINED_KINDS],
                  F.count(F.when(F.col("phantom_read") & ~F.col("lost") & ~F.col("misplaced"), 1))
                  .alias("phantom_only"),
@@ -198,10 +207,10 @@ def dropped(events: DataFrame) -> DataFrame:
     the start of the epoch it truncated for (the new leader's `become_leader`): a record
     acknowledged at one of those offsets after it came from the new leader. A power loss
     cuts what was written before it: there t_cut is the truncation itself."""
-    cuts = (_of_type(events, "truncation").filter(F.col("from_offset") > F.col("to_offset"))
+    cuts = (of_type(events, "truncation").filter(F.col("from_offset") > F.col("to_offset"))
             .withColumn("id", F.xxhash64("node", "t", "topic", "partition", "from_offset",
                                          "to_offset")))
-    starts = F.broadcast(_of_type(events, "become_leader").groupBy(
+    starts = F.broadcast(of_type(events, "become_leader").groupBy(
         F.col("topic").alias("s_topic"), F.col("partition").alias("s_partition"),
         F.col("leader_epoch").alias("s_epoch")).agg(F.min("t").alias("s_t")))
     same_epoch = ((cuts["topic"] == starts["s_topic"])
@@ -247,7 +256,7 @@ def duplicate_groups(anomalies: DataFrame, events: DataFrame, idempotent: bool) 
     the send began; new_leader, new_epoch, change_t: the first leader change during it, null
     when none), duplicates, first_offset, last_offset, first_t (first send), last_t and up
     to 5 example values."""
-    leaders = _prefixed(_of_type(events, "become_leader"),
+    leaders = prefixed(of_type(events, "become_leader"),
                         ("topic", "partition", "t", "broker", "leader_epoch"))
     dups = anomalies.filter(F.col("kind").isin(*RETRIED_KINDS)).select(
         "value", "topic", "partition", "offset", "t_invoke",

@@ -11,8 +11,9 @@ parsing, the aggregations are the job's largest cost. Names come back only for t
 anomalous records (`value_anomalies`). Two topics of one history with the same 64-bit key would
 count as one; with a handful of topics the odds are about 1e-19.
 
-The anomaly kinds, each with its check of one value, are the table `anomalies.KINDS`:
-`classify`, `value_counts` and `value_anomalies` apply every row of it.
+The anomaly kinds are the table `anomalies.KINDS`: `classify`, `value_counts` and
+`value_anomalies` apply every row of it with a check of one value (`anomalies.VALUE_KINDS`);
+the consumer group's checkers are `groups`'.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from undertow_analysis.anomalies import KINDS, NAMES, Kind, Value
+from undertow_analysis.anomalies import VALUE_KINDS, Kind, Value
 
 # Event codes: the three outcomes of a send attempt, the two phases of a read, then a
 # malformed line of sends.jsonl or reads.jsonl (counted, otherwise ignored).
@@ -123,6 +124,7 @@ def inconsistent_offsets(by_value: DataFrame) -> DataFrame:
 
 POSITIONS = ("acked_at", "drained_at", "drained_last", "run_read_at", "read_at",
              "inconsistent_at")  # the (tk, pos) structs `classify` gives each value
+POSITION_TYPE = "struct<tk:bigint,pos:bigint>"
 
 
 def _at(cond: Column, last: bool = False) -> Column:
@@ -139,10 +141,17 @@ def value_columns() -> Value:
     return Value(**{f.name: F.col(f.name) for f in fields(Value)})
 
 
-def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
+def classify(positions: DataFrame, inconsistent: DataFrame,
+             committed: DataFrame | None = None) -> DataFrame:
     """Per value: outcome, t_invoke, t_acked (the first acknowledgement), t_read (the first
-    read during the run), n_drained, one boolean column per anomaly kind (`anomalies.KINDS`,
-    each its row's check), and the positions (structs of tk, pos) that explain them.
+    read during the run), n_drained, one boolean column per value check
+    (`anomalies.VALUE_KINDS`), and the positions (structs of tk, pos) that explain them.
+
+    `committed`: the consumer group's highest committed position per partition
+    (`groups.committed_positions`), or None without a group. It gives each value its
+    `committed_at`, by a broadcast join of the aggregated values with those few rows, which
+    keeps their partitioning; without a group that column is a null literal and nothing is
+    joined.
 
     outcome: `acked` if any attempt was ok; else `indeterminate` if an attempt timed out (it
     may have been written); else `failed` (every attempt failed definitively); null for a
@@ -177,11 +186,11 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
                .when(F.col("n_ok") > 0, "acked")
                .when(F.col("n_info") > 0, "indeterminate")
                .otherwise("failed"))
-    v = v.withColumn("outcome", outcome)
+    v = _with_committed_at(v.withColumn("outcome", outcome), committed)
     indeterminate, is_drained = F.col("outcome") == "indeterminate", F.col("n_drained") > 0
     value = value_columns()
     flags = {
-        **{k.name: k.check(value) for k in KINDS},
+        **{k.name: k.check(value) for k in VALUE_KINDS},
         "indeterminate_committed": indeterminate & is_drained,
         "indeterminate_lost": indeterminate & ~is_drained,
     }
@@ -192,9 +201,24 @@ def classify(positions: DataFrame, inconsistent: DataFrame) -> DataFrame:
     )
 
 
+def _with_committed_at(values: DataFrame, committed: DataFrame | None) -> DataFrame:
+    """`values` with committed_at: the position of the group's highest commit on the
+    partition of each value's first drained position (`classify`)."""
+    if committed is None:
+        return values.withColumn("committed_at", F.lit(None).cast(POSITION_TYPE))
+    c = F.broadcast(committed.select(F.col("tk").alias("_ctk"), F.col("partition").alias("_cp"),
+                                     F.col("pos").alias("_cpos")))
+    drained = F.col("drained_at")
+    on = ((drained["tk"] == c["_ctk"])
+          & (F.shiftright(drained["pos"], OFFSET_BITS).cast("int") == c["_cp"]))
+    return values.join(c, on, "left").select(
+        *values.columns, F.when(c["_cpos"].isNotNull(), F.struct(
+            c["_ctk"].alias("tk"), c["_cpos"].alias("pos"))).alias("committed_at"))
+
+
 def is_anomalous() -> Column:
     """True for a classified value with at least one anomaly kind."""
-    return reduce(or_, [F.col(k) for k in NAMES])
+    return reduce(or_, [F.col(k.name) for k in VALUE_KINDS])
 
 
 def noteworthy(classified: DataFrame) -> DataFrame:
@@ -222,8 +246,8 @@ def value_counts(noteworthy: DataFrame) -> list[Column]:
               .alias("retries")]
     counts += [F.count(F.when(F.col("outcome") == o, 1)).alias(o)
                for o in ("failed", "indeterminate")]
-    counts += [F.count(F.when(F.col(k.name), 1)).alias(k.count) for k in KINDS
-               if k.counts_values]
+    counts += [F.count(F.when(F.col(k.name), 1)).alias(k.count) for k in VALUE_KINDS
+               if k.counts_by_value]
     counts += [F.count(F.when(F.col(k), 1)).alias(k)
                for k in ("indeterminate_committed", "indeterminate_lost")]
     return counts
@@ -248,8 +272,8 @@ def _show(at: Column, topics: Mapping[int, str]) -> Column:
 
 
 def _by_kind(kind: Column, of: Callable[[Kind], Column]) -> Column:
-    """`of(k)` for the row k of `anomalies.KINDS` named `kind`."""
-    first, *rest = KINDS
+    """`of(k)` for the row k of `anomalies.VALUE_KINDS` named `kind`."""
+    first, *rest = VALUE_KINDS
     return reduce(lambda chosen, k: chosen.when(kind == k.name, of(k)), rest,
                   F.when(kind == first.name, of(first)))
 
@@ -262,11 +286,12 @@ def _first_known(names: tuple[str, ...]) -> Column:
 
 
 def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFrame:
-    """One row per (anomalous value, kind): kind, topic, partition, offset, value, t_invoke,
-    t_acked, t_read, detail, each kind's position and detail as its row of `anomalies.KINDS`
-    says. `topics` maps the topic keys of `anomalous` to names (`topic_key`). Values without
-    an anomaly give no row."""
-    kinds = F.filter(F.array(*[F.when(F.col(k), F.lit(k)) for k in NAMES]),
+    """One row per (anomalous value, kind) in anomalies/'s columns (`anomalies.FINDING`):
+    kind, topic, partition, offset, value, t_invoke, t_acked, t_read, committed and t_commit
+    (null: `groups.with_first_commit_past` gives them), detail, each kind's position and
+    detail as its row of `anomalies.KINDS` says. `topics` maps the topic keys of `anomalous`
+    to names (`topic_key`). Values without an anomaly give no row."""
+    kinds = F.filter(F.array(*[F.when(F.col(k.name), F.lit(k.name)) for k in VALUE_KINDS]),
                      lambda k: k.isNotNull())
     kind = F.col("kind")
     drained = F.concat(
@@ -283,7 +308,9 @@ def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFram
         .select("kind", position.alias("p"), "value", "t_invoke", "t_acked", "t_read",
                 detail.alias("detail"))
         .select("kind", topic.alias("topic"), partition.alias("partition"),
-                offset.alias("offset"), "value", "t_invoke", "t_acked", "t_read", "detail")
+                offset.alias("offset"), "value", "t_invoke", "t_acked", "t_read",
+                F.lit(None).cast("long").alias("committed"),
+                F.lit(None).cast("double").alias("t_commit"), "detail")
     )
 
 

@@ -1,10 +1,11 @@
 """The report's explanations: loss incidents and truncations as plain data with one sentence
-each, built from the rows `attribution` computes. Plain Python over a handful of rows.
+each, built from the rows `attribution` and `offsets` compute. Plain Python over a handful of
+rows.
 
-A sentence names, in Kafka's terms, who held the records, what removed them and why: the
-election (its kind, the ISR it chose from, the fault active then) and the truncations that
-followed. An incident no event explains says so loudly: it means a bug in the broker or in
-the harness, not a property of the configuration.
+A sentence names, in Kafka's terms, who held the records (or the committed offsets), what
+removed them and why: the election (its kind, the ISR it chose from, the fault active then),
+the power loss or the truncations. An incident no event explains says so loudly: it means a
+bug in the broker or in the harness, not a property of the configuration.
 """
 
 from __future__ import annotations
@@ -103,9 +104,16 @@ def incident_sentence(inc: dict[str, Any], t0: float) -> str:
               _records(inc["misplaced"], "acknowledged record", "misplaced"),
               f"{read_first} of them read by a consumer before" if read_first else "",
               _records(inc["phantom_only"], "unacknowledged record",
-                       "read by a consumer, then gone")]
-    subject = f"records at {offsets} of {where} ({'; '.join(c for c in counts if c)})"
-    held = "were acknowledged by" if acked else "were read from"
+                       "read by a consumer, then gone"),
+              _records(inc.get("skipped", 0), "record", "skipped by the consumer group, "
+                       "written there after its committed offset had passed")]
+    listed = "; ".join(c for c in counts if c)
+    if acked or inc["phantom_read"]:
+        subject = f"records at {offsets} of {where} ({listed})"
+        held = "were acknowledged by" if acked else "were read from"
+    else:  # skipped only: the records the election removed were others, read and committed
+        subject = f"{offsets} of {where} ({listed})"
+        held = "held records the consumer group had committed past on"
     holder = (f"broker {inc['holder']} in epoch {inc['holder_epoch']}"
               if inc.get("holder") is not None else "a leader no event names")
     mechanism = inc["mechanism"]
@@ -142,12 +150,18 @@ def incident_sentence(inc: dict[str, Any], t0: float) -> str:
     return f"{subject} {held} {holder}{why}; {_election(inc, t0)}{removal}."
 
 
-def truncation_sentence(cut: dict[str, Any], t0: float) -> str:
-    """One truncation: who cut what, why, and whether acknowledged records were among it."""
+def truncation_sentence(cut: dict[str, Any], t0: float,
+                        group: dict[str, Any] | None = None) -> str:
+    """One truncation: who cut what, why, and whether acknowledged records were among it (or,
+    on the consumer `group`'s __consumer_offsets partition, its commits)."""
     how = _TRUNCATION_REASONS.get(cut["reason"], cut["reason"] or "")
     text = (f"at {cut['t'] - t0:.1f} s broker {cut['broker']} truncated "
             f"{cut['topic']}-{cut['partition']} from {cut['from_offset']} to {cut['to_offset']} "
             f"{how}: ")
+    if group and (cut["topic"], cut["partition"]) == (group["offsets_topic"],
+                                                      group["offsets_partition"]):
+        return text + (f"those offsets held commits of the consumer group {group['group_id']}; "
+                       f"a committed offset it took is a loss incident.")
     if cut["lost"]:
         return text + (f"{cut['lost']} acknowledged record{'s' if cut['lost'] > 1 else ''} at "
                        f"those offsets, kept by no other replica, are lost.")
@@ -204,25 +218,105 @@ def _short_drain(inc: dict[str, Any], drain_short: Sequence[dict[str, Any]]
                  and (s["end"] is None or s["read_to"] <= inc["first_offset"])), None)
 
 
+def _returned(offset: int | None) -> str:
+    return "no committed offset" if offset is None else str(offset)
+
+
+def commit_sentence(inc: dict[str, Any], t0: float) -> str:
+    """One incident of committed offsets lost (`offsets.commit_losses`) in one sentence."""
+    where, first, n = inc["offsets_partition"], inc["examples"][0], inc["commits"]
+    tp = f"{first['topic']}-{first['partition']}"
+    holder = (f"broker {inc['holder']} (coordinator, leader of {where} in epoch "
+              f"{inc['holder_epoch']})" if inc.get("holder") is not None
+              else f"a coordinator no event names (no leader of {where} before it)")
+    acked = f"acknowledged at {first['t_commit'] - t0:.1f} s by {holder}"
+    fetched = (f"at {first['t_fetch'] - t0:.1f} s the coordinator returned "
+               f"{_returned(first['returned'])}")
+    if n == 1:
+        subject, it = (f"the committed offset {first['committed']} of group {inc['group']} "
+                       f"for {tp}, {acked}, was lost"), "it"
+    else:
+        subject, it = (f"{n} committed offsets of group {inc['group']}, the first "
+                       f"{first['committed']} for {tp} {acked}, were lost"), "them"
+        fetched += f" for {tp}"
+    if inc["mechanism"] == "unexplained":
+        return (f"UNEXPLAINED: {subject} ({fetched}), and no power loss, truncation or unclean "
+                f"election of {where} in events.jsonl removed {it}: this is a bug in the "
+                f"broker or in the harness, not a property of the configuration.")
+    cause = inc["cause"]
+    when = f"{cause['t'] - t0:.1f} s" + (f", {inc['fault']}," if inc.get("fault") else "")
+    why = {
+        "power_loss": f"broker {cause['broker']} lost power at {when} before flushing {it}, "
+                      f"and came back with {where} cut to offset {cause['to_offset']}",
+        "disk_lost": f"broker {cause['broker']} came back at {when} with {where} empty (its "
+                     f"disk was lost)",
+        "unclean_election": f"at {when} the controller elected broker {cause['leader']} "
+                            f"leader of {where} although it was not in the ISR "
+                            f"{{{', '.join(map(str, cause.get('isr') or []))}}} (an unclean "
+                            f"election)",
+        "high_watermark_truncation": f"at {when} broker {cause['broker']} truncated {where} "
+                                     f"from {cause['from_offset']} to its high watermark, "
+                                     f"{cause['to_offset']}, on becoming a follower (the "
+                                     f"pre-KIP-101 rule)",
+    }.get(inc["mechanism"], f"at {when} broker {cause['broker']} truncated {where} from "
+                            f"{cause['from_offset']} to {cause['to_offset']} "
+                            f"{_TRUNCATION_REASONS.get(cause['reason'], cause['reason'])}")
+    if inc["mechanism"] in ("high_watermark_truncation", "coordinator_truncation") \
+            and cause.get("leader") is not None:
+        why = (f"at {cause['leader_t'] - t0:.1f} s broker {cause['leader']} became leader of "
+               f"{where} with its log ending at {cause['leader_end']}, and {why}")
+    return f"{subject}: {why}; {fetched}."
+
+
+def _commit_incident(inc: dict[str, Any], group: dict[str, Any] | None,
+                     faults: list[dict[str, Any]],
+                     intervals: list[tuple[float, float, str]], t0: float) -> dict[str, Any]:
+    """An incident of committed offsets lost, with the keys a record incident is sorted and
+    numbered by (`drop_t`: its cause's time, else the first fetch; the first commit's topic,
+    partition and offset)."""
+    first = inc["examples"][0]
+    cause_t = (inc.get("cause") or {}).get("t")
+    inc = {**inc, "kind": "committed_offsets",
+           "group": group["group_id"] if group else None,
+           "offsets_partition": (f"{group['offsets_topic']}-{group['offsets_partition']}"
+                                 if group else "__consumer_offsets (partition unknown)"),
+           "mechanism_name": MECHANISMS[inc["mechanism"]],
+           "fault": _fault_at(cause_t, faults, intervals),
+           "drop_t": cause_t if cause_t is not None else first["t_fetch"],
+           "topic": first["topic"], "partition": first["partition"],
+           "first_offset": first["committed"]}
+    inc["sentence"] = commit_sentence(inc, t0)
+    inc["examples"] = [{**{k: v for k, v in e.items() if k not in ("t_commit", "t_fetch")},
+                        "t_commit_s": round(e["t_commit"] - t0, 3),
+                        "t_fetch_s": round(e["t_fetch"] - t0, 3)} for e in inc["examples"]]
+    return inc
+
+
 def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
                  faults: list[dict[str, Any]], t0: float,
                  drain_short: Sequence[dict[str, Any]] = (),
-                 duplicates: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+                 duplicates: Sequence[dict[str, Any]] = (),
+                 commits: Sequence[dict[str, Any]] = (),
+                 group: dict[str, Any] | None = None) -> dict[str, Any]:
     """report.json's `incidents`, `truncations` and `duplicates` sections; `drain_short` are
     the partitions the drain did not read to their end (`report.drain_shortfalls`),
-    `duplicates` the duplicate groups (`attribution.duplicate_groups`)."""
+    `duplicates` the duplicate groups (`attribution.duplicate_groups`), `commits` the
+    incidents of committed offsets lost (`offsets.commit_losses`) of the consumer `group`
+    (meta.json's consumer_group), listed with the records' incidents."""
     intervals = fault_intervals(faults)
     rows = []
     for inc in incidents:
-        inc = {**inc, "mechanism_name": MECHANISMS[inc["mechanism"]],
+        inc = {**inc, "kind": "records", "mechanism_name": MECHANISMS[inc["mechanism"]],
                "fault": _fault_at(_election_t(inc), faults, intervals)}
         if inc["mechanism"] == "unexplained":
             inc["drain_short"] = _short_drain(inc, drain_short)
         inc["sentence"] = incident_sentence(inc, t0)
+        rows.append(inc)
+    rows += [_commit_incident(inc, group, faults, intervals, t0) for inc in commits]
+    for inc in rows:
         for key in ("cause", "election"):
             if inc.get(key):
                 inc[key] = {**inc[key], "t_s": round(inc[key]["t"] - t0, 3)}
-        rows.append(inc)
     rows.sort(key=lambda i: (i["mechanism"] != "unexplained", i["drop_t"] or 0.0,
                              i["topic"], i["partition"], i["first_offset"]))
     for i, inc in enumerate(rows, start=1):
@@ -231,7 +325,7 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
             if inc.get(key) is not None:
                 inc[f"{key}_s"] = round(inc.pop(key) - t0, 3)
     truncations = sorted(({**c, "t_s": round(c["t"] - t0, 3),
-                           "sentence": truncation_sentence(c, t0)} for c in cuts),
+                           "sentence": truncation_sentence(c, t0, group)} for c in cuts),
                          key=lambda c: (c["t"], c["node"]))
     for c in truncations:
         del c["t"], c["t_cut"], c["id"]
@@ -246,7 +340,7 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
     return {
         "events": True,
         "incident_count": len(rows),
-        "unexplained": sum(i["lost"] + i["misplaced"] + i["phantom_only"]
+        "unexplained": sum(i["records"] if i["kind"] == "records" else i["commits"]
                            for i in rows if i["mechanism"] == "unexplained")
         + sum(g["duplicates"] for g in groups if g["mechanism"] == "unexplained"),
         "duplicates": groups[:MAX_INCIDENTS],

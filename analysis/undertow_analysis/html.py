@@ -102,15 +102,16 @@ def _explained(report: dict[str, Any]) -> list[str]:
                 if ex["incident_count"] > len(ex["incidents"]) else "")
         if ex["unexplained"]:
             parts.append(f"<p class='unexplained'><b>{ex['unexplained']:,} anomalous records "
-                         f"no event explains: a bug in the broker or in the harness.</b></p>")
+                         f"or committed offsets no event explains: a bug in the broker or in "
+                         f"the harness.</b></p>")
         items = "".join(
             f"<li class='{'unexplained' if i['mechanism'] == 'unexplained' else ''}'>"
             f"<b>{escape(i['mechanism_name'])}</b>: {escape(i['sentence'])}</li>"
             for i in ex["incidents"])
         parts.append(f"<ol id='incidents'>{items}</ol>{escape(more)}")
     else:
-        parts.append("<p class='muted' id='incidents'>None: no acknowledged record was lost "
-                     "or moved, and no read was contradicted.</p>")
+        parts.append("<p class='muted' id='incidents'>None: no acknowledged record or "
+                     "committed offset was lost or moved, and no read was contradicted.</p>")
     parts.append("<h2>Truncations</h2>")
     cuts = ex["truncations"]
     if cuts:

@@ -102,15 +102,22 @@ class FileSpec:
 
 EVENT_FIELDS = ("t", "node", "type", "topic", "partition", "leader_epoch", "broker", "leader",
                 "previous_leader", "kind", "reason", "from_offset", "to_offset",
-                "log_end_offset", "isr")
-# What the analysis reads of each file: sends without producer and error, reads without
-# consumer, cluster samples without leader_epoch, high_watermark and log_end_offsets.
+                "log_end_offset", "isr", "group", "generation")
+# What the analysis reads of each file: sends without producer and error, group lines without
+# member_id and error, cluster samples without leader_epoch, high_watermark and
+# log_end_offsets. A query parses only the fields it uses (Spark prunes the others from the
+# scan): the one pass over sends and reads never parses a read's consumer or generation,
+# which only the consumer group checks use.
 FILES = {
     "sends": FileSpec(schema.SENDS, ("value", "topic", "partition", "status", "offset",
                                      "t_invoke", "t_complete"),
                       ("value", "topic", "status", "t_invoke", "t_complete"), ("partition",)),
-    "reads": FileSpec(schema.READS, ("phase", "topic", "partition", "offset", "value", "t"),
+    "reads": FileSpec(schema.READS, ("consumer", "phase", "topic", "partition", "offset",
+                                     "value", "t", "generation"),
                       ("phase", "topic", "partition", "offset", "value", "t")),
+    "groups": FileSpec(schema.GROUPS, ("member", "generation", "type", "topic", "partition",
+                                       "offset", "status", "t_invoke", "t"),
+                       ("member", "type", "topic", "partition", "t")),
     "faults": FileSpec(schema.FAULTS, ("fault", "target", "role", "action", "t"),
                        ("fault", "target", "action", "t")),
     "cluster": FileSpec(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr"),
@@ -120,9 +127,9 @@ FILES = {
                                ("to_offset", 0, MAX_OFFSET),
                                ("log_end_offset", 0, MAX_OFFSET))),
 }
-OPTIONAL_FILES = ("faults", "cluster", "events")
+OPTIONAL_FILES = ("groups", "faults", "cluster", "events")
 META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
-             "incomplete_reason")
+             "incomplete_reason", "consumer_group")
 
 
 @dataclass
@@ -161,6 +168,24 @@ class History:
         if self.parsed[name] is None:
             return self.spark.createDataFrame([], FILES[name].schema)
         return self.parsed[name].filter(F.col("_reason").isNull()).drop("_reason")
+
+    def has_lines(self, name: str) -> bool:
+        """The file is there and not empty (no Spark job: its size)."""
+        if self.parsed[name] is None:
+            return False
+        fs, path = _hadoop_path(self.spark, self.file(name))
+        return bool(fs.getFileStatus(path).getLen() > 0)
+
+    def in_order(self, name: str) -> DataFrame:
+        """The usable lines of a file with `line`, their order in it (a struct of the start of
+        the file's split and the line's rank in the split), for a check that needs the order
+        the runner wrote them in. A scan of its own: the file's other readers are not
+        slowed by the numbering."""
+        spec = FILES[name]
+        parsed = _parse(self.spark, self.file(name), name).select(
+            "*", F.struct(F.col("_metadata.file_block_start").alias("split"),
+                          F.monotonically_increasing_id().alias("rank")).alias("line"))
+        return parsed.filter(spec.reason().isNull()).select(*spec.schema.names, "line")
 
     def lines(self, name: str) -> DataFrame:
         """Every line of a (required) file, the malformed ones too, marked by a boolean column
@@ -244,16 +269,19 @@ def read_meta(spark: SparkSession, history_uri: str) -> dict[str, Any]:
 def _read_jsonl(spark: SparkSession, uri: str, name: str) -> DataFrame | None:
     """The file's lines parsed with its schema, plus `_reason` (null for a usable line);
     None for a missing optional file."""
-    spec = FILES[name]
-    full = spec.with_corrupt()
     if not exists(spark, uri):
         if name not in OPTIONAL_FILES:
             raise FileNotFoundError(f"history file {uri} does not exist")
         return None
-    df = (spark.read.schema(full).option("mode", "PERMISSIVE")
-          .option("columnNameOfCorruptRecord", CORRUPT).json(uri))
+    spec = FILES[name]
     # Every schema column is selected, so a wrong type in any of them marks the line corrupt.
-    return df.select(*spec.schema.names, spec.reason().alias("_reason"))
+    return _parse(spark, uri, name).select(*spec.schema.names, spec.reason().alias("_reason"))
+
+
+def _parse(spark: SparkSession, uri: str, name: str) -> DataFrame:
+    """The file's lines with its schema's columns and the corrupt record's."""
+    return (spark.read.schema(FILES[name].with_corrupt()).option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT).json(uri))
 
 
 def locate_malformed(spark: SparkSession, uri: str, name: str, limit: int) -> list[dict]:

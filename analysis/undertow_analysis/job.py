@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
@@ -28,17 +28,24 @@ from undertow_analysis import (
     attribution,
     checks,
     explain,
+    groups,
     html,
+    offsets,
     plots,
     prestart,
     report,
     topics,
 )
+from undertow_analysis.anomalies import FINDING, GROUP_KINDS, Group
 from undertow_analysis.io import History, child, delete, read_history, write_bytes
 from undertow_analysis.session import keeping_observations, spark_session
 
 VALUE_PART = "value"  # the scratch output's noteworthy values
-TRUNCATION_PART = "truncation"  # acknowledged records per truncation; the rest are series rows
+TRUNCATION_PART = "truncation"  # acknowledged records per truncation
+GROUP_PART = "group"  # the consumer group checkers' findings; the rest are series rows
+GROUP_COLUMNS = tuple(c for c in ("kind", *FINDING)
+                      if c not in ("value", "t_invoke", "t_acked", "t_read"))
+"""The columns of the group findings in the scratch output that its values lack."""
 SERIES_COLUMNS = ("part", "second", "bucket", "attempted", "acked", "max_ms", "first", "last",
                   "bad_sends", "bad_reads")
 MAX_LOST_ROWS = 1000
@@ -104,7 +111,7 @@ def _series(written: DataFrame, history: History
     histogram, and the first invoke, the last completion and the last read, from the series
     rows `_check` wrote; the malformed lines of sends and reads go to `history`. The series
     is bounded by the run's length (a week is 604,800 rows of three numbers)."""
-    rows = (written.filter(~F.col("part").isin(VALUE_PART, TRUNCATION_PART))
+    rows = (written.filter(~F.col("part").isin(VALUE_PART, TRUNCATION_PART, GROUP_PART))
             .select(*SERIES_COLUMNS).collect())
     other = [r for r in rows if r["part"] == "other"]
     history.count_malformed("sends", sum(r["bad_sends"] for r in other))
@@ -137,23 +144,34 @@ def _faults(history: History, t0: float, t_end: float) -> list[dict[str, Any]]:
     ]
 
 
-def _check(history: History, t_ref: float, scratch: str, truncations: DataFrame | None
-           ) -> int:
+def _check(history: History, t_ref: float, scratch: str, truncations: DataFrame | None,
+           group: Group | None) -> int:
     """Run every record checker and the send series in one query: one parse, one shuffle.
 
     The query writes to `scratch` the noteworthy values (part VALUE_PART), the series rows
-    (parts "second", "latency" and "other") and, when there are `truncations` (events with
-    an `id`), the acknowledged records each of them cut (part TRUNCATION_PART), all few, and
-    returns the number of inconsistent offsets (an Observation of the few positions). Nothing
-    is observed line by line or value by value: malformed lines are counted in the series,
-    the other counts come from the written rows (`_counts`) and topic names from
-    `topics.topic_names`.
+    (parts "second", "latency" and "other"), when there are `truncations` (events with an
+    `id`) the acknowledged records each of them cut (part TRUNCATION_PART) and, with a
+    consumer `group`, the group checkers' findings (part GROUP_PART, from a scan of their
+    own), all few, and returns the number of inconsistent offsets (an Observation of the few
+    positions). Nothing is observed line by line or value by value: malformed lines are
+    counted in the series, the other counts come from the written rows (`_counts`) and topic
+    names from `topics.topic_names`.
     """
+    written, inconsistent_obs = checked(history, t_ref, truncations, group)
+    written.write.mode("overwrite").parquet(scratch)
+    return int(inconsistent_obs.get["inconsistent_offsets"])
+
+
+def checked(history: History, t_ref: float, truncations: DataFrame | None,
+            group: Group | None) -> tuple[DataFrame, Observation]:
+    """The rows `_check` writes, and the Observation that counts the inconsistent offsets
+    once they are written."""
     inconsistent_obs = Observation("undertow-inconsistent")
     by_value = checks.by_value(checks.events(history.lines("sends"), history.lines("reads")))
     inconsistent = checks.inconsistent_offsets(by_value).observe(
         inconsistent_obs, F.count("*").alias("inconsistent_offsets"))
-    classified = checks.classify(checks.positions_by_value(by_value), inconsistent)
+    committed = None if group is None else groups.committed_positions(group.actions)
+    classified = checks.classify(checks.positions_by_value(by_value), inconsistent, committed)
     values = checks.noteworthy(classified).withColumn("part", F.lit(VALUE_PART))
     series = checks.send_series(by_value, t_ref).withColumnRenamed("kind", "part")
     written = values.unionByName(series, allowMissingColumns=True)
@@ -161,26 +179,35 @@ def _check(history: History, t_ref: float, scratch: str, truncations: DataFrame 
         cut = checks.acked_in_truncations(by_value, checks.truncation_ranges(truncations))
         written = written.unionByName(cut.withColumn("part", F.lit(TRUNCATION_PART)),
                                       allowMissingColumns=True)
-    written.write.mode("overwrite").parquet(scratch)
-    return int(inconsistent_obs.get["inconsistent_offsets"])
+    if group is not None:
+        written = written.unionByName(
+            groups.findings(group).withColumn("part", F.lit(GROUP_PART)),
+            allowMissingColumns=True)
+    return written, inconsistent_obs
 
 
-def _counts(values: DataFrame, series: report.Series, inconsistent_offsets: int
-            ) -> dict[str, int]:
-    """Every count of the report from the noteworthy values `_check` wrote and the number of
-    send attempts in the series (see `checks.value_counts`)."""
-    row = values.agg(*checks.value_counts(values)).first().asDict()
+def _counts(written: DataFrame, series: report.Series, inconsistent_offsets: int,
+            grouped: bool) -> dict[str, int]:
+    """Every count of the report from the noteworthy values and the group findings `_check`
+    wrote (one aggregation over both) and the number of send attempts in the series (see
+    `checks.value_counts`); a history without a consumer group has no finding."""
+    rows = written.filter(F.col("part").isin(VALUE_PART, GROUP_PART))
+    found = [F.count(F.when(F.col("kind") == k.name, 1)).alias(k.count)
+             for k in GROUP_KINDS] if grouped else []
+    row = {k.count: 0 for k in GROUP_KINDS} | rows.agg(
+        *checks.value_counts(rows), *found).first().asDict()
     attempted = sum(a for _, a, _ in series) - row.pop("retries")
     counts = {**row, "attempted": attempted, "inconsistent_offsets": inconsistent_offsets,
               "acked": attempted - row["failed"] - row["indeterminate"]}
     return {name: int(counts[name]) for name in report.COUNT_NAMES}
 
 
-def _write_anomalies(spark: SparkSession, values: DataFrame, names: dict[int, str],
-                     faults: list[dict[str, Any]], t0: float, t_end: float, uri: str,
-                     scratch: str) -> None:
+def _write_anomalies(spark: SparkSession, values: DataFrame, group: Group | None,
+                     found: DataFrame | None, names: dict[int, str], faults: list[dict[str, Any]],
+                     t0: float, t_end: float, uri: str, scratch: str) -> None:
     """anomalies/: the anomalous ones of the values `_check` wrote, one row per kind, with their
-    positions named and the fault active when they were sent.
+    positions named, and the group findings it wrote (`found`), each with the fault active
+    when it was sent (a group finding: at its kind's `fault_at`).
 
     The fault intervals reach Spark as a JSON Lines file next to `scratch` rather than as
     Python rows: a soak has thousands, and Python rows would start a Python worker."""
@@ -190,13 +217,22 @@ def _write_anomalies(spark: SparkSession, values: DataFrame, names: dict[int, st
     write_bytes(spark, intervals_uri, "".join(lines).encode())
     intervals = spark.read.schema("start double, end double, fault string").json(intervals_uri)
     width = max(1.0, (t_end - t0) / FAULT_BUCKETS)
-    (checks.with_active_fault(checks.value_anomalies(values, names), intervals, width)
-     .write.mode("overwrite").parquet(uri))
+    rows = checks.value_anomalies(values, names)
+    if group is not None:
+        rows = groups.with_first_commit_past(rows, group.actions).unionByName(found)
+    (checks.with_active_fault(rows.withColumn("_at", _fault_time()), intervals, width, "_at")
+     .drop("_at").write.mode("overwrite").parquet(uri))
+
+
+def _fault_time() -> Column:
+    """The time at which an anomalies/ row names the fault active (its kind's `fault_at`)."""
+    return F.coalesce(*[F.when(F.col("kind") == k.name, F.col(k.fault_at))
+                        for k in anomalies.KINDS])
 
 
 def _examples(written: DataFrame) -> tuple[list[dict], list[dict]]:
     """The earliest-sent MAX_LOST_ROWS lost records and MAX_OTHER_ROWS of every other kind."""
-    order = [F.col("t_invoke").asc_nulls_last(), "value"]
+    order = [F.col("t_invoke").asc_nulls_last(), F.col("t_read").asc_nulls_last(), "value"]
     rank = F.row_number().over(Window.partitionBy("kind").orderBy(*order))
     limit = F.when(F.col("kind") == "lost", MAX_LOST_ROWS).otherwise(MAX_OTHER_ROWS)
     rows = [r.asDict() for r in written.withColumn("_rank", rank).filter(F.col("_rank") <= limit)
@@ -222,9 +258,10 @@ def _acks_one(meta: dict[str, Any]) -> bool:
 def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
              acked_cut: dict[int, int], faults: list[dict[str, Any]], t0: float,
              drain_short: list[dict[str, Any]]) -> dict[str, Any]:
-    """The loss incidents, the truncations and the duplicates (`attribution`, `explain`) of
-    `anomaly_rows` (anomalies/); none without events.jsonl. A run with nothing to explain (no
-    record of a kind explained by an incident, none by a retry) runs no attribution for it."""
+    """The loss incidents (of records and of committed offsets), the truncations and the
+    duplicates (`attribution`, `offsets`, `explain`) of `anomaly_rows` (anomalies/); none
+    without events.jsonl. A run with nothing to explain (no anomaly of a kind explained by
+    an incident, none by a retry, no committed offset lost) runs no attribution for it."""
     if history.parsed["events"] is None:
         return explain.WITHOUT_EVENTS
     events = history.usable("events")
@@ -248,8 +285,15 @@ def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
         return [r.asDict() for r in attribution.duplicate_groups(
             anomaly_rows, events, bool(history.meta.get("idempotent"))).collect()]
 
-    found, cut, dups = _concurrently(incidents, cuts, duplicates)
-    return explain.explanations(found, cut, faults, t0, drain_short, dups)
+    def commits() -> list[dict[str, Any]]:
+        if not _to_explain(counts, anomalies.OFFSETS):
+            return []
+        return [r.asDict(recursive=True) for r in offsets.commit_losses(
+            anomaly_rows, events, groups.consumer_group(history.meta)).collect()]
+
+    found, cut, dups, lost_commits = _concurrently(incidents, cuts, duplicates, commits)
+    return explain.explanations(found, cut, faults, t0, drain_short, dups, lost_commits,
+                                groups.consumer_group(history.meta))
 
 
 def _to_explain(counts: dict[str, int], how: str) -> bool:
@@ -258,12 +302,26 @@ def _to_explain(counts: dict[str, int], how: str) -> bool:
 
 
 def _marks(history: History, t0: float) -> list[dict[str, Any]]:
-    """The events the timeline marks: elections, fences, truncations."""
+    """The events the timeline marks: elections, fences, truncations, the consumer group's
+    rebalances and generations, and its coordinator's moves (the loads of its
+    __consumer_offsets partition, not of the others)."""
     if history.parsed["events"] is None:
         return []
+    group = groups.consumer_group(history.meta)
+    load = F.col("type") == "coordinator_load"
+    ours = (F.lit(False) if group is None else
+            (F.col("topic") == group["offsets_topic"])
+            & (F.col("partition") == group["offsets_partition"]))
     return [{**r.asDict(), "t_s": r["t"] - t0} for r in history.valid("events")
-            .filter(F.col("type").isin(*plots.EVENT_MARKS))
-            .select("t", "type", "kind", "broker", "leader").collect()]
+            .filter(F.col("type").isin(*plots.EVENT_MARKS) & (~load | ours))
+            .select("t", "type", "kind", "broker", "leader", "group", "generation").collect()]
+
+
+def _count_group_lines(history: History, group: Group | None) -> None:
+    """Count the malformed lines of groups.jsonl, which the group checks read with `usable`
+    (nothing to count without a group)."""
+    if group is not None:
+        history.valid("groups").agg(F.count("*")).collect()
 
 
 def _concurrently(*calls: Callable[[], Any]) -> list[Any]:
@@ -283,27 +341,33 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     truncations = None
     if history.parsed["events"] is not None:
         truncations = attribution.dropped(history.usable("events"))
+    groups.consumer_group(meta)  # a consumer_group of another shape is bad input, said first
+    group = groups.group_history(history)
     try:
-        inconsistent_offsets = _check(history, t_ref, scratch, truncations)
+        inconsistent_offsets = _check(history, t_ref, scratch, truncations, group)
         written = spark.read.parquet(scratch)
         series, latency, send_times = _series(written, history)
-        values = written.filter(F.col("part") == VALUE_PART).drop(*SERIES_COLUMNS, "id")
+        values = written.filter(F.col("part") == VALUE_PART).drop(
+            *SERIES_COLUMNS, "id", *GROUP_COLUMNS)
+        found = written.filter(F.col("part") == GROUP_PART).select("kind", *FINDING) \
+            if group is not None else None
         acked_cut = {r["id"]: r["acked"] for r in written.filter(
             F.col("part") == TRUNCATION_PART).select("id", "acked").collect()
         } if "id" in written.columns else {}
-        counts = _counts(values, series, inconsistent_offsets)
+        counts = _counts(written, series, inconsistent_offsets, group is not None)
         t0 = float(meta.get("start") or send_times["first"] or 0.0)
         t_end = max(_end(history, send_times["last"]) or t0, t0)
         width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
         # Without an anomaly anomalies/ is empty, and nothing needs naming.
         anomalous = any(counts[name] for name in anomalies.COUNTS)
-        faults, names, (offline, isr), marks = _concurrently(
+        faults, names, (offline, isr), marks, _ = _concurrently(
             lambda: _faults(history, t0, t_end),
             lambda: topics.topic_names(history, values) if anomalous else {},
             lambda: _cluster(history, t0, width),
-            lambda: _marks(history, t0))
-        _write_anomalies(spark, values, names, faults, t0, t_end, outputs["anomalies"],
-                         scratch)
+            lambda: _marks(history, t0),
+            lambda: _count_group_lines(history, group))
+        _write_anomalies(spark, values, group, found, names, faults, t0, t_end,
+                         outputs["anomalies"], scratch)
     finally:
         delete(spark, scratch)
         delete(spark, scratch + "-intervals.jsonl")

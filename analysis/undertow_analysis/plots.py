@@ -14,12 +14,21 @@ from matplotlib.transforms import blended_transform_factory
 FAULT_COLOURS = ("#f4a261", "#8ab17d", "#a48ad4", "#e9c46a", "#7fb7d9", "#e07a9f")
 MAX_ISR_LINES = 24
 NO_ACKS = "#9b2226"
-EVENT_MARKS = ("leader_election", "truncation", "broker_fenced")
-"""The events.jsonl types the timeline marks."""
+EVENT_MARKS = ("leader_election", "truncation", "broker_fenced", "group_rebalance",
+               "group_stable", "group_empty", "coordinator_load")
+"""The events.jsonl types the timeline marks (the job keeps only the loads of the consumer
+group's own __consumer_offsets partition)."""
 ELECTION_COLOURS = {"clean": "#1d3557", "preferred": "#6a4c93", "unclean": "#d62828",
                     "offline": "#6c757d"}
 TRUNCATION_COLOUR = "#e76f51"
 FENCED_COLOUR = "#495057"
+GROUP_COLOUR = "#2a9d8f"
+COORDINATOR_COLOUR = "#b5179e"
+LABEL_Y = {"truncation": 0.80, "leader_election": 0.72, "broker_fenced": 0.64,
+           "group_rebalance": 0.56, "group_stable": 0.48, "group_empty": 0.48,
+           "coordinator_load": 0.40}
+"""Where each type's labels go on the top panel (a fraction of its height): one row a type,
+so that labels of events close in time do not print over each other."""
 
 
 def timeline_png(
@@ -95,31 +104,56 @@ def timeline_png(
 
 
 def _mark_events(events: list[dict[str, Any]], top: Any, bottom: Any) -> list[Any]:
-    """Vertical lines for elections and fences, triangles for truncations; each labelled
-    with its broker (the new leader, the fenced or the truncating broker). Returns the
-    legend's handles."""
+    """Vertical lines for elections, fences, the consumer group's rebalances (shaded until
+    the generation they lead to is stable) and generations, and its coordinator's moves;
+    triangles for truncations. Each is labelled with its broker (the new leader, the fenced,
+    truncating or coordinating broker), its group or its generation; a label close to the
+    previous one of its type goes a little lower. Returns the legend's handles."""
     labels = blended_transform_factory(top.transData, top.transAxes)
     seen: dict[str, Any] = {}
+    left, right = top.get_xlim()
+    near = 0.025 * (right - left)
+    last: dict[str, tuple[float, int]] = {}
+    rebalancing: dict[str | None, float] = {}
     for e in sorted(events, key=lambda e: e["t_s"]):
-        x = e["t_s"]
-        if e["type"] == "leader_election":
-            colour = ELECTION_COLOURS.get(e["kind"], "#1d3557")
-            name, who = f"election: {e['kind']}", e["leader"]
-            for ax in (top, bottom):
-                ax.axvline(x, color=colour, linewidth=1.1, alpha=0.8)
-        elif e["type"] == "broker_fenced":
-            colour, name, who = FENCED_COLOUR, "broker fenced", e["broker"]
-            for ax in (top, bottom):
-                ax.axvline(x, color=colour, linewidth=0.9, linestyle=":")
-        else:
-            colour, name, who = TRUNCATION_COLOUR, "truncation", e["broker"]
+        x, kind = e["t_s"], e["type"]
+        colour, name, style, text = _mark(e)
+        if kind == "truncation":
             top.plot([x], [0.88], "v", color=colour, transform=labels, markersize=7)
-        lead = "offline" if who == -1 else f"lead b{who}"
-        y, text = {"truncation": (0.80, f"b{who}"), "leader_election": (0.72, lead),
-                   "broker_fenced": (0.64, f"fence b{who}")}[e["type"]]
-        top.text(x, y, text, color=colour, transform=labels, fontsize=6.5, ha="center")
+        else:
+            for ax in (top, bottom):
+                ax.axvline(x, color=colour, linewidth=1.1 if style == "-" else 0.9,
+                           linestyle=style, alpha=0.8)
+        if kind == "group_rebalance":
+            rebalancing.setdefault(e.get("group"), x)
+        elif kind in ("group_stable", "group_empty") and e.get("group") in rebalancing:
+            top.axvspan(rebalancing.pop(e.get("group")), x, color=GROUP_COLOUR, alpha=0.12,
+                        linewidth=0)
+        previous_x, level = last.get(kind, (None, 0))
+        level = (level + 1) % 3 if previous_x is not None and x - previous_x < near else 0
+        last[kind] = (x, level)
+        top.text(x, LABEL_Y[kind] - 0.035 * level, text, color=colour, transform=labels,
+                 fontsize=6.5, ha="center")
         seen.setdefault(name, Line2D([], [], color=colour, label=name,
-                                     marker="v" if name == "truncation" else None,
-                                     linestyle="none" if name == "truncation"
-                                     else (":" if name == "broker fenced" else "-")))
+                                     marker="v" if kind == "truncation" else None,
+                                     linestyle="none" if kind == "truncation" else style))
     return list(seen.values())
+
+
+def _mark(e: dict[str, Any]) -> tuple[str, str, str, str]:
+    """An event's colour, legend entry, line style and label."""
+    kind = e["type"]
+    if kind == "leader_election":
+        who = e["leader"]
+        return (ELECTION_COLOURS.get(e["kind"], "#1d3557"), f"election: {e['kind']}", "-",
+                "offline" if who == -1 else f"lead b{who}")
+    if kind == "broker_fenced":
+        return FENCED_COLOUR, "broker fenced", ":", f"fence b{e['broker']}"
+    if kind == "truncation":
+        return TRUNCATION_COLOUR, "truncation", "none", f"b{e['broker']}"
+    if kind == "group_rebalance":
+        return GROUP_COLOUR, "group rebalance", "--", f"rebalance {e.get('group') or ''}"
+    if kind in ("group_stable", "group_empty"):
+        text = f"gen {e.get('generation')}" + (" (empty)" if kind == "group_empty" else "")
+        return GROUP_COLOUR, "group generation", "-.", text
+    return COORDINATOR_COLOUR, "coordinator moved", ":", f"coord b{e['broker']}"

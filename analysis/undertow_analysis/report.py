@@ -227,6 +227,7 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
         "incomplete": bool(meta.get("incomplete", False)),
         "incomplete_reason": meta.get("incomplete_reason"),
         "drain_short": drain_short,
+        "consumer_group": meta.get("consumer_group"),
         "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
                     "anomalies": outputs["anomalies"]},
     })
@@ -262,8 +263,9 @@ def _incident_lines(explained: dict[str, Any]) -> list[str]:
         return ["(no events.jsonl: the anomalies are not explained)"]
     lines = []
     if explained["unexplained"]:
-        lines.append(f"UNEXPLAINED: {explained['unexplained']:,} anomalous records no event "
-                     f"explains: a bug in the broker or in the harness")
+        lines.append(f"UNEXPLAINED: {explained['unexplained']:,} anomalous records or "
+                     f"committed offsets no event explains: a bug in the broker or in the "
+                     f"harness")
     incidents = explained["incidents"]
     if incidents:
         lines.append(f"loss incidents: {explained['incident_count']}")
@@ -311,7 +313,7 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"failed {c['failed']:>10,}  indeterminate {c['indeterminate']:>10,}")
     lines.append("anomalies")
     for name in anomalies.COUNTS:
-        lines.append(f"  {name:<22}{c[name]:>12,}")
+        lines.append(f"  {name:<24}{c[name]:>10,}")
     lines.append(f"indeterminate committed {c['indeterminate_committed']:>11,}  "
                  f"lost {c['indeterminate_lost']:>11,}  (never counted as loss)")
     lat = report["latency_ms"]

@@ -5,7 +5,10 @@ the JIT compiles, and Spark generates and compiles the code of every stage (it c
 classes by their source). A whole analysis of a tiny history shaped like the run's pays that
 while the run is still going: the same topic and start time (literals in the generated code),
 the same acks, and an incident (an acknowledged record truncated away after an election), so
-that the attribution and the report's every part take the paths a real loss takes.
+that the attribution and the report's every part take the paths a real loss takes. A run
+whose consumers are a consumer group (meta.json's consumer_group) gets a group history too,
+with a committed offset lost and records re-delivered past it, so that the group checks are
+warm as well; any other leaves groups.jsonl empty, as the run does.
 """
 
 from __future__ import annotations
@@ -38,22 +41,30 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
     """A history of a few dozen lines: broker 1 leads; 10 records are acknowledged, read and
     drained; 3 more, acknowledged by broker 1 alone, are lost when broker 2 is elected after a
     kill and broker 1 truncates them; one send fails, one is indeterminate and one record is
-    drained twice."""
+    drained twice. With a consumer group, c0 is its member: it commits 10, the coordinator
+    returns 8 after a rebalance, and c0 returns 8 and 9 again."""
     start = float(run_meta.get("start") or time.time())
+    group = run_meta.get("consumer_group") if isinstance(run_meta.get("consumer_group"),
+                                                         dict) else None
     spec = run_meta.get("spec")
     topic_spec = spec.get("topic") if isinstance(spec, dict) else None
     topic = topic_spec.get("name") if isinstance(topic_spec, dict) else None
     topic = topic if isinstance(topic, str) else "t"
     lines: dict[str, list[dict[str, Any]]] = {
-        "sends": [], "reads": [], "faults": [], "cluster": [], "events": []}
+        "sends": [], "reads": [], "groups": [], "faults": [], "cluster": [], "events": []}
+
+    def read(value: str, offset: int, at: float, consumer: str = "c0") -> None:
+        run = consumer != "drain"
+        generation = (1 if at < REBALANCE_AT else 2) if group and run else None
+        lines["reads"].append({"consumer": consumer, "phase": "run" if run else "drain",
+                               "topic": topic, "partition": 0, "offset": offset,
+                               "value": value, "t": start + at, "generation": generation})
 
     def record(value: str, offset: int, t: float, *, drained: bool = True) -> None:
         lines["sends"].append(_send(value, topic, "ok", offset, start + t))
         if drained:
-            for consumer, phase, at in (("c0", "run", t + 0.5), ("drain", "drain", 14.0)):
-                lines["reads"].append({"consumer": consumer, "phase": phase, "topic": topic,
-                                       "partition": 0, "offset": offset, "value": value,
-                                       "t": start + at})
+            read(value, offset, t + 0.5)
+            read(value, offset, 14.0, "drain")
 
     def event(type_: str, t: float, node: str, **fields: Any) -> None:
         row = {**dict.fromkeys(EVENTS.names), "topic": topic, "partition": 0}
@@ -83,6 +94,19 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
     lines["reads"].append({**lines["reads"][-1], "offset": 14})
     event("truncation", 12.0, "broker-1", broker=1, leader_epoch=1, from_offset=13,
           to_offset=10, reason="offset_for_leader_epoch")
+    if group is not None:
+        lines["groups"] = _group_lines(topic, start)
+        for i in (8, 9):
+            read(f"p0-{i}", i, REBALANCE_AT + 0.2)
+        offsets = {"topic": group.get("offsets_topic"), "partition": group.get(
+            "offsets_partition")}
+        event("become_leader", 0.1, "broker-1", broker=1, leader_epoch=0, log_end_offset=0,
+              high_watermark=0, isr=[1, 2, 3], **offsets)
+        event("coordinator_load", 0.2, "broker-1", broker=1, leader_epoch=0, log_end_offset=0,
+              **offsets)
+        for type_, t, generation in (("group_rebalance", 6.5, 1), ("group_stable", 7.0, 2)):
+            event(type_, t, "broker-1", topic=None, partition=None, broker=1,
+                  group=group.get("group_id"), generation=generation)
     for t, leader, epoch, isr in ((1.0, 1, 0, [1, 2, 3]), (5.8, -1, 0, [2, 3]),
                                   (6.5, 2, 1, [2, 3]), (12.5, 2, 1, [1, 2, 3])):
         lines["cluster"].append({"t": start + t, "topic": topic, "partition": 0,
@@ -97,6 +121,27 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
     for name, rows in lines.items():
         (directory / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return directory
+
+
+REBALANCE_AT = 7.0
+"""When the warm-up's consumer group, if any, is in its second generation."""
+
+
+def _group_lines(topic: str, start: float) -> list[dict[str, Any]]:
+    """c0 assigned partition 0 (generation 1), committing 10, and assigned it again
+    (generation 2) to be given 8."""
+    lines = []
+    for type_, t, generation, offset, status in (
+            ("assign", 0.5, 1, None, None), ("committed", 0.6, 1, None, None),
+            ("commit", 3.0, 1, 10, "ok"), ("revoke", 6.5, 1, None, None),
+            ("assign", REBALANCE_AT, 2, None, None), ("committed", REBALANCE_AT + 0.1, 2, 8,
+                                                      None)):
+        lines.append({"member": "c0", "member_id": f"c0-{generation}",
+                      "generation": generation, "type": type_, "topic": topic, "partition": 0,
+                      "offset": offset, "status": status, "error": None,
+                      "t_invoke": start + t - 0.05 if type_ == "commit" else None,
+                      "t": start + t})
+    return lines
 
 
 def _send(value: str, topic: str, status: str, offset: int | None, t: float

@@ -22,6 +22,9 @@ PLANTED_COUNTS = {
     "unexpected": 1,  # zz-1
     "indeterminate_committed": 1,  # p3-1
     "indeterminate_lost": 2,  # p1-1 p1-4
+    # No consumer group (no groups.jsonl): none of its anomalies.
+    "skipped": 0, "committed_offsets_lost": 0, "redelivered_past_commit": 0,
+    "non_monotonic_polls": 0,
 }
 PLANTED_ANOMALIES = {
     ("lost", "p0-3", "t", 0, 2),
@@ -101,4 +104,71 @@ def clean_history(idempotent: bool = False) -> HistoryBuilder:
     for second in range(10):
         for p in (0, 1):
             h.sample(t=second, partition=p, leader=1, isr=[1, 2])
+    return h
+
+
+# A consumer group (members c0, c1 of group g) over t-0 and t-1, each group anomaly planted,
+# with the at-least-once re-deliveries and the commits that must not count beside them.
+GROUP_COUNTS = {
+    "skipped": 5,  # p0-10 .. p0-14: drained at t-0@10..14, never returned, below commit 17
+    "committed_offsets_lost": 1,  # c1 was given 2 for t-1 after 4 was acknowledged
+    "redelivered_past_commit": 2,  # c1 returned t-1@2 and @3 again, below that 4
+    "non_monotonic_polls": 1,  # c1 returned t-0@7 after t-0@9 in generation 2
+}
+GROUP_ANOMALIES = {
+    *{("skipped", f"p0-{i}", "t", 0, i) for i in range(10, 15)},
+    ("committed_offset_lost", None, "t", 1, 2),
+    ("redelivered_past_commit", "p1-2", "t", 1, 2),
+    ("redelivered_past_commit", "p1-3", "t", 1, 3),
+    ("non_monotonic_poll", "p0-7", "t", 0, 7),
+}
+
+
+def group_history() -> HistoryBuilder:
+    h = HistoryBuilder(expect="loss")
+    # Generation 1: c0 holds both partitions, nothing committed yet.
+    for p in (0, 1):
+        h.assign("c0", p, t=1.0, generation=1)
+    for i in range(10):
+        h.send(f"p0-{i}", t=1.5, partition=0, offset=i)
+        h.poll("c0", f"p0-{i}", 0, i, generation=1, t=2.0 + i * 0.01)
+        h.read(f"p0-{i}", 0, i)
+    for i in range(4):
+        h.send(f"p1-{i}", t=1.5, partition=1, offset=i)
+        h.poll("c0", f"p1-{i}", 1, i, generation=1, t=2.0 + i * 0.01)
+        h.read(f"p1-{i}", 1, i)
+    h.commit("c0", 0, 5, t=3.0, generation=1)
+    h.commit("c0", 1, 4, t=3.0, generation=1)
+    h.commit("c0", 0, 10, t=4.0, generation=1, status="fail")  # refused: not committed
+    for p in (0, 1):
+        h.group("c0", "revoke", p, t=5.0, generation=1)
+    # Generation 2: c1 gets both. t-0 resumes at 5: c1 returns 5-9 again, inside the
+    # at-least-once window (not past a commit), then 7 once more (going back). t-1's
+    # acknowledged 4 is lost: the coordinator gives 2, and c1 returns 2 and 3 again.
+    h.assign("c1", 0, t=5.5, generation=2, committed=5)
+    h.assign("c1", 1, t=5.5, generation=2, committed=2)
+    for i in (5, 6, 7, 8, 9, 7):
+        h.poll("c1", f"p0-{i}", 0, i, generation=2, t=6.0 + i * 0.01)
+    for i in (2, 3):
+        h.poll("c1", f"p1-{i}", 1, i, generation=2, t=6.0 + i * 0.01)
+    h.commit("c1", 0, 10, t=7.0, generation=2)
+    h.commit("c1", 1, 4, t=7.0, generation=2)
+    # c1 returns 8 once more after committing 10: past its own commit, but that commit came
+    # after its assignment (no rebalance window to judge), and 8 is above the 7 before it.
+    h.poll("c1", "p0-8", 0, 8, generation=2, t=7.5)
+    h.commit("c1", 0, 20, t=8.0, generation=2, status="info")  # indeterminate: not committed
+    # Generation 3: c0 again. The coordinator gives 10 for t-0 (the info 20 never counted)
+    # and 6 for t-1, above every acknowledged commit (fine). Records 10-14 of t-0 are
+    # written but never returned: c0 reads 15 and 16 and commits 17 past them.
+    h.assign("c0", 0, t=9.0, generation=3, committed=10)
+    h.assign("c0", 1, t=9.0, generation=3, committed=6)
+    for i in range(10, 18):
+        h.send(f"p0-{i}", t=10.0, partition=0, offset=i)
+        h.read(f"p0-{i}", 0, i)
+    for i in (15, 16):
+        h.poll("c0", f"p0-{i}", 0, i, generation=3, t=11.0 + i * 0.01)
+    h.commit("c0", 0, 17, t=13.0, generation=3)  # p0-17 stays above it: not skipped
+    # Generation 4: c1 holds t-0 again, from 17; its re-reads in generation 2 are judged by
+    # its assignment then, not by this later one.
+    h.assign("c1", 0, t=14.0, generation=4, committed=17)
     return h

@@ -32,6 +32,8 @@ class HistoryBuilder:
     events: list[dict] | None = None  # None: no events.jsonl (a history from before them)
     acks: str = "all"
     drain: dict[str, dict] | None = None  # meta.json's drain (partition -> end, read_to)
+    groups: list[dict] | None = None  # None: no groups.jsonl (an assign-mode run)
+    consumer_group: dict | None = None  # meta.json's consumer_group
 
     def send(
         self,
@@ -81,6 +83,45 @@ class HistoryBuilder:
             "generation": None,
         })
 
+    def poll(self, member: str, value: str, partition: int, offset: int, *, generation: int,
+             t: float, topic: str = "t") -> None:
+        """One record a member of the consumer group returned, in its generation."""
+        self.read(value, partition, offset, phase="run", t=t, topic=topic)
+        self.reads[-1].update(consumer=member, generation=generation)
+
+    def group(self, member: str, type_: str, partition: int, *, t: float,
+              generation: int | None = None, offset: int | None = None,
+              status: str | None = None, error: str | None = None,
+              t_invoke: float | None = None, topic: str = "t") -> None:
+        """One groups.jsonl line: a member's assign, revoke, committed or commit."""
+        if self.groups is None:
+            self.groups = []
+        if self.consumer_group is None:
+            self.consumer_group = {"group_id": "g", "offsets_topic": "__consumer_offsets",
+                                   "offsets_partition": 7}
+        self.groups.append({
+            "member": member, "member_id": f"{member}-{generation}", "generation": generation,
+            "type": type_, "topic": topic, "partition": partition, "offset": offset,
+            "status": status, "error": error,
+            "t_invoke": None if t_invoke is None else self.start + t_invoke,
+            "t": self.start + t,
+        })
+
+    def assign(self, member: str, partition: int, *, t: float, generation: int,
+               committed: int | None = None, topic: str = "t") -> None:
+        """`member` is assigned `partition` in `generation` at `t`, and the coordinator
+        returns `committed` for it 0.1 s later."""
+        self.group(member, "assign", partition, t=t, generation=generation, topic=topic)
+        self.group(member, "committed", partition, t=t + 0.1, generation=generation,
+                   offset=committed, topic=topic)
+
+    def commit(self, member: str, partition: int, offset: int, *, t: float, generation: int,
+               status: str = "ok", topic: str = "t") -> None:
+        """A manual commit of `offset`, called 0.05 s before its outcome at `t`."""
+        error = {"ok": None, "fail": "REBALANCE_IN_PROGRESS"}.get(status, "REQUEST_TIMED_OUT")
+        self.group(member, "commit", partition, t=t, generation=generation, offset=offset,
+                   status=status, error=error, t_invoke=t - 0.05, topic=topic)
+
     def record(self, value: str, partition: int, offset: int, *, t: float,
                latency: float = 0.010, topic: str = "t") -> None:
         """A healthy record: acknowledged, seen by a run consumer and by the drain."""
@@ -122,7 +163,8 @@ class HistoryBuilder:
             "experiment": self.experiment, "spec": {"workload": {"acks": self.acks}},
             "seed": 0, "start": self.start,
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
-            "incomplete": False, "incomplete_reason": None, "consumer_group": None,
+            "incomplete": False, "incomplete_reason": None,
+            "consumer_group": self.consumer_group,
         }
         if self.drain is not None:
             meta["drain"] = self.drain
@@ -132,6 +174,8 @@ class HistoryBuilder:
                  "cluster": self.cluster}
         if self.events is not None:
             files["events"] = self.events
+        if self.groups is not None:
+            files["groups"] = self.groups
         for name, rows in files.items():
             lines = [json.dumps(row) for row in rows] + (extra_lines or {}).get(name, [])
             (out / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))

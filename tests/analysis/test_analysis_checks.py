@@ -36,7 +36,8 @@ def test_inconsistent_offsets_keys_on_topic_partition_offset(planted):
 
 
 def test_classify_flags_each_planted_value(planted):
-    flagged = {(k, r["value"]) for r in planted["classified"] for k in anomalies.NAMES if r[k]}
+    flagged = {(k.name, r["value"]) for r in planted["classified"]
+               for k in anomalies.VALUE_KINDS if r[k.name]}
     assert flagged == {(kind, value) for kind, value, *_ in PLANTED_ANOMALIES}
     outcomes = {r["value"]: r["outcome"] for r in planted["classified"]}
     assert (outcomes["p0-5"], outcomes["p1-4"], outcomes["p2-2"], outcomes["zz-1"]) == (

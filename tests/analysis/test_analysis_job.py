@@ -249,11 +249,14 @@ def test_latency_percentiles_are_nearest_rank_over_the_histogram():
     assert latency_percentiles([]) == {"p50": None, "p99": None, "p999": None}
 
 
-def test_scaled_generator_plants_what_the_job_finds(tmp_path):
-    expected = write_scaled_history(tmp_path / "history", 2_000, plant_every=101)
+@pytest.mark.parametrize("group", [False, True], ids=["assign", "subscribe"])
+def test_scaled_generator_plants_what_the_job_finds(tmp_path, group):
+    expected = write_scaled_history(tmp_path / "history", 2_000, plant_every=101, group=group)
     result = run_analysis(str(tmp_path / "history"), str(tmp_path / "out"))
     assert result["counts"] == expected
-    assert min(expected[k] for k in ANOMALY_COUNTS) >= 19
+    assert (expected["skipped"] > 0) is group
+    # Every record kind planted many times (a consumer group's need a group: none here).
+    assert min(expected[k.count] for k in anomalies.VALUE_KINDS if k.name != "skipped") >= 19
 
 
 def test_interrupted_run_without_faults_or_cluster_samples(tmp_path):
@@ -338,9 +341,9 @@ def _anomalous_at(spark, keys):
     """Anomalous (lost) values, one per topic key, positioned at offset 0 of partition 0."""
     struct = "struct<tk:bigint,pos:bigint>"
     schema = ", ".join([f"{c} {struct}" for c in checks.POSITIONS]
-                       + [f"{k} boolean" for k in anomalies.NAMES])
+                       + [f"{k.name} boolean" for k in anomalies.VALUE_KINDS])
     rows = [tuple((tk, 0) if i == 0 else None for i in range(len(checks.POSITIONS)))
-            + tuple(k == "lost" for k in anomalies.NAMES) for tk in keys]
+            + tuple(k.name == "lost" for k in anomalies.VALUE_KINDS) for tk in keys]
     return spark.createDataFrame(rows, schema)
 
 

@@ -72,10 +72,11 @@ def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
 def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     """Parsing is most of the job's cost: the Spark schemas are projections of the history
     schema, with its types."""
-    unused = {"sends": {"producer", "error"}, "reads": {"consumer", "generation"},
-              "faults": set(), "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"},
-              "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "group",
-                         "generation", "members", "member"}}
+    unused = {"sends": {"producer", "error"}, "reads": set(),
+              "groups": {"member_id", "error"}, "faults": set(),
+              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"},
+              "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "members",
+                         "member"}}
     for name, spec in io.FILES.items():
         file = FILES[name]
         assert set(spec.schema.names) == set(file.names) - unused[name], name
@@ -117,17 +118,21 @@ def test_the_analysis_imports_nothing_of_the_runner() -> None:
 def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -> None:
     """The analysis tests and benchmarks feed histories they write themselves: those must be
     histories the runner could have written, or the tests prove nothing about real runs."""
-    from analysis_histories import clean_history, planted_history
+    from analysis_histories import clean_history, group_history, planted_history
     from history_builder import HistoryBuilder
     from scaled_history import write_scaled_history
 
     written = [planted_history().write(tmp_path / "planted"),
-               clean_history(idempotent=True).write(tmp_path / "clean")]
+               clean_history(idempotent=True).write(tmp_path / "clean"),
+               group_history().write(tmp_path / "group")]
     write_scaled_history(tmp_path / "scaled", 500, plant_every=101)
-    written.append(tmp_path / "scaled")
+    write_scaled_history(tmp_path / "scaled-group", 500, plant_every=101, group=True)
+    written += [tmp_path / "scaled", tmp_path / "scaled-group"]
     with_events = HistoryBuilder()
     with_events.event("truncation", t=1.0, node="broker-1", broker=1, leader_epoch=1,
                       from_offset=12, to_offset=10, reason="offset_for_leader_epoch")
+    with_events.event("group_stable", t=2.0, node="broker-1", topic=None, partition=None,
+                      broker=1, group="g", generation=3, members=["c0-3", "c1-3"])
     written.append(with_events.write(tmp_path / "events"))
     for directory in written:
         for file in schema.FILES:

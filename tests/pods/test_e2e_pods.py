@@ -1,5 +1,6 @@
-"""The two demo experiments and the two pod-delete experiments end to end on the operator's
-own pods, under podman: the BrokerCluster's StatefulSets as pods with their fault agents,
+"""The two demo experiments, the two pod-delete experiments, a disk-full one and a consumer
+group's (its coordinator killed while it rebalances) end to end on the operator's own pods,
+under podman: the BrokerCluster's StatefulSets as pods with their fault agents,
 the runner Job driving the workload and the faults through the agents, failpoints and pod
 deletions as on Kubernetes, the analysis Job's two containers. The verdicts must be the ones
 the experiments give locally."""
@@ -30,6 +31,7 @@ LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
     ("pod-delete-ephemeral", "pod-delete", "loss", "disk_lost"),
     ("pod-delete-persistent", "pod-delete", "clean", None),
     ("disk-full-leader-acksall", "disk-full", "clean", None),
+    ("group-coordinator-kill", "kill", "clean", None),
 ])
 def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, kind: str,
                                                         expected: str, mechanism: str | None,

@@ -33,6 +33,9 @@ LIBRARY = {
     "pod-delete-persistent": "clean",
     "disk-full-leader-acksall": "clean",
     "disk-full-sole-isr-acks1": "clean",
+    "group-coordinator-kill": "clean",
+    "offsets-rf1-coordinator-loss": "loss",
+    "consumer-isolated": "clean",
 }
 
 

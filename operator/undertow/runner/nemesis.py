@@ -66,15 +66,21 @@ class Nemesis:
             self._threads.append(thread)
             thread.start()
 
-    def stop(self) -> None:
-        """Stop scheduling and recover every fault still in effect (idempotent)."""
+    def stop(self, *, aborting: bool = False) -> None:
+        """Stop scheduling and recover every fault still in effect (idempotent).
+
+        ``aborting``: the run is stopping on a failure (its disk full, say), and the
+        platform is stopped next, which ends every fault anyway; a recovery that fails then
+        (a broker that cannot restart on that disk) is expected, and logged quietly.
+        """
         self._stop.set()
         for run in self._runs:
             for unit in run.units:
                 try:
                     unit.recover()
                 except Exception:
-                    log.exception("Recovering %s failed", unit)
+                    log.log(logging.INFO if aborting else logging.ERROR,
+                            "Recovering %s failed", unit, exc_info=True)
         for thread in self._threads:
             thread.join(timeout=30)
 

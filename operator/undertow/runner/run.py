@@ -258,7 +258,7 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
         finally:
             for producer in workload.producers:
                 producer.stop()
-            nemesis.stop()
+            nemesis.stop(aborting=abort.is_set())
         abort.raise_if_set()
         on_progress({"phase": "healing", "partitions": sampler.latest})
         for producer in workload.producers:
