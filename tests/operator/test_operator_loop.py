@@ -340,3 +340,61 @@ async def test_an_experiment_the_cluster_cannot_run_fails_with_the_field(
     assert reason["message"] == ("spec.topic.replicationFactor: 5 exceeds the 3 brokers of "
                                  "BrokerCluster/c4")
     assert stored(emulator, "Job", "e3-runner") is None
+
+
+def fail_job(api: KubeApi, name: str, message: str) -> None:
+    """The Job controller giving up: the pod failed past ``backoffLimit``."""
+    api.patch("Job", NAMESPACE, name, {"status": {
+        "failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                                     "reason": "BackoffLimitExceeded", "message": message}]}},
+        subresource="status")
+
+
+def experiment_events(emulator: Any, name: str) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of every Event the operator posted about ChaosExperiment NAME,
+    read from the requests: kopf names its Events by ``generateName``, which the emulator
+    does not expand, so it stores only the first one."""
+    found = []
+    for request in emulator[f"post /api/v1/namespaces/{NAMESPACE}/events"]:
+        event = request.data or {}
+        involved = event.get("involvedObject") or {}
+        if (involved.get("kind"), involved.get("name")) == ("ChaosExperiment", name):
+            found.append((event["type"], event["reason"], event["message"]))
+    return found
+
+
+async def test_a_failed_runner_job_is_healed_and_ends_failed_with_its_condition_and_event(
+        operator: Any, api: KubeApi, emulator: Any, agent: RunningAgent,
+        target: Target) -> None:
+    await ready_cluster(api, "c5")
+    await create_experiment(api, "e4", "c5")
+    await eventually(lambda: in_phase(emulator, "e4", "Running"), what="Running")
+
+    # The runner dies with a fault still injected (a paused broker), and its Job fails.
+    await asyncio.to_thread(AgentClient(agent.url, AGENT_TOKEN).pause, 60)
+    assert target.state() == "T"
+    await asyncio.to_thread(fail_job, api, "e4-runner",
+                            "Job has reached the specified backoff limit")
+    failed = await eventually(lambda: in_phase(emulator, "e4", "Failed"), what="Failed")
+
+    assert target.state() != "T"  # healed before the experiment ended
+    healing = condition(failed, "Healing")
+    assert (healing["status"], healing["reason"]) == ("False", "Healed")
+    succeeded = condition(failed, "Succeeded")
+    assert (succeeded["status"], succeeded["reason"], succeeded["message"]) == (
+        "False", "RunnerFailed",
+        "the runner Job failed: Job has reached the specified backoff limit")
+    assert "verdict" not in failed["status"]
+    assert stored(emulator, "Job", "e4-analysis") is None
+    released = stored(emulator, "BrokerCluster", "c5")["metadata"].get("annotations") or {}
+    assert ANNOTATION_LOCK not in released
+    warning = await eventually(
+        lambda: [e for e in experiment_events(emulator, "e4") if e[0] == "Warning"],
+        what="a Warning event on e4")
+    assert warning == [("Warning", "RunnerFailed",
+                        "Failed: the runner Job failed: Job has reached the specified "
+                        "backoff limit")]
+    # Each phase change is an Event: it went through Healing before it failed.
+    assert [(kind, message.split(":")[0]) for kind, _, message in
+            experiment_events(emulator, "e4")] == [
+        ("Normal", "Running"), ("Normal", "Healing"), ("Warning", "Failed")]
