@@ -115,6 +115,9 @@ class BrokerServer:
         self.fenced = True
         self.durability = DurabilityTracker()
         self.disk_stall = DiskStall(self.loop)
+        self.appends_held_by_stall = 0
+        """Appends waiting for the disk stall to clear (in /v1/state: proof that a produce
+        request reached a stalled broker and is being held, not answered)."""
         self.disk_full = DiskFull(self.loop, self.durability)
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_dir_failure_channel.on_offline(self._handle_log_dir_failure)
@@ -314,10 +317,14 @@ class BrokerServer:
             return
 
         async def after_stall() -> None:
-            await self.disk_stall.wait()
+            try:
+                await self.disk_stall.wait()
+            finally:
+                self.appends_held_by_stall -= 1
             self.replica_manager.append_records(acks=acks, timeout_ms=timeout_ms,
                                                 entries=entries, on_complete=on_complete)
 
+        self.appends_held_by_stall += 1
         self.loop.create_task(after_stall())
 
     def fetch_messages(self, request: FetchRequestData,
@@ -355,6 +362,7 @@ class BrokerServer:
     def state(self) -> dict[str, Any]:
         state = self.replica_manager.state()
         state["disk_stalled"] = self.disk_stall.stalled
+        state["appends_held_by_stall"] = self.appends_held_by_stall
         state["disk_full"] = self.durability.out_of_space
         state["log_dir_offline"] = self.replica_manager.log_dir_offline
         state["incarnation_id"] = self.incarnation_id

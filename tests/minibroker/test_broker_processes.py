@@ -46,9 +46,9 @@ def get_json(port: int, path: str = "/v1/state") -> dict:
         return json.load(response)
 
 
-def post(port: int, path: str, body: dict) -> int:
+def post(port: int, path: str, body: dict, method: str = "POST") -> int:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST",
+        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method=method,
         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=2) as response:
@@ -224,21 +224,46 @@ def test_power_loss_drops_unsynced_writes_and_the_broker_recovers(
         "log_end_offset"] for b in (1, 2, 3)}) == 1, 20, "replicas to converge")
 
 
+def partition_state(state: dict) -> dict:
+    """The test topic's partition in a broker's ``/v1/state``."""
+    return next(p for p in state["partitions"] if p["topic"] == TOPIC)
+
+
 def test_disk_stall_on_the_leader_stops_acknowledgements_until_it_heals(
         cluster: ProcessCluster) -> None:
+    """acks=all: Kafka answers a produce once the ISR holds it (DelayedProduce), and a
+    leader whose disk is stalled appends nothing. So while the stall lasts, exactly the
+    records already in the leader's log get acknowledged, however many more the producer
+    sends. The stall heals itself only long after the test (it is cleared explicitly), and
+    every observation is bracketed by ``/v1/state`` reads that show it still on: nothing
+    depends on how long anything takes."""
     cluster.create_topic()
     workload = Workload(cluster.bootstrap)
     wait_for(lambda: len(workload.acked) > 100, 30, "acknowledged writes")
     leader = cluster.partition()["leader"]
-    assert post(cluster.ports[leader][1], "/v1/failpoints/disk-stall",
-                {"duration_ms": 1500}) == 200
-    assert cluster.broker_state(leader)["disk_stalled"]
-    time.sleep(0.3)  # in-flight acknowledgements drain
-    stalled_count = len(workload.acked)
-    time.sleep(0.8)
-    assert len(workload.acked) == stalled_count, "a stalled leader acknowledged writes"
-    wait_for(lambda: not cluster.broker_state(leader)["disk_stalled"], 10, "the stall to heal")
-    wait_for(lambda: len(workload.acked) > stalled_count + 100, 20, "writes to resume")
+    http = cluster.ports[leader][1]
+    assert post(http, "/v1/failpoints/disk-stall", {"duration_ms": 300_000}) == 200
+    stalled = cluster.broker_state(leader)
+    assert stalled["disk_stalled"]
+    stalled_end = partition_state(stalled)["log_end_offset"]  # appended before the stall
+    # Writes sent during the stall reached the leader and wait there, unanswered ...
+    wait_for(lambda: cluster.broker_state(leader)["appends_held_by_stall"] > 0, 30,
+             "a produce request held by the stall")
+    # ... while everything appended before it is replicated and acknowledged.
+    wait_for(lambda: len(workload.acked) >= stalled_end, 30,
+             "the writes appended before the stall to be acknowledged")
+    acked = dict(workload.acked)
+    still = cluster.broker_state(leader)
+    assert still["disk_stalled"] and still["appends_held_by_stall"] > 0
+    assert partition_state(still)["log_end_offset"] == stalled_end
+    assert sorted(acked.values()) == list(range(stalled_end)), (
+        f"{len(acked)} writes acknowledged by a leader stalled at log end offset "
+        f"{stalled_end}, at offsets {sorted(set(acked.values()) - set(range(stalled_end)))}")
+
+    assert post(http, "/v1/failpoints/disk-stall", {}, method="DELETE") == 200
+    assert not cluster.broker_state(leader)["disk_stalled"]
+    wait_for(lambda: max(dict(workload.acked).values()) >= stalled_end, 30,
+             "the held writes to be acknowledged")
     workload.stop()
 
 

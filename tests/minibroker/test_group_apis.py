@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -85,8 +86,20 @@ class Broker:
         return ErrorCode.none, None
 
 
+async def until(condition: Callable[[], object], what: str, timeout: float = 5.0) -> None:
+    """Let the event loop run until ``condition`` holds: what the test waits for is state,
+    not time (bounded, so a broken coordinator fails rather than hangs)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.001)
+
+
 async def answer(broker: Broker, api: ApiKey, version: int, body: Any) -> Any:
-    await asyncio.sleep(0.01)  # the coordinator loads its (empty) partitions
+    await until(lambda: not broker.group_coordinator.state()["loading_partitions"],
+                "the coordinator to load its (empty) partitions")
     response = await asyncio.wait_for(
         KafkaApis(broker).handle(Request(api, version, 7, "test", body)), 5)
     frame = encode_response(7, response)
@@ -138,7 +151,7 @@ def test_find_coordinator_asks_for_the_offsets_topic_once_while_it_is_missing(
                           find_v1.FindCoordinatorRequest(key="g", key_type=0))
         first, second = await apis.handle(request), await apis.handle(request)
         assert first.error_code == second.error_code == ErrorCode.coordinator_not_available
-        await asyncio.sleep(0.01)
+        await until(lambda: broker.created, "the request to create the offsets topic")
         assert broker.created == [(OFFSETS_TOPIC, 10, 3, {"cleanup.policy": "compact"})]
 
     asyncio.run(main())

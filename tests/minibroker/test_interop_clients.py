@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,6 +29,7 @@ from kafka import TopicPartition as KpTopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as metadata_req
 from ports import ports_free
+from processes import stop_group
 
 from minibroker.network.client import KafkaClientError, KafkaConnection
 
@@ -99,12 +98,7 @@ def running_cluster(workdir: Path, *config: str
     try:
         yield cluster, process
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
 
 
 @pytest.fixture(scope="module")

@@ -702,7 +702,10 @@ def test_find_coordinator_is_unavailable_while_the_offsets_topic_is_created(
             (ErrorCode.coordinator_not_available, -1)}
         if version >= 4:
             assert [c.key for c in answers] == ["group-a", "group-b"]
-        await asyncio.sleep(0.01)
+        for _ in range(500):  # the creation is a task of its own: wait for it, bounded
+            if broker.created:
+                break
+            await asyncio.sleep(0.01)
         assert [c[0] for c in broker.created] == ["__consumer_offsets"]
 
     run(scenario)

@@ -98,6 +98,11 @@ BAD_INPUTS: dict[str, tuple[bytes, str]] = {
               + b"\x00\x00\x00\x00\x00\x00\x00\x00" + b"\x00\x00\x00\x05"),
         "malformed OFFSET_COMMIT"),
     "JoinGroup version minibroker lacks": (frame(header(11, 10)), "unsupported version"),
+    # Metadata v12 with allow_auto_topic_creation = 0x07. kio reads a boolean as 0 or 1
+    # only (Kafka's generated readers take any non-zero byte as true): its ValueError must
+    # reach the server as a KafkaProtocolError, not as an exception of kio's own.
+    "Metadata with a boolean of 7": (
+        frame(bytes.fromhex("0003000c000000050001630000070000")), "malformed METADATA"),
 }
 
 
@@ -139,6 +144,8 @@ def test_bad_input_closes_only_its_connection(case: str, caplog: pytest.LogCaptu
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert "closing connection from 127.0.0.1:" in warning
     assert logged in warning
+    # Not asyncio's "Unhandled exception in client_connected_cb", nor anything else loud.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_frame_cut_by_the_peer_closing_is_dropped(caplog: pytest.LogCaptureFixture) -> None:

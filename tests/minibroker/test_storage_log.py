@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -442,62 +443,130 @@ def test_loading_flushes_nothing_past_the_recovery_point(log_dir: Path) -> None:
     after.close()
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@dataclass(frozen=True)
+class ModelBatch:
+    base: int
+    next: int
+    size: int
+    values: list[bytes]
+
+
+@dataclass
+class LogModel:
+    """What a log must hold by Kafka's rules, worked out from the operations alone: it never
+    looks at the log under test. It knows where segments roll and so what was fsynced, and
+    so what a crash keeps: a kill keeps everything (the page cache survives), a power loss
+    exactly the batches below the recovery point. A flush, and a roll, make the whole log
+    durable up to its end, and a restart loads from the recovery point, so what is durable
+    is always that prefix of batches."""
+
+    segment_bytes: int
+    batches: list[ModelBatch] = field(default_factory=list)
+    segment_bases: list[int] = field(default_factory=lambda: [0])
+    recovery_point: int = 0
+    """Kafka's recovery point: every offset below it was fsynced."""
+
+    @property
+    def end(self) -> int:
+        return self.batches[-1].next if self.batches else self.segment_bases[-1]
+
+    def records(self) -> list[tuple[int, bytes]]:
+        return [pair for batch in self.batches
+                for pair in zip(range(batch.base, batch.next), batch.values, strict=True)]
+
+    def append(self, values: list[bytes], size: int) -> None:
+        """A batch that does not fit a non-empty active segment rolls a new one at the log
+        end, and the finished segment is flushed (Kafka's UnifiedLog.roll, then
+        flushUptoOffsetExclusive of the new base offset)."""
+        active = sum(b.size for b in self.batches if b.base >= self.segment_bases[-1])
+        if active and active + size > self.segment_bytes:
+            self.recovery_point = self.end
+            self.segment_bases.append(self.end)
+        self.batches.append(ModelBatch(self.end, self.end + len(values), size, values))
+
+    def read(self, start: int, max_bytes: int, max_offset: int | None) -> list[tuple[int, bytes]]:
+        """Whole batches from the one holding ``start``: none ending past ``max_offset``, and
+        within ``max_bytes`` except for the first (Kafka's fetch rules)."""
+        expected: list[tuple[int, bytes]] = []
+        budget = max_bytes
+        for batch in self.batches:
+            if batch.next <= start:
+                continue
+            if (max_offset is not None and batch.next > max_offset) or (
+                    expected and batch.size > budget):
+                break
+            expected.extend(zip(range(batch.base, batch.next), batch.values, strict=True))
+            budget -= batch.size
+        return expected
+
+    def truncate(self, target: int) -> None:
+        """Kafka's UnifiedLog.truncateTo: the batch holding ``target`` and all after it go,
+        segments starting past it are deleted, the recovery point cannot stay past the end."""
+        if target >= self.end:
+            return
+        self.batches = [b for b in self.batches if b.next <= target]
+        self.segment_bases = [base for base in self.segment_bases if base <= target]
+        self.recovery_point = min(self.recovery_point, self.end)
+
+    def flush(self) -> None:
+        self.recovery_point = self.end
+
+    def power_loss(self) -> None:
+        """Only fsynced bytes survive: the batches below the recovery point. Recovery keeps
+        segments while each starts where the log so far ends (Kafka's LogLoader), so a
+        segment starting past the recovery point is deleted."""
+        self.batches = [b for b in self.batches if b.next <= self.recovery_point]
+        self.segment_bases = [base for base in self.segment_bases
+                              if base <= self.recovery_point]
+
+
+@pytest.mark.parametrize("seed", range(1, 11))
 def test_random_operations_match_a_model(tmp_path: Path, seed: int) -> None:
-    """Appends, truncations, flushes, reopens and power losses against a list of batches;
-    every read must return exactly the batches Kafka's rules select."""
+    """Appends, reads, truncations, flushes, kills and power losses against ``LogModel``.
+    After every operation the log end offset, the recovery point and the segments must be
+    the model's; after every restart the whole log must be, record by record. Each restart
+    loads from the model's recovery point, as LogManager loads from its checkpoint."""
     rng = random.Random(seed)
     directory = tmp_path / "model-0"
     tracker = DurabilityTracker()
-    log = open_log(directory, tracker, segment_bytes=2000, index_interval_bytes=300)
-    batches: list[tuple[int, int, int, list[bytes]]] = []  # base, next, size, values
+    settings = {"segment_bytes": 2000, "index_interval_bytes": 300}
+    log = open_log(directory, tracker, **settings)
+    model = LogModel(segment_bytes=settings["segment_bytes"])
 
-    def end() -> int:
-        return batches[-1][1] if batches else 0
-
-    for _ in range(120):
-        op = rng.choices(["append", "read", "truncate", "flush", "reopen", "power"],
-                         weights=[10, 10, 2, 1, 1, 1])[0]
+    for _ in range(200):
+        op = rng.choices(["append", "read", "truncate", "flush", "kill", "power loss"],
+                         weights=[10, 10, 2, 1, 2, 2])[0]
         if op == "append":
             values = [rng.randbytes(rng.randint(0, 120)) for _ in range(rng.randint(1, 8))]
-            info = log.append_as_leader(build_batch(values), rng.randint(0, 3))
-            [header] = info.batches
-            batches.append((end(), end() + len(values), header.size_in_bytes, values))
+            batch = build_batch(values)
+            log.append_as_leader(batch, rng.randint(0, 3))
+            model.append(values, len(batch))
         elif op == "read":
-            start = rng.randint(0, end())
+            start = rng.randint(0, model.end)
             max_bytes = rng.randint(0, 1500)
-            max_offset = rng.choice([None, rng.randint(0, end())])
-            expected, budget = [], max_bytes
-            for base, nxt, size, values in batches:
-                if nxt <= start:
-                    continue
-                if (max_offset is not None and nxt > max_offset) or (expected and size > budget):
-                    break
-                expected.extend(zip(range(base, nxt), values, strict=True))
-                budget -= size
-            assert decode_values(log.read(start, max_bytes, max_offset)) == expected
+            max_offset = rng.choice([None, rng.randint(0, model.end)])
+            assert decode_values(log.read(start, max_bytes, max_offset)) == model.read(
+                start, max_bytes, max_offset)
         elif op == "truncate":
-            target = rng.randint(0, end())
-            while batches and batches[-1][1] > target:
-                batches.pop()
-            assert log.truncate_to(target) == end()
+            target = rng.randint(0, model.end)
+            model.truncate(target)
+            assert log.truncate_to(target) == model.end
         elif op == "flush":
             log.flush()
-            assert log.last_flushed_offset == end()
+            model.flush()
         else:
-            flushed = log.last_flushed_offset
-            log.close()
-            if op == "power":
+            log.close()  # a crash: nothing is flushed on the way down
+            if op == "power loss":
                 tracker.simulate_power_loss()
-                tracker = DurabilityTracker()
-            log = open_log(directory, tracker, segment_bytes=2000, index_interval_bytes=300)
-            assert flushed <= log.log_end_offset <= end()
-            while batches and batches[-1][1] > log.log_end_offset:
-                batches.pop()
-        assert log.log_end_offset == end()
-    assert decode_values(log.read(0, BIG)) == [
-        pair for base, nxt, _, values in batches
-        for pair in zip(range(base, nxt), values, strict=True)]
+                tracker = DurabilityTracker()  # the next process's
+                model.power_loss()
+            log = open_log(directory, tracker, recovery_point=model.recovery_point,
+                           **settings)
+            assert decode_values(log.read(0, BIG)) == model.records(), f"after a {op}"
+        assert (log.log_start_offset, log.log_end_offset) == (0, model.end), op
+        assert log.last_flushed_offset == model.recovery_point, op
+        assert log.segment_base_offsets == model.segment_bases, op
+    assert decode_values(log.read(0, BIG)) == model.records()
     log.close()
 
 
@@ -520,3 +589,30 @@ def test_a_full_disk_refuses_appends_and_fsyncs_and_leaves_the_log_as_it_was(
     tracker.out_of_space = False
     values += produce(log, 1, 2)
     assert offsets_read(log, 0) == list(range(8)) and len(values) == 8
+
+
+def test_a_flush_after_a_restart_fsyncs_every_segment_past_the_recovery_point(
+        log_dir: Path) -> None:
+    """Kafka's LocalLog.flush fsyncs the segments from the recovery point to the flush
+    offset, not only the active one: a restart whose recovery point lagged (a kill before
+    the checkpoint) left whole unflushed segments behind the active one, and a flush that
+    skipped them would move the recovery point past bytes a power loss still takes."""
+    log = open_log(log_dir, DurabilityTracker(), segment_bytes=800)
+    produce(log, 12, 3)  # several segments, none fsynced (rolled segments are, in this life)
+    log.close()  # kill -9 before any recovery point was checkpointed: the page cache keeps all
+
+    tracker = DurabilityTracker()  # the restarted process: nothing known to be durable
+    restarted = open_log(log_dir, tracker, segment_bytes=800, recovery_point=0)
+    assert len(restarted.segment_base_offsets) > 1
+    written = restarted.read(0, BIG)
+    produce(restarted, 1, 3)
+    restarted.flush()
+    assert restarted.last_flushed_offset == restarted.log_end_offset
+    end = restarted.log_end_offset
+    restarted.close()
+    tracker.simulate_power_loss()
+
+    after = open_log(log_dir, DurabilityTracker(), segment_bytes=800, recovery_point=end)
+    assert after.log_end_offset == end
+    assert after.read(0, BIG)[:len(written)] == written
+    after.close()

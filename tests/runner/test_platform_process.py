@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,12 +103,17 @@ def test_a_missing_command_is_a_clear_error(spawner: Spawner, tmp_path: Path) ->
 
 def test_child_started_from_a_short_lived_thread_outlives_that_thread(
         child: ChildProcess) -> None:
-    # PR_SET_PDEATHSIG fires when the forking *thread* ends; the spawner thread must fork.
+    """PR_SET_PDEATHSIG fires when the forking *thread* ends; the spawner thread must fork.
+    The kernel sends that signal as the thread exits, before the thread leaves
+    /proc/self/task, so once it has left, a SIGKILL would already be on its way; and a
+    process being killed never stops, so the child stopping on SIGSTOP proves it survived."""
     starter = threading.Thread(target=child.start)
     starter.start()
-    starter.join()
-    time.sleep(0.2)  # the parent-death signal would have been immediate
-    assert child.running
+    starter.join()  # returns once Python is done with the thread, maybe before the kernel
+    task = Path(f"/proc/self/task/{starter.native_id}")
+    wait_for(lambda: not task.exists(), 10, "the starter thread to exit")
+    child.pause()
+    assert child.running and child.paused
 
 
 RUNNER = """

@@ -23,7 +23,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from minibroker.network.prescan import Underflow, check_layout
+from minibroker.network.prescan import check_layout
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_SIZE",
@@ -178,17 +178,39 @@ def response_schema(api_key: int, api_version: int) -> type[ResponsePayload]:
     return load_response_schema(api_key, api_version)
 
 
+# What the decoding step raises for bytes that are not a valid message. Seen: prescan's
+# Underflow (a ValueError); from kio's native reader its SerialError family (invalid
+# UTF-8, a null where none may be), a ValueError (a boolean byte other than 0 or 1, a
+# varint too long for its type, a duration out of range) and a KeyError (a tagged field
+# the schema does not know). The boolean and the unknown tag are refused more strictly than
+# by Kafka's generated readers, which take any non-zero byte as true and keep an unknown
+# tag in _unknownTaggedFields. kio documents no error contract, so the bounds and range
+# errors of the builtins are here too; a TypeError or AttributeError is a bug of ours.
+_DECODE_ERRORS: tuple[type[Exception], ...] = (
+    SerialError, ValueError, KeyError, IndexError, OverflowError, EOFError, struct.error,
+)
+
+
 def _decode(entity_type: type, frame: bytes, offset: int) -> tuple[Any, int]:
     """Layout check first (see prescan), then kio's native reader."""
     check_layout(entity_type, frame, offset)
     return entity_reader(entity_type)(frame, offset)
 
 
+def _describe(exc: Exception) -> str:
+    # str(KeyError) is the repr of its argument; the message reads better without quotes.
+    detail = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+    return f"{type(exc).__name__}: {detail}"
+
+
 def parse_request(frame: bytes) -> Request:
     """Parse a request frame (without its size prefix).
 
     Raises ``KafkaProtocolError`` for an unknown API key, an unsupported version (except
-    ApiVersions, which clients use to negotiate) and a body that does not decode.
+    ApiVersions, which clients use to negotiate) and a header or body that does not
+    decode, and nothing else for any bytes: like Kafka's ``RequestContext.parseRequest``,
+    which turns whatever the message classes throw into an ``InvalidRequestException``,
+    so that ``SocketServer`` closes the one connection that sent it.
     """
     if len(frame) < _HEADER_PREFIX.size:
         raise KafkaProtocolError(f"request of {len(frame)} bytes is shorter than a header")
@@ -213,10 +235,9 @@ def parse_request(frame: bytes) -> Request:
         body = None
         if body_type is not None:
             body, _ = _decode(body_type, frame, offset)
-    except (SerialError, Underflow) as exc:
-        raise KafkaProtocolError(
-            f"malformed {api_key.name} request: {type(exc).__name__}: {exc}", **ids
-        ) from None
+    except _DECODE_ERRORS as exc:
+        raise KafkaProtocolError(f"malformed {api_key.name} request: {_describe(exc)}",
+                                 **ids) from exc
     return Request(api_key, version, correlation_id, header.client_id, body)
 
 
@@ -264,8 +285,8 @@ def decode_response(frame: bytes, response_type: type[ResponsePayload]) -> tuple
     try:
         header, offset = _decode(response_type.__header_schema__, frame, 0)
         body, _ = _decode(response_type, frame, offset)
-    except (SerialError, Underflow) as exc:
+    except _DECODE_ERRORS as exc:
         raise KafkaProtocolError(
-            f"malformed {response_type.__name__} v{response_type.__version__}: {exc}"
-        ) from None
+            f"malformed {response_type.__name__} v{response_type.__version__}: {_describe(exc)}"
+        ) from exc
     return header.correlation_id, body

@@ -39,7 +39,8 @@ _VARIABLE_TYPES = ("string", "bytes", "records")
 
 
 class Underflow(ValueError):
-    """The message claims more bytes than the frame holds."""
+    """The message claims more bytes than the frame holds, or a tagged field's value does
+    not fill the size it declares."""
 
 
 def check_layout(entity_type: type, buf: bytes | memoryview, offset: int) -> int:
@@ -166,8 +167,10 @@ def _skip_tagged_fields(buf: memoryview, pos: int, known: dict[int, Skip]) -> in
         size, pos = _uvarint(buf, pos)
         end = _advance(buf, pos, size)
         skip = known.get(tag)
-        # A known tag is decoded by kio, so its value must fit the size it declares.
-        if skip is not None and skip(buf[:end], pos) > end:
-            raise Underflow(f"tagged field {tag} overruns its {size} bytes")
+        # kio reads a known tag's value and goes on from where the value ends, whatever size
+        # the tag declared (as Kafka's generated readers do), so the value must fill exactly
+        # the bytes it declares: else kio would read on from a byte this walk never checked.
+        if skip is not None and skip(buf[:end], pos) != end:
+            raise Underflow(f"tagged field {tag} does not fill the {size} bytes it declares")
         pos = end
     return pos

@@ -233,7 +233,7 @@ class Log:
     def _roll(self) -> None:
         """Start a segment at the log end offset. Kafka flushes the finished segment then."""
         started = time.monotonic()
-        self._flush_active()
+        self._flush_to_end()
         self._active.close_index()
         self._add_segment(LogSegment.create(self._dir, self._log_end_offset, self._durability,
                                             self._index_interval_bytes))
@@ -340,12 +340,21 @@ class Log:
     # ---- flushing -------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync everything appended so far (only the active segment can be unflushed)."""
+        """fsync everything appended so far."""
         if self._log_end_offset > self._last_flushed_offset:
-            self._flush_active()
+            self._flush_to_end()
 
-    def _flush_active(self) -> None:
-        self._active.flush()
+    def _flush_to_end(self) -> None:
+        """fsync every segment from the one holding the recovery point to the active one,
+        as Kafka's `LocalLog.flush` does (`segments.values(recoveryPoint, offset)`): after
+        a restart whose recovery point lagged, segments before the active one hold
+        unflushed bytes too, and moving the recovery point past them unflushed would claim
+        durability a power loss then takes back."""
+        first = max(bisect_right(self._base_offsets, self._last_flushed_offset) - 1, 0)
+        for segment in self._segments[first:]:
+            segment.flush()
+            if segment is not self._active:
+                segment.close_index()
         self._last_flushed_offset = self._log_end_offset
         self._last_flush_time = self._clock()
 
@@ -358,7 +367,7 @@ class Log:
         by_time = self._flush_interval_ms
         if (by_messages is not None and unflushed >= by_messages) or (
                 by_time is not None and (self._clock() - self._last_flush_time) * 1000 >= by_time):
-            self._flush_active()
+            self._flush_to_end()
 
     def close(self) -> None:
         """Release the files without flushing, so that a simulated crash can close a log and
