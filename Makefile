@@ -37,12 +37,17 @@ reliability: $(STAMP)
 	$(BIN)/python benchmarks/experiment_reliability.py --runs 20
 
 # The three images (minibroker, operator, analysis) tagged with the chart's appVersion, with
-# Docker where a Docker engine runs, else podman (scripts/images.sh).
+# Docker where a Docker engine runs, else podman (scripts/images.sh); local only unless
+#   make images IMAGE_REGISTRY=registry.example.com/team   also tags and pushes them there
+#   make images KIND_CLUSTER=NAME                          loads them into that kind cluster
+# (IMAGES_DRY_RUN=1 prints the commands instead).
 images:
 	scripts/images.sh
 
-# acks1-leader-kill and acksall-leader-kill on the operator's own pods under podman
-# (tests/pods): they must give loss and clean, as they do locally.
+# acks1-leader-kill, acksall-leader-kill, pod-delete-ephemeral, pod-delete-persistent,
+# disk-full-leader-acksall and group-coordinator-kill on the operator's own pods under podman
+# (tests/pods): they must give loss, clean, loss, clean, clean and clean, as they do locally;
+# then pause, partition and disk stall through the pods' fault agents.
 e2e-pods: $(STAMP)
 	UNDERTOW_E2E_PODS=1 $(BIN)/pytest -q -p no:cacheprovider tests/pods
 

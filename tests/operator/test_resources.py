@@ -106,6 +106,28 @@ def test_the_controller_keeps_its_metadata_on_a_claim_whatever_the_brokers_stora
         assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+def test_brokers_run_the_operators_broker_image_unless_the_cluster_names_another() -> None:
+    """The chart's images.registry reaches the brokers through the operator's broker image
+    (UNDERTOW_BROKER_IMAGE); a BrokerCluster's own spec.image wins over it."""
+    cluster = stored("experiments/acks1-leader-kill.yaml", "BrokerCluster")
+    images = Images(broker="registry.example.com/team/undertow/minibroker:0.1.0")
+
+    def broker_images(body: dict[str, Any]) -> set[str]:
+        spec = BrokerCluster.model_validate(body).spec
+        return {c["image"] for o in cluster_objects(body, spec, images)
+                if o["kind"] == "StatefulSet"
+                for c in o["spec"]["template"]["spec"]["containers"]
+                if c["name"] == "minibroker"}
+
+    assert broker_images(cluster) == {images.broker}
+    named = copy.deepcopy(cluster)
+    named["spec"]["image"] = "mine/minibroker:dev"
+    assert broker_images(named) == {"mine/minibroker:dev"}
+    assert OperatorConfig.from_env({"UNDERTOW_NAMESPACES": "undertow",
+                                    "UNDERTOW_BROKER_IMAGE": images.broker}
+                                   ).images.broker == images.broker
+
+
 def test_a_storage_change_is_refused_with_the_field_named() -> None:
     cluster = stored("experiments/acks1-leader-kill.yaml", "BrokerCluster")
 

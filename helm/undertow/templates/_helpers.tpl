@@ -16,8 +16,12 @@ app.kubernetes.io/name: undertow-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* An image: [images.registry/]repository:tag (tag: the chart's appVersion). */ -}}
 {{- define "undertow.image" -}}
-{{- printf "%s:%s" .image.repository (default .chart.AppVersion .image.tag) -}}
+{{- $values := .Values.images -}}
+{{- $image := index $values .name -}}
+{{- with $values.registry }}{{ trimSuffix "/" . }}/{{ end -}}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
 {{- end -}}
 
 {{- define "undertow.namespaces" -}}

@@ -37,7 +37,7 @@ from undertow.kube.objects import (
     secret_env,
 )
 from undertow.platform.base import CONTROLLER, broker_id_of, broker_node
-from undertow.spec.cluster import BrokerClusterSpec
+from undertow.spec.cluster import DEFAULT_IMAGE, BrokerClusterSpec
 
 KAFKA_PORT = 9092
 CONTROLLER_PORT = 9093
@@ -256,7 +256,7 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
                                 role=_minibroker_args(names, component))
     minibroker = {
         "name": "minibroker",
-        "image": spec.image,
+        "image": images.broker if spec.image == DEFAULT_IMAGE else spec.image,
         "imagePullPolicy": images.pull_policy,
         "command": ["sh", "-c", launcher],
         "env": [secret_env(FAILPOINT_TOKEN_ENV, names.secret, FAILPOINT_TOKEN_KEY),

@@ -41,6 +41,7 @@ class OperatorConfig:
         images = Images(
             operator=env.get("UNDERTOW_OPERATOR_IMAGE", defaults_images.operator),
             analysis=env.get("UNDERTOW_ANALYSIS_IMAGE", defaults_images.analysis),
+            broker=env.get("UNDERTOW_BROKER_IMAGE", defaults_images.broker),
             pull_policy=env.get("UNDERTOW_IMAGE_PULL_POLICY", defaults_images.pull_policy))
         jobs = JobSettings(
             history_size=env.get("UNDERTOW_HISTORY_SIZE", defaults_jobs.history_size),

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from undertow.spec.cluster import DEFAULT_IMAGE
+
 BROKER_UID = 10001
 """The minibroker image's user; the operator image uses the same id."""
 
@@ -26,11 +28,14 @@ revision label ``<sts>-<hash>``) must stay within Kubernetes' 63-character limit
 
 @dataclass(frozen=True)
 class Images:
-    """Images the operator puts in pods it creates (the brokers' come from the spec)."""
+    """Images the operator puts in pods it creates."""
 
     operator: str = "undertow/operator:0.1.0"
     """Runner and fault agent (the operator's own image)."""
     analysis: str = "undertow/analysis:0.1.0"
+    broker: str = DEFAULT_IMAGE
+    """The brokers', where a BrokerCluster leaves `spec.image` at its default: so that the
+    chart's `images.registry` reaches them as it does the operator's other images."""
     pull_policy: str = "IfNotPresent"
 
 

@@ -166,7 +166,9 @@ class BrokerClusterSpec(SpecModel):
     config: BrokerConfig = Field(default_factory=BrokerConfig)
     """Broker configuration with Kafka's dotted key names."""
     image: str = Field(DEFAULT_IMAGE, min_length=1)
-    """Broker image (Kubernetes only; the local platform runs the installed minibroker)."""
+    """Broker image (Kubernetes only; the local platform runs the installed minibroker).
+    Left at its default, the operator's broker image, which the chart's images.registry
+    prefixes."""
     storage: Storage = Field(default_factory=Storage)
     resources: Resources | None = None
 
