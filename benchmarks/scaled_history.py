@@ -244,7 +244,7 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
     kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]
     with open(out / "faults.jsonl", "w") as f:
         for k, t in kills:
-            for action, at in (("inject", t), ("recover", t + 10)):
+            for action, at in (("inject", t), ("heal", t + 9.5), ("recover", t + 10)):
                 f.write(json.dumps({"fault": "kill", "target": f"broker-{k % 3}",
                                     "role": f"leader of t-{k % PARTITIONS}", "action": action,
                                     "t": start + at}) + "\n")

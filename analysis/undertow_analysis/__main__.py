@@ -4,7 +4,8 @@
                                 [--allow-incomplete]
     spark-submit analysis/undertow_analysis/__main__.py HISTORY --out DIR
     python -m undertow_analysis HISTORY --out DIR --wait SECONDS [--planned-sends N]
-                                [--lifeline]      (started before the run ends: prestart.py)
+                                [--warm-file PATH] [--lifeline]
+                                                  (started before the run ends: prestart.py)
 """
 
 import os
@@ -19,9 +20,7 @@ if not __package__:
 import argparse
 from collections.abc import Sequence
 
-from undertow_analysis import prestart
-from undertow_analysis.job import run_analysis
-from undertow_analysis.session import SMALL_RUN_SENDS
+from undertow_analysis.precheck import check_history
 
 
 def _conf(pairs: Sequence[str]) -> dict[str, str]:
@@ -53,8 +52,11 @@ def parser() -> argparse.ArgumentParser:
                    help="start Spark at once and analyse the history when the run writing it "
                         "closes it (meta.json's end set), waiting at most SECONDS")
     p.add_argument("--planned-sends", type=int, metavar="N",
-                   help="how many sends the run planned (with --wait): up to "
-                        f"{SMALL_RUN_SENDS:,}, the JVM is set up for a small job")
+                   help="how many sends the run planned (with --wait): the JVM of a small "
+                        "run is set up for a small job")
+    p.add_argument("--warm-file", metavar="PATH",
+                   help="(with --wait) create PATH once the session is ready and warmed up, "
+                        "for the run to start its workload then")
     p.add_argument("--lifeline", action="store_true",
                    help="stdin is a pipe from the process that started this one: exit as soon "
                         "as it closes (that process is gone or gave up the run)")
@@ -65,6 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line: exit 0 whatever the verdict (the verdict is in the report), 2 on bad
     input, an incomplete history among them unless --allow-incomplete."""
     args = parser().parse_args(argv)
+    if args.wait is None:  # else the run is still writing it (prestart)
+        try:
+            check_history(args.history)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"undertow analyze: {e}", file=sys.stderr)
+            return 2
+    # PySpark only now: a history refused above is refused in well under a second.
+    from undertow_analysis import prestart
+    from undertow_analysis.job import run_analysis
+
     if args.lifeline:
         prestart.watch_lifeline()
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
@@ -72,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_analysis(args.history, args.out, master, _conf(args.conf),
                      allow_incomplete=args.allow_incomplete, wait=args.wait,
-                     planned_sends=args.planned_sends)
+                     planned_sends=args.planned_sends, warm_file=args.warm_file)
     except (FileNotFoundError, ValueError, prestart.HistoryNotClosed) as e:
         print(f"undertow analyze: {e}", file=sys.stderr)
         return 2

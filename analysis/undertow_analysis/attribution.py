@@ -222,26 +222,13 @@ def dropped(events: DataFrame) -> DataFrame:
             .select(*cuts.columns, t_cut.alias("t_cut")))
 
 
-def truncations(events: DataFrame, subjects: DataFrame | None) -> DataFrame:
+def truncations(events: DataFrame) -> DataFrame:
     """Every truncation that dropped offsets (`dropped`): id, node, broker, topic,
-    partition, t, leader_epoch, from_offset, to_offset, reason, and lost: the lost or
-    misplaced records at those offsets acknowledged before it (0 without `subjects`: a run
-    that lost nothing). (How many acknowledged records it cut at all comes from the one pass
-    over the sends: `checks.acked_in_truncations`.)"""
-    cuts = dropped(events)
-    if subjects is None:
-        return cuts.withColumn("lost", F.lit(0))
-    lost = F.broadcast(subjects.filter(F.col("lost") | F.col("misplaced"))
-                       .select(F.col("topic").alias("l_topic"),
-                               F.col("partition").alias("l_partition"),
-                               F.col("offset").alias("l_offset"), F.col("t").alias("l_t")))
-    inside = ((cuts["topic"] == lost["l_topic"]) & (cuts["partition"] == lost["l_partition"])
-              & (lost["l_offset"] >= cuts["to_offset"])
-              & (lost["l_offset"] < cuts["from_offset"]) & (lost["l_t"] < cuts["t"]))
-    return (cuts.join(lost, inside, "left")
-            .groupBy("id", "node", "broker", "topic", "partition", "t", "t_cut",
-                     "leader_epoch", "from_offset", "to_offset", "reason")
-            .agg(F.count("l_offset").alias("lost")))
+    partition, t, t_cut, leader_epoch, from_offset, to_offset, reason. (The records each
+    cut, and their fate, come from the one pass over the sends:
+    `checks.truncation_records`.)"""
+    return dropped(events).select("id", "node", "broker", "topic", "partition", "t", "t_cut",
+                                  "leader_epoch", "from_offset", "to_offset", "reason")
 
 
 RETRY_WINDOW_S = 120.0

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from undertow_analysis.anomalies import VALUE_KINDS, Kind, Value
+from undertow_analysis.grid import CELL_RATIO, Grid
 
 # Event codes: the three outcomes of a send attempt, the two phases of a read, then a
 # malformed line of sends.jsonl or reads.jsonl (counted, otherwise ignored).
@@ -315,22 +316,27 @@ def value_anomalies(anomalous: DataFrame, topics: Mapping[int, str]) -> DataFram
 
 
 def fault_windows(faults: DataFrame, run_end: float) -> DataFrame:
-    """One row per injected fault: fault, target, role, start, end, recovered.
+    """One row per injected fault: fault, target, role, start (injected), healed (its
+    undoing began: null for a history from before `heal` lines, or a run that died first),
+    end (recovered: its undoing finished) and recovered.
 
-    The n-th inject of a (fault, target) pairs with its n-th recover; an inject without a
-    recover (the run died first) lasts to `run_end`.
+    The n-th inject of a (fault, target) pairs with its n-th heal and n-th recover; an
+    inject without a recover (the run died first) lasts to `run_end`.
     """
     numbered = faults.withColumn(
         "n", F.row_number().over(Window.partitionBy("fault", "target", "action").orderBy("t")))
+
+    def moments(action: str, name: str) -> DataFrame:
+        return numbered.filter(F.col("action") == action).select(
+            "fault", "target", "n", F.col("t").alias(name))
+
     injects = numbered.filter(F.col("action") == "inject").select(
         "fault", "target", "role", "n", F.col("t").alias("start"))
-    recovers = numbered.filter(F.col("action") == "recover").select(
-        "fault", "target", "n", F.col("t").alias("end"))
-    return injects.join(recovers, ["fault", "target", "n"], "left").select(
-        "fault", "target", F.coalesce("role", F.lit("")).alias("role"), "start",
-        F.coalesce("end", F.lit(float(run_end))).alias("end"),
-        F.col("end").isNotNull().alias("recovered"),
-    )
+    return (injects.join(moments("heal", "healed"), ["fault", "target", "n"], "left")
+            .join(moments("recover", "end"), ["fault", "target", "n"], "left")
+            .select("fault", "target", F.coalesce("role", F.lit("")).alias("role"), "start",
+                    "healed", F.coalesce("end", F.lit(float(run_end))).alias("end"),
+                    F.col("end").isNotNull().alias("recovered")))
 
 
 def with_active_fault(df: DataFrame, intervals: DataFrame, width: float,
@@ -358,21 +364,23 @@ TRUNCATION_BUCKET_BITS = 12
 
 
 def truncation_ranges(truncations: DataFrame) -> DataFrame:
-    """id, tk, lo, hi (packed positions, hi exclusive) and t (their `t_cut`) of truncation
-    events (`attribution.dropped`), one row per `TRUNCATION_BUCKET_BITS` bucket they touch."""
+    """id, broker, tk, lo, hi (packed positions, hi exclusive), t (their `t_cut`) and t_trunc
+    (when the broker truncated) of truncation events (`attribution.dropped`), one row per
+    `TRUNCATION_BUCKET_BITS` bucket they touch."""
     lo = packed_position(F.col("partition"), F.col("to_offset"))
     hi = packed_position(F.col("partition"), F.col("from_offset"))
     return truncations.select(
-        "id", topic_key(F.col("topic")).alias("tk"), lo.alias("lo"), hi.alias("hi"),
-        F.col("t_cut").alias("t"),
+        "id", "broker", topic_key(F.col("topic")).alias("tk"), lo.alias("lo"), hi.alias("hi"),
+        F.col("t_cut").alias("t"), F.col("t").alias("t_trunc"),
         F.explode(F.sequence(F.shiftright(lo, TRUNCATION_BUCKET_BITS),
                              F.shiftright(hi - 1, TRUNCATION_BUCKET_BITS))).alias("bucket"))
 
 
 def acked_in_truncations(by_value: DataFrame, ranges: DataFrame) -> DataFrame:
-    """id, acked: per truncation (`truncation_ranges`), the send attempts acknowledged at
-    one of its offsets before its `t_cut`. A clean run's truncations should show 0: they
-    dropped only records nobody had been told were written.
+    """id, broker, t_trunc, value, cut_at (struct tk, pos), t_acked: per truncation
+    (`truncation_ranges`), every send attempt acknowledged at one of its offsets before its
+    `t_cut`: the candidates for the records it cut, which `truncation_records` narrows to
+    the ones the broker really held.
 
     One more reader of `by_value`'s exchange, joined with the (broadcast) buckets of the
     truncations on a numeric key. Nothing here may become a filter below that exchange, which
@@ -382,63 +390,132 @@ def acked_in_truncations(by_value: DataFrame, ranges: DataFrame) -> DataFrame:
     """
     ok = (F.col("code") == OK) & _every_column(by_value)
     acked = by_value.select(
+        "value",
         F.when(ok, F.shiftright("pos", TRUNCATION_BUCKET_BITS)).alias("_bucket"),
         F.col("tk").alias("_tk"), F.coalesce(F.col("pos"), F.lit(-1)).alias("_pos"),
         F.coalesce(F.col("t_complete"), F.lit(math.inf)).alias("_t"))
     r = F.broadcast(ranges)
     on = (acked["_bucket"].eqNullSafe(r["bucket"]) & acked["_tk"].eqNullSafe(r["tk"])
           & (acked["_pos"] >= r["lo"]) & (acked["_pos"] < r["hi"]) & (acked["_t"] < r["t"]))
-    return acked.join(r, on, "inner").groupBy("id").agg(F.count("*").alias("acked"))
+    return acked.join(r, on, "inner").select(
+        "id", "broker", "t_trunc", "value",
+        F.struct(acked["_tk"].alias("tk"), acked["_pos"].alias("pos")).alias("cut_at"),
+        acked["_t"].alias("t_acked"))
 
 
-SECOND, LATENCY, OTHER = 0, 1, 2  # the kinds of `send_series` rows, in the key's low bits
+def truncation_records(candidates: DataFrame, noteworthy: DataFrame) -> DataFrame:
+    """id, acked, lost, lost_before, kept: per truncation, the acknowledged records it cut,
+    and of those the lost ones it is the first to have cut, the lost ones an earlier
+    truncation had cut already, and the ones kept elsewhere (drained at another position).
+
+    `candidates` are `acked_in_truncations`' rows and `noteworthy` the classified values of
+    the pass (few). At each offset the record the broker held is the last acknowledged there
+    before the cut (an earlier one had been cut already); it was cut unless the final log
+    still has it at that offset, which is so for every value not noteworthy (drained where
+    it was acknowledged) and for a noteworthy one drained there. A clean run's truncations
+    cut none: their offsets were rewritten by the new leader with other records, which
+    `candidates` alone would count. Each lost record counts as lost once, at the first
+    truncation that cut it (by time, then broker id: the order the report lists them in), so
+    the column adds up to the lost records truncations explain.
+    """
+    held = candidates.groupBy("id", "broker", "t_trunc", "cut_at").agg(
+        F.max_by("value", "t_acked").alias("value"))
+    fate = noteworthy.select("value", F.col("lost").alias("_lost"),
+                             F.col("drained_at").alias("_d1"), F.col("drained_last").alias("_d2"))
+    still_there = (F.col("_lost").isNull()
+                   | (~F.col("_lost") & (F.col("_d1").eqNullSafe(F.col("cut_at"))
+                                         | F.col("_d2").eqNullSafe(F.col("cut_at")))))
+    cut = held.join(fate, "value", "left").filter(~still_there)
+    first = F.row_number().over(Window.partitionBy("value").orderBy("t_trunc", "broker")) == 1
+    return (cut.withColumn("_first", first).groupBy("id").agg(
+        F.count("*").alias("acked"),
+        F.count(F.when(F.col("_lost") & F.col("_first"), 1)).alias("lost"),
+        F.count(F.when(F.col("_lost") & ~F.col("_first"), 1)).alias("lost_before"),
+        F.count(F.when(~F.col("_lost"), 1)).alias("kept")))
 
 
-def send_series(by_value: DataFrame, t_ref: float) -> DataFrame:
+TIME, LATENCY, OTHER, CELL = 0, 1, 2, 3  # the kinds of `send_series` rows, in the key's low bits
+KIND_BITS = 2
+CELL_LATENCY_BITS = 12  # a cell's latency bucket, offset by half this range and clamped
+OUTCOME_BITS = 2  # a cell's outcome: its send code, OK, INFO or FAIL
+def send_series(by_value: DataFrame, grid: Grid) -> DataFrame:
     """Small tables from the rows of `events`, told apart by `kind`:
 
-    - "second": second (since t_ref), attempted, acked (attempts invoked in that second and
-      how many of those were acknowledged), first (invoke) and last (completion);
+    - "time": per bucket of `grid.width` seconds (bucket = floor((t - t_ref) / width)):
+      attempted (attempts invoked in it), acked, failed and indeterminate (attempts that
+      completed in it, by outcome), first (invoke) and last (completion);
     - "latency": bucket, acked, max_ms: acknowledged attempts by latency, in buckets
       LATENCY_RATIO wide (a histogram, so percentiles need no sort; see
       `report.latency_percentiles`);
+    - "cell": column (floor((t_complete - t_ref) / grid.column)), bucket (the latency,
+      in buckets CELL_RATIO wide) and the attempts that completed there by outcome (acked,
+      failed, indeterminate: one of them non-zero): a 2-D histogram of every attempt's
+      latency at its completion, the timeline's latency points and quantile lines;
     - "other": one row for the rest, reads and malformed lines: last (the last read's time),
       bad_sends and bad_reads (malformed lines of sends.jsonl and reads.jsonl).
 
-    All are bounded: by the run's length in seconds, and by the range of latencies. Every row
-    gets one long key, its second or bucket shifted left past the kind: an acknowledged send
-    is exploded into two keys, anything else keeps one. A grouping-sets Expand would double
-    every row, reads included, under a hash map with three nullable keys; one primitive key
-    halves the stage's CPU.
+    All are bounded: by the grid's buckets and columns (`grid.series_grid`), and by the range of
+    latencies. Every row gets one long key, its bucket (a cell: column, latency bucket and
+    outcome) shifted left past the kind: an attempt is exploded into a time key (two when
+    it completed in another bucket than it was invoked in), a cell key and, acknowledged, a
+    latency key; a read keeps one. A grouping-sets Expand would multiply every row, reads
+    included, under a hash map with several nullable keys; one primitive key halves the
+    stage's CPU.
     """
     code = F.col("code")
     send, ok = (code <= FAIL) & _every_column(by_value), code == OK
     ms = (F.col("t_complete") - F.col("t_invoke")) * 1000.0
-    bucket = F.floor(F.log(F.greatest(ms, F.lit(LATENCY_FLOOR_MS))) / math.log(LATENCY_RATIO))
+    floor_ms = F.greatest(ms, F.lit(LATENCY_FLOOR_MS))
+    bucket = F.floor(F.log(floor_ms) / math.log(LATENCY_RATIO))
+    half = 2 ** (CELL_LATENCY_BITS - 1)
+    cell_bucket = F.least(F.greatest(F.floor(F.log(floor_ms) / math.log(CELL_RATIO)),
+                                     F.lit(-half)), F.lit(half - 1)) + half
 
     def key(x: Column, kind: int) -> Column:
-        return F.shiftleft(x.cast("long"), 2).bitwiseOR(F.lit(kind))
+        return F.shiftleft(x.cast("long"), KIND_BITS).bitwiseOR(F.lit(kind))
 
-    second_key = key(F.floor(F.col("t_invoke") - t_ref), SECOND)
-    keys = (F.when(send & ok, F.array(second_key, key(bucket, LATENCY)))
-            .when(send, F.array(second_key))
+    def at(t: str, width: float) -> Column:
+        return F.floor((F.col(t) - grid.t_ref) / width)
+
+    invoked, done = key(at("t_invoke", grid.width), TIME), key(at("t_complete", grid.width), TIME)
+    cell = key(F.shiftleft(F.shiftleft(at("t_complete", grid.column), CELL_LATENCY_BITS)
+                           .bitwiseOR(cell_bucket), OUTCOME_BITS).bitwiseOR(code.cast("long")),
+               CELL)
+    times = F.when(invoked == done, F.array(invoked)).otherwise(F.array(invoked, done))
+    keys = (F.when(send & ok, F.concat(times, F.array(cell, key(bucket, LATENCY))))
+            .when(send, F.concat(times, F.array(cell)))
             .otherwise(F.array(key(F.lit(0), OTHER))))
-    kind = F.col("key").bitwiseAND(3)
-    rows = by_value.select(F.explode(keys).alias("key"), "code", "t_invoke", "t_complete")
+    rows = by_value.select(F.explode(keys).alias("key"), "code", "t_invoke", "t_complete",
+                           invoked.alias("_invoked"), done.alias("_done"))
+    kind = F.col("key").bitwiseAND(2**KIND_BITS - 1)
+    is_time = kind == TIME
+    here = ~is_time | (F.col("key") == F.col("_done"))  # a time row counts its completions
+    started = is_time & (F.col("key") == F.col("_invoked"))
+
+    def completed(outcome: int) -> Column:
+        return F.count(F.when((code == outcome) & here, 1))
+
+    value = F.shiftright("key", KIND_BITS)
     return rows.groupBy("key").agg(
-        F.count(F.when(kind == SECOND, 1)).alias("attempted"),
-        F.count(F.when(code == OK, 1)).alias("acked"),  # ok rows have no OTHER key
+        F.count(F.when(started, 1)).alias("attempted"),
+        completed(OK).alias("acked"),  # ok rows have no OTHER key
+        completed(FAIL).alias("failed"),
+        completed(INFO).alias("indeterminate"),
         F.max(F.when(kind == LATENCY, ms)).alias("max_ms"),
-        F.min(F.when(kind == SECOND, F.col("t_invoke"))).alias("first"),
+        F.min(F.when(started, F.col("t_invoke"))).alias("first"),
         F.max("t_complete").alias("last"),
         F.count(F.when(code == BAD_SEND, 1)).alias("bad_sends"),
         F.count(F.when(code == BAD_READ, 1)).alias("bad_reads"),
     ).select(
-        F.when(kind == SECOND, "second").when(kind == LATENCY, "latency").otherwise("other")
-        .alias("kind"),
-        F.when(kind == SECOND, F.shiftright("key", 2)).alias("second"),
-        F.when(kind == LATENCY, F.shiftright("key", 2).cast("int")).alias("bucket"),
-        "attempted", "acked", "max_ms", "first", "last", "bad_sends", "bad_reads",
+        F.when(is_time, "time").when(kind == LATENCY, "latency").when(kind == CELL, "cell")
+        .otherwise("other").alias("kind"),
+        F.when(is_time | (kind == LATENCY), value)
+        .when(kind == CELL, F.shiftright(value, OUTCOME_BITS)
+              .bitwiseAND(2**CELL_LATENCY_BITS - 1) - half).alias("bucket"),
+        F.when(kind == CELL, F.shiftright(value, OUTCOME_BITS + CELL_LATENCY_BITS))
+        .alias("column"),
+        "attempted", "acked", "failed", "indeterminate", "max_ms", "first", "last",
+        "bad_sends", "bad_reads",
     )
 
 

@@ -162,13 +162,23 @@ def truncation_sentence(cut: dict[str, Any], t0: float,
                                                       group["offsets_partition"]):
         return text + (f"those offsets held commits of the consumer group {group['group_id']}; "
                        f"a committed offset it took is a loss incident.")
+    cut_n = cut["from_offset"] - cut["to_offset"]
+    records = f"{cut_n:,} record{'s' if cut_n != 1 else ''}"
+    if not cut["acked"]:
+        return text + (f"it cut {records}, none of them acknowledged (whatever was "
+                       f"acknowledged at those offsets was written there by a later leader "
+                       f"and is still there).")
+    fates = []
     if cut["lost"]:
-        return text + (f"{cut['lost']} acknowledged record{'s' if cut['lost'] > 1 else ''} at "
-                       f"those offsets, kept by no other replica, are lost.")
-    if cut["acked"]:
-        return text + (f"{cut['acked']} acknowledged records had those offsets, and every one "
-                       f"is still in the final log (another replica kept it).")
-    return text + "none of those offsets held an acknowledged record."
+        fates.append(f"{cut['lost']:,} lost for good (no replica kept them)")
+    if cut["lost_before"]:
+        fates.append(f"{cut['lost_before']:,} lost, counted at an earlier truncation that cut "
+                     f"them too")
+    if cut["kept"]:
+        fates.append(f"{cut['kept']:,} kept at other offsets (the producer's retry or "
+                     f"another replica)")
+    return text + (f"it cut {records}, {cut['acked']:,} of them acknowledged: "
+                   + "; ".join(fates) + ".")
 
 
 _IDEMPOTENCE = ("without enable.idempotence the broker cannot tell a retry from a new "
@@ -204,8 +214,9 @@ def duplicate_sentence(group: dict[str, Any], t0: float) -> str:
 
 
 WITHOUT_EVENTS: dict[str, Any] = {
-    "events": False, "incident_count": 0, "unexplained": 0, "incidents": [],
-    "truncations": [], "truncations_cut_acked": 0, "duplicates": []}
+    "events": False, "incident_count": 0, "record_incidents": 0, "unexplained": 0,
+    "incidents": [],
+    "truncations": [], "truncations_cut_acked": 0, "truncations_lost": 0, "duplicates": []}
 """The sections of a history without events.jsonl: nothing explained, nothing claimed."""
 
 
@@ -340,6 +351,7 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
     return {
         "events": True,
         "incident_count": len(rows),
+        "record_incidents": sum(1 for i in rows if i["kind"] == "records"),
         "unexplained": sum(i["records"] if i["kind"] == "records" else i["commits"]
                            for i in rows if i["mechanism"] == "unexplained")
         + sum(g["duplicates"] for g in groups if g["mechanism"] == "unexplained"),
@@ -347,4 +359,5 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
         "incidents": rows[:MAX_INCIDENTS],
         "truncations": truncations,
         "truncations_cut_acked": sum(1 for c in truncations if c["acked"]),
+        "truncations_lost": sum(c["lost"] for c in truncations),
     }

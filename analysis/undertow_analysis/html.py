@@ -11,6 +11,7 @@ from undertow_analysis.report import (
     COUNT_HELP,
     INCOMPLETE_NOTE,
     SHORT_DRAIN_NOTE,
+    headline,
     shortfall_text,
 )
 
@@ -21,6 +22,8 @@ body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d
 table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccd;padding:.25em .6em;text-align:left;font-size:.9em}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.total td{font-weight:bold;border-top:2px solid #889}
+.verdict small{display:block;font-size:.6em;font-weight:normal;margin-top:.2em}
 tr.bad td{background:#fde2e2}
 img{max-width:100%}
 .muted{color:#667}
@@ -63,6 +66,22 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _s(seconds: float | None) -> str | None:
+    """Seconds to a tenth (the series' resolution), None as nothing."""
+    return None if seconds is None else f"{seconds:.1f}"
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _zero_is(report: dict[str, Any]) -> str:
+    clock = report.get("clock") or {}
+    at = str(clock.get("zero_utc") or "")
+    return f"{clock.get('zero_is') or 'the run start'}" + (
+        f" (t = 0 at {at[11:19]} UTC)" if len(at) >= 19 else "")
+
+
 def _records(rows: list[dict[str, Any]], t0: float) -> list[list[Any]]:
     return [
         [r["kind"], r["value"], f"{r['topic']}-{r['partition']}" if r["topic"] else None,
@@ -87,9 +106,35 @@ def _incomplete(report: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _explained(report: dict[str, Any]) -> list[str]:
-    """The loss incidents, each one sentence (unexplained ones first and in red), and the
-    truncations with what they cut: right under the verdict."""
+def _example(value: str, where: dict[str, dict[str, Any]]) -> str:
+    row = where.get(value)
+    if row is None or row.get("topic") is None:
+        return escape(value)
+    return f"{escape(value)} <span class='muted'>({escape(row['topic'])}-{row['partition']}" \
+           f"@{row['offset']})</span>"
+
+
+def _incident_item(i: dict[str, Any], where: dict[str, dict[str, Any]]) -> str:
+    """One incident: its mechanism and sentence, then its records' count, offsets and a few
+    examples (anomalies/ has every record)."""
+    cls = "unexplained" if i["mechanism"] == "unexplained" else ""
+    detail = ""
+    if i.get("kind") == "records":
+        kinds = ", ".join(f"{i[k]:,} {k.replace('_', ' ')}" for k in ("lost", "misplaced",
+                                                                        "phantom_read")
+                          if i.get(k))
+        examples = ", ".join(_example(v, where) for v in i.get("examples") or [])
+        detail = (f"<div class='muted'>{i['records']:,} records ({kinds}) at offsets "
+                  f"{i['first_offset']}-{i['last_offset']} of {escape(i['topic'])}-"
+                  f"{i['partition']}; e.g. {examples}</div>")
+    return (f"<li class='{cls}'><b>{escape(i['mechanism_name'])}</b>: "
+            f"{escape(i['sentence'])}{detail}</li>")
+
+
+def _explained(report: dict[str, Any], lost: list[dict[str, Any]]) -> list[str]:
+    """The loss incidents, each one sentence with its records' count and examples
+    (unexplained ones first and in red), and the truncations with what they cut: right
+    under the verdict."""
     ex = report["explained"]
     if not ex["events"]:
         return ["<h2>Loss incidents</h2>",
@@ -97,6 +142,7 @@ def _explained(report: dict[str, Any]) -> list[str]:
                 "before broker events, or another Kafka-protocol system): the anomalies below "
                 "are not explained.</p>"]
     parts = ["<h2>Loss incidents</h2>"]
+    where = {r["value"]: r for r in lost}
     if ex["incidents"]:
         more = (f" ({len(ex['incidents'])} of {ex['incident_count']} shown)"
                 if ex["incident_count"] > len(ex["incidents"]) else "")
@@ -104,29 +150,14 @@ def _explained(report: dict[str, Any]) -> list[str]:
             parts.append(f"<p class='unexplained'><b>{ex['unexplained']:,} anomalous records "
                          f"or committed offsets no event explains: a bug in the broker or in "
                          f"the harness.</b></p>")
-        items = "".join(
-            f"<li class='{'unexplained' if i['mechanism'] == 'unexplained' else ''}'>"
-            f"<b>{escape(i['mechanism_name'])}</b>: {escape(i['sentence'])}</li>"
-            for i in ex["incidents"])
+        items = "".join(_incident_item(i, where) for i in ex["incidents"])
         parts.append(f"<ol id='incidents'>{items}</ol>{escape(more)}")
+        parts.append(f"<p class='muted'>Every anomalous record is in "
+                     f"{escape(report['outputs']['anomalies'])} (Parquet).</p>")
     else:
         parts.append("<p class='muted' id='incidents'>None: no acknowledged record or "
                      "committed offset was lost or moved, and no read was contradicted.</p>")
-    parts.append("<h2>Truncations</h2>")
-    cuts = ex["truncations"]
-    if cuts:
-        verdict = ("each dropped only records nobody had been told were written"
-                   if not ex["truncations_cut_acked"] else
-                   f"{ex['truncations_cut_acked']} of them cut acknowledged records")
-        parts.append(f"<p class='muted'>{len(cuts)} truncation(s); {escape(verdict)}.</p>")
-        parts.append(_table(
-            ["at (s)", "broker", "partition", "from", "to", "reason", "acked cut", "lost",
-             "what it cut"],
-            [[c["t_s"], c["broker"], f"{c['topic']}-{c['partition']}", c["from_offset"],
-              c["to_offset"], c["reason"], c["acked"], c["lost"], c["sentence"]]
-             for c in cuts], "truncations", ["bad" if c["lost"] else "" for c in cuts]))
-    else:
-        parts.append("<p class='muted truncations'>No replica truncated its log.</p>")
+    parts += ["<h2>Truncations</h2>", *_truncations(report)]
     if ex["duplicates"]:
         items = "".join(
             f"<li class='{'unexplained' if g['mechanism'] == 'unexplained' else ''}'>"
@@ -136,7 +167,45 @@ def _explained(report: dict[str, Any]) -> list[str]:
     return parts
 
 
-RECORD_HEADERS = ["kind", "value", "partition", "offset", "sent (s)", "fault active", "detail"]
+def _truncations(report: dict[str, Any]) -> list[str]:
+    """The truncations in records: cut, of which acknowledged, and what became of those
+    (each lost record counted at the first truncation that cut it, so that the column adds
+    up), with a totals row and what no truncation explains."""
+    ex, lost = report["explained"], report["counts"]["lost"]
+    cuts = ex["truncations"]
+    if not cuts:
+        return ["<p class='muted truncations'>No replica truncated its log.</p>"]
+    rows = [[f"{c['t_s']:.1f}", c["broker"], f"{c['topic']}-{c['partition']}",
+             f"{c['to_offset']}-{c['from_offset'] - 1}", c["reason"],
+             c["from_offset"] - c["to_offset"], c["acked"], c["lost"], c["lost_before"],
+             c["kept"]] for c in cuts]
+    totals = ["total", "", "", "", "", sum(r[5] for r in rows), sum(r[6] for r in rows),
+              ex["truncations_lost"], sum(r[8] for r in rows), sum(r[9] for r in rows)]
+    table = _table(["at (s)", "broker", "partition", "offsets", "reason", "records cut",
+                    "acknowledged", "lost for good", "lost, counted above", "kept elsewhere"],
+                   [*rows, totals], "truncations",
+                   ["bad" if c["lost"] else "" for c in cuts] + ["total"])
+    if not ex["truncations_cut_acked"]:
+        said = ("None of the records they cut had been acknowledged: each offset they "
+                "dropped now holds a record a later leader wrote.")
+    else:
+        said = (f"{ex['truncations_cut_acked']} of them cut acknowledged records: "
+                f"{ex['truncations_lost']:,} are lost for good; {totals[9]:,} survive at "
+                f"other offsets.")
+    if lost > ex["truncations_lost"]:
+        said += (f" {lost - ex['truncations_lost']:,} of the {lost:,} lost records were "
+                 f"lost without a truncation (a lost disk, or a log no replica ever held "
+                 f"again): see the incidents.")
+    sentences = "".join(f"<li>{escape(c['sentence'])}</li>" for c in cuts)
+    return [f"<p class='muted'>{len(cuts)} truncation(s). {escape(said)}</p>", table,
+            f"<details><summary>each truncation in words</summary><ol>{sentences}</ol>"
+            f"</details>"]
+
+
+RECORD_HEADERS = ["kind", "value", "partition", "offset", "sent (s)", "fault at send",
+                  "detail"]
+UNGROUPED_LOST = 20
+"""Lost records listed one by one when no incident groups them (a history without events)."""
 
 
 def render(
@@ -151,31 +220,41 @@ def render(
     c, t0 = report["counts"], report["run"]["start"]
     verdict = report["verdict"]
     expect = report.get("expect")
-    exp = (f" &mdash; expected {escape(expect)}, "
-           f"{'as expected' if report['as_expected'] else 'NOT as expected'}" if expect else "")
+    name = str(report.get("experiment") or "history")
+    exp = (f" &mdash; expected {escape(expect)}"
+           f"{'' if report['as_expected'] else ', NOT as expected'}" if expect else "")
+    clock = report.get("clock") or {}
+    zero = (f"Times are seconds since {escape(clock['zero_is'])} (t = 0 at "
+            f"{escape(clock['zero_utc'])}), as in the progress lines of undertow run. "
+            if clock else "")
     parts = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Undertow loss report: "
-        f"{escape(verdict)}</title><style>{CSS}</style></head><body>",
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(name)}: "
+        f"{escape(verdict)} &mdash; Undertow</title><style>{CSS}</style></head><body>",
         f'<div class="verdict" id="verdict" style="background:{VERDICT_COLOURS[verdict]}">'
-        f"Verdict: {escape(verdict)}{exp}</div>",
+        f"{escape(name)}: {escape(verdict.upper())}{exp}"
+        f" <small>{escape(headline(report))}</small></div>",
         _incomplete(report),
-        f"<p class='muted'>history {escape(report['history'])}; experiment "
-        f"{escape(str(report.get('experiment')))}; idempotent producer: "
-        f"{_word(report['idempotent'])}; run {report['run']['duration_s']:.1f} s</p>",
-        *_explained(report),
+        f"<p class='muted'>{zero}History {escape(report['history'])}; idempotent producer: "
+        f"{_word(report['idempotent'])}; workload and healing {report['run']['duration_s']:.1f}"
+        f" s.</p>",
+        *_explained(report, lost),
         "<h2>Counts</h2>",
         _table(["count", "value", "meaning"], [[k, c[k], COUNT_HELP[k]] for k in COUNT_HELP],
                "counts", ["bad" if k in ANOMALY_COUNTS and c[k] else "" for k in COUNT_HELP]),
         "<h2>Timeline</h2>",
-        f'<img id="timeline" alt="timeline: acks per second, fault windows, lost records, ISR '
-        f'size per partition" src="data:image/png;base64,{_b64(timeline_png)}">',
-        "<h2>Lost records</h2>",
+        f'<img id="timeline" alt="timeline: sends per second by completion (acknowledged, '
+        f'failed, indeterminate) with the no-acks windows and their lengths and lost records; '
+        f'every send\'s latency at its completion with p50 and p99; each node\'s faults '
+        f'(injected, healed, recovered), elections, fences and truncations; ISR size per '
+        f'partition" src="data:image/png;base64,{_b64(timeline_png)}">',
     ]
-    if lost:
-        parts.append(f"<p class='muted'>{len(lost):,} of {c['lost']:,} shown, earliest sent "
-                     f"first; the full list is in {escape(report['outputs']['anomalies'])}.</p>")
-    parts.append(_table(RECORD_HEADERS, _records(lost, t0), "lost",
-                        none="No acknowledged record was lost."))
+    if lost and not report["explained"]["incidents"]:
+        # Without incidents to group them under, the earliest-sent few stand for them all.
+        parts += ["<h2>Lost records</h2>",
+                  f"<p class='muted'>{min(len(lost), UNGROUPED_LOST):,} of {c['lost']:,} "
+                  f"shown, earliest sent first; all are in "
+                  f"{escape(report['outputs']['anomalies'])}.</p>",
+                  _table(RECORD_HEADERS, _records(lost[:UNGROUPED_LOST], t0), "lost")]
     if other:
         parts += ["<h2>Other anomalies</h2>",
                   "<p class='muted'>the earliest of each kind; all are in anomalies/.</p>",
@@ -187,23 +266,42 @@ def render(
                [[_ms(lat["p50"]), _ms(lat["p99"]), _ms(lat["p999"])]], "latency"),
     ]
     av = report["availability"]
+    labels = {f["id"]: f"#{f['id']} {f['fault']} {f['target']}" for f in report["faults"]}
+    fraction = "-" if av["fraction"] is None else f"{av['fraction']:.1%}"
+    ack_fraction = "-" if av["ack_fraction"] is None else f"{av['ack_fraction']:.1%}"
     parts += [
         "<h2>Availability</h2>",
         f"<p class='muted'>{escape(av['definition'])}</p>",
-        _table(["seconds", "available", "fraction", "attempts", "acked", "ack fraction",
+        _table(["available", "sends in flight (s)", "without acks (s)", "no-acks windows",
+                "longest (s)", "attempts", "acknowledged", "ack fraction",
                 "partition offline (s)"],
-               [[av["seconds"], av["available_seconds"], av["fraction"], av["attempts"],
-                 av["acked_attempts"], av["ack_fraction"], av["partition_offline_s"]]],
+               [[fraction, _s(av["in_flight_s"]), _s(av["unavailable_s"]),
+                 av["no_ack_windows"], _s(av["longest_s"]), av["attempts"],
+                 av["acked_attempts"], ack_fraction, _s(av["partition_offline_s"])]],
                "availability"),
-        _table(["kind", "partition", "start (s)", "duration (s)"],
+        _table(["kind", "partition", "start (s)", "end (s)", "length (s)", "failed",
+                "indeterminate", "faults active"],
                [[w["kind"], f"{w['topic']}-{w['partition']}" if "topic" in w else "all",
-                 w["start_s"], w["duration_s"]] for w in report["unavailable_windows"]],
-               "windows", none="No unavailable window: every second with send attempts had "
-                               "an acknowledgement, and every partition always had a leader."),
+                 _s(w["start_s"]), _s(w["start_s"] + w["duration_s"]), _s(w["duration_s"]),
+                 w.get("failed"), w.get("indeterminate"),
+                 ", ".join(labels.get(i, f"#{i}") for i in w.get("faults", [])) or "none"]
+                for w in report["unavailable_windows"]],
+               "windows", none="No unavailable window: no acknowledgement was missing for "
+                               f"{av['min_window_s']:g} s or more while sends were in flight, "
+                               "and every partition always had a leader."),
         "<h2>Faults</h2>",
-        _table(["#", "fault", "target", "role", "start (s)", "end (s)", "recovered"],
-               [[f["id"], f["fault"], f["target"], f["role"], f["start_s"], f["end_s"],
-                 f["recovered"]] for f in report["faults"]], "faults",
+        "<p class='muted'>injected: the fault took effect; healed: its duration ran out (or "
+        "the run stopped) and undoing it began; recovered: undoing it finished (a killed "
+        "broker restarted and serving, a link passing again). Times in seconds since "
+        f"{escape(_zero_is(report))}.</p>",
+        _table(["#", "fault", "target", "role", "injected (s)", "healed (s)", "recovered (s)",
+                "in effect (s)", "recovering (s)"],
+               [[f["id"], f["fault"], f["target"], f["role"], _s(f["start_s"]),
+                 _s(f.get("healed_s")),
+                 _s(f["end_s"]) if f["recovered"] else f"not recovered (run ended {f['end_s']})",
+                 _s(_minus(f.get("healed_s"), f["start_s"])),
+                 _s(_minus(f["end_s"], f.get("healed_s"))) if f["recovered"] else None]
+                for f in report["faults"]], "faults",
                none="No fault was injected."),
     ]
     mal = report["malformed"]

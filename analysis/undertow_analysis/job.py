@@ -37,17 +37,18 @@ from undertow_analysis import (
     topics,
 )
 from undertow_analysis.anomalies import FINDING, GROUP_KINDS, Group
+from undertow_analysis.grid import Grid, series_grid
 from undertow_analysis.io import History, child, delete, read_history, write_bytes
 from undertow_analysis.session import keeping_observations, spark_session
 
 VALUE_PART = "value"  # the scratch output's noteworthy values
-TRUNCATION_PART = "truncation"  # acknowledged records per truncation
+TRUNCATION_PART = "truncation"  # acknowledged records at the offsets of each truncation
 GROUP_PART = "group"  # the consumer group checkers' findings; the rest are series rows
 GROUP_COLUMNS = tuple(c for c in ("kind", *FINDING)
                       if c not in ("value", "t_invoke", "t_acked", "t_read"))
 """The columns of the group findings in the scratch output that its values lack."""
-SERIES_COLUMNS = ("part", "second", "bucket", "attempted", "acked", "max_ms", "first", "last",
-                  "bad_sends", "bad_reads")
+SERIES_COLUMNS = ("part", "bucket", "column", "attempted", "acked", "failed", "indeterminate",
+                  "max_ms", "first", "last", "bad_sends", "bad_reads")
 MAX_LOST_ROWS = 1000
 MAX_OTHER_ROWS = 20
 PLOT_BUCKETS = 2000  # timeline resolution: at most this many points per series
@@ -68,6 +69,7 @@ def run_analysis(
     allow_incomplete: bool = False,
     wait: float | None = None,
     planned_sends: int | None = None,
+    warm_file: str | None = None,
 ) -> dict[str, Any]:
     """Check the history at `history_uri`, write the report to `out_uri`, print the one-screen
     summary on stdout, and return report.json's content. An incomplete history raises
@@ -75,14 +77,15 @@ def run_analysis(
 
     With `wait` (seconds) the history may still be being written (`prestart`): the session
     starts first and, on a local master, warms up on a tiny history shaped like the run's;
-    then the job waits, up to `wait` seconds after the call, for the run to close it. That
+    then (`warm_file`, if given, created to say so) the job waits, up to `wait` seconds
+    after the call, for the run to close it. That
     session is left to stop with this process, while the runner prints the verdict (the JVM
     stops it when its gateway's pipe from this process closes)."""
     deadline = None if wait is None else time.monotonic() + wait
     spark, created = spark_session(master, conf, planned_sends=planned_sends)
     try:
         if deadline is not None:  # the tiny history of the warm-up is a local directory
-            prestart.prepare(spark, history_uri, deadline, analyze=analyze,
+            prestart.prepare(spark, history_uri, deadline, analyze=analyze, warm_file=warm_file,
                              warm=(master or "").startswith("local"))
         result = analyze(spark, history_uri, out_uri, allow_incomplete=allow_incomplete)
     finally:
@@ -105,23 +108,39 @@ def analyze(spark: SparkSession, history_uri: str, out_uri: str, *,
         return _analyze(spark, history, out_uri)
 
 
-def _series(written: DataFrame, history: History
+def _series(written: DataFrame, history: History, grid: Grid
             ) -> tuple[report.Series, list[tuple[int, int, float]], dict[str, Any]]:
-    """(second since t_ref, attempted, acked) for every second with sends, the latency
-    histogram, and the first invoke, the last completion and the last read, from the series
-    rows `_check` wrote; the malformed lines of sends and reads go to `history`. The series
-    is bounded by the run's length (a week is 604,800 rows of three numbers)."""
+    """The send series on `grid` (invocations and completions per bucket, the latency cells),
+    the latency histogram, and the first invoke, the last completion and the last read, from
+    the series rows `_check` wrote; the malformed lines of sends and reads go to `history`.
+    Bounded by the grid (`grid.series_grid`: at most about 100,000 buckets and 1,000 cell
+    columns, each with a few dozen latency cells)."""
     rows = (written.filter(~F.col("part").isin(VALUE_PART, TRUNCATION_PART, GROUP_PART))
             .select(*SERIES_COLUMNS).collect())
     other = [r for r in rows if r["part"] == "other"]
     history.count_malformed("sends", sum(r["bad_sends"] for r in other))
     history.count_malformed("reads", sum(r["bad_reads"] for r in other))
-    seconds = [r for r in rows if r["part"] == "second"]
+    buckets = [r for r in rows if r["part"] == "time"]
     histogram = [(r["bucket"], r["acked"], r["max_ms"]) for r in rows if r["part"] == "latency"]
-    times = {"first": min((r["first"] for r in seconds), default=None),
-             "last": max((r["last"] for r in seconds), default=None),
+    cells = sorted((r["column"], r["bucket"], outcome, r[outcome]) for r in rows
+                   if r["part"] == "cell" for outcome in report.OUTCOMES if r[outcome])
+    times = {"first": min((r["first"] for r in buckets if r["first"] is not None), default=None),
+             "last": max((r["last"] for r in buckets), default=None),
              "last_read": max((r["last"] for r in other), default=None)}
-    return sorted((r["second"], r["attempted"], r["acked"]) for r in seconds), histogram, times
+    series = report.Series(grid, sorted(
+        (r["bucket"], r["attempted"], r["acked"], r["failed"], r["indeterminate"])
+        for r in buckets), cells)
+    return series, histogram, times
+
+
+def _grid(history: History) -> Grid:
+    """The send series' grid (`grid.series_grid`), counted from the report's zero
+    (`report.clock_zero`, so that its buckets start at round times there), for the run's
+    span: to meta.json's end, else (an interrupted run) to the last fault or cluster sample;
+    unknown without a start."""
+    zero = report.clock_zero(history.meta, None)
+    end = _end(history, None) if history.meta.get("start") else None
+    return series_grid(zero, None if end is None else end - zero)
 
 
 def _end(history: History, last_send: float | None) -> float | None:
@@ -139,30 +158,31 @@ def _faults(history: History, t0: float, t_end: float) -> list[dict[str, Any]]:
     rows = windows.orderBy("start", "target").collect()
     return [
         {"id": i, **r.asDict(), "start_s": round(r["start"] - t0, 3),
+         "healed_s": None if r["healed"] is None else round(r["healed"] - t0, 3),
          "end_s": round(r["end"] - t0, 3)}
         for i, r in enumerate(rows, start=1)
     ]
 
 
-def _check(history: History, t_ref: float, scratch: str, truncations: DataFrame | None,
+def _check(history: History, grid: Grid, scratch: str, truncations: DataFrame | None,
            group: Group | None) -> int:
     """Run every record checker and the send series in one query: one parse, one shuffle.
 
     The query writes to `scratch` the noteworthy values (part VALUE_PART), the series rows
-    (parts "second", "latency" and "other"), when there are `truncations` (events with an
-    `id`) the acknowledged records each of them cut (part TRUNCATION_PART) and, with a
-    consumer `group`, the group checkers' findings (part GROUP_PART, from a scan of their
-    own), all few, and returns the number of inconsistent offsets (an Observation of the few
-    positions). Nothing is observed line by line or value by value: malformed lines are
-    counted in the series, the other counts come from the written rows (`_counts`) and topic
-    names from `topics.topic_names`.
+    (parts "time", "latency", "cell" and "other", on `grid`), when there are `truncations`
+    (events with an `id`) the acknowledged records at their offsets (part TRUNCATION_PART)
+    and, with a consumer `group`, the group checkers' findings (part GROUP_PART, from a scan
+    of their own), all few, and returns the number of inconsistent offsets (an Observation
+    of the few positions). Nothing is observed line by line or value by value: malformed
+    lines are counted in the series, the other counts come from the written rows
+    (`_counts`) and topic names from `topics.topic_names`.
     """
-    written, inconsistent_obs = checked(history, t_ref, truncations, group)
+    written, inconsistent_obs = checked(history, grid, truncations, group)
     written.write.mode("overwrite").parquet(scratch)
     return int(inconsistent_obs.get["inconsistent_offsets"])
 
 
-def checked(history: History, t_ref: float, truncations: DataFrame | None,
+def checked(history: History, grid: Grid, truncations: DataFrame | None,
             group: Group | None) -> tuple[DataFrame, Observation]:
     """The rows `_check` writes, and the Observation that counts the inconsistent offsets
     once they are written."""
@@ -173,7 +193,7 @@ def checked(history: History, t_ref: float, truncations: DataFrame | None,
     committed = None if group is None else groups.committed_positions(group.actions)
     classified = checks.classify(checks.positions_by_value(by_value), inconsistent, committed)
     values = checks.noteworthy(classified).withColumn("part", F.lit(VALUE_PART))
-    series = checks.send_series(by_value, t_ref).withColumnRenamed("kind", "part")
+    series = checks.send_series(by_value, grid).withColumnRenamed("kind", "part")
     written = values.unionByName(series, allowMissingColumns=True)
     if truncations is not None:
         cut = checks.acked_in_truncations(by_value, checks.truncation_ranges(truncations))
@@ -196,7 +216,7 @@ def _counts(written: DataFrame, series: report.Series, inconsistent_offsets: int
              for k in GROUP_KINDS] if grouped else []
     row = {k.count: 0 for k in GROUP_KINDS} | rows.agg(
         *checks.value_counts(rows), *found).first().asDict()
-    attempted = sum(a for _, a, _ in series) - row.pop("retries")
+    attempted = series.attempts - row.pop("retries")
     counts = {**row, "attempted": attempted, "inconsistent_offsets": inconsistent_offsets,
               "acked": attempted - row["failed"] - row["indeterminate"]}
     return {name: int(counts[name]) for name in report.COUNT_NAMES}
@@ -248,6 +268,17 @@ def _cluster(history: History, t0: float, width: float) -> tuple[list[dict], lis
     return offline, isr
 
 
+def _truncation_records(written: DataFrame, values: DataFrame) -> dict[int, dict[str, int]]:
+    """Per truncation id, the acknowledged records it cut and their fate
+    (`checks.truncation_records`); nothing without truncations."""
+    if "cut_at" not in written.columns:
+        return {}
+    candidates = written.filter(F.col("part") == TRUNCATION_PART).select(
+        "id", "broker", "t_trunc", "value", "cut_at", "t_acked")
+    return {r["id"]: {k: r[k] for k in ("acked", "lost", "lost_before", "kept")}
+            for r in checks.truncation_records(candidates, values).collect()}
+
+
 def _acks_one(meta: dict[str, Any]) -> bool:
     """The producers used acks=1 (meta.json's spec.workload.acks)."""
     spec = meta.get("spec")
@@ -256,7 +287,7 @@ def _acks_one(meta: dict[str, Any]) -> bool:
 
 
 def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
-             acked_cut: dict[int, int], faults: list[dict[str, Any]], t0: float,
+             cut_records: dict[int, dict[str, int]], faults: list[dict[str, Any]], t0: float,
              drain_short: list[dict[str, Any]]) -> dict[str, Any]:
     """The loss incidents (of records and of committed offsets), the truncations and the
     duplicates (`attribution`, `offsets`, `explain`) of `anomaly_rows` (anomalies/); none
@@ -276,8 +307,9 @@ def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
         return [r.asDict(recursive=True) for r in attribution.incidents(attributed).collect()]
 
     def cuts() -> list[dict[str, Any]]:
-        return [{**r.asDict(), "acked": acked_cut.get(r["id"], 0)}
-                for r in attribution.truncations(events, subjects).collect()]
+        none = dict.fromkeys(("acked", "lost", "lost_before", "kept"), 0)
+        return [{**r.asDict(), **cut_records.get(r["id"], none)}
+                for r in attribution.truncations(events).collect()]
 
     def duplicates() -> list[dict[str, Any]]:
         if not _to_explain(counts, anomalies.RETRY):
@@ -303,18 +335,26 @@ def _to_explain(counts: dict[str, int], how: str) -> bool:
 
 def _marks(history: History, t0: float) -> list[dict[str, Any]]:
     """The events the timeline marks: elections, fences, truncations, the consumer group's
-    rebalances and generations, and its coordinator's moves (the loads of its
-    __consumer_offsets partition, not of the others)."""
+    rebalances and generations, and its coordinator's moves; of the internal topics
+    (__consumer_offsets), only the events of the group's own partition."""
     if history.parsed["events"] is None:
         return []
     group = groups.consumer_group(history.meta)
-    load = F.col("type") == "coordinator_load"
+    internal = (F.col("type") == "coordinator_load") | F.coalesce(
+        F.col("topic").startswith("__"), F.lit(False))
     ours = (F.lit(False) if group is None else
             (F.col("topic") == group["offsets_topic"])
             & (F.col("partition") == group["offsets_partition"]))
     return [{**r.asDict(), "t_s": r["t"] - t0} for r in history.valid("events")
-            .filter(F.col("type").isin(*plots.EVENT_MARKS) & (~load | ours))
+            .filter(F.col("type").isin(*plots.EVENT_MARKS) & (~internal | ours))
             .select("t", "type", "kind", "broker", "leader", "group", "generation").collect()]
+
+
+def _brokers(meta: dict[str, Any]) -> int | None:
+    """The cluster's number of brokers (meta.json's cluster.brokers), if it says."""
+    cluster = meta.get("cluster")
+    brokers = cluster.get("brokers") if isinstance(cluster, dict) else None
+    return brokers if isinstance(brokers, int) and not isinstance(brokers, bool) else None
 
 
 def _count_group_lines(history: History, group: Group | None) -> None:
@@ -335,7 +375,6 @@ def _concurrently(*calls: Callable[[], Any]) -> list[Any]:
 def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, Any]:
     meta = history.meta
     drain_short = report.drain_shortfalls(meta.get("drain"), topics.spec_topic(meta))
-    t_ref = float(meta.get("start") or 0.0)
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
     scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
     truncations = None
@@ -344,27 +383,26 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     groups.consumer_group(meta)  # a consumer_group of another shape is bad input, said first
     group = groups.group_history(history)
     try:
-        inconsistent_offsets = _check(history, t_ref, scratch, truncations, group)
+        grid = _grid(history)
+        inconsistent_offsets = _check(history, grid, scratch, truncations, group)
         written = spark.read.parquet(scratch)
-        series, latency, send_times = _series(written, history)
+        series, latency, send_times = _series(written, history, grid)
         values = written.filter(F.col("part") == VALUE_PART).drop(
-            *SERIES_COLUMNS, "id", *GROUP_COLUMNS)
+            *SERIES_COLUMNS, "id", "broker", "t_trunc", "cut_at", *GROUP_COLUMNS)
         found = written.filter(F.col("part") == GROUP_PART).select("kind", *FINDING) \
             if group is not None else None
-        acked_cut = {r["id"]: r["acked"] for r in written.filter(
-            F.col("part") == TRUNCATION_PART).select("id", "acked").collect()
-        } if "id" in written.columns else {}
         counts = _counts(written, series, inconsistent_offsets, group is not None)
-        t0 = float(meta.get("start") or send_times["first"] or 0.0)
+        t0 = report.clock_zero(meta, send_times["first"])
         t_end = max(_end(history, send_times["last"]) or t0, t0)
         width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
         # Without an anomaly anomalies/ is empty, and nothing needs naming.
         anomalous = any(counts[name] for name in anomalies.COUNTS)
-        faults, names, (offline, isr), marks, _ = _concurrently(
+        faults, names, (offline, isr), marks, cut_records, _ = _concurrently(
             lambda: _faults(history, t0, t_end),
             lambda: topics.topic_names(history, values) if anomalous else {},
             lambda: _cluster(history, t0, width),
             lambda: _marks(history, t0),
+            lambda: _truncation_records(written, values),
             lambda: _count_group_lines(history, group))
         _write_anomalies(spark, values, group, found, names, faults, t0, t_end,
                          outputs["anomalies"], scratch)
@@ -373,20 +411,20 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         delete(spark, scratch + "-intervals.jsonl")
     anomaly_rows = spark.read.parquet(outputs["anomalies"])
     explained, (lost, other) = _concurrently(
-        lambda: _explain(history, anomaly_rows, counts, acked_cut, faults, t0, drain_short),
+        lambda: _explain(history, anomaly_rows, counts, cut_records, faults, t0,
+                         drain_short),
         lambda: _examples(anomaly_rows) if anomalous else ([], []))
     result = report.build(
         meta, history=history.uri, outputs=outputs, counts=counts, series=series,
-        latency=latency, t_ref=t_ref, t0=t0, t_end=t_end, last_read=send_times["last_read"],
+        latency=latency, t0=t0, t_end=t_end, last_read=send_times["last_read"],
         faults=faults, offline=offline, explained=explained,
         first_lost=lost[0] if lost else None, malformed=history.malformed(),
         drain_short=drain_short)
     png = plots.timeline_png(
-        width=width, acks=report.acks_per_bucket(series, t_ref, t0, width), isr=isr,
-        faults=result["faults"],
-        unavailable=result["unavailable_windows"],
-        lost_t=[r["t_invoke"] - t0 for r in lost if r["t_invoke"] is not None],
-        events=marks)
+        series=series, t0=t0, t_end=t_end, clock=result.get("clock"), isr=isr,
+        isr_width=width, faults=result["faults"], unavailable=result["unavailable_windows"],
+        lost_t=[r["t_acked"] - t0 for r in lost if r["t_acked"] is not None],
+        events=marks, brokers=_brokers(meta))
     write_bytes(spark, outputs["report.json"], report.to_json(result))
     write_bytes(spark, outputs["report.html"],
                 html.render(result, timeline_png=png, lost=lost, other=other).encode())

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -58,10 +59,13 @@ def watch_lifeline(fd: int = 0) -> None:
 
 
 def prepare(spark: SparkSession, history_uri: str, deadline: float, *, warm: bool,
-            analyze: Callable[[SparkSession, str, str], Any]) -> None:
-    """On a new session: warm it up (`warmup`, when `warm`) with `analyze`, then wait until
-    the run closed the history (`wait_until_closed`). Says on stderr how long each took. A
-    failed warm-up is said and passed over: the real analysis reports its own errors."""
+            analyze: Callable[[SparkSession, str, str], Any],
+            warm_file: str | None = None) -> None:
+    """On a new session: warm it up (`warmup`, when `warm`) with `analyze`, create
+    `warm_file` (the runner starts its workload then: the warm-up takes none of the CPU the
+    experiment's timings rely on), then wait until the run closed the history
+    (`wait_until_closed`). Says on stderr how long each took. A failed warm-up is said and
+    passed over: the real analysis reports its own errors."""
     _say("Spark session ready")
     started = time.monotonic()
     if warm:
@@ -70,6 +74,8 @@ def prepare(spark: SparkSession, history_uri: str, deadline: float, *, warm: boo
             _say(f"warmed up in {time.monotonic() - started:.1f} s")
         except Exception as exc:  # only a head start: the analysis itself says what is wrong
             _say(f"warm-up failed ({type(exc).__name__}: {exc}); going on without it")
+    if warm_file is not None:
+        Path(warm_file).touch()
     waited = time.monotonic()
     wait_until_closed(spark, history_uri, deadline)
     _say(f"history closed after {time.monotonic() - waited:.1f} s of waiting")

@@ -10,16 +10,28 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from undertow_analysis import anomalies
+from undertow_analysis.grid import CELL_RATIO, Grid
 
+UNAVAILABLE_MIN_S = 1.0
+"""The shortest no_acks window the report keeps: shorter gaps between acknowledgements are a
+workload's ordinary waits (a batch, a slow request), not an outage."""
+SUMMARY_WINDOWS = 5
+"""No-acks windows whose length and start the summary's availability line gives."""
 AVAILABILITY_DEFINITION = (
-    "A second (since the run's start) is available when at least one send attempt invoked in "
-    "it was acknowledged. fraction = available seconds / seconds with send attempts; "
-    "ack_fraction = acknowledged attempts / attempts. A no_acks window is a maximal run of "
-    "consecutive seconds with attempts and no acknowledged attempt; an offline window is a "
-    "maximal run of cluster samples in which a partition had no leader (leader -1)."
+    "Measured on completions, as a producer sees it. A send attempt is in flight from its "
+    "invocation to its completion; time is cut into buckets of {resolution_s:g} s "
+    "(resolution_s). A no_acks window is a maximal run of buckets during which attempts were "
+    "in flight and no acknowledgement completed, kept when at least "
+    f"{UNAVAILABLE_MIN_S:g} s long (min_window_s); its failed and indeterminate count the "
+    "attempts that completed in it without one. fraction = 1 - no_acks time / time with "
+    "attempts in flight (in_flight_s). ack_fraction = acknowledged attempts / attempts, "
+    "whenever they completed. An offline window is a maximal run of cluster samples in which "
+    "a partition had no leader (leader -1)."
 )
 
 SEND_COUNTS = {
@@ -42,6 +54,25 @@ INCOMPLETE_NOTE = ("a failure stopped the run, so records are missing from then 
 SHORT_DRAIN_NOTE = ("the drain did not read every partition to its end, so acknowledged "
                     "records past where it stopped are counted lost although a broker may "
                     "still hold them")
+
+
+def clock_zero(meta: Mapping[str, Any], first_send: float | None) -> float:
+    """The zero of every time the report gives (incidents, tables, plots): the workload's
+    start, which is also the zero of `undertow run`'s progress lines and fault schedule;
+    the run's start for a history without it (a run that stopped before its workload)."""
+    for zero in (meta.get("workload_start"), meta.get("start"), first_send):
+        if isinstance(zero, int | float) and not isinstance(zero, bool):
+            return float(zero)
+    return 0.0
+
+
+def clock(meta: Mapping[str, Any], t0: float) -> dict[str, Any]:
+    """report.json's `clock`: what t = 0 is, as a time of day and in words."""
+    zero_is = ("the workload's start" if meta.get("workload_start") is not None
+               else "the run's start")
+    utc = datetime.fromtimestamp(t0, UTC)
+    return {"zero": t0, "zero_is": zero_is,
+            "zero_utc": utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"}
 
 
 def drain_shortfalls(drain: Any, topic: str | None) -> list[dict[str, Any]]:
@@ -103,17 +134,47 @@ def fault_intervals(faults: list[dict[str, Any]]) -> list[tuple[float, float, st
     return intervals
 
 
-def no_ack_windows(seconds: list[int], t_ref: float, t0: float) -> list[dict[str, Any]]:
-    """Merge seconds (since t_ref) with attempts and no acknowledgement into maximal runs."""
-    windows: list[dict[str, Any]] = []
-    for s in sorted(seconds):
-        if windows and windows[-1]["_last"] == s - 1:
-            windows[-1]["_last"] = s
+def no_ack_windows(series: Series, t0: float, min_s: float = UNAVAILABLE_MIN_S
+                   ) -> tuple[list[dict[str, Any]], float]:
+    """The no_acks windows at least `min_s` long (see AVAILABILITY_DEFINITION), and the
+    time with attempts in flight, from the series' completion buckets.
+
+    One sweep over the buckets in order: the attempts in flight at a bucket's start are
+    those invoked before it less those completed before it, so a bucket without a row (no
+    invocation, no completion) is in flight, and then without acknowledgement, when any
+    attempt is."""
+    width, t_ref = series.grid.width, series.grid.t_ref
+    runs: list[list[int]] = []  # [first bucket, end bucket (exclusive), failed, indeterminate]
+    current: list[int] | None = None
+    in_flight, busy, previous = 0, 0, None
+
+    def unavailable(first: int, end: int, failed: int, indeterminate: int) -> list[int]:
+        if current is not None and current[1] == first:
+            current[1:] = [end, current[2] + failed, current[3] + indeterminate]
+            return current
+        runs.append([first, end, failed, indeterminate])
+        return runs[-1]
+
+    for bucket, attempted, acked, failed, indeterminate in series.buckets:
+        if previous is not None and bucket > previous + 1:  # buckets without a row
+            if in_flight > 0:
+                busy += bucket - previous - 1
+                current = unavailable(previous + 1, bucket, 0, 0)
+            else:
+                current = None
+        if in_flight > 0 or attempted > 0:
+            busy += 1
+            current = unavailable(bucket, bucket + 1, failed, indeterminate) if not acked \
+                else None
         else:
-            windows.append({"_first": s, "_last": s})
-    return [
-        _window("no_acks", t_ref + w["_first"], t_ref + w["_last"] + 1, t0) for w in windows
-    ]
+            current = None
+        in_flight += attempted - acked - failed - indeterminate
+        previous = bucket
+    windows = [_window("no_acks", t_ref + first * width, t_ref + end * width, t0,
+                       failed=failed, indeterminate=indeterminate)
+               for first, end, failed, indeterminate in runs
+               if (end - first) * width >= min_s - 1e-9]
+    return windows, round(busy * width, 3)
 
 
 def _window(kind: str, start: float, end: float, t0: float, **extra: Any) -> dict[str, Any]:
@@ -126,15 +187,21 @@ def offline_windows(rows: list[dict[str, Any]], t0: float) -> list[dict[str, Any
                     partition=r["partition"]) for r in rows]
 
 
-def availability(
-    attempted: int, acked: int, seconds: int, available_seconds: int,
-    offline: list[dict[str, Any]],
-) -> dict[str, Any]:
+def availability(series: Series, no_acks: list[dict[str, Any]], in_flight_s: float,
+                 offline: list[dict[str, Any]]) -> dict[str, Any]:
+    """report.json's availability (AVAILABILITY_DEFINITION)."""
+    unavailable_s = round(sum(w["duration_s"] for w in no_acks), 3)
+    attempted = series.attempts
+    acked = sum(b[2] for b in series.buckets)
     return {
-        "definition": AVAILABILITY_DEFINITION,
-        "seconds": seconds,
-        "available_seconds": available_seconds,
-        "fraction": _ratio(available_seconds, seconds),
+        "definition": AVAILABILITY_DEFINITION.format(resolution_s=series.grid.width),
+        "resolution_s": series.grid.width,
+        "min_window_s": UNAVAILABLE_MIN_S,
+        "in_flight_s": in_flight_s,
+        "unavailable_s": unavailable_s,
+        "fraction": round(1 - unavailable_s / in_flight_s, 6) if in_flight_s else None,
+        "no_ack_windows": len(no_acks),
+        "longest_s": max((w["duration_s"] for w in no_acks), default=0.0),
         "attempts": attempted,
         "acked_attempts": acked,
         "ack_fraction": _ratio(acked, attempted),
@@ -165,46 +232,120 @@ def _ratio(a: int, b: int) -> float | None:
     return round(a / b, 6) if b else None
 
 
-Series = list[tuple[int, int, int]]
-"""Per second with send attempts: (second since the run's t_ref, attempts invoked in it, how
-many of those were acknowledged), in order (`checks.send_series`)."""
+OUTCOMES = ("acked", "failed", "indeterminate")
+"""A send attempt's outcomes, in the order of the series' columns."""
 
 
-def _availability(series: Series, t_ref: float, t0: float, offline: list[dict[str, Any]]
+@dataclass(frozen=True)
+class Series:
+    """The send series the job collects from `checks.send_series`, on its `grid`.
+
+    buckets: per bucket of grid.width seconds since grid.t_ref with an invocation or a
+    completion, in order: (bucket, attempts invoked in it, attempts that completed in it
+    acknowledged, failed, indeterminate). cells: the 2-D histogram of completions, (column
+    of grid.column seconds since grid.t_ref, latency bucket of `CELL_RATIO`, outcome
+    (one of OUTCOMES), attempts)."""
+
+    grid: Grid
+    buckets: list[tuple[int, int, int, int, int]]
+    cells: list[tuple[int, int, str, int]]
+
+    @property
+    def attempts(self) -> int:
+        return sum(b[1] for b in self.buckets)
+
+
+def _availability(series: Series, t0: float, offline: list[dict[str, Any]],
+                  faults: list[dict[str, Any]]
                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The availability section and the unavailable windows, no-acks and offline, in order."""
-    summary = availability(
-        attempted=sum(a for _, a, _ in series), acked=sum(k for _, _, k in series),
-        seconds=len(series), available_seconds=sum(1 for *_, k in series if k), offline=offline)
-    no_acks = no_ack_windows([s for s, _, k in series if not k], t_ref, t0)
-    return summary, sorted(no_acks + offline, key=lambda w: (w["start"], w["kind"]))
+    """The availability section and the unavailable windows, no-acks and offline, in order,
+    each with the ids of the faults active during it."""
+    no_acks, in_flight_s = no_ack_windows(series, t0)
+    summary = availability(series, no_acks, in_flight_s, offline)
+    windows = sorted(no_acks + offline, key=lambda w: (w["start"], w["kind"]))
+    for w in windows:
+        w["faults"] = [f["id"] for f in faults if f["start"] < w["end"] and f["end"] > w["start"]]
+    return summary, windows
 
 
-def acks_per_bucket(series: Series, t_ref: float, t0: float, width: float
-                    ) -> list[tuple[int, int]]:
-    """Acknowledged attempts per `width`-second bucket since t0 (the timeline's curve)."""
-    buckets: dict[int, int] = {}
-    for second, _, acked in series:
-        bucket = math.floor((second + t_ref - t0) / width)
-        buckets[bucket] = buckets.get(bucket, 0) + acked
-    return sorted(buckets.items())
+def completion_rates(series: Series, t0: float, width: float
+                     ) -> list[tuple[float, float, float, float]]:
+    """(start of a `width`-second bin, in seconds since t0; acknowledged, failed and
+    indeterminate completions per second in it) for every bin from the first bucket to the
+    last, so a bin without completions shows 0 (`width` a multiple of the grid's)."""
+    if not series.buckets:
+        return []
+    grid = series.grid
+    per = max(1, round(width / grid.width))
+    sums: dict[int, list[int]] = {}
+    for bucket, _, acked, failed, indeterminate in series.buckets:
+        row = sums.setdefault(bucket // per, [0, 0, 0])
+        row[0] += acked
+        row[1] += failed
+        row[2] += indeterminate
+    span = per * grid.width
+    first, last = min(sums), max(sums)
+    return [(grid.t_ref + b * span - t0, *(n / span for n in sums.get(b, (0, 0, 0))))
+            for b in range(first, last + 1)]
+
+
+def _cell_ms(bucket: int) -> float:
+    """A latency cell's representative latency: the geometric middle of its bounds."""
+    return float(CELL_RATIO ** (bucket + 0.5))
+
+
+def latency_points(series: Series, t0: float) -> list[tuple[float, float, str, int]]:
+    """(time in seconds since t0, latency in ms, outcome, attempts) for every non-empty
+    latency cell: the middle of its column and of its latency bucket."""
+    grid = series.grid
+    return [(grid.t_ref + (column + 0.5) * grid.column - t0, _cell_ms(bucket), outcome, n)
+            for column, bucket, outcome, n in series.cells]
+
+
+def latency_quantiles(series: Series, t0: float, window: float = 1.0,
+                      quantiles: tuple[float, ...] = (0.5, 0.99)
+                      ) -> list[tuple[float, list[float]]]:
+    """(middle of a window, in seconds since t0; each quantile's latency in ms) of the
+    acknowledged attempts that completed in each `window`-second window (at least a cell
+    column), nearest rank over the cells."""
+    grid = series.grid
+    per = max(1, round(window / grid.column))
+    by_window: dict[int, dict[int, int]] = {}
+    for column, bucket, outcome, n in series.cells:
+        if outcome == "acked":
+            cells = by_window.setdefault(column // per, {})
+            cells[bucket] = cells.get(bucket, 0) + n
+    span = per * grid.column
+    lines = []
+    for w, cells in sorted(by_window.items()):
+        total, found = sum(cells.values()), []
+        for q in quantiles:
+            rank, seen = max(1, math.ceil(q * total)), 0
+            for bucket in sorted(cells):
+                seen += cells[bucket]
+                if seen >= rank:
+                    found.append(_cell_ms(bucket))
+                    break
+        lines.append((grid.t_ref + (w + 0.5) * span - t0, found))
+    return lines
 
 
 def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
           counts: dict[str, int], series: Series, latency: list[tuple[int, int, float]],
-          t_ref: float, t0: float, t_end: float, last_read: float | None,
+          t0: float, t_end: float, last_read: float | None,
           faults: list[dict[str, Any]], offline: list[dict[str, Any]],
           explained: dict[str, Any], first_lost: dict[str, Any] | None,
           malformed: dict[str, Any], drain_short: list[dict[str, Any]]) -> dict[str, Any]:
     """report.json's content from what the job collected: `meta` (meta.json), the history's
     URI, the outputs' (by file name), the counts, the send series and latency histogram
-    (`checks.send_series`), the run's reference time, start and end, its last read, the
+    (`checks.send_series`), the run's start (t0, the zero of every time) and end, its last
+    read, the
     faults, the rows of `checks.offline_windows`, the explanations (`explain`), the
     earliest-sent lost record of anomalies/, the malformed lines (`History.malformed`) and
     the drain's shortfalls (`drain_shortfalls`). The verdict is `anomalies.verdict`."""
     idempotent = bool(meta.get("idempotent", False))
     verdict = anomalies.verdict(counts, idempotent)
-    summary, windows = _availability(series, t_ref, t0, offline_windows(offline, t0))
+    summary, windows = _availability(series, t0, offline_windows(offline, t0), faults)
     latency_ms = latency_percentiles(latency)
     return clean_json({
         "verdict": verdict,
@@ -219,6 +360,7 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
         "first_loss": first_lost and {**first_lost,
                                       "t_rel_s": round(first_lost["t_invoke"] - t0, 3)},
         "malformed": malformed,
+        "clock": clock(meta, t0),
         "run": {"start": t0, "end": t_end, "duration_s": round(t_end - t0, 3),
                 "last_read": last_read},
         "history": history,
@@ -274,14 +416,7 @@ def _incident_lines(explained: dict[str, Any]) -> list[str]:
         if explained["incident_count"] > SUMMARY_INCIDENTS:
             lines.append(f"  ... {explained['incident_count'] - SUMMARY_INCIDENTS} more in "
                          f"the report")
-    cuts = explained["truncations"]
-    if cuts:
-        cut_acked = explained["truncations_cut_acked"]
-        lines.append(f"truncations: {len(cuts)}, " + (
-            "each dropped only unacknowledged records" if not cut_acked
-            else f"{cut_acked} cut acknowledged records"))
-    else:
-        lines.append("truncations: none")
+    lines.append(truncations_line(explained))
     groups = explained["duplicates"]
     if groups:
         by_mechanism: dict[str, int] = {}
@@ -291,6 +426,38 @@ def _incident_lines(explained: dict[str, Any]) -> list[str]:
         lines.append(f"duplicates: {sum(by_mechanism.values()):,} ("
                      + "; ".join(f"{name}: {n:,}" for name, n in by_mechanism.items()) + ")")
     return lines
+
+
+def headline(report: dict[str, Any]) -> str:
+    """The banner's numbers in one phrase: "789 of 18,040 acknowledged records lost in 5
+    incidents", and any committed offsets lost or other anomalies."""
+    c, ex = report["counts"], report["explained"]
+    text = f"{c['lost']:,} of {c['acked']:,} acknowledged records lost"
+    n = ex.get("record_incidents", 0)
+    if c["lost"] and n:
+        text += f" in {n:,} incident{'s' if n != 1 else ''}"
+    lost_commits = c.get("committed_offsets_lost") or 0
+    if lost_commits:
+        text += f", {lost_commits:,} committed offset{'s' if lost_commits != 1 else ''} lost"
+    text += "".join(f", {c[k]:,} {k.replace('_', ' ')}" for k in anomalies.COUNTS
+                    if c[k] and k not in ("lost", "committed_offsets_lost"))
+    return text
+
+
+def truncations_line(explained: dict[str, Any]) -> str:
+    """The truncations in one line: how many, and what the acknowledged records they cut
+    became (each lost record counted once)."""
+    cuts = explained["truncations"]
+    if not cuts:
+        return "truncations: none"
+    records = sum(c["from_offset"] - c["to_offset"] for c in cuts)
+    acked = sum(c["acked"] for c in cuts)
+    head = f"truncations: {len(cuts)}, {records:,} records cut"
+    if not acked:
+        return head + ", none of them acknowledged"
+    kept = sum(c["kept"] for c in cuts)
+    return head + (f", of them acknowledged: {explained['truncations_lost']:,} lost for good"
+                   + (f", {kept:,} kept at other offsets" if kept else ""))
 
 
 def summary_text(report: dict[str, Any]) -> str:
@@ -307,6 +474,10 @@ def summary_text(report: dict[str, Any]) -> str:
     if report["drain_short"]:
         lines.append(f"DRAIN INCOMPLETE: {SHORT_DRAIN_NOTE} ("
                      + "; ".join(shortfall_text(s) for s in report["drain_short"]) + ")")
+    lines.append(headline(report))
+    clock = report.get("clock")
+    if clock:
+        lines.append(f"(times: seconds since {clock['zero_is']}, as in the progress lines)")
     lines += _incident_lines(report["explained"])
     lines.append("")
     lines.append(f"sends   attempted {c['attempted']:>12,}  acked {c['acked']:>12,}  "
@@ -321,14 +492,14 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"p999 {_ms(lat['p999'])}")
     av = report["availability"]
     frac = "-" if av["fraction"] is None else f"{av['fraction']:.1%}"
-    lines.append(f"availability {frac} of {av['seconds']} s; "
-                 f"{len(report['unavailable_windows'])} unavailable window(s); "
+    no_acks = [w for w in report["unavailable_windows"] if w["kind"] == "no_acks"]
+    shown = ", ".join(f"{w['duration_s']:.1f} s at {w['start_s']:.1f} s"
+                      for w in no_acks[:SUMMARY_WINDOWS])
+    more = ", ..." if len(no_acks) > SUMMARY_WINDOWS else ""
+    lines.append(f"availability {frac} of {av['in_flight_s']:.1f} s with sends in flight; "
+                 f"{len(no_acks)} window(s) without acks" + (f" ({shown}{more})" if shown else "")
+                 + f"; partitions offline {av['partition_offline_s']:.1f} s; "
                  f"{len(report['faults'])} fault(s) injected")
-    first = report.get("first_loss")
-    if first:
-        lines.append(f"first loss  {first['value']} at {first['topic']}-{first['partition']}"
-                     f"@{first['offset']}, sent at +{first['t_rel_s']:.3f} s, "
-                     f"fault: {first['fault'] or 'none active'}")
     skipped = report["malformed"]["skipped"]
     if skipped:
         where = ", ".join(f"{m['file'].rsplit('/', 1)[-1]}:{m['line']}"

@@ -81,7 +81,8 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
                        _send("p0-11", topic, "info", None, start + 5.3)]
     lines["faults"] += [
         {"fault": "kill", "target": "broker-1", "role": f"leader of {topic}-0",
-         "action": action, "t": start + t} for action, t in (("inject", 5.5), ("recover", 11.0))]
+         "action": action, "t": start + t}
+        for action, t in (("inject", 5.5), ("heal", 10.5), ("recover", 11.0))]
     event("broker_fenced", 6.0, "controller", topic=None, partition=None, broker=1,
           broker_epoch=3, reason="session_expired")
     event("leader_election", 6.0, "controller", leader_epoch=1, leader=2, previous_leader=1,

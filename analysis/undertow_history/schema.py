@@ -250,8 +250,11 @@ FAULTS = HistoryFile("faults.jsonl", (
                             "direction (`broker-0->broker-1`)"),
     Field("role", STRING, "how the target was chosen when the fault was injected, e.g. "
                           "`leader of t-0`"),
-    Field("action", STRING, "`inject`: the fault took effect. `recover`: it was undone",
-          values=("inject", "recover")),
+    Field("action", STRING, "`inject`: the fault took effect. `heal`: its undoing began (its "
+                            "duration ran out, or the run stopped). `recover`: the undoing "
+                            "finished (a killed or paused process back and serving, a link "
+                            "passing again); older histories have no `heal`",
+          values=("inject", "heal", "recover")),
     Field("t", DOUBLE, "when the action took effect"),
 ))
 

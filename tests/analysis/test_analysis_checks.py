@@ -7,7 +7,7 @@ import math
 import pytest
 from analysis_histories import PLANTED_ANOMALIES, PLANTED_COUNTS, planted_history
 
-from undertow_analysis import anomalies, checks, report
+from undertow_analysis import anomalies, checks, grid, report
 from undertow_analysis.io import read_history
 from undertow_analysis.topics import topic_keys
 
@@ -58,19 +58,25 @@ def test_value_anomalies_positions(planted):
     assert details[("duplicate", "p2-1")] == "drained at t-0@3 ... t-0@4 (2 positions)"
 
 
-def test_fault_windows_pair_nth_inject_with_nth_recover(spark):
+def test_fault_windows_pair_nth_inject_heal_and_recover(spark):
     rows = [
         ("kill", "broker-1", "leader", "inject", 10.0),
-        ("kill", "broker-1", "leader", "recover", 12.0),
+        ("kill", "broker-1", "leader", "heal", 14.0),
+        ("kill", "broker-1", "leader", "recover", 14.6),
         ("kill", "broker-1", "leader", "inject", 20.0),
+        ("kill", "broker-1", "leader", "heal", 24.0),
         ("kill", "broker-1", "leader", "recover", 25.0),
-        ("pause", "broker-2", "follower", "inject", 30.0),  # the run died before recovering
+        ("pause", "broker-2", "follower", "inject", 30.0),  # the run died before healing
+        ("pause", "broker-0", "follower", "inject", 32.0),  # an older history: no heal line
+        ("pause", "broker-0", "follower", "recover", 33.0),
     ]
     faults = spark.createDataFrame(rows, "fault string, target string, role string, "
                                          "action string, t double")
     windows = checks.fault_windows(faults, run_end=40.0).orderBy("start").collect()
-    assert [(w["fault"], w["start"], w["end"], w["recovered"]) for w in windows] == [
-        ("kill", 10.0, 12.0, True), ("kill", 20.0, 25.0, True), ("pause", 30.0, 40.0, False)]
+    assert [(w["fault"], w["start"], w["healed"], w["end"], w["recovered"])
+            for w in windows] == [
+        ("kill", 10.0, 14.0, 14.6, True), ("kill", 20.0, 24.0, 25.0, True),
+        ("pause", 30.0, None, 40.0, False), ("pause", 32.0, None, 33.0, True)]
 
 
 def test_with_active_fault_labels_overlaps_and_gaps(spark):
@@ -117,37 +123,100 @@ def test_verdict(changes, idempotent, expected):
     assert anomalies.verdict(counts, idempotent) == expected
 
 
-def test_no_ack_windows_merge_consecutive_seconds():
-    windows = report.no_ack_windows([4, 8, 9, 13], t_ref=100.0, t0=100.0)
-    assert [(w["start_s"], w["duration_s"]) for w in windows] == [(4, 1), (8, 2), (13, 1)]
+def series(buckets, cells=(), width=0.1, column=0.1, t_ref=100.0) -> report.Series:
+    return report.Series(grid.Grid(t_ref, width, column), sorted(buckets), sorted(cells))
 
 
-def test_send_series_decodes_negative_seconds_and_submillisecond_buckets(spark):
-    """The series key packs a second or a latency bucket with its kind: seconds before t_ref
-    and latencies under a millisecond are negative and must come back intact."""
+def test_no_ack_windows_follow_attempts_in_flight_and_acks_completing():
+    """Buckets of 0.1 s: (bucket, invoked, acked, failed, indeterminate completions)."""
+    steady = [(b, 5, 5, 0, 0) for b in range(0, 10)]
+    # 20 attempts invoked over 1.0-1.4 s complete, acknowledged, only at 2.55 s: 1.0-2.5 s
+    # had attempts in flight (even the buckets without a row) and no acknowledgement.
+    stuck = [(b, 4, 0, 0, 0) for b in range(10, 15)] + [(25, 5, 25, 0, 0)]
+    # 3.0-3.5 s: attempts fail at once, then time out: no ack for 0.5 s, under the minimum.
+    refused = [(b, 2, 0, 1, 1) for b in range(30, 35)] + [(35, 2, 2, 0, 0)]
+    # 4.0-5.5 s: every attempt fails or times out, 1.5 s: a window counting them.
+    down = [(b, 2, 0, 1, 1) for b in range(40, 55)] + [(55, 1, 1, 0, 0)]
+    windows, in_flight_s = report.no_ack_windows(series(steady + stuck + refused + down),
+                                                 t0=100.0)
+    assert [(w["kind"], w["start_s"], w["duration_s"], w["failed"], w["indeterminate"])
+            for w in windows] == [("no_acks", 1.0, 1.5, 0, 0), ("no_acks", 4.0, 1.5, 15, 15)]
+    # In flight: 0-2.6 s, 3.0-3.6 s and 4.0-5.6 s (idle from 2.6 s to 3.0 s and 3.6-4.0 s).
+    assert in_flight_s == pytest.approx(2.6 + 0.6 + 1.6)
+
+
+def test_availability_is_measured_on_completions():
+    """Availability, rates and latency points of one series: the in-flight time, the
+    unavailable time and the windows' faults."""
+    s = series([(0, 10, 10, 0, 0), (10, 10, 0, 0, 0), (30, 0, 10, 0, 0), (31, 10, 10, 0, 0)],
+               cells=[(0, 50, "acked", 10), (30, 120, "acked", 10), (31, 51, "acked", 10)])
+    faults = [{"id": 1, "start": 100.9, "end": 102.5}, {"id": 2, "start": 104.0, "end": 105.0}]
+    summary, windows = report._availability(s, 100.0, [], faults)
+    assert [(w["start_s"], w["duration_s"], w["faults"]) for w in windows] == [(1.0, 2.0, [1])]
+    # In flight: 0-0.1 s and 1.0-3.2 s (idle between).
+    assert (summary["in_flight_s"], summary["unavailable_s"], summary["fraction"]) == (
+        2.3, 2.0, pytest.approx(1 - 2.0 / 2.3, abs=1e-6))
+    assert (summary["attempts"], summary["acked_attempts"], summary["no_ack_windows"],
+            summary["longest_s"]) == (30, 30, 1, 2.0)
+    assert "0.1 s" in summary["definition"]
+    # By completion: nothing acknowledged from 0.1 s to 3.0 s, then the backlog at once.
+    rates = report.completion_rates(s, 100.0, 0.5)
+    assert rates[0] == (0.0, 20.0, 0.0, 0.0) and rates[1][1:] == (0.0, 0.0, 0.0)
+    assert rates[6] == (3.0, 40.0, 0.0, 0.0) and len(rates) == 7
+    points = report.latency_points(s, 100.0)
+    assert [(round(t, 2), o, n) for t, _, o, n in points] == [
+        (0.05, "acked", 10), (3.05, "acked", 10), (3.15, "acked", 10)]
+    ms = [p[1] for p in points]
+    assert ms[0] == pytest.approx(grid.CELL_RATIO ** 50.5)
+    quantiles = report.latency_quantiles(s, 100.0, window=1.0)
+    assert [(t, [round(q, 3) for q in qs]) for t, qs in quantiles] == [
+        (0.5, [round(ms[0], 3)] * 2), (3.5, [round(ms[2], 3), round(ms[1], 3)])]
+
+
+def test_series_grid_widens_with_the_run():
+    assert grid.series_grid(0.0, 36.0) == grid.Grid(0.0, 0.1, 0.1)
+    hour = grid.series_grid(0.0, 3600.0)
+    assert (hour.width, hour.column) == (0.1, pytest.approx(3.6))
+    week = grid.series_grid(5.0, 7 * 86400.0)
+    assert week.width == 10.0 and 604_800 / week.width <= grid.MAX_SERIES_BUCKETS
+    assert week.column / week.width == math.ceil(604.8 / 10)
+    assert grid.series_grid(0.0, None).width == 1.0
+
+
+def test_send_series_decodes_negative_buckets_and_submillisecond_latencies(spark):
+    """The series key packs a bucket, a latency bucket or a cell with its kind: buckets before
+    t_ref and latencies under a millisecond are negative and must come back intact."""
     t_ref = 1_000.0
     rows = [  # value, tk, pos, code, t_invoke, t_complete
-        ("a", 1, 0, checks.OK, t_ref - 1.5, t_ref - 1.4995),  # second -2, 0.5 ms
-        ("b", 1, 1, checks.OK, t_ref + 3.2, t_ref + 3.21),  # second 3, 10 ms
-        ("c", 1, None, checks.FAIL, t_ref + 3.9, t_ref + 4.0),  # second 3, not acked
+        ("a", 1, 0, checks.OK, t_ref - 1.55, t_ref - 1.5495),  # bucket -16, 0.5 ms
+        ("b", 1, 1, checks.OK, t_ref + 3.25, t_ref + 3.26),  # bucket 32, 10 ms
+        ("c", 1, None, checks.INFO, t_ref + 3.22, t_ref + 4.02),  # 32 to 40, timed out
         ("a", 1, 0, checks.RUN, None, t_ref + 9.0),
         (None, None, None, checks.BAD_READ, None, None),
     ]
     events = spark.createDataFrame(
         rows, "value string, tk long, pos long, code byte, t_invoke double, t_complete double")
-    got = {(r["kind"], r["second"], r["bucket"]): r
-           for r in checks.send_series(events, t_ref).collect()}
+    got = {(r["kind"], r["bucket"], r["column"]): r
+           for r in checks.send_series(events, grid.Grid(t_ref, 0.1, 0.5)).collect()}
 
-    def bucket(t_invoke: float, t_complete: float) -> int:
-        return math.floor(math.log((t_complete - t_invoke) * 1000.0) / math.log(
-            checks.LATENCY_RATIO))
+    def bucket(ratio: float, t_invoke: float, t_complete: float) -> int:
+        return math.floor(math.log((t_complete - t_invoke) * 1000.0) / math.log(ratio))
 
-    small, large = bucket(*rows[0][4:6]), bucket(*rows[1][4:6])
-    assert small < 0 < large
-    assert set(got) == {("second", -2, None), ("second", 3, None), ("latency", None, small),
-                        ("latency", None, large), ("other", None, None)}
-    assert (got["second", 3, None]["attempted"], got["second", 3, None]["acked"]) == (2, 1)
-    assert got["second", -2, None]["first"] == t_ref - 1.5
-    assert got["latency", None, small]["max_ms"] == pytest.approx(0.5)
+    small, large = (bucket(checks.LATENCY_RATIO, *r[4:6]) for r in rows[:2])
+    cells = [bucket(grid.CELL_RATIO, *r[4:6]) for r in rows[:3]]
+    assert small < 0 < large and cells[0] < 0
+    assert set(got) == {
+        ("time", -16, None), ("time", 32, None), ("time", 40, None),
+        ("latency", small, None), ("latency", large, None),
+        ("cell", cells[0], -4), ("cell", cells[1], 6), ("cell", cells[2], 8),
+        ("other", None, None)}
+    counts = {k: (r["attempted"], r["acked"], r["failed"], r["indeterminate"])
+              for k, r in got.items() if k[0] != "other"}
+    assert counts[("time", 32, None)] == (2, 1, 0, 0)  # b and c invoked, b acknowledged
+    assert counts[("time", 40, None)] == (0, 0, 0, 1)  # c timed out
+    assert counts[("cell", cells[2], 8)] == (0, 0, 0, 1)
+    assert counts[("latency", small, None)] == (0, 1, 0, 0)
+    assert got["time", -16, None]["first"] == t_ref - 1.55
+    assert got["latency", small, None]["max_ms"] == pytest.approx(0.5)
     other = got["other", None, None]
     assert (other["last"], other["bad_reads"], other["bad_sends"]) == (t_ref + 9.0, 1, 0)

@@ -82,11 +82,13 @@ def test_acks1_before_replication(spark, tmp_path):
     # The truncation cut 3 acknowledged records, all lost; the new leader's records at the
     # same offsets (acknowledged after its epoch began) are not counted as cut.
     (cut,) = report["explained"]["truncations"]
-    assert (cut["broker"], cut["acked"], cut["lost"]) == (1, 3, 3)
+    assert (cut["broker"], cut["acked"], cut["lost"], cut["lost_before"], cut["kept"]) == (
+        1, 3, 3, 0, 0)
     assert cut["sentence"] == (
         "at 9.0 s broker 1 truncated t-0 from 13 to 10 to the end of the leader's epoch "
-        "(OffsetForLeaderEpoch): 3 acknowledged records at those offsets, kept by no other "
-        "replica, are lost.")
+        "(OffsetForLeaderEpoch): it cut 3 records, 3 of them acknowledged: 3 lost for good "
+        "(no replica kept them).")
+    assert report["explained"]["truncations_lost"] == report["counts"]["lost"] == 3
 
 
 def test_unclean_election(spark, tmp_path):
@@ -129,8 +131,11 @@ def test_power_loss_of_every_replica(spark, tmp_path):
         "by broker 1 in epoch 0; broker 2 lost them to a power loss (its log came back ending "
         "at 10 instead of 13: they were never fsynced); at 9.0 s the controller elected broker 2 "
         "from the ISR {1, 2, 3} as it returned, whose log ended at 10.")
-    assert [(c["broker"], c["acked"], c["lost"]) for c in report["explained"]["truncations"]] == [
-        (1, 3, 3), (2, 3, 3), (3, 3, 3)]
+    # Each replica cut the same 3 records: lost once, at the first truncation listed.
+    assert [(c["broker"], c["acked"], c["lost"], c["lost_before"])
+            for c in report["explained"]["truncations"]] == [
+        (1, 3, 3, 0), (2, 3, 0, 3), (3, 3, 0, 3)]
+    assert report["explained"]["truncations_lost"] == 3
 
 
 def test_truncation_to_the_high_watermark_before_kip_101(spark, tmp_path):
@@ -231,7 +236,9 @@ def test_a_clean_run_lists_its_truncations_and_what_they_cut(spark, tmp_path):
     assert report["explained"]["incidents"] == []
     (cut,) = report["explained"]["truncations"]
     assert (cut["acked"], cut["lost"]) == (0, 0)
-    assert cut["sentence"].endswith("none of those offsets held an acknowledged record.")
+    assert cut["sentence"].endswith(
+        "it cut 2 records, none of them acknowledged (whatever was acknowledged at those "
+        "offsets was written there by a later leader and is still there).")
 
 
 @pytest.mark.parametrize("with_events", [False, True])

@@ -12,8 +12,9 @@ from history_builder import HistoryBuilder
 
 from undertow_analysis import groups, plots, run_analysis
 from undertow_analysis.anomalies import KINDS
+from undertow_analysis.grid import Grid
 from undertow_analysis.io import read_history
-from undertow_analysis.report import COUNT_NAMES
+from undertow_analysis.report import COUNT_NAMES, Series
 
 BAD_GROUP_LINE = '{"member": "c9", "type": "joined", "topic": "t", "partition": 0, "t": 1.0}'
 
@@ -176,9 +177,26 @@ def test_the_timeline_marks_rebalances_generations_and_the_coordinator():
         {"type": "coordinator_load", "group": None, "generation": None, "broker": 3,
          "t_s": 9.0},
     ]
-    assert [plots._mark(m)[1:] for m in marks] == [
-        ("group rebalance", "--", "rebalance g"), ("group generation", "-.", "gen 2"),
-        ("coordinator moved", ":", "coord b3")]
-    png = plots.timeline_png(width=1.0, acks=[(0, 10), (9, 10)], isr=[], faults=[],
-                             unavailable=[], lost_t=[], events=marks)
+    # The group gets a lane of its own; the coordinator's broker its lane.
+    assert plots.fault_lanes([], marks, brokers=3) == [
+        "controller", "broker-0", "broker-1", "broker-2", "broker-3", "group"]
+    fig = timeline(marks)
+    legend = {t.get_text() for ax in fig.axes if ax.get_legend()
+              for t in ax.get_legend().get_texts()}
+    assert {"group rebalancing", "group generation stable",
+            "group coordinator moved here"} <= legend
+    png = plots.timeline_png(**timeline_args(marks))
     assert png[:4] == b"\x89PNG"
+
+
+def timeline_args(events: list[dict]) -> dict:
+    """A 10 s run with steady sends and no fault, marking `events`."""
+    grid = Grid(0.0, 0.1, 0.1)
+    return {"series": Series(grid, [(b, 1, 1, 0, 0) for b in range(100)],
+                             [(b, 60, "acked", 1) for b in range(100)]),
+            "t0": 0.0, "t_end": 10.0, "clock": None, "isr": [], "isr_width": 1.0,
+            "faults": [], "unavailable": [], "lost_t": [], "events": events, "brokers": 3}
+
+
+def timeline(events: list[dict]):
+    return plots.timeline_figure(**timeline_args(events))

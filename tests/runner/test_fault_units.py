@@ -115,3 +115,32 @@ def test_what_only_the_resolved_nodes_show_is_a_clear_runtime_error(
         message: str) -> None:
     with pytest.raises((FaultError, PlatformError), match=message):
         build_fault(planned(fault), platform, nodes, time_limit_s=limit)
+
+
+def test_the_listener_hears_inject_heal_and_recover_once_each(
+        platform: LocalPlatform, monkeypatch: pytest.MonkeyPatch) -> None:
+    """heal when the undoing begins, recover when it finished; a recover that failed and is
+    retried does not say heal twice."""
+    heard: list[str] = []
+    restarts = iter([PlatformError("broker-1 did not come back"), None])
+
+    def restart(node: str) -> None:
+        heard.append(f"restart {node}")
+        error = next(restarts)
+        if error is not None:
+            raise error
+
+    monkeypatch.setattr(platform, "kill", lambda node: heard.append(f"kill {node}"))
+    monkeypatch.setattr(platform, "restart", restart)
+    monkeypatch.setattr(platform, "announce", lambda *_: None)
+    unit = build_fault(planned({"kind": "kill", "target": LEADER}), platform,
+                       Nodes("broker-1"), time_limit_s=60,
+                       listener=lambda fault, action: heard.append(action))
+    unit.inject()
+    with pytest.raises(PlatformError):
+        unit.recover()
+    assert unit.state == "injected"
+    assert unit.recover() is True
+    assert unit.recover() is False
+    assert heard == ["kill broker-1", "inject", "heal", "restart broker-1", "restart broker-1",
+                     "recover"]

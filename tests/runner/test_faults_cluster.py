@@ -172,7 +172,7 @@ def test_kill_leader_elects_another_and_recover_restarts_into_the_isr(
     assert healthy.is_running(old) and healthy.pid(old) != old_pid
     wait_back_in_isr(healthy, old)
     assert fault.recover() is False  # idempotent
-    assert recorder.actions == [("kill", old, "inject"), ("kill", old, "recover")]
+    assert recorder.actions == [("kill", old, action) for action in ("inject", "heal", "recover")]
     assert fault.describe() == {"fault": "kill", "target": old}
 
 
@@ -350,7 +350,8 @@ def test_time_limit_heals_a_fault_on_its_own(healthy: LocalPlatform) -> None:
     fault.inject()
     wait_for(lambda: fault.state == "recovered", 10, "the time limit to resume the follower")
     assert not healthy.is_paused(follower)
-    assert recorder.actions == [("pause", follower, "inject"), ("pause", follower, "recover")]
+    assert recorder.actions == [("pause", follower, action)
+                                for action in ("inject", "heal", "recover")]
     assert fault.recover() is False
 
 
@@ -415,7 +416,8 @@ def test_the_nemesis_cuts_each_follower_it_resolved_one_way_to_the_leader(
     role = f"all followers of {TOPIC}-0"
     injected = [("partition", f"{f}->{lead}", role, "inject") for f in followers]
     assert lines[:2] == injected
-    assert sorted(lines[2:]) == [(*line[:3], "recover") for line in injected]
+    assert sorted(lines[2:]) == sorted((*line[:3], action) for line in injected
+                                       for action in ("heal", "recover"))
     assert not healthy.blocked_links
 
 
@@ -428,7 +430,7 @@ def test_the_nemesis_splits_the_groups_it_resolved(healthy: LocalPlatform,
         "groups": [[LEADER], [{"role": "follower", "mode": "all"}, {"role": "controller"}]]}},
         tmp_path)
     assert lines == [("partition", f"{lead}|{others}", "split", action)
-                     for action in ("inject", "recover")]
+                     for action in ("inject", "heal", "recover")]
     assert not healthy.blocked_links
 
 

@@ -9,8 +9,11 @@ A fault is injected once. ``inject()`` returns when the fault has taken effect;
 ``recover()`` undoes it, is idempotent, and is safe after a failed inject (it undoes
 whatever part took effect). The time limit arms a timer at injection that recovers the
 fault on its own, so a fault whose recover the runner never reaches still ends. The
-listener hears ``inject`` and ``recover`` in that order, exactly once each, whoever
-recovered: the runner writes its ``faults.jsonl`` lines from it.
+listener hears ``inject``, ``heal`` and ``recover`` in that order, exactly once each,
+whoever recovered: ``inject`` once the fault took effect, ``heal`` when its undoing begins
+(the time limit ran out, or the run stopped), ``recover`` when the undoing finished (a
+killed node restarted and serving, a link passing again). The runner writes its
+``faults.jsonl`` lines from it.
 
 A unit is Chaos Mesh's ``chaosimpl/<kind>``: its Apply (``_inject``) and Recover
 (``_recover``) compose the platform's primitives, once for every platform. ``clear``
@@ -33,7 +36,9 @@ from undertow.spec.schedule import PlannedFault
 
 log = logging.getLogger("undertow.faults")
 
-Listener = Callable[["Fault", Literal["inject", "recover"]], None]
+Action = Literal["inject", "heal", "recover"]
+"""What a listener hears: the fault took effect, its undoing began, its undoing finished."""
+Listener = Callable[["Fault", Action], None]
 U = TypeVar("U", bound="type[Fault]")
 State = Literal["pending", "injected", "failed", "recovered"]
 
@@ -97,6 +102,7 @@ class Fault(ABC):
         self.time_limit_s = time_limit_s
         self._listener = listener
         self._state: State = "pending"
+        self._healing = False  # `heal` was heard: a retried recover does not say it twice
         self._timer: threading.Timer | None = None
         self._lock = threading.RLock()
 
@@ -144,8 +150,11 @@ class Fault(ABC):
                 return False
             if self._timer is not None:
                 self._timer.cancel()
-            self._recover()
             was_injected = self._state == "injected"
+            if was_injected and not self._healing:
+                self._healing = True
+                self._notify("heal")
+            self._recover()
             self._state = "recovered"
             if was_injected:
                 self.platform.announce("FaultRecovered", f"{self}: {self.restored}")
@@ -160,7 +169,7 @@ class Fault(ABC):
             log.exception("%s: recovery at the end of its %gs time limit failed", self,
                           self.time_limit_s)
 
-    def _notify(self, action: Literal["inject", "recover"]) -> None:
+    def _notify(self, action: Action) -> None:
         if self._listener is not None:
             self._listener(self, action)
 

@@ -15,9 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
-from undertow.faults.base import Fault, Nodes
+from undertow.faults.base import Action, Fault, Nodes
 from undertow.faults.registry import build_fault
 from undertow.platform.base import CONTROLLER, Platform, broker_id_of
 from undertow.runner.history import HistoryWriter
@@ -25,6 +24,8 @@ from undertow.runner.targets import TargetError, resolve, role_label
 from undertow.spec.schedule import PlannedFault
 
 log = logging.getLogger("undertow.nemesis")
+ACTION_WORDS: dict[Action, str] = {"inject": "Injected", "heal": "Healing",
+                                   "recover": "Recovered"}
 
 EVENT_POLL_S = 0.05
 
@@ -170,13 +171,15 @@ class Nemesis:
             run.targets.append(unit.target)
         run.injected.set()
 
-    def _record(self, run: FaultRun) -> Callable[[Fault, Literal["inject", "recover"]], None]:
-        def listener(unit: Fault, action: Literal["inject", "recover"]) -> None:
+    def _record(self, run: FaultRun) -> Callable[[Fault, Action], None]:
+        def listener(unit: Fault, action: Action) -> None:
             described = unit.describe()
             self._history.fault(fault=described["fault"], target=described["target"],
                                 role=run.role, action=action)
-            log.info("%s %s (%s)", "Injected" if action == "inject" else "Recovered", unit,
-                     run.role)
+            # In seconds since the workload's start: the zero of the progress lines and of
+            # every time in the report.
+            log.info("%s %s (%s) at %.1f s", ACTION_WORDS[action],
+                     unit, run.role, time.time() - self._start_time)
 
         return listener
 

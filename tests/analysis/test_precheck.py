@@ -1,0 +1,59 @@
+"""`undertow analyze` refuses a directory that is not a history before Spark starts: at once,
+exit 2, naming what is missing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from undertow_analysis.precheck import check_history
+
+
+def analyze(history: Path, out: Path) -> tuple[int, str, float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "undertow", "analyze", str(history),
+                           "--out", str(out)], capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stderr, time.monotonic() - started
+
+
+def test_an_empty_directory_exits_2_within_2_seconds_naming_what_is_missing(
+        tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, err, took = analyze(tmp_path / "empty", tmp_path / "out")
+    assert code == 2
+    assert "has no meta.json, sends.jsonl, reads.jsonl: not a history directory" in err
+    assert took < 2.0, f"took {took:.2f} s: Spark started?"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_directory_points_at_its_history(tmp_path: Path) -> None:
+    history = tmp_path / "run" / "history"
+    history.mkdir(parents=True)
+    for name in ("meta.json", "sends.jsonl", "reads.jsonl"):
+        (history / name).write_text("{}" if name == "meta.json" else "")
+    with pytest.raises(FileNotFoundError, match=f"did you mean {history}"):
+        check_history(str(tmp_path / "run"))
+    check_history(str(history))
+    check_history(f"file://{history}")
+
+
+@pytest.mark.parametrize("meta, message", [("{", "meta.json: not valid JSON"),
+                                           (json.dumps([1]), "expected a JSON object")])
+def test_a_meta_json_that_is_not_an_object_is_refused(tmp_path: Path, meta: str,
+                                                     message: str) -> None:
+    for name in ("sends.jsonl", "reads.jsonl"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "meta.json").write_text(meta)
+    with pytest.raises(ValueError, match=message):
+        check_history(str(tmp_path))
+
+
+def test_other_file_systems_are_left_to_the_job() -> None:
+    check_history("s3a://bucket/run/history")
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        check_history("/nonexistent/history")
