@@ -29,7 +29,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from ledger import commit
+from ledger import commit, machine
 
 LEVELS = ("session", "parse", "shuffle", "job")
 RESULTS = Path(__file__).parent / "results" / "analysis_floor.jsonl"
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                  for name in ("sends", "reads")}
         row = {"history_bytes": sizes, "rounds": args.rounds,
                **{f"{k}_s": v for k, v in median.items()},
-               "commit": commit(), "date": date.today().isoformat()}
+               "commit": commit(), "date": date.today().isoformat(), "machine": machine()}
         with RESULTS.open("a") as f:
             f.write(json.dumps(row) + "\n")
     return 0

@@ -33,7 +33,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ledger import commit
+from ledger import commit, machine
 
 REPO = Path(__file__).resolve().parents[1]
 LEDGER = REPO / "benchmarks" / "results" / "reliability.jsonl"
@@ -64,7 +64,8 @@ def run_once(path: Path, keep: Path, index: int) -> dict:
             (kept / "output.txt").write_text(proc.stdout + proc.stderr)
     return {"experiment": path.stem, "expect": expectation(path), "verdict": verdict,
             "seconds": round(seconds, 1), "load_before": round(load, 2), "commit": commit(),
-            "t": round(time.time(), 1), "unexplained": unexplained, "mechanisms": mechanisms}
+            "t": round(time.time(), 1), "unexplained": unexplained, "mechanisms": mechanisms,
+            "machine": {k: v for k, v in machine().items() if k != "load"}}
 
 
 def summary(ledger: Path, names: list[str], commits: list[str] | None = None) -> str:

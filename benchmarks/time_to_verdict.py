@@ -3,6 +3,7 @@ verdict, with the analysis started with the run (the default) and without (the a
 the runner's process once the run is over: UNDERTOW_ANALYSIS_PRESTART=0).
 
     .venv/bin/python benchmarks/time_to_verdict.py [FILE] [--rounds N] [--modes prestart,after]
+                                                   [--against DIR]
 
 Each round runs FILE (default experiments/acksall-leader-kill.yaml) once per mode, the modes
 alternating, and prints per run the seconds from the workload's end (meta.json's
@@ -13,7 +14,12 @@ ready, how long the warm-up took, and how long it then waited for the history. T
 verdict within 8 s of the workload's end for runs under 100k sends. It also prints the time
 from the last send's completion (the last acknowledgement or failure, or the workload's end
 if later): sends in flight when the workload ends can take seconds more under faults, and no
-verdict can come before their outcome is known.
+verdict can come before their outcome is known, and the whole run's wall time (the price of
+the workload's wait for the warm-up).
+
+`--against DIR` runs each mode a second time in each round from another checkout (a `git
+worktree` of the commit before a change), interleaved with this one's runs: a side-by-side
+comparison on one machine. The machine (CPU model, cores, memory, load) is printed first.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ledger import commit
+from ledger import commit, machine_line
 
 from undertow.spec import parse_duration
 
@@ -38,16 +44,21 @@ MODES = {"prestart": "1", "after": "0"}
 PRESTART_LOG = re.compile(r"warmed up in ([\d.]+) s|history closed after ([\d.]+) s")
 
 
-def run_once(experiment: Path, mode: str) -> dict:
-    """One `undertow run`, its verdict line timestamped as the runner prints it."""
+def run_once(experiment: Path, mode: str, checkout: Path = REPO) -> dict:
+    """One `undertow run` of `checkout`'s code, its verdict line timestamped as the runner
+    prints it."""
     with tempfile.TemporaryDirectory(prefix="undertow-ttv-") as tmp:
         out = Path(tmp) / "out"
         load = os.getloadavg()[0]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "UNDERTOW_ANALYSIS_PRESTART": MODES[mode]}
+        if checkout != REPO:  # its packages ahead of the installed ones, in every process
+            env["PYTHONPATH"] = os.pathsep.join(
+                str(checkout / d) for d in ("operator", "analysis", "broker-image"))
+        started = time.time()
         proc = subprocess.Popen(
             [sys.executable, "-m", "undertow", "run", str(experiment), "--out", str(out),
              "--no-progress"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         verdict_at, output = None, []
         for line in proc.stdout:
             output.append(line)
@@ -65,7 +76,9 @@ def run_once(experiment: Path, mode: str) -> dict:
         last_send = max(json.loads(line)["t_complete"]
                         for line in (out / "history" / "sends.jsonl").open())
     workload_end = meta["workload_start"] + parse_duration(meta["spec"]["workload"]["duration"])
-    return {"mode": mode, "verdict": report["verdict"], "sends": report["counts"]["attempted"],
+    return {"mode": mode if checkout == REPO else f"{mode}@{checkout.name}",
+            "verdict": report["verdict"], "sends": report["counts"]["attempted"],
+            "run_s": round(verdict_at - started, 1),
             "after_workload_s": round(verdict_at - workload_end, 1),
             "after_last_send_s": round(verdict_at - max(last_send, workload_end), 1),
             "after_close_s": round(verdict_at - meta["end"], 1),
@@ -80,29 +93,38 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--modes", default="prestart,after",
                         help="comma-separated, in the order each round runs them")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="another checkout whose runs alternate with this one's")
     args = parser.parse_args()
     modes = args.modes.split(",")
     unknown = set(modes) - MODES.keys()
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}; modes are {sorted(MODES)}")
     print(f"commit {commit()}, {time.strftime('%Y-%m-%d %H:%M:%S')}; seconds to the verdict")
-    print(f"{'mode':<9} {'verdict':<7} {'sends':>7} {'from workload end':>18} "
+    print(machine_line())
+    print(f"{'mode':<20} {'verdict':<7} {'sends':>7} {'from workload end':>18} "
           f"{'from last send':>15} {'from history close':>19} {'warm-up':>8} {'waited':>7} "
-          f"{'load':>5}")
+          f"{'run':>6} {'load':>5}")
+    checkouts = [REPO] + ([args.against.resolve()] if args.against else [])
     rows = []
     for _ in range(args.rounds):
         for mode in modes:
-            row = run_once(args.experiment, mode)
-            rows.append(row)
-            print(f"{row['mode']:<9} {row['verdict']:<7} {row['sends']:>7} "
-                  f"{row['after_workload_s']:>18} {row['after_last_send_s']:>15} "
-                  f"{row['after_close_s']:>19} "
-                  f"{_blank(row['warm_up_s']):>8} {_blank(row['waited_s']):>7} "
-                  f"{row['load']:>5}", flush=True)
-    for mode in modes:
+            for checkout in checkouts:
+                row = run_once(args.experiment, mode, checkout)
+                rows.append(row)
+                print(f"{row['mode']:<20} {row['verdict']:<7} {row['sends']:>7} "
+                      f"{row['after_workload_s']:>18} {row['after_last_send_s']:>15} "
+                      f"{row['after_close_s']:>19} "
+                      f"{_blank(row['warm_up_s']):>8} {_blank(row['waited_s']):>7} "
+                      f"{row['run_s']:>6} {row['load']:>5}", flush=True)
+    for mode in dict.fromkeys(r["mode"] for r in rows):
         times = [r["after_workload_s"] for r in rows if r["mode"] == mode]
-        print(f"{mode}: from the workload's end, median {statistics.median(times)} s "
-              f"(range {min(times)}-{max(times)}, {len(times)} runs)")
+        sends = [r["after_last_send_s"] for r in rows if r["mode"] == mode]
+        runs = [r["run_s"] for r in rows if r["mode"] == mode]
+        print(f"{mode}: from the workload's end, median {statistics.median(times):.1f} s "
+              f"(range {min(times)}-{max(times)}, {len(times)} runs); from the last send "
+              f"{statistics.median(sends):.1f} s ({min(sends)}-{max(sends)}); whole run "
+              f"{statistics.median(runs):.1f} s")
 
 
 def _blank(value: float | None) -> str:

@@ -101,19 +101,30 @@ def _analysis(history: Path, out: Path) -> dict:
 
 @contextmanager
 def _analyzer(args: argparse.Namespace, loaded: LoadedExperiment, out: Path
-              ) -> Iterator[Callable[[Path, Path], dict] | None]:
-    """How the run is analysed: not at all (--no-analysis); by a process started now, which
-    starts Spark while the experiment runs (`analysis_process`); or, with
+              ) -> Iterator[tuple[Callable[[Path, Path], dict] | None, Callable[[], None]]]:
+    """How the run is analysed, and what its workload waits for: not at all
+    (--no-analysis); by a process started now, which starts Spark and warms it up while the
+    cluster starts, the workload waiting for it (`analysis_process`); or, with
     UNDERTOW_ANALYSIS_PRESTART=0, in this process once the run is over."""
     from undertow.runner.analysis_process import AnalysisProcess, prestart_enabled
 
     if args.no_analysis:
-        yield None
+        yield None, lambda: None
     elif not prestart_enabled():
-        yield _analysis
+        yield _analysis, lambda: None
     else:
         with AnalysisProcess.start(out / "history", out, loaded) as process:
-            yield process.result
+            def warm() -> None:
+                waited = process.wait_until_warm()
+                if waited is None:
+                    logging.getLogger("undertow").warning(
+                        "the analysis did not warm up in time; starting the workload anyway "
+                        "(the verdict will take longer)")
+                else:
+                    logging.getLogger("undertow").info(
+                        "analysis warmed up; the workload starts (waited %.1f s)", waited)
+
+            yield process.result, warm
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -143,10 +154,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         ephemeral_storage=cluster.storage.type == "ephemeral",
         consumers=loaded.experiment.spec.isolated_consumers()))
     # The verdict is printed inside: leaving waits for the analysis's JVM to exit.
-    with _analyzer(args, loaded, out) as analyze:
+    with _analyzer(args, loaded, out) as (analyze, before_workload):
         with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:
             result = run_experiment(loaded, platform, out, seed=args.seed, analyze=analyze,
-                                    on_progress=progress)
+                                    on_progress=progress, before_workload=before_workload)
         if result.verdict is None:
             print(f"History written to {result.history_dir} (analysis skipped).")
             return EXIT_AS_EXPECTED

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,12 @@ import pytest
 from procs import living_with_mark
 from small_experiment import small_experiment
 
-from undertow.runner.analysis_process import DEADLINE_MARGIN_S, PRESTART_ENV, history_deadline
+from undertow.runner.analysis_process import (
+    DEADLINE_MARGIN_S,
+    PRESTART_ENV,
+    WARM_UP_GATE_S,
+    history_deadline,
+)
 from undertow.runner.run import max_run_duration_s
 from undertow.spec import LoadedExperiment, load_experiment
 
@@ -67,6 +73,10 @@ def test_the_prestarted_analysis_reports_what_undertow_analyze_does(tmp_path: Pa
     assert analysis_processes(mark) == [], "the analysis or its JVM outlived the run"
     log = (out / "analysis.log").read_text()
     assert "warmed up in" in log and "history closed after" in log, log
+    # The workload waited for the warm-up: the analysis then waited for the history at
+    # least as long as the workload ran (6 s), instead of warming up while it ran.
+    waited = float(re.search(r"history closed after ([\d.]+) s of waiting", log)[1])
+    assert waited >= 6.0, log
 
     again = tmp_path / "again"
     standalone = subprocess.run(
@@ -129,7 +139,8 @@ def test_no_analysis_starts_no_analysis_process(tmp_path: Path) -> None:
 
 def test_the_analysis_waits_as_long_as_the_longest_run_and_a_margin(tmp_path: Path) -> None:
     """--wait is the run's own bound, which counts the workload and the producers' wait for
-    their last outcomes (every attempt's request timeout, and 5 s), plus the margin."""
+    their last outcomes (every attempt's request timeout, and 5 s), plus the workload's wait
+    for the warm-up and the margin."""
     def loaded(name: str, duration: str, **workload: object) -> LoadedExperiment:
         path = tmp_path / f"{name}.yaml"
         path.write_text(small_experiment(name, duration, workload=workload))
@@ -138,6 +149,7 @@ def test_the_analysis_waits_as_long_as_the_longest_run_and_a_margin(tmp_path: Pa
     short = loaded("short", "10s")  # retries 0, requestTimeout 5s: at most 10 s of outcomes
     longer = loaded("longer", "70s")
     patient = loaded("patient", "10s", retries=9, requestTimeout="30s")  # at most 305 s
-    assert history_deadline(short) == max_run_duration_s(short) + DEADLINE_MARGIN_S
+    assert history_deadline(short) == (max_run_duration_s(short) + WARM_UP_GATE_S
+                                       + DEADLINE_MARGIN_S)
     assert max_run_duration_s(longer) - max_run_duration_s(short) == 60
     assert max_run_duration_s(patient) - max_run_duration_s(short) == 305 - 10

@@ -1,9 +1,12 @@
 """`undertow run`'s analysis in a process of its own, started when the run starts.
 
 The analysis's fixed costs (the JVM's start, the first job's class loading, JIT and code
-generation) are paid while the experiment runs (`undertow_analysis.prestart`): the process
-starts Spark at once, then waits for the run to close its history and analyses it. The
-runner waits for it once the history is closed, reads its report.json and prints the
+generation) are paid before the verdict is awaited (`undertow_analysis.prestart`): the
+process starts Spark at once and warms it up while the cluster starts, and the run holds its
+workload back until the warm-up is done (`wait_until_warm`, bounded by WARM_UP_GATE_S), so
+that the warm-up neither competes with the experiment for the CPU nor is still going when
+the history closes; then the process waits for the run to close its history and analyses it.
+The runner waits for it once the history is closed, reads its report.json and prints the
 summary `run_analysis` prints, from it.
 
 It cannot outlive the run. Its stdin is a lifeline the runner holds and never writes to: the
@@ -41,7 +44,12 @@ DEADLINE_MARGIN_S = 300.0
 EXIT_WAIT_S = 10.0
 """How long a stopped analysis (and then its JVM) may take to exit before it is killed."""
 NICENESS = 10
-"""The analysis process's niceness (its JVM inherits it): below the brokers'."""
+"""The analysis process's niceness (its JVM inherits it): below the brokers', which start
+beside the warm-up."""
+WARM_UP_GATE_S = 90.0
+"""The longest the workload waits for the warm-up; past it, it starts all the same (a very
+slow machine: the verdict then comes later, as it did without the gate)."""
+WARM_POLL_S = 0.1
 
 
 def prestart_enabled() -> bool:
@@ -57,9 +65,9 @@ def planned_sends(spec: ChaosExperimentSpec) -> int:
 
 def history_deadline(loaded: LoadedExperiment) -> float:
     """How long, in seconds, the analysis waits for a run of `loaded` to close its history:
-    the longest the run can take (`undertow.runner.run.max_run_duration_s`), plus
-    DEADLINE_MARGIN_S."""
-    return max_run_duration_s(loaded) + DEADLINE_MARGIN_S
+    the longest the run can take (`undertow.runner.run.max_run_duration_s`) and its wait for
+    the warm-up, plus DEADLINE_MARGIN_S."""
+    return max_run_duration_s(loaded) + WARM_UP_GATE_S + DEADLINE_MARGIN_S
 
 
 class AnalysisFailed(RuntimeError):
@@ -72,14 +80,16 @@ class AnalysisProcess:
 
     A context manager: leaving it stops the process if it is still running."""
 
-    def __init__(self, popen: subprocess.Popen, log_path: Path) -> None:
+    def __init__(self, popen: subprocess.Popen, log_path: Path, warm_file: Path) -> None:
         self._popen = popen
         self.log_path = log_path
+        self._warm_file = warm_file
 
     @classmethod
     def start(cls, history: Path, out: Path, loaded: LoadedExperiment) -> AnalysisProcess:
         """Start it for a run of `loaded` into `history`, which need not exist yet."""
-        log_path = out / "analysis.log"
+        log_path, warm_file = out / "analysis.log", out / ".analysis-warm"
+        warm_file.unlink(missing_ok=True)
         # Importable even when the runner found the package through its own sys.path.
         package = importlib.util.find_spec("undertow_analysis")
         root = str(Path(next(iter(package.submodule_search_locations))).parent)
@@ -89,7 +99,7 @@ class AnalysisProcess:
                 [sys.executable, "-m", "undertow_analysis", str(history.resolve()),
                  "--out", str(out.resolve()), "--wait", f"{history_deadline(loaded):.0f}",
                  "--planned-sends", str(planned_sends(loaded.experiment.spec)),
-                 "--lifeline"],
+                 "--warm-file", str(warm_file.resolve()), "--lifeline"],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": pythonpath},
                 start_new_session=True)  # a Ctrl-C reaches the runner, which stops it
@@ -97,13 +107,24 @@ class AnalysisProcess:
         # take the CPU the experiment's timings rely on; once the run is over, nothing else
         # competes and the niceness costs nothing.
         os.setpriority(os.PRIO_PROCESS, popen.pid, NICENESS)
-        return cls(popen, log_path)
+        return cls(popen, log_path, warm_file)
 
     def __enter__(self) -> AnalysisProcess:
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+    def wait_until_warm(self, timeout: float = WARM_UP_GATE_S) -> float | None:
+        """Before the workload starts: wait until the analysis has warmed up (or given up
+        warming up, or exited), at most `timeout` seconds. Returns the seconds waited, None
+        when the time ran out (the workload starts all the same)."""
+        started = time.monotonic()
+        while not self._warm_file.exists() and self._popen.poll() is None:
+            if time.monotonic() - started >= timeout:
+                return None
+            time.sleep(WARM_POLL_S)
+        return time.monotonic() - started
 
     def result(self, history: Path, out: Path) -> dict[str, Any]:
         """Once the run closed `history`: wait for the analysis, print its summary and return
@@ -129,6 +150,7 @@ class AnalysisProcess:
 
     def _close(self) -> bool:
         """Close the lifeline; True the first time."""
+        self._warm_file.unlink(missing_ok=True)
         if self._popen.stdin.closed:
             return False
         self._popen.stdin.close()

@@ -1,6 +1,7 @@
 """One experiment from start to verdict, on any ``Platform``.
 
     start the cluster -> create the topic -> wait for leaders and full ISRs
+    -> `before_workload` (`undertow run`: wait for the pre-started analysis to warm up)
     -> workload + cluster sampler + nemesis for the workload's duration
     -> heal every fault -> wait for leaders and full ISRs (bounded)
     -> wait for every HW to reach its leader's LEO (bounded: the drain reads to the HW)
@@ -164,6 +165,7 @@ def run_experiment(
     seed: int | None = None,
     analyze: Callable[[Path, Path], dict[str, Any]] | None = None,
     on_progress: Callable[[dict[str, Any]], None] = lambda _update: None,
+    before_workload: Callable[[], None] = lambda: None,
 ) -> RunResult:
     spec = loaded.experiment.spec
     missing = [c for c in spec.isolated_consumers()
@@ -202,7 +204,7 @@ def run_experiment(
         with abort.catching_thread_exceptions(), sigterm_as_interrupt(), platform:
             try:
                 _run_phases(loaded, platform, history, abort, planned, seed, cfg, meta,
-                            on_progress)
+                            on_progress, before_workload)
             finally:  # before the cluster stops: the analysis waiting for it starts sooner
                 _close(history, meta, abort)
     finally:
@@ -225,12 +227,15 @@ def _close(history: HistoryWriter, meta: dict[str, Any], abort: Abort) -> None:
 
 def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWriter,
                 abort: Abort, planned: list, seed: int, cfg: WorkloadConfig,
-                meta: dict[str, Any], on_progress: Callable[[dict[str, Any]], None]) -> None:
+                meta: dict[str, Any], on_progress: Callable[[dict[str, Any]], None],
+                before_workload: Callable[[], None]) -> None:
     spec = loaded.experiment.spec
     topic, rf = spec.topic.name, spec.topic.replication_factor
     _create_topic(platform, loaded)
     _until(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
            "every partition to have a leader and a full ISR", abort)
+    on_progress({"phase": "starting"})
+    before_workload()
     group_id = cfg.group.group_id if cfg.group is not None else None
     workload = Workload(platform.bootstrap, cfg, history, abort, platform.bootstrap_for)
     sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe,
