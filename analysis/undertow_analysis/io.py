@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from undertow_analysis.checks import MAX_OFFSET, MAX_PARTITION
+from undertow_analysis.precheck import OPTIONAL_FILES
 from undertow_history import schema
 
 CORRUPT = "_corrupt_record"
@@ -127,7 +128,6 @@ FILES = {
                                ("to_offset", 0, MAX_OFFSET),
                                ("log_end_offset", 0, MAX_OFFSET))),
 }
-OPTIONAL_FILES = ("groups", "faults", "cluster", "events")
 META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
              "incomplete_reason", "consumer_group")
 

@@ -9,8 +9,13 @@ import json
 from pathlib import Path
 from urllib.parse import urlparse
 
-REQUIRED = ("meta.json", "sends.jsonl", "reads.jsonl")
-"""What every history holds (the job's `io.OPTIONAL_FILES` may be missing)."""
+from undertow_history import schema
+
+OPTIONAL_FILES = ("groups", "faults", "cluster", "events")
+"""History files a history may lack (an older run, another harness): the job reads them as
+absent (`io`)."""
+REQUIRED = tuple(f.filename for f in schema.FILES if f.name not in OPTIONAL_FILES)
+"""What every history holds: meta.json, sends.jsonl, reads.jsonl."""
 
 
 def local_path(uri: str) -> Path | None:
