@@ -257,14 +257,16 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
                 isr = [b for b in range(3) if down is None or b != down % 3]
                 f.write(json.dumps({"t": start + t, "topic": "t", "partition": p,
                                     "leader": isr[p % len(isr)], "leader_epoch": 0, "isr": isr,
-                                    "high_watermark": 0, "log_end_offsets": {}}) + "\n")
+                                    "high_watermark": 0, "log_end_offsets": {}, "elr": [],
+                                    "last_known_elr": []}) + "\n")
 
 
 def _event(t: float, node: str, type_: str, **fields: object) -> str:
     row = dict.fromkeys(("topic", "partition", "leader_epoch", "broker", "leader",
                          "previous_leader", "kind", "reason", "detail", "from_offset",
                          "to_offset", "log_end_offset", "high_watermark", "isr", "old_isr",
-                         "broker_epoch", "group", "generation", "members", "member"))
+                         "elr", "old_elr", "last_known_elr", "broker_epoch", "group",
+                         "generation", "members", "member"))
     return json.dumps({"t": t, "node": node, "type": type_, **row, **fields}) + "\n"
 
 

@@ -18,7 +18,11 @@ election removed, and the skipped one was written at O after it):
   election (reason `log_recovery`: a power loss took the unflushed tail; `high_watermark`:
   the pre-KIP-101 rule), an unclean election, (acks=1) it had never fetched O, or (acks=all,
   so it had O as an ISR member) it restarted in between without a power loss: its disk was
-  lost;
+  lost. KIP-966's elections keep these causes: an election from the eligible leader
+  replicas (`elr`) is clean, and one of the last known leader (`last_known_leader`, the ISR
+  and the ELR both empty), which Kafka counts as unclean, is an unclean election here only
+  when the broker never had O (no truncation of its own, no restart): a last known leader
+  that lost O with its unflushed tail or its disk is a power loss or a lost disk;
 - the *removals* are the truncations by which the other replicas dropped O after the
   election (KIP-101's OffsetForLeaderEpoch, usually on the holder when it returns).
 
@@ -165,10 +169,13 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
 def _mechanism(acks_one: bool) -> Column:
     """The first rule that explains the record (see the module docstring)."""
     cause = F.col("cause.reason")
+    kind = F.col("election.kind")
     return (F.when(F.col("dropper").isNull(), "unexplained")
             .when(cause == "log_recovery", "power_loss")
             .when(cause == "high_watermark", "high_watermark_truncation")
-            .when(F.col("election.kind") == "unclean", "unclean_election")
+            .when(kind == "unclean", "unclean_election")
+            .when((kind == "last_known_leader") & F.col("cause").isNull() & ~F.col("restarted"),
+                  "unclean_election")
             .when(F.lit(acks_one) & F.col("cause").isNull(), "acks1_before_replication")
             .when(F.col("restarted"), "disk_lost")
             .otherwise("unexplained"))

@@ -520,10 +520,14 @@ def send_series(by_value: DataFrame, grid: Grid) -> DataFrame:
 
 
 def isr_per_bucket(cluster: DataFrame, t0: float, width: float) -> DataFrame:
-    """topic, partition, bucket, isr (smallest ISR size sampled), offline (leader -1 sampled)."""
+    """topic, partition, bucket, isr (smallest ISR size sampled), elr (largest number of
+    eligible leader replicas sampled, KIP-966; 0 where the samples have none or no `elr`),
+    offline (leader -1 sampled)."""
+    elr = F.when(F.col("elr").isNotNull(), F.size("elr"))  # size(null) is -1 to Spark
     return cluster.groupBy(
         "topic", "partition", F.floor((F.col("t") - t0) / width).cast("long").alias("bucket"),
-    ).agg(F.min(F.size("isr")).alias("isr"), F.max(F.col("leader") == -1).alias("offline"))
+    ).agg(F.min(F.size("isr")).alias("isr"), F.coalesce(F.max(elr), F.lit(0)).alias("elr"),
+          F.max(F.col("leader") == -1).alias("offline"))
 
 
 def offline_windows(cluster: DataFrame) -> DataFrame:

@@ -69,6 +69,15 @@ def _election_t(inc: dict[str, Any]) -> float | None:
     return election["t"] if election.get("t") is not None else inc["drop_t"]
 
 
+KIP_966_ELECTIONS = {
+    "elr": "from the eligible leader replicas (KIP-966) with an empty ISR",
+    "last_known_leader": "as the partition's last known leader once unfenced, with the ISR "
+                         "and the ELR empty (KIP-966, Kafka 4.1+)",
+}
+"""How the controller chose the leader in KIP-966's elections (events.jsonl's `kind`), in
+the words that follow "elected broker N"."""
+
+
 def _election(inc: dict[str, Any], t0: float) -> str:
     """What the controller did at the dropping election, in words."""
     election = inc.get("election") or {}
@@ -78,14 +87,31 @@ def _election(inc: dict[str, Any], t0: float) -> str:
     at = f"at {_election_t(inc) - t0:.1f} s" + (f", {fault}," if fault else "")
     isr = election.get("isr")
     isr_text = f" {{{', '.join(map(str, isr))}}}" if isr else ""
-    if kind == "preferred":
+    previous = election.get("previous_leader")
+    # The leader the controller removed, when the election says which (-1: there was none).
+    removed = previous if previous is not None and previous >= 0 else None
+    if kind in KIP_966_ELECTIONS:
+        chosen = f"elected {new} {KIP_966_ELECTIONS[kind]}"
+        if reason == "leader_fenced" and removed is not None:
+            what = f"{at} the controller fenced broker {removed} and {chosen}"
+        elif reason == "unclean_shutdown" and removed is not None:
+            what = (f"{at} the controller removed broker {removed}, registered again after an "
+                    f"unclean shutdown, from the ISR and the ELR and {chosen}")
+        elif reason == "broker_unfenced" and kind == "elr":
+            what = f"{at} the controller {chosen} as it returned"
+        else:
+            what = f"{at} the controller {chosen}"
+    elif kind == "preferred":
         what = f"{at} the controller moved leadership back to the preferred replica, {new}"
     elif kind == "unclean":
         what = (f"{at} the controller elected {new} although it was not in the ISR{isr_text} "
                 f"(an unclean election)")
-    elif reason == "leader_fenced" and election.get("previous_leader") is not None:
-        what = (f"{at} the controller fenced broker {election['previous_leader']} and elected "
+    elif reason == "leader_fenced" and previous is not None:
+        what = (f"{at} the controller fenced broker {previous} and elected "
                 f"{new} from the ISR{isr_text}")
+    elif reason == "unclean_shutdown" and removed is not None:
+        what = (f"{at} the controller removed broker {removed}, registered again after an "
+                f"unclean shutdown, from the ISR and elected {new} from the ISR{isr_text}")
     elif reason == "broker_unfenced":
         what = f"{at} the controller elected {new} from the ISR{isr_text} as it returned"
     else:
@@ -141,6 +167,9 @@ def incident_sentence(inc: dict[str, Any], t0: float) -> str:
     elif mechanism == "disk_lost":
         why = (f"; broker {inc['dropper']}, an ISR member that had them, came back from a "
                f"restart without them (its disk was lost)")
+    elif mechanism == "unclean_election" and (inc.get("election") or {}).get(
+            "kind") == "last_known_leader":  # Kafka counts it as unclean: say why it is here
+        why = f"; broker {inc['dropper']} never had them"
     else:
         why = ""
     removal = ""

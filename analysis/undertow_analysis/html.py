@@ -245,8 +245,9 @@ def render(
         f'<img id="timeline" alt="timeline: sends per second by completion (acknowledged, '
         f'failed, indeterminate) with the no-acks windows and their lengths and lost records; '
         f'every send\'s latency at its completion with p50 and p99; each node\'s faults '
-        f'(injected, healed, recovered), elections, fences and truncations; ISR size per '
-        f'partition" src="data:image/png;base64,{_b64(timeline_png)}">',
+        f'(injected, healed, recovered), elections by kind (KIP-966\'s from the ELR and of '
+        f'the last known leader included), fences and truncations; ISR size per partition '
+        f'(and ELR size, dashed)" src="data:image/png;base64,{_b64(timeline_png)}">',
     ]
     if lost and not report["explained"]["incidents"]:
         # Without incidents to group them under, the earliest-sent few stand for them all.

@@ -105,10 +105,12 @@ EVENT_FIELDS = ("t", "node", "type", "topic", "partition", "leader_epoch", "brok
                 "previous_leader", "kind", "reason", "from_offset", "to_offset",
                 "log_end_offset", "isr", "group", "generation")
 # What the analysis reads of each file: sends without producer and error, group lines without
-# member_id and error, cluster samples without leader_epoch, high_watermark and
-# log_end_offsets. A query parses only the fields it uses (Spark prunes the others from the
-# scan): the one pass over sends and reads never parses a read's consumer or generation,
-# which only the consumer group checks use.
+# member_id and error, cluster samples without leader_epoch, high_watermark,
+# log_end_offsets and last_known_elr (`elr`, absent from older histories, is null there),
+# events without detail, old_isr, the ELR lists (elr, old_elr, last_known_elr),
+# broker_epoch, high_watermark, members and member. A query parses only the fields it uses
+# (Spark prunes the others from the scan): the one pass over sends and reads never parses a
+# read's consumer or generation, which only the consumer group checks use.
 FILES = {
     "sends": FileSpec(schema.SENDS, ("value", "topic", "partition", "status", "offset",
                                      "t_invoke", "t_complete"),
@@ -121,7 +123,7 @@ FILES = {
                        ("member", "type", "topic", "partition", "t")),
     "faults": FileSpec(schema.FAULTS, ("fault", "target", "role", "action", "t"),
                        ("fault", "target", "action", "t")),
-    "cluster": FileSpec(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr"),
+    "cluster": FileSpec(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr", "elr"),
                         ("t", "topic", "partition", "leader", "isr")),
     "events": FileSpec(schema.EVENTS, EVENT_FIELDS, ("t", "node", "type"),
                        ranges=(("partition", 0, MAX_PARTITION), ("from_offset", 0, MAX_OFFSET),

@@ -12,7 +12,8 @@ Four panels over one x axis, seconds since the report's t = 0 (`report.clock`):
   from healed to recovered (hatched, a tick at recovered); elections on the new leader's
   lane, fences, truncations and coordinator moves on their broker's, explained by the
   legend; the consumer group's rebalances on a lane of their own;
-- the ISR size of each partition, where no leader is marked.
+- the ISR size of each partition, where no leader is marked, and (dashed) the number of its
+  eligible leader replicas (KIP-966) wherever it has some.
 
 The figure is FIGURE_WIDTH inches at DPI, the width report.html shows it at, and no text is
 smaller than MIN_FONT points (a point is DPI / 72 pixels there).
@@ -61,7 +62,9 @@ EVENT_MARKS = ("leader_election", "truncation", "broker_fenced", "group_rebalanc
 and coordinator loads of the consumer group's own __consumer_offsets partition, not of the
 other internal partitions)."""
 ELECTION_COLOURS = {"clean": "#1d3557", "preferred": "#6a4c93", "unclean": "#d62828",
-                    "offline": "#6c757d"}
+                    "offline": "#6c757d", "elr": "#2a9d8f", "last_known_leader": "#f77f00"}
+ELECTION_NAMES = {"elr": "ELR, KIP-966", "last_known_leader": "last known leader, KIP-966"}
+"""An election kind's words in the legend where its code would say little."""
 TRUNCATION_COLOUR = "#e76f51"
 FENCED_COLOUR = "#212529"
 GROUP_COLOUR = "#2a9d8f"
@@ -413,7 +416,7 @@ def _lane_events(ax: Axes, y: dict[str, int], events: list[dict[str, Any]]) -> l
             how = e.get("kind") or "clean"
             lane = f"broker-{leader}" if isinstance(leader, int) and leader >= 0 else CONTROLLER
             mark(lane, t, "o", ELECTION_COLOURS.get(how, "#1d3557"),
-                 f"elected leader ({how})" if lane != CONTROLLER
+                 f"elected leader ({ELECTION_NAMES.get(how, how)})" if lane != CONTROLLER
                  else "election found no leader", UPPER_ROW)
         elif kind == "group_rebalance":
             rebalancing.setdefault(e.get("group"), t)
@@ -442,12 +445,15 @@ def _lane_events(ax: Axes, y: dict[str, int], events: list[dict[str, Any]]) -> l
 
 
 def _isr(ax: Axes, isr: list[dict[str, Any]], width: float) -> None:
+    """Each partition's ISR size, and, dashed in the same colour, its ELR size (KIP-966)
+    for the partitions that had eligible leader replicas (rows without `elr`: none)."""
     by_partition: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in isr:
         by_partition.setdefault((row["topic"], row["partition"]), []).append(row)
     shown = sorted(by_partition.items())[:MAX_ISR_LINES]
     handles: list[Any] = []
     offline: list[float] = []
+    with_elr = False
     for n, (key, rows) in enumerate(shown):
         rows.sort(key=lambda r: r["bucket"])
         # Equal ISR sizes of several partitions stay apart by a hair.
@@ -457,17 +463,26 @@ def _isr(ax: Axes, isr: list[dict[str, Any]], width: float) -> None:
         line, = ax.step([*xs, xs[-1] + width], [*ys, ys[-1]], where="post", linewidth=1.4,
                         label=f"{key[0]}-{key[1]}")
         handles.append(line)
+        if any(r.get("elr") for r in rows):
+            elr = [(r.get("elr") or 0) + nudge for r in rows]
+            ax.step([*xs, xs[-1] + width], [*elr, elr[-1]], where="post", linewidth=1.2,
+                    linestyle="--", color=line.get_color())
+            with_elr = True
         offline += [r["bucket"] * width for r in rows if r["offline"]]
+    if with_elr:
+        handles.append(Line2D([], [], color="#6c757d", linestyle="--", linewidth=1.2,
+                              label="ELR size (KIP-966)"))
     if offline:
         _spans(ax, _runs(sorted(set(offline)), width), color=LOST, alpha=0.18)
         handles.append(Patch(color=LOST, alpha=0.25, label="no leader"))
-    top = max((r["isr"] for r in isr), default=1)
+    top = max((max(r["isr"], r.get("elr") or 0) for r in isr), default=1)
     ax.set_ylim(-0.3, top + 0.5)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("replicas")
     more = f" ({len(shown)} of {len(by_partition)} shown)" if len(by_partition) > len(shown) \
         else ""
-    _titled(ax, f"ISR size per partition{more}", handles)
+    what = "ISR and ELR size" if with_elr else "ISR size"
+    _titled(ax, f"{what} per partition{more}", handles)
 
 
 def _spans(ax: Axes, spans: list[tuple[float, float]], **style: Any) -> None:

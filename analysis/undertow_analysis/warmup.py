@@ -113,7 +113,8 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
         lines["cluster"].append({"t": start + t, "topic": topic, "partition": 0,
                                  "leader": leader, "leader_epoch": epoch, "isr": isr,
                                  "high_watermark": 0,
-                                 "log_end_offsets": {str(b): 0 for b in isr}})
+                                 "log_end_offsets": {str(b): 0 for b in isr},
+                                 "elr": [], "last_known_elr": []})
 
     directory.mkdir(parents=True)
     meta = {**run_meta, "start": start, "end": start + WARM_UP_SECONDS, "incomplete": False,

@@ -270,6 +270,18 @@ CLUSTER = HistoryFile("cluster.jsonl", (
           nullable=True),
     Field("log_end_offsets", map_of(LONG), "broker id (as a string) to that replica's LEO, for "
                                            "the replicas that answered"),
+    Field("elr", array_of(INT), "the eligible leader replicas' broker ids (KIP-966: replicas "
+                                "that left an ISR smaller than `min.insync.replicas` and still "
+                                "hold every record up to the high watermark, electable when "
+                                "the ISR is empty); empty when the cluster keeps none or "
+                                "does not say (a Kafka admin client does not); null in a "
+                                "history from before the field", nullable=True),
+    Field("last_known_elr", array_of(INT), "the last known eligible leader replicas "
+                                           "(KIP-966), kept for recovery once the ISR and the "
+                                           "ELR are both empty (Kafka 4.1+ keeps the last "
+                                           "known leader there); empty when none or unknown, "
+                                           "null in a history from before the field",
+          nullable=True),
 ))
 
 # The brokers' and the controller's replication state changes, as they logged them: one line
@@ -279,7 +291,8 @@ CLUSTER = HistoryFile("cluster.jsonl", (
 EVENT_TYPES = ("become_leader", "become_follower", "truncation", "isr_change",
                "leader_election", "broker_fenced", "broker_unfenced", "power_loss",
                "log_recovery", "coordinator_load", "coordinator_unload", "group_rebalance",
-               "group_stable", "group_empty", "group_member_removed")
+               "group_stable", "group_empty", "group_member_removed", "elr_change")
+ELECTION_KINDS = ("clean", "unclean", "preferred", "offline", "elr", "last_known_leader")
 EVENTS = HistoryFile("events.jsonl", (
     Field("t", DOUBLE, "when the node logged it"),
     Field("node", STRING, "the process that logged it: `broker-N` or `controller`"),
@@ -291,14 +304,17 @@ EVENTS = HistoryFile("events.jsonl", (
                           "of a `__consumer_offsets` partition it now leads, or unloaded them; "
                           "a group began a rebalance, completed a generation (every member "
                           "synced) or was left empty; a member left, or was removed when its "
-                          "session expired or it did not rejoin in time", values=EVENT_TYPES),
+                          "session expired or it did not rejoin in time. The controller "
+                          "changed a partition's eligible leader replicas (KIP-966: "
+                          "`elr_change`)", values=EVENT_TYPES),
     Field("topic", STRING, "the partition's topic; null for broker events", nullable=True),
     Field("partition", INT, "the partition; null for broker events", nullable=True),
     Field("leader_epoch", INT, "the partition's leader epoch after the change (for a "
                                "truncation: the epoch of the leader the broker follows)",
           nullable=True),
     Field("broker", INT, "the broker the event is about: the one that became leader or "
-                         "follower, truncated, was fenced, lost power or recovered",
+                         "follower, truncated, was fenced, lost power or recovered; "
+                         "`elr_change`: the broker whose change caused it (null: none did)",
           nullable=True),
     Field("leader", INT, "`become_follower`: the leader followed. `leader_election`: the new "
                          "leader, -1 when none could be elected", nullable=True),
@@ -306,13 +322,28 @@ EVENTS = HistoryFile("events.jsonl", (
           nullable=True),
     Field("kind", STRING, "`leader_election`: `clean` (an ISR member), `unclean` (a replica "
                           "outside the ISR, `unclean.leader.election.enable`), `preferred` "
-                          "(the auto leader rebalance), `offline` (no live ISR member)",
-          nullable=True, values=("clean", "unclean", "preferred", "offline")),
+                          "(the auto leader rebalance), `offline` (no live ISR member), `elr` "
+                          "(the ISR was empty: a member of the eligible leader replicas, "
+                          "KIP-966; clean to Kafka), `last_known_leader` (the ISR and the ELR "
+                          "were both empty: the partition's last known leader, elected again "
+                          "as soon as it was unfenced; KIP-966's recovery in Kafka 4.1+, "
+                          "which Kafka counts as unclean and marks the partition RECOVERING)",
+          nullable=True, values=ELECTION_KINDS),
     Field("reason", STRING, "why, as a code. `truncation`: `offset_for_leader_epoch`, "
                             "`high_watermark` (pre-KIP-101 mode), `out_of_range`, "
                             "`log_recovery` (what a power loss took). `isr_change`: `lag`, "
-                            "`caught_up`, `fenced`. `leader_election`: `leader_fenced`, "
-                            "`broker_unfenced`, `preferred`. `broker_fenced`: "
+                            "`caught_up`, `fenced`, `unclean_shutdown` (a broker registered "
+                            "again without a clean shutdown, KAFKA-15586). "
+                            "`leader_election`: `leader_fenced`, `broker_unfenced`, "
+                            "`preferred`, `unclean_shutdown`. `elr_change`: `isr_below_min` "
+                            "(replicas that left an ISR smaller than min.insync.replicas "
+                            "joined the ELR), `unclean_shutdown` (a broker registered again "
+                            "without a clean shutdown and was removed from the ISR and the "
+                            "ELR, KAFKA-15586/KAFKA-18106), `elected` (an ELR member was "
+                            "elected and became the ISR), `isr_at_min` (the ISR reached "
+                            "min.insync.replicas again: ELR cleared), `unclean_election` "
+                            "(cleared by an unclean election), `min_isr_changed` (cleared "
+                            "when min.insync.replicas changed). `broker_fenced`: "
                             "`session_expired`, `restarted`. `group_rebalance`: "
                             "`member_joined`, `member_left`, `session_expired`, "
                             "`metadata_changed`, `leader_rejoined`, `sync_failed`. "
@@ -331,6 +362,12 @@ EVENTS = HistoryFile("events.jsonl", (
                                 "`leader_election`: the ISR the leader was chosen from",
           nullable=True),
     Field("old_isr", array_of(INT), "`isr_change`: the ISR before", nullable=True),
+    Field("elr", array_of(INT), "`elr_change`: the eligible leader replicas after (KIP-966)",
+          nullable=True),
+    Field("old_elr", array_of(INT), "`elr_change`: the eligible leader replicas before",
+          nullable=True),
+    Field("last_known_elr", array_of(INT), "`elr_change`: the last known eligible leader "
+                                           "replicas after", nullable=True),
     Field("broker_epoch", LONG, "`broker_fenced`, `broker_unfenced`: the broker's "
                                 "registration epoch", nullable=True),
     Field("group", STRING, "the group of a `group_*` event; `coordinator_load`: null (its "

@@ -45,6 +45,11 @@ from minibroker.network.apis import KafkaApis
 from minibroker.network.kafka_server import KafkaServer
 from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
 from minibroker.rpc import RpcClient, RpcError
+from minibroker.storage.clean_shutdown import (
+    NO_PREVIOUS_EPOCH,
+    take_clean_shutdown,
+    write_clean_shutdown,
+)
 from minibroker.storage.durability import DurabilityTracker
 
 log = logging.getLogger("minibroker.broker")
@@ -112,6 +117,8 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1  # from the controller at registration
+        self._previous_broker_epoch = NO_PREVIOUS_EPOCH
+        """The epoch a clean shutdown recorded, offered at registration (KAFKA-15582)."""
         self.fenced = True
         self.durability = DurabilityTracker()
         self.disk_stall = DiskStall(self.loop)
@@ -167,6 +174,7 @@ class BrokerServer:
                 })
             self.admin.start()
         self.replica_manager.start_timers()
+        self._previous_broker_epoch = take_clean_shutdown(self.options.data_dir)
         await self._register()
         self._tasks = [asyncio.create_task(self._heartbeat_loop()),
                        asyncio.create_task(self._metadata_loop())]
@@ -185,6 +193,8 @@ class BrokerServer:
             self.admin.stop()
         self.group_coordinator.shutdown()
         self.replica_manager.shutdown()
+        if self.broker_epoch >= 0:  # every log is flushed: the shutdown was clean
+            write_clean_shutdown(self.options.data_dir, self.broker_epoch)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -230,6 +240,7 @@ class BrokerServer:
                 answer = await self.controller.call("register_broker", {
                     "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
                     "host": host, "port": port,
+                    "previous_broker_epoch": self._previous_broker_epoch,
                     "listeners": {name: list(address)
                                   for name, address in self.advertised_listeners().items()}})
                 self.broker_epoch = answer["broker_epoch"]
@@ -347,6 +358,15 @@ class BrokerServer:
             answer = await self.controller.call("create_topic", {
                 "name": name, "partitions": num_partitions,
                 "replication_factor": replication_factor, "config": config})
+        except RpcError as exc:
+            return ErrorCode.request_timed_out, str(exc)
+        return ErrorCode[answer["error"]], answer["message"]
+
+    async def alter_topic_config(self, name: str, changes: dict[str, str | None],
+                                 validate_only: bool) -> tuple[ErrorCode, str | None]:
+        try:
+            answer = await self.controller.call("alter_topic_config", {
+                "name": name, "changes": changes, "validate_only": validate_only})
         except RpcError as exc:
             return ErrorCode.request_timed_out, str(exc)
         return ErrorCode[answer["error"]], answer["message"]

@@ -95,6 +95,12 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "acks=all writes need at least this many ISR members."),
         ConfigDef("unclean.leader.election.enable", _bool, False, True,
                   "Elect an out-of-sync replica when no ISR member is alive (may lose data)."),
+        ConfigDef("eligible.leader.replicas.version", _one_of("0", "1"), "1", False,
+                  "1: the controller keeps eligible leader replicas and elects from them, "
+                  "tells clean from unclean shutdowns, and elects the last known leader when "
+                  "the ISR and the ELR are empty (KIP-966; Kafka 4.1+'s default feature "
+                  "level). 0: Kafka 3.7 to 4.0's rules: the ISR keeps its last member and "
+                  "nothing else may lead but through an unclean election."),
         ConfigDef("replication.truncation.mode", _truncation_mode, "leader-epoch", True,
                   "leader-epoch (KIP-101/279) or high-watermark (the unsafe pre-KIP-101 rule)."),
         ConfigDef("high.watermark.min.isr.rule", _min_isr_rule, "strict", True,

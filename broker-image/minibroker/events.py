@@ -36,6 +36,7 @@ __all__ = [
     "EVENTS_FILE",
     "ElectionKind",
     "ElectionReason",
+    "ElrChangeReason",
     "EventType",
     "EventsQueryError",
     "FenceReason",
@@ -58,6 +59,7 @@ class EventType(StrEnum):
     BECOME_FOLLOWER = "become_follower"
     TRUNCATION = "truncation"
     ISR_CHANGE = "isr_change"
+    ELR_CHANGE = "elr_change"
     LEADER_ELECTION = "leader_election"
     BROKER_FENCED = "broker_fenced"
     BROKER_UNFENCED = "broker_unfenced"
@@ -83,10 +85,24 @@ class IsrChangeReason(StrEnum):
     LAG = "lag"
     CAUGHT_UP = "caught_up"
     FENCED = "fenced"
+    UNCLEAN_SHUTDOWN = "unclean_shutdown"  # re-registered without a clean shutdown
+
+
+class ElrChangeReason(StrEnum):
+    """Why the controller changed a partition's ELR or last known leader (KIP-966)."""
+
+    ISR_BELOW_MIN = "isr_below_min"  # replicas left an ISR below min.insync.replicas
+    UNCLEAN_SHUTDOWN = "unclean_shutdown"  # KAFKA-15586: removed on re-registration
+    ELECTED = "elected"  # an ELR member became the leader (and the ISR)
+    ISR_AT_MIN = "isr_at_min"  # the ISR reached min.insync.replicas again
+    UNCLEAN_ELECTION = "unclean_election"  # an unclean election clears it
+    MIN_ISR_CHANGED = "min_isr_changed"  # min.insync.replicas changed: cleared
 
 
 class ElectionKind(StrEnum):
     CLEAN = "clean"  # an ISR member
+    ELR = "elr"  # an eligible leader replica, the ISR being empty (KIP-966)
+    LAST_KNOWN_LEADER = "last_known_leader"  # ISR and ELR empty (KIP-966, Kafka 4.1+)
     UNCLEAN = "unclean"  # a replica outside the ISR
     PREFERRED = "preferred"  # the auto leader rebalance
     OFFLINE = "offline"  # no leader could be elected
@@ -96,6 +112,7 @@ class ElectionReason(StrEnum):
     LEADER_FENCED = "leader_fenced"
     BROKER_UNFENCED = "broker_unfenced"
     PREFERRED = "preferred"
+    UNCLEAN_SHUTDOWN = "unclean_shutdown"  # the leader re-registered after an unclean one
 
 
 class FenceReason(StrEnum):

@@ -35,6 +35,11 @@ from minibroker.config import resolve
 from minibroker.controller.quorum_controller import QuorumController
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.events import ReplicationEventLog
+from minibroker.storage.clean_shutdown import (
+    NO_PREVIOUS_EPOCH,
+    take_clean_shutdown,
+    write_clean_shutdown,
+)
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.records import build_batch, decode_values
 
@@ -138,13 +143,14 @@ class SimCluster:
         self.brokers[broker_id] = rm
         self._fetchers[broker_id] = follow_map
         self._incarnations[broker_id] = uuid.uuid4().hex
-        self._register(broker_id)
+        self._register(broker_id, take_clean_shutdown(self.root / f"broker-{broker_id}"))
         self.heartbeat(broker_id)  # it has the metadata at once: unfenced
         return rm
 
-    def _register(self, broker_id: int) -> None:
+    def _register(self, broker_id: int, previous_broker_epoch: int = NO_PREVIOUS_EPOCH) -> None:
         self._broker_epochs[broker_id] = self.controller.register_broker(
-            broker_id, self._incarnations[broker_id], "sim", 9000 + broker_id)
+            broker_id, self._incarnations[broker_id], "sim", 9000 + broker_id,
+            previous_broker_epoch=previous_broker_epoch)
         self.brokers[broker_id].apply_metadata(self.controller.image())
 
     def heartbeat(self, broker_id: int) -> None:
@@ -157,10 +163,12 @@ class SimCluster:
             self._register(broker_id)
 
     def stop(self, broker_id: int) -> None:
-        """A clean shutdown (SIGTERM): every log flushed, its recovery point checkpointed."""
+        """A clean shutdown (SIGTERM): every log flushed, its recovery point checkpointed, and
+        its broker epoch recorded for its next registration (KAFKA-15582)."""
         self._fetchers.pop(broker_id)
         self.coordinators.pop(broker_id).shutdown()
         self.brokers.pop(broker_id).shutdown()
+        write_clean_shutdown(self.root / f"broker-{broker_id}", self._broker_epochs[broker_id])
 
     def crash(self, broker_id: int, *, power_loss: bool = False) -> None:
         """kill -9 (page cache survives) or power loss (unflushed writes are gone; the broker

@@ -136,13 +136,15 @@ class HistoryBuilder:
         })
 
     def sample(
-        self, *, t: float, partition: int, leader: int, isr: list[int], topic: str = "t"
+        self, *, t: float, partition: int, leader: int, isr: list[int], topic: str = "t",
+        elr: list[int] | None = None,
     ) -> None:
-        """One cluster.jsonl sample of a partition's leader and ISR."""
+        """One cluster.jsonl sample of a partition's leader, ISR and ELR (KIP-966)."""
         self.cluster.append({
             "t": self.start + t, "topic": topic, "partition": partition, "leader": leader,
             "leader_epoch": 0, "isr": isr, "high_watermark": 0,
-            "log_end_offsets": {str(b): 0 for b in isr},
+            "log_end_offsets": {str(b): 0 for b in isr}, "elr": elr or [],
+            "last_known_elr": [],
         })
 
     def event(self, type_: str, *, t: float, node: str, topic: str | None = "t",

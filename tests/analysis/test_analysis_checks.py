@@ -106,6 +106,19 @@ def test_offline_windows_end_at_next_leader_or_last_sample(spark):
     assert got == [("t", 0, 2.0, 4.0), ("t", 0, 6.0, 7.0), ("t", 1, 5.0, 7.0)]
 
 
+def test_isr_per_bucket_counts_the_eligible_leader_replicas(spark):
+    """The smallest ISR and the largest ELR (KIP-966) of each bucket; a sample without
+    `elr` (a history from before it: null) counts as none."""
+    samples = [(0.2, 0, [1, 2, 3], []), (0.7, 0, [1], [2, 3]), (1.2, -1, [], [2]),
+               (1.6, 1, [1], None), (2.5, 1, [1, 2], None)]
+    cluster = spark.createDataFrame(
+        [(t, "t", 0, leader, isr, elr) for t, leader, isr, elr in samples],
+        "t double, topic string, partition int, leader int, isr array<int>, elr array<int>")
+    got = sorted(tuple(r) for r in checks.isr_per_bucket(cluster, 0.0, 1.0).collect())
+    assert got == [("t", 0, 0, 1, 2, False), ("t", 0, 1, 0, 1, True),
+                   ("t", 0, 2, 2, 0, False)]
+
+
 @pytest.mark.parametrize(("changes", "idempotent", "expected"), [
     ({}, False, "clean"),
     ({"duplicates": 3}, False, "clean"),

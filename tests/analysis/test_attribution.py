@@ -3,10 +3,13 @@ and sentence the events explain (sends, reads and events.jsonl planted by hand).
 
 from __future__ import annotations
 
+from html import escape
+
 import pytest
 from history_builder import HistoryBuilder
 
 from undertow_analysis import run_analysis
+from undertow_analysis.explain import incident_sentence
 
 C = "controller"
 
@@ -306,3 +309,118 @@ def test_a_duplicate_of_an_idempotent_producer_is_unexplained(spark, tmp_path):
     assert group["sentence"].startswith(
         "UNEXPLAINED: 1 record of t-0 acknowledged at offset 10 was written twice although "
         "the producer was idempotent (KIP-98)")
+
+
+# ---- KIP-966: elections from the eligible leader replicas and of the last known leader ----
+
+
+def lost_on_broker_1(h: HistoryBuilder, partition: int, offsets: range, *, t: float) -> None:
+    """Records of t-`partition` acknowledged by broker 1, leader since 0.1 s in epoch 0,
+    that no replica kept."""
+    h.event("become_leader", t=0.1, node="broker-1", partition=partition, broker=1,
+            leader_epoch=0, log_end_offset=0, high_watermark=0, isr=[1, 2, 3])
+    for i in offsets:
+        h.send(f"p{3 + partition}-{i}", t=t, partition=partition, offset=i)
+
+
+def test_elections_from_the_elr_and_of_the_last_known_leader(spark, tmp_path):
+    """t-0: ELR member 2 lost its unflushed tail to a power loss, then was elected from the
+    ELR (a power loss still). t-1: broker 3, elected as the last known leader, never had the
+    records (an unclean election, as Kafka counts it). t-2: broker 1, the last known leader,
+    came back without its disk (its disk lost, though Kafka counts the election unclean)."""
+    h = base()
+    acked_on_broker_1(h, range(10, 13))
+    h.event("isr_change", t=5.5, node="broker-1", broker=1, leader_epoch=0, isr=[1],
+            old_isr=[1, 2], reason="lag")
+    h.event("elr_change", t=5.9, node=C, leader_epoch=0, broker=2, elr=[2], old_elr=[],
+            last_known_elr=[], reason="isr_below_min", detail="2 left an ISR below min")
+    h.event("power_loss", t=6.0, node="broker-2", broker=2, leader_epoch=0, log_end_offset=13)
+    h.event("log_recovery", t=8.0, node="broker-2", broker=2, log_end_offset=10)
+    h.event("truncation", t=8.0, node="broker-2", broker=2, leader_epoch=0, from_offset=13,
+            to_offset=10, reason="log_recovery")
+    elected(h, t=9.0, epoch=1, leader=2, previous=-1, kind="elr", reason="broker_unfenced",
+            isr=[], end=10)
+    h.event("elr_change", t=9.0, node=C, leader_epoch=1, broker=2, elr=[], old_elr=[2],
+            last_known_elr=[], reason="elected")
+    h.event("truncation", t=12.0, node="broker-1", broker=1, leader_epoch=1, from_offset=13,
+            to_offset=10, reason="offset_for_leader_epoch")
+    h.sample(t=8.5, partition=0, leader=-1, isr=[], elr=[2])
+
+    lost_on_broker_1(h, 1, range(0, 3), t=5.0)
+    h.event("leader_election", t=8.0, node=C, partition=1, leader_epoch=1, leader=3,
+            previous_leader=-1, kind="last_known_leader", reason="broker_unfenced", isr=[])
+    h.event("become_leader", t=8.1, node="broker-3", partition=1, broker=3, leader_epoch=1,
+            log_end_offset=0, high_watermark=0, isr=[3])
+    h.event("truncation", t=12.0, node="broker-1", partition=1, broker=1, leader_epoch=1,
+            from_offset=3, to_offset=0, reason="offset_for_leader_epoch")
+
+    lost_on_broker_1(h, 2, range(0, 5), t=2.0)
+    h.event("log_recovery", t=9.0, node="broker-1", partition=2, broker=1, log_end_offset=0)
+    h.event("leader_election", t=9.5, node=C, partition=2, leader_epoch=1, leader=1,
+            previous_leader=-1, kind="last_known_leader", reason="broker_unfenced", isr=[])
+    h.event("become_leader", t=9.6, node="broker-1", partition=2, broker=1, leader_epoch=1,
+            log_end_offset=0, high_watermark=0, isr=[1])
+
+    report = analyse(h, tmp_path)
+    assert report["malformed"]["skipped"] == 0 and report["counts"]["lost"] == 11
+    by_partition = {i["partition"]: i for i in report["explained"]["incidents"]}
+    assert {p: (i["mechanism"], i["election"]["kind"], i["lost"])
+            for p, i in by_partition.items()} == {
+        0: ("power_loss", "elr", 3), 1: ("unclean_election", "last_known_leader", 3),
+        2: ("disk_lost", "last_known_leader", 5)}
+    assert by_partition[0]["sentence"] == (
+        "records at offsets 10-12 of t-0 (3 acknowledged records lost) were acknowledged "
+        "by broker 1 in epoch 0; broker 2 lost them to a power loss (its log came back ending "
+        "at 10 instead of 13: they were never fsynced); at 9.0 s the controller elected "
+        "broker 2 from the eligible leader replicas (KIP-966) with an empty ISR as it "
+        "returned, whose log ended at 10, and broker 1 truncated them on becoming its "
+        "follower (OffsetForLeaderEpoch, KIP-101).")
+    assert by_partition[1]["sentence"] == (
+        "records at offsets 0-2 of t-1 (3 acknowledged records lost) were acknowledged by "
+        "broker 1 in epoch 0; broker 3 never had them; at 8.0 s the controller elected "
+        "broker 3 as the partition's last known leader once unfenced, with the ISR and the "
+        "ELR empty (KIP-966, Kafka 4.1+), whose log ended at 0, and broker 1 truncated them "
+        "on becoming its follower (OffsetForLeaderEpoch, KIP-101).")
+    assert by_partition[2]["sentence"] == (
+        "records at offsets 0-4 of t-2 (5 acknowledged records lost) were acknowledged by "
+        "broker 1 in epoch 0; broker 1, an ISR member that had them, came back from a restart "
+        "without them (its disk was lost); at 9.5 s the controller elected broker 1 as the "
+        "partition's last known leader once unfenced, with the ISR and the ELR empty "
+        "(KIP-966, Kafka 4.1+), whose log ended at 0.")
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert escape(by_partition[1]["sentence"]) in page
+
+
+def incident(election: dict) -> dict:
+    """An acks=1 incident of t-0 dropped by broker 2's election at 6.0 s."""
+    return {"topic": "t", "partition": 0, "first_offset": 10, "last_offset": 12, "lost": 3,
+            "misplaced": 0, "phantom_read": 0, "phantom_only": 0, "holder": 1,
+            "holder_epoch": 0, "mechanism": "acks1_before_replication", "cause": None,
+            "dropper": 2, "drop_t": 1006.1, "drop_epoch": 1, "dropper_end": 10,
+            "removals": [], "fault": None, "election": {"t": 1006.0, **election}}
+
+
+@pytest.mark.parametrize(("election", "words"), [
+    ({"kind": "elr", "reason": "leader_fenced", "previous_leader": 1, "isr": []},
+     "the controller fenced broker 1 and elected broker 2 from the eligible leader replicas "
+     "(KIP-966) with an empty ISR"),
+    ({"kind": "elr", "reason": "unclean_shutdown", "previous_leader": 1, "isr": []},
+     "the controller removed broker 1, registered again after an unclean shutdown, from the "
+     "ISR and the ELR and elected broker 2 from the eligible leader replicas (KIP-966) with "
+     "an empty ISR"),
+    ({"kind": "elr", "reason": "broker_unfenced", "previous_leader": -1, "isr": []},
+     "the controller elected broker 2 from the eligible leader replicas (KIP-966) with an "
+     "empty ISR as it returned"),
+    ({"kind": "last_known_leader", "reason": "broker_unfenced", "previous_leader": -1,
+      "isr": []},
+     "the controller elected broker 2 as the partition's last known leader once unfenced, "
+     "with the ISR and the ELR empty (KIP-966, Kafka 4.1+)"),
+    ({"kind": "clean", "reason": "unclean_shutdown", "previous_leader": 1, "isr": [2, 3]},
+     "the controller removed broker 1, registered again after an unclean shutdown, from the "
+     "ISR and elected broker 2 from the ISR {2, 3}"),
+])
+def test_the_sentence_names_how_the_controller_chose_the_leader(election, words):
+    assert incident_sentence(incident(election), 1000.0) == (
+        "records at offsets 10-12 of t-0 (3 acknowledged records lost) were acknowledged by "
+        "broker 1 in epoch 0 with acks=1, before broker 2 had fetched them; at 6.0 s "
+        f"{words}, whose log ended at 10.")

@@ -36,7 +36,8 @@ def test_a_drifted_or_missing_table_is_found() -> None:
 
 
 SAMPLE = {"t": 1.5, "topic": "t", "partition": 0, "leader": -1, "leader_epoch": 3,
-          "isr": [1, 2], "high_watermark": None, "log_end_offsets": {"1": 120}}
+          "isr": [1, 2], "high_watermark": None, "log_end_offsets": {"1": 120},
+          "elr": [3], "last_known_elr": []}
 
 
 @pytest.mark.parametrize(("change", "problem"), [
@@ -51,9 +52,46 @@ SAMPLE = {"t": 1.5, "topic": "t", "partition": 0, "leader": -1, "leader_epoch": 
     ({"isr": [1, None]}, "field 'isr' must be an array of ints"),
     ({"log_end_offsets": {"1": 1.5}}, "field 'log_end_offsets' must be an object of longs"),
     ({"extra": 1}, "field 'extra' is not in the schema"),
+    # KIP-966's fields: null is allowed (a controller from before them), not another type.
+    ({"elr": None, "last_known_elr": None}, None),
+    ({"elr": [], "last_known_elr": [1]}, None),
+    ({"elr": [1, "2"]}, "field 'elr' must be an array of ints or null"),
+    ({"last_known_elr": 1}, "field 'last_known_elr' must be an array of ints or null"),
 ])
 def test_problems_of_a_cluster_sample(change: dict, problem: str | None) -> None:
     assert schema.CLUSTER.problems(SAMPLE | change) == ([problem] if problem else [])
+
+
+def test_a_cluster_sample_without_the_elr_fields_misses_them() -> None:
+    """The runner writes every field; an older history's lines lack KIP-966's, which the
+    analysis then reads as null."""
+    old = {k: v for k, v in SAMPLE.items() if k not in ("elr", "last_known_elr")}
+    assert schema.CLUSTER.problems(old) == ["field 'elr' is missing",
+                                            "field 'last_known_elr' is missing"]
+    assert schema.CLUSTER.problems(old, partial=True) == []
+
+
+EVENT = dict.fromkeys(schema.EVENTS.names) | {"t": 1.0, "node": "controller"}
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"type": "elr_change", "topic": "t", "partition": 0, "leader_epoch": 4, "broker": 2,
+      "elr": [2, 3], "old_elr": [3], "last_known_elr": [], "reason": "isr_below_min"}, None),
+    ({"type": "elr_change", "topic": "t", "partition": 0, "leader_epoch": 5, "broker": 1,
+      "elr": [], "old_elr": [1], "last_known_elr": [1], "reason": "unclean_shutdown"}, None),
+    ({"type": "leader_election", "kind": "elr", "reason": "broker_unfenced"}, None),
+    ({"type": "leader_election", "kind": "last_known_leader", "reason": "broker_unfenced"},
+     None),
+    ({"type": "leader_election", "kind": "clean", "reason": "unclean_shutdown"}, None),
+    ({"type": "isr_change", "isr": [2], "old_isr": [1, 2], "reason": "unclean_shutdown"},
+     None),
+    ({"type": "leader_election", "kind": "eligible"},
+     "field 'kind' must be one of clean, unclean, preferred, offline, elr, last_known_leader"),
+    ({"type": "elr_change", "elr": [1.5]}, "field 'elr' must be an array of ints or null"),
+    ({"type": "elr_changed"}, "field 'type' must be one of " + ", ".join(schema.EVENT_TYPES)),
+])
+def test_problems_of_a_kip_966_event(change: dict, problem: str | None) -> None:
+    assert schema.EVENTS.problems(EVENT | change) == ([problem] if problem else [])
 
 
 def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
@@ -74,9 +112,10 @@ def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     schema, with its types."""
     unused = {"sends": {"producer", "error"}, "reads": set(),
               "groups": {"member_id", "error"}, "faults": set(),
-              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets"},
+              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets",
+                          "last_known_elr"},
               "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "members",
-                         "member"}}
+                         "member", "elr", "old_elr", "last_known_elr"}}
     for name, spec in io.FILES.items():
         file = FILES[name]
         assert set(spec.schema.names) == set(file.names) - unused[name], name
@@ -133,6 +172,11 @@ def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -
                       from_offset=12, to_offset=10, reason="offset_for_leader_epoch")
     with_events.event("group_stable", t=2.0, node="broker-1", topic=None, partition=None,
                       broker=1, group="g", generation=3, members=["c0-3", "c1-3"])
+    with_events.event("elr_change", t=3.0, node="controller", leader_epoch=2, broker=1,
+                      elr=[1], old_elr=[], last_known_elr=[], reason="isr_below_min")
+    with_events.event("leader_election", t=4.0, node="controller", leader_epoch=3, leader=1,
+                      previous_leader=-1, kind="elr", reason="broker_unfenced", isr=[])
+    with_events.sample(t=4.0, partition=0, leader=1, isr=[1], elr=[2])
     written.append(with_events.write(tmp_path / "events"))
     for directory in written:
         for file in schema.FILES:

@@ -38,6 +38,8 @@ def busy_run() -> dict:
         {"type": "leader_election", "kind": "unclean", "leader": 0, "t_s": 21.0},
         {"type": "leader_election", "kind": "offline", "leader": -1, "t_s": 22.0},
         {"type": "leader_election", "kind": "preferred", "leader": 1, "t_s": 35.0},
+        {"type": "leader_election", "kind": "elr", "leader": 1, "t_s": 16.0},
+        {"type": "leader_election", "kind": "last_known_leader", "leader": 2, "t_s": 26.0},
         {"type": "truncation", "broker": 1, "t_s": 14.7},
         {"type": "coordinator_load", "broker": 2, "t_s": 13.1},
         {"type": "group_rebalance", "group": "g", "t_s": 22.5},
@@ -45,6 +47,7 @@ def busy_run() -> dict:
         {"type": "group_rebalance", "group": "g", "t_s": 38.0},
     ]
     isr = [{"topic": "t", "partition": p, "bucket": b, "isr": 2 if 10 <= b < 15 else 3,
+            "elr": 1 if p == 0 and 10 <= b < 15 else 0,
             "offline": p == 1 and b == 22} for p in (0, 1) for b in range(40)]
     unavailable = [{"kind": "no_acks", "start_s": 10.0, "duration_s": 4.0},
                    {"kind": "offline", "start_s": 22.0, "duration_s": 1.0}]
@@ -82,7 +85,17 @@ def test_the_timeline_renders_every_panel_legibly():
                for t in ax.get_legend().get_texts()}
     assert {"acknowledged", "failed", "indeterminate", "p50 of acknowledged",
             "healed → recovered", "broker fenced", "log truncated",
-            "elected leader (unclean)", "election found no leader", "no leader"} <= legends
+            "elected leader (unclean)", "election found no leader", "no leader",
+            "elected leader (ELR, KIP-966)", "elected leader (last known leader, KIP-966)",
+            "ELR size (KIP-966)"} <= legends
+    # KIP-966's elections have colours of their own; t-0's ELR is drawn dashed in its colour.
+    assert {plots.ELECTION_COLOURS["elr"], plots.ELECTION_COLOURS["last_known_leader"]} <= {
+        line.get_color() for line in lanes.get_lines()}
+    assert isr.get_title(loc="left") == "ISR and ELR size per partition"
+    # t-0's ISR, its ELR (1 from 10 s to 15 s, dashed in its colour), then t-1's ISR alone.
+    t0_isr, t0_elr, _ = isr.get_lines()
+    assert (t0_elr.get_linestyle(), t0_elr.get_color()) == ("--", t0_isr.get_color())
+    assert [round(y) for y in t0_elr.get_ydata()[9:16]] == [0, 1, 1, 1, 1, 1, 0]
     assert plots.timeline_png(**busy_run())[:4] == b"\x89PNG"
 
 

@@ -24,6 +24,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from confluent_kafka.error import KafkaException
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kio.schema.errors import ErrorCode
@@ -279,3 +287,27 @@ def test_no_client_connection_was_refused(cluster: Cluster) -> None:
     refused = [line for line in cluster.log.read_text().splitlines()
                if "closing connection" in line]
     assert refused == []
+
+
+def test_confluent_admin_alters_topic_configs_through_the_controller(cluster: Cluster) -> None:
+    """IncrementalAlterConfigs from a stock admin client: a topic's min.insync.replicas is
+    set through the controller; a bad value, an unknown topic and a broker resource are
+    refused, each with Kafka's error."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    def alter(kind: ResourceType, name: str, key: str, value: str) -> str | None:
+        resource = ConfigResource(kind, name, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+        try:
+            admin.incremental_alter_configs([resource])[resource].result(timeout=10)
+        except KafkaException as exc:
+            return exc.args[0].name()
+        return None
+
+    assert alter(ResourceType.TOPIC, "kcat", "min.insync.replicas", "2") is None
+    controller = _get_state(cluster.base_port + 100)
+    assert controller["topics"]["kcat"]["config"]["min.insync.replicas"] == "2"
+    assert alter(ResourceType.TOPIC, "kcat", "min.insync.replicas", "none") == "INVALID_CONFIG"
+    assert alter(ResourceType.TOPIC, "nope", "min.insync.replicas", "2") == \
+        "UNKNOWN_TOPIC_OR_PART"
+    assert alter(ResourceType.BROKER, "1", "min.insync.replicas", "2") == "INVALID_REQUEST"

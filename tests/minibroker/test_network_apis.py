@@ -333,6 +333,46 @@ def test_metadata_reports_brokers_topics_and_offline_partitions(version: int) ->
     run(scenario)
 
 
+def describe_topic_partitions_request(names: list[str], limit: int = 2000,
+                                      cursor: tuple[str, int] | None = None) -> Any:
+    m = request_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0)
+    return m.DescribeTopicPartitionsRequest(
+        topics=tuple(m.TopicRequest(name=n) for n in names), response_partition_limit=limit,
+        cursor=None if cursor is None else m.Cursor(topic_name=cursor[0],
+                                                    partition_index=cursor[1]))
+
+
+def test_describe_topic_partitions_shows_the_elr_and_pages_by_cursor() -> None:
+    """KIP-966: the ELR and the last known ELR reach a stock admin client through
+    DescribeTopicPartitions (Kafka's Admin.describeTopics since 3.7)."""
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        orders = broker.image.topics["orders"]
+        orders.partitions[1] = PartitionRegistration((2, 3), (), -1, 3, 6, elr=(2,),
+                                                     last_known_elr=(3,))
+        response = await call(port, describe_topic_partitions_request([]))
+        (topic,) = response.topics
+        assert (topic.name, topic.topic_id, topic.error_code) == ("orders", ORDERS_ID,
+                                                                  ErrorCode.none)
+        p0, p1 = topic.partitions
+        assert (p0.leader_id, p0.isr_nodes, p0.eligible_leader_replicas) == (1, (1, 2), ())
+        assert (p1.error_code, p1.leader_id, p1.isr_nodes, p1.eligible_leader_replicas,
+                p1.last_known_elr, p1.offline_replicas) == (
+            ErrorCode.leader_not_available, -1, (), (2,), (3,), (3,))
+        assert response.next_cursor is None
+
+        first = await call(port, describe_topic_partitions_request(["orders", "nope"], 1))
+        assert [t.name for t in first.topics] == ["nope", "orders"]
+        assert first.topics[0].error_code == ErrorCode.unknown_topic_or_partition
+        assert [p.partition_index for p in first.topics[1].partitions] == [0]
+        assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == (
+            "orders", 1)
+        rest = await call(port, describe_topic_partitions_request(["orders"], 1, ("orders", 1)))
+        assert [p.partition_index for p in rest.topics[0].partitions] == [1]
+        assert rest.next_cursor is None
+
+    run(scenario)
+
+
 @pytest.mark.parametrize("version", [1, 9, 12])
 def test_metadata_for_named_topics_marks_unknown_ones(version: int) -> None:
     async def scenario(_broker: FakeBroker, port: int) -> None:

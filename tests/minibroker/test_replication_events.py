@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from rule_sets import KAFKA_3_7
 from test_broker_processes import TOPIC, ProcessCluster, post, wait_for
 from test_group_failover import CONFIG as GROUP_CONFIG
 from test_group_failover import GROUP, OFFSETS_TP, join_and_sync
@@ -103,8 +104,9 @@ def test_an_acks1_record_only_the_crashed_leader_held_is_truncated_when_it_follo
         tmp_path: Path, mode: str, reason: str, detail: str) -> None:
     """Broker 1 acknowledges offset 3 alone and crashes; the controller fences it, takes it
     out of the ISR and elects broker 2 cleanly; broker 1 restarts, follows 2 and truncates
-    offset 3 (KIP-101's OffsetForLeaderEpoch, or before it its checkpointed HW)."""
-    sim = SimCluster(tmp_path, config={"replication.truncation.mode": mode})
+    offset 3 (KIP-101's OffsetForLeaderEpoch, or before it its checkpointed HW). Kafka 3.7's
+    rules: the restart is not checked for a clean shutdown."""
+    sim = SimCluster(tmp_path, config={**KAFKA_3_7, "replication.truncation.mode": mode})
     sim.create_topic("orders")
     fill(sim, 3)
     assert sim.produce(TP, ["only-on-the-leader"], acks=1).acknowledged
@@ -211,8 +213,8 @@ def test_the_last_isr_member_fenced_gives_an_unclean_election_or_an_offline_part
         tmp_path: Path, unclean: bool) -> None:
     """Broker 3 left the ISR; brokers 1 and 2 crash together. Fencing 1 elects 2 cleanly;
     fencing 2 (the last ISR member, which stays in the ISR) elects 3 uncleanly, or leaves the
-    partition offline until 2 is back."""
-    sim = SimCluster(tmp_path, config={"replica.lag.time.max.ms": "3000",
+    partition offline until 2 is back (Kafka 3.7's rules; test_elr.py has 4.1+'s)."""
+    sim = SimCluster(tmp_path, config={**KAFKA_3_7, "replica.lag.time.max.ms": "3000",
                                        "unclean.leader.election.enable": str(unclean).lower()})
     sim.create_topic("orders")
     fill(sim, 2)
@@ -325,11 +327,16 @@ def test_every_event_follows_the_harness_schema_and_names_no_node(tmp_path: Path
     member_id, _ = join_and_sync(groups, groups.coordinators[leader])
     groups.coordinators[leader].handle_leave_group(GROUP, [(member_id, None)])
     groups.advance(3500, silent=[leader])
-    written = [event for root in (tmp_path, tmp_path / "groups")
+    elr = SimCluster(tmp_path / "elr", config={"min.insync.replicas": "2"})  # KIP-966's
+    elr.create_topic("orders")
+    elr.stop(3)
+    elr.stop(2)
+    elr.advance(3500)
+    written = [event for root in (tmp_path, tmp_path / "groups", tmp_path / "elr")
                for node in ("controller", "broker-1", "broker-2", "broker-3")
                for event in ReplicationEventLog(root / node).events()]
     assert {e["type"] for e in written} == set(EVENT_TYPES)
-    assert len(written) == len(sim.events()) + len(groups.events())
+    assert len(written) == len(sim.events()) + len(groups.events()) + len(elr.events())
     for event in written:
         assert "node" not in event
         assert set(event) <= set(EVENTS.names), event

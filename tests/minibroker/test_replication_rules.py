@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rule_sets import KAFKA_3_7
 
 from minibroker.cluster.errors import KafkaApiError
 from minibroker.cluster.types import (
@@ -41,8 +42,10 @@ def advance_with_fetches(sim: SimCluster, ms: int, fetchers: list[int], step: in
 def test_unclean_election_walkthrough(tmp_path: Path, unclean: bool) -> None:
     """Seed 000's offset-101 walkthrough: brokers 1 and 2 hold offset 101, broker 3 fell
     behind at 101; 1 and 2 crash. Unclean election makes 3 leader and loses 101; without
-    it the partition stays offline until an ISR member returns, and nothing is lost."""
-    sim = SimCluster(tmp_path, brokers=3, config={"replica.lag.time.max.ms": str(LAG_MS),
+    it the partition stays offline until an ISR member returns, and nothing is lost.
+    Kafka 3.7's rules, as the seed (test_elr.py has 4.1+'s)."""
+    sim = SimCluster(tmp_path, brokers=3, config={**KAFKA_3_7,
+                                                  "replica.lag.time.max.ms": str(LAG_MS),
         "min.insync.replicas": "2", "unclean.leader.election.enable": str(unclean).lower()})
     sim.create_topic("orders", replication_factor=3)
     assert sim.registration(TP).replicas == (1, 2, 3)

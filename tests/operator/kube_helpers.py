@@ -80,13 +80,16 @@ def make_netfilter(namespace: str | None) -> Netfilter:
     return Netfilter(("ip", "netns", "exec", namespace, "iptables", "-w"))
 
 
-class Target:
-    """A real process standing in for the broker: the agent finds it by its marker."""
+SLEEPER = "import time\nwhile True: time.sleep(0.05)"
 
-    def __init__(self) -> None:
+
+class Target:
+    """A real process standing in for the broker: the agent finds it by its marker.
+    ``code`` runs with ``sys.argv[1]`` the marker and ``args`` after it."""
+
+    def __init__(self, code: str = SLEEPER, *args: str) -> None:
         self.marker = f"undertow-test-target-{uuid.uuid4().hex}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)", self.marker])
+        self.process = subprocess.Popen([sys.executable, "-c", code, self.marker, *args])
         # Popen returns after fork; wait until exec shows the marker in the command line.
         cmdline = Path(f"/proc/{self.process.pid}/cmdline")
         deadline = time.monotonic() + 10

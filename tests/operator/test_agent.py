@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from kube_helpers import AGENT_TOKEN, RunningAgent, Target, UnprivilegedNetfilter, can_use_netns
+from processes import ON_SIGTERM, sigterm_lines
 
 from undertow.kube.agent import (
     AgentClient,
@@ -28,8 +29,10 @@ from undertow.kube.agent import (
 )
 from undertow.kube.agent.__main__ import main
 from undertow.kube.agent.iptables_backend import choose_backend, iptables_command
+from undertow.kube.agent.server import MAX_GRACE_S
 from undertow.platform.base import wait_for
 from undertow.platform.control import ControlClient, EndpointRefused
+from undertow.spec.faults import MAX_KILL_GRACE_S
 
 needs_root = pytest.mark.skipif(not can_use_netns(),
                                 reason="network namespaces and iptables need root, ip and "
@@ -83,7 +86,11 @@ def test_the_api_refuses_what_it_cannot_do(agent: RunningAgent) -> None:
     assert request(url, "PUT", "/v1/drops/input/fd00::1", {"deadline_s": 1})[0] == 400
     assert request(url, "PUT", "/v1/drops/sideways/10.0.0.1", {"deadline_s": 1})[0] == 404
     assert request(url, "POST", "/v1/nothing", {})[0] == 404
-    assert agent.agent.faults()["faults"] == []
+    for grace in (-1, "5", True, None, MAX_GRACE_S + 1):
+        status, body = request(url, "POST", "/v1/kill", {"deadline_s": 10, "grace_s": grace})
+        assert (status, body) == (400, {"error": f"grace_s must be a number in [0, 300], "
+                                                 f"got {grace!r}"}), grace
+    assert agent.agent.faults() == {"faults": [], "paused": False, "running": True}
 
 
 def test_pause_without_a_target_process_is_a_conflict() -> None:
@@ -260,6 +267,84 @@ def test_a_kill_holds_the_target_down_until_release_or_its_deadline(target: Targ
         assert refused.value.status == 409 and not hold_file.exists()
     finally:
         agent.close()
+
+
+def sigterm_target(record: Path, then: str) -> Target:
+    """A target that notes each SIGTERM in ``record``, then exits cleanly (``exit``) or
+    goes on (``stay``); returned once its handler is in place."""
+    target = Target(ON_SIGTERM, str(record), then)
+    try:
+        wait_for(lambda: sigterm_lines(record) == ["ready"], 10, "the SIGTERM handler")
+    except BaseException:
+        target.close()
+        raise
+    return target
+
+
+def test_a_kill_with_a_grace_period_is_sigterm_then_a_clean_exit(tmp_path: Path) -> None:
+    """SIGTERM first; a target that exits on it is not SIGKILLed, and the kill answers as
+    soon as it is gone, not at the end of the grace period."""
+    record = tmp_path / "sigterm"
+    target = sigterm_target(record, "exit")
+    try:
+        started = time.monotonic()
+        assert Processes(target.marker).kill(grace_s=60) == [target.process.pid]
+        assert time.monotonic() - started < 30
+        assert target.process.wait(5) == 0
+        assert sigterm_lines(record) == ["ready", "sigterm"]
+    finally:
+        target.close()
+
+
+def test_a_kill_with_a_grace_period_sigkills_a_target_still_running_after_it(
+        tmp_path: Path) -> None:
+    record = tmp_path / "sigterm"
+    target = sigterm_target(record, "stay")
+    try:
+        assert Processes(target.marker).kill(grace_s=1) == [target.process.pid]
+        assert target.process.wait(5) == -signal.SIGKILL
+        assert sigterm_lines(record) == ["ready", "sigterm"]
+    finally:
+        target.close()
+
+
+def test_a_kill_without_a_grace_period_is_sigkill_at_once(tmp_path: Path) -> None:
+    record = tmp_path / "sigterm"
+    target = sigterm_target(record, "exit")
+    try:
+        Processes(target.marker).kill()
+        assert target.process.wait(5) == -signal.SIGKILL
+        assert sigterm_lines(record) == ["ready"]
+    finally:
+        target.close()
+
+
+def test_a_kill_through_the_api_takes_its_grace_period_and_holds_the_target_down(
+        tmp_path: Path) -> None:
+    record, hold_file = tmp_path / "sigterm", tmp_path / "hold"
+    target = sigterm_target(record, "exit")
+    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker), Hold(hold_file))
+    server = make_server(agent, "127.0.0.1", 0, AGENT_TOKEN)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = AgentClient(f"http://127.0.0.1:{server.server_address[1]}", AGENT_TOKEN)
+        client.kill(30, grace_s=20)
+        assert target.process.wait(5) == 0
+        assert sigterm_lines(record) == ["ready", "sigterm"]
+        assert Hold(hold_file).active()
+        assert [f["kind"] for f in agent.faults()["faults"]] == ["kill"]
+        client.release()
+        assert not hold_file.exists() and agent.faults()["faults"] == []
+    finally:
+        server.shutdown()
+        server.server_close()
+        agent.close()
+        target.close()
+
+
+def test_the_agent_bounds_a_kills_grace_period_as_the_spec_does() -> None:
+    assert MAX_GRACE_S == MAX_KILL_GRACE_S
 
 
 def sleeping_children(pid: int) -> set[int]:

@@ -27,8 +27,10 @@ from kube_helpers import (
     stored,
 )
 from planned_faults import planned
+from processes import ON_SIGTERM, sigterm_lines
 
 from undertow.faults import Nodes, build_fault
+from undertow.kube.agent import Processes
 from undertow.kube.api import KubeApi
 from undertow.kube.cluster_objects import fault_secret
 from undertow.kube.platform import (
@@ -95,6 +97,36 @@ async def test_kill_sigkills_the_broker_in_its_pod_through_the_agent(
         await asyncio.to_thread(platform.kill, "broker-1")
     await asyncio.to_thread(platform.release, "broker-1")
     assert agent.agent.faults()["faults"] == []
+
+
+async def test_kill_with_a_grace_period_is_a_clean_shutdown_in_the_pod(
+        emulator: Any, api: KubeApi, agent: RunningAgent, tmp_path: Path) -> None:
+    """The fault's gracePeriod reaches the agent: SIGTERM, and the broker exits on its own
+    (status 0) well within the grace; it is then held down as after any kill."""
+    record = tmp_path / "sigterm"
+    clean = Target(ON_SIGTERM, str(record), "exit")
+    try:
+        await asyncio.to_thread(wait_for, lambda: sigterm_lines(record) == ["ready"], 10,
+                                "the SIGTERM handler")
+        agent.agent.processes = Processes(clean.marker)
+        await asyncio.to_thread(add_pods, api)
+        platform = make_platform(api, agent_port=agent.port)
+        kill = build_fault(planned({"kind": "kill", "target": {"broker": 1},
+                                    "gracePeriod": "20s"}),
+                           platform, Nodes("broker-1"), time_limit_s=600)
+        await asyncio.to_thread(kill.inject)
+
+        assert clean.process.wait(5) == 0
+        assert sigterm_lines(record) == ["ready", "sigterm"]
+        assert [f["kind"] for f in agent.agent.faults()["faults"]] == ["kill"]
+        assert events(emulator) == [
+            ("FaultInjected", "kill broker-1: SIGTERM, SIGKILL after 20s (a clean shutdown) "
+                              "in place; held down until recovered")]
+        assert not await asyncio.to_thread(platform.is_running, "broker-1")
+        await asyncio.to_thread(platform.release, "broker-1")
+        assert agent.agent.faults()["faults"] == []
+    finally:
+        clean.close()
 
 
 async def test_pause_goes_through_the_pod_agent(emulator: Any, api: KubeApi,

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
+from rich.console import Console
 
 from undertow.cli import main
 from undertow.cluster_view import ClusterView, StateDocumentError, view_from_states
 from undertow.cluster_view.kafka import KafkaAdminError, admin_client, create_topic, view_from_admin
+from undertow.cluster_view.table import render
 from undertow.platform.base import wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+from undertow.runner import progress
+from undertow.runner.sampler import to_sample
+from undertow_history.schema import CLUSTER
 
 CONTROLLER = {
     "brokers": [{"id": 0, "fenced": False, "broker_epoch": 7}, {"id": 1, "fenced": True},
@@ -61,6 +67,64 @@ def test_partitions_merge_the_controllers_registration_with_the_replicas_reports
 def test_the_controllers_half_alone_has_no_high_watermarks() -> None:
     view = view_from_states(CONTROLLER)
     assert view.partition("t", 1).high_watermark is None and not view.reports
+
+
+# KIP-966: the controller's registrations carry the eligible leader replicas and the last
+# known ELR; t-0 lost its ISR (min.insync.replicas 2): 2 and 0 are eligible, t-1 is healthy.
+ELR_CONTROLLER = {
+    "eligible_leader_replicas_version": 1,
+    "brokers": [{"id": 0, "fenced": True}, {"id": 1, "fenced": False},
+                {"id": 2, "fenced": True}],
+    "topics": {"t": {"config": {"min.insync.replicas": "2"}, "partitions": {
+        "0": {"leader": -1, "isr": [], "replicas": [2, 0, 1], "leader_epoch": 6,
+              "partition_epoch": 9, "elr": [2, 0], "last_known_elr": [2]},
+        "1": {"leader": 1, "isr": [1, 0, 2], "replicas": [1, 0, 2], "leader_epoch": 4,
+              "partition_epoch": 5, "elr": [], "last_known_elr": []},
+    }}},
+}
+
+
+def test_the_eligible_leader_replicas_come_from_the_controllers_registration() -> None:
+    view = view_from_states(ELR_CONTROLLER)
+    p0, p1 = view.topic_partitions("t")
+    assert (p0.leader, p0.isr, p0.elr, p0.last_known_elr) == (-1, (), (2, 0), (2,))
+    assert (p1.elr, p1.last_known_elr) == ((), ())
+    # A controller from before KIP-966 says nothing of them: none.
+    old = view_from_states(CONTROLLER).partition("t", 1)
+    assert (old.elr, old.last_known_elr) == ((), ())
+
+
+def test_every_sample_carries_the_elr_and_the_table_shows_it_when_there_is_one() -> None:
+    view = view_from_states(ELR_CONTROLLER, {1: {
+        "broker_id": 1, "partitions": [replica("t", 1, leader=1, role="leader", hw=10,
+                                               leo=12)]}})
+    samples = [to_sample(p, 100.0) for p in view.topic_partitions("t")]
+    assert samples[0] == {"t": 100.0, "topic": "t", "partition": 0, "leader": -1,
+                          "leader_epoch": 6, "isr": [], "high_watermark": None,
+                          "log_end_offsets": {}, "elr": [2, 0], "last_known_elr": [2]}
+    assert (samples[1]["elr"], samples[1]["last_known_elr"]) == ([], [])
+    for sample in [*samples, to_sample(view_from_states(CONTROLLER).partition("t", 0), 1.0)]:
+        assert CLUSTER.problems(sample) == [], sample
+    assert render(view).splitlines() == [
+        "brokers: 0 (fenced), 1, 2 (fenced); controller: unknown",
+        "partition  leader   epoch  ISR    ELR  replicas  HW",
+        "t-0        offline  6      -      2,0  2,0,1     ?",
+        "t-1        1        4      1,0,2  -    1,0,2     10",
+    ]
+    # Without an ELR anywhere the table is as before KIP-966.
+    assert render(view_from_states(CONTROLLER)).splitlines()[1].split() == [
+        "partition", "leader", "epoch", "ISR", "replicas", "HW"]
+    # The run's progress line names a partition's ELR only while it has one.
+    update = {"phase": "faults", "elapsed": 3.0, "total": 60, "acks_per_second": 10.0,
+              "counts": {"ok": 5, "fail": 0, "info": 1}, "active_faults": [], "errors": {},
+              "partitions": samples}
+    assert progress.line(update).endswith(" t-0:L-1/isr=/elr=2,0 t-1:L1/isr=1,0,2")
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(progress.render(update))
+    rows = [line.split() for line in console.export_text().splitlines()[2:]]
+    assert rows == [["partition", "leader", "epoch", "ISR", "ELR", "HW", "LEO", "per", "broker"],
+                    ["t-0", "offline", "6", "2,0", "None"],
+                    ["t-1", "1", "4", "1,0,2", "-", "10", "1:12"]]
 
 
 def test_a_document_missing_a_field_every_minibroker_writes_is_named() -> None:

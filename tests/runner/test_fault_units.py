@@ -36,6 +36,7 @@ def test_every_kind_and_partition_mode_of_the_spec_has_one_unit() -> None:
 @pytest.mark.parametrize(("fault", "nodes", "target"), [
     ({"kind": "kill", "target": LEADER}, Nodes("broker-1"), "broker-1"),
     ({"kind": "kill", "target": {"role": "controller"}}, Nodes(CONTROLLER), CONTROLLER),
+    ({"kind": "kill", "target": LEADER, "gracePeriod": "10s"}, Nodes("broker-1"), "broker-1"),
     ({"kind": "pause", "target": FOLLOWER}, Nodes("broker-2"), "broker-2"),
     ({"kind": "disk-stall", "target": LEADER}, Nodes("broker-0"), "broker-0"),
     ({"kind": "power-loss", "target": {"broker": 1}}, Nodes("broker-1"), "broker-1"),
@@ -57,6 +58,17 @@ def test_each_kind_builds_its_unit_named_as_faults_jsonl_names_it(
     assert type(unit) is FAULT_UNITS[spec.kind]
     assert unit.describe() == {"fault": spec.kind, "target": target}
     assert unit.state == "pending" and unit.time_limit_s == 5
+
+
+def test_a_kill_with_a_grace_period_announces_a_clean_shutdown(platform: LocalPlatform) -> None:
+    def effect(fault: dict[str, Any]) -> str:
+        return build_fault(planned({"kind": "kill", "target": LEADER, **fault}), platform,
+                           Nodes("broker-1"), time_limit_s=5).effect()
+
+    assert effect({}) == effect({"gracePeriod": "0s"}) == (
+        "SIGKILL in place; held down until recovered")
+    assert effect({"gracePeriod": "1500ms"}) == (
+        "SIGTERM, SIGKILL after 1.5s (a clean shutdown) in place; held down until recovered")
 
 
 def test_isolate_cuts_the_target_from_every_node_both_ways_but_not_from_clients(
@@ -130,7 +142,8 @@ def test_the_listener_hears_inject_heal_and_recover_once_each(
         if error is not None:
             raise error
 
-    monkeypatch.setattr(platform, "kill", lambda node: heard.append(f"kill {node}"))
+    monkeypatch.setattr(platform, "kill",
+                        lambda node, grace_s: heard.append(f"kill {node} grace {grace_s:g}"))
     monkeypatch.setattr(platform, "restart", restart)
     monkeypatch.setattr(platform, "announce", lambda *_: None)
     unit = build_fault(planned({"kind": "kill", "target": LEADER}), platform,
@@ -142,5 +155,5 @@ def test_the_listener_hears_inject_heal_and_recover_once_each(
     assert unit.state == "injected"
     assert unit.recover() is True
     assert unit.recover() is False
-    assert heard == ["kill broker-1", "inject", "heal", "restart broker-1", "restart broker-1",
-                     "recover"]
+    assert heard == ["kill broker-1 grace 0", "inject", "heal", "restart broker-1",
+                     "restart broker-1", "recover"]

@@ -176,6 +176,22 @@ def test_kill_leader_elects_another_and_recover_restarts_into_the_isr(
     assert fault.describe() == {"fault": "kill", "target": old}
 
 
+def test_kill_with_a_grace_period_stops_the_broker_cleanly_and_holds_it_down(
+        healthy: LocalPlatform) -> None:
+    """SIGTERM first: the broker shuts down on its own (status 0, not SIGKILLed), stays
+    down until recovered, as after any kill, then restarts into the ISR."""
+    follower = a_follower(healthy)
+    fault = build_fault(planned({"kind": "kill", "target": FOLLOWER, "gracePeriod": "20s"}),
+                        healthy, Nodes(follower), time_limit_s=60)
+    fault.inject()
+    assert not healthy.is_running(follower)
+    assert healthy._process(follower).returncode == 0
+    wait_out_of_isr(healthy, follower)
+    assert not healthy.is_running(follower)
+    fault.recover()
+    wait_back_in_isr(healthy, follower)
+
+
 def test_killed_controller_restarts_from_its_data_and_the_brokers_return(
         healthy: LocalPlatform) -> None:
     before = partition(healthy)

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from small_disk import fill, mounted_tmpfs
 
+from undertow.cluster_view import PartitionView
 from undertow.runner.abort import Abort, HistoryWriteError
 from undertow.runner.events import to_event
 from undertow.runner.history import RESERVE_MIN_BYTES, RESERVE_NAME, HistoryWriter
+from undertow.runner.sampler import to_sample
 from undertow_history import schema
 
 
@@ -46,12 +48,26 @@ def test_every_line_the_writer_writes_has_the_schema_fields_and_types(tmp_path: 
         "t": 1763830002.0, "type": "truncation", "topic": "t", "partition": 0, "broker": 1,
         "leader_epoch": 3, "from_offset": 12, "to_offset": 10, "reason": "offset_for_leader_epoch",
         "a_field_of_a_newer_broker": 1}))
+    # KIP-966: the controller's ELR change keeps its ELR lists; a sample carries the ELR.
+    writer.event(to_event("controller", {
+        "t": 1763830003.0, "type": "elr_change", "topic": "t", "partition": 0,
+        "leader_epoch": 4, "broker": 2, "elr": [2], "old_elr": [], "last_known_elr": [],
+        "reason": "isr_below_min", "detail": "ISR [1] below min.insync.replicas 2: 2 joins"}))
+    writer.cluster_sample(to_sample(PartitionView(
+        topic="t", partition=0, leader=1, leader_epoch=4, isr=(1,), replicas=(1, 2, 3),
+        elr=(2,)), 1763830003.1))
     writer.close()
 
     written = {f: [json.loads(line) for line in (tmp_path / f.filename).read_text().splitlines()]
                for f in schema.FILES if f.json_lines}
     assert {f.name: len(lines) for f, lines in written.items()} == {
-        "sends": 2, "reads": 1, "groups": 2, "faults": 1, "cluster": 0, "events": 1}
+        "sends": 2, "reads": 1, "groups": 2, "faults": 1, "cluster": 1, "events": 2}
+    elr_change = written[schema.EVENTS][1]
+    assert (elr_change["type"], elr_change["elr"], elr_change["old_elr"],
+            elr_change["last_known_elr"], elr_change["node"]) == (
+        "elr_change", [2], [], [], "controller")
+    assert (written[schema.CLUSTER][0]["elr"], written[schema.CLUSTER][0]["last_known_elr"]) \
+        == ([2], [])
     for file, lines in written.items():
         for line in lines:
             assert file.problems(line) == [], (file.filename, line)

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from planned_faults import planned
+from processes import ON_SIGTERM, sigterm_lines
 
 from undertow.faults import Nodes, build_fault
 from undertow.platform import netns
 from undertow.platform.base import CONTROLLER, Link, PlatformError, broker_id_of, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
+from undertow.platform.process import ChildProcess, Spawner
 from undertow.platform.procfs import alive
 
 try:
@@ -49,6 +54,34 @@ def test_an_unstarted_platform_refuses_politely(tmp_path: Path) -> None:
     with pytest.raises(PlatformError, match="unknown node 'broker-7'"):
         platform.kill("broker-7")
     platform.stop()  # safe before start
+
+
+@pytest.mark.parametrize(("grace_s", "then", "status", "seen"), [
+    (60.0, "exit", 0, ["ready", "sigterm"]),  # a clean shutdown, well within the grace
+    (1.0, "stay", -signal.SIGKILL, ["ready", "sigterm"]),  # still running after it
+    (0.0, "exit", -signal.SIGKILL, ["ready"]),  # no grace: SIGKILL at once
+])
+def test_kill_with_a_grace_period_sends_sigterm_first(
+        tmp_path: Path, grace_s: float, then: str, status: int, seen: list[str]) -> None:
+    """The node's process is a stand-in that notes each SIGTERM (the platform is not
+    started: the kill is all that runs). It stays down after the kill, as after any."""
+    platform = LocalPlatform(LocalPlatformConfig(workdir=tmp_path, brokers=1))
+    record, spawner = tmp_path / "sigterm", Spawner()
+    process = ChildProcess("broker-0", [sys.executable, "-c", ON_SIGTERM, str(record), then],
+                           log_path=tmp_path / "broker-0.log", spawner=spawner)
+    platform._processes["broker-0"] = process
+    try:
+        process.start()
+        wait_for(lambda: sigterm_lines(record) == ["ready"], 10, "the SIGTERM handler")
+        started = time.monotonic()
+        platform.kill("broker-0", grace_period_s=grace_s)
+        assert time.monotonic() - started < 30
+        assert not platform.is_running("broker-0")
+        assert process.returncode == status
+        assert sigterm_lines(record) == seen
+    finally:
+        process.kill()
+        spawner.close()
 
 
 @needs_minibroker

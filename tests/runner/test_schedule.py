@@ -182,3 +182,17 @@ def test_pod_delete_carries_its_grace_period(tmp_path: Path) -> None:
     assert [(f.kind, f.grace_period) for f in faults] == [("pod-delete", 5.0),
                                                           ("pod-delete", 0.0)]
     assert faults[0].to_json()["grace_period"] == "5s"
+
+
+def test_kill_carries_its_grace_period_only_when_it_has_one() -> None:
+    """A kill with a gracePeriod is a clean shutdown in place (SIGTERM first); without one
+    it is SIGKILL at once, and its plan line is what it always was."""
+    base = list(yaml.safe_load_all((DATA / "spec-base.yaml").read_text()))[1]
+    base["spec"]["faults"][0]["gracePeriod"] = "5s"
+    faults = plan(ChaosExperiment.model_validate(base), 1)
+    assert [(f.kind, f.grace_period) for f in faults] == [("kill", 5.0), ("pause", 0.0)]
+    assert faults[0].to_json()["grace_period"] == "5s"
+    assert "grace_period" not in faults[1].to_json()
+    base["spec"]["faults"][0]["gracePeriod"] = "0s"
+    (clean, _) = plan(ChaosExperiment.model_validate(base), 1)
+    assert clean.grace_period == 0.0 and "grace_period" not in clean.to_json()

@@ -36,6 +36,9 @@ LIBRARY = {
     "group-coordinator-kill": "clean",
     "offsets-rf1-coordinator-loss": "loss",
     "consumer-isolated": "clean",
+    "pod-delete-ephemeral-elr": "loss",
+    "last-replica-standing-elr": "clean",
+    "last-replica-standing-no-elr": "loss",
 }
 
 
@@ -78,6 +81,23 @@ def test_idempotent_pair_differs_only_in_idempotence() -> None:
     assert idem.workload.idempotent and not plain.workload.idempotent
     assert idem.workload.model_copy(update={"idempotent": False}) == plain.workload
     assert idem.faults == plain.faults
+
+
+@pytest.mark.parametrize("pair", [("pod-delete-ephemeral", "pod-delete-ephemeral-elr"),
+                                  ("last-replica-standing-no-elr", "last-replica-standing-elr")])
+def test_rule_set_twins_differ_only_in_the_rule_set(pair: tuple[str, str]) -> None:
+    """A Kafka 3.7 file and its 4.x twin: the same cluster, workload and faults, only
+    eligible.leader.replicas.version apart."""
+    old, new = (load_experiment(REPO / "experiments" / f"{name}.yaml") for name in pair)
+    assert old.cluster.spec.config.eligible_leader_replicas_version == 0
+    assert new.cluster.spec.config.eligible_leader_replicas_version == 1
+    assert old.experiment.spec.faults == new.experiment.spec.faults
+    assert old.experiment.spec.workload == new.experiment.spec.workload
+    assert old.experiment.spec.topic == new.experiment.spec.topic
+    exclude = {"eligible_leader_replicas_version"}
+    assert old.cluster.spec.config.model_dump(exclude=exclude) == \
+        new.cluster.spec.config.model_dump(exclude=exclude)
+    assert old.cluster.spec.storage == new.cluster.spec.storage
 
 
 def test_truncation_pair_differs_only_in_truncation_mode() -> None:
@@ -396,10 +416,29 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "is not a fault target)",
     ),
     (
-        "grace-period-not-pod-delete",
-        exp("spec/faults/0/gracePeriod", "5s"),
+        "grace-period-not-kill-or-pod-delete",
+        both(exp("spec/faults/0/kind", "pause"), exp("spec/faults/0/gracePeriod", "5s")),
         EXP,
-        "spec.faults[0].gracePeriod: only pod-delete faults take 'gracePeriod', not kill",
+        "spec.faults[0].gracePeriod: only kill and pod-delete faults take 'gracePeriod', "
+        "not pause",
+    ),
+    (
+        "grace-period-on-a-sequence-step-not-kill-or-pod-delete",
+        exp("spec/faults/0", {"sequence": {"steps": [
+            {"kind": "kill", "target": {"role": "leader"}, "duration": "1s",
+             "gracePeriod": "2s"},
+            {"when": "recovered", "kind": "disk-stall", "target": {"role": "leader"},
+             "duration": "1s", "gracePeriod": "2s"}]}}),
+        EXP,
+        "spec.faults[0].sequence.steps[1].gracePeriod: only kill and pod-delete faults take "
+        "'gracePeriod', not disk-stall",
+    ),
+    (
+        "kill-grace-period-above-the-agents-bound",
+        exp("spec/faults/0/gracePeriod", "301s"),
+        EXP,
+        "spec.faults[0].gracePeriod: 5m1s is above 5m, the longest a kill waits for a clean "
+        "shutdown",
     ),
     (
         "disk-stall-controller",
@@ -796,7 +835,8 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.config[\"min.isr\"]: unknown broker config key 'min.isr'; known keys: "
         "min.insync.replicas, unclean.leader.election.enable, replication.truncation.mode, "
         "high.watermark.min.isr.rule, log.flush.interval.messages, log.flush.interval.ms, "
-        "replica.lag.time.max.ms, broker.session.timeout.ms, broker.heartbeat.interval.ms, "
+        "eligible.leader.replicas.version, replica.lag.time.max.ms, broker.session.timeout.ms, "
+        "broker.heartbeat.interval.ms, "
         "leader.imbalance.check.interval.ms, replica.fetch.wait.max.ms, "
         "replica.fetch.min.bytes, replica.high.watermark.checkpoint.interval.ms, segment.bytes, "
         "offsets.topic.replication.factor, offsets.topic.num.partitions, "

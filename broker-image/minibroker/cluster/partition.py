@@ -138,6 +138,14 @@ class Partition:
             return self.config.min_insync_replicas
         return min(self.config.min_insync_replicas, max(len(self.assignment), 1))
 
+    def update_config(self, config: LogConfig) -> None:
+        """A dynamic topic config change, as Kafka's LogManager.updateTopicConfig: min ISR and
+        the high watermark's rule at once, the log's flush and segment settings from its next
+        append."""
+        self.config = config
+        self.log.update_config(config.segment_bytes, config.flush_interval_messages,
+                               config.flush_interval_ms)
+
     @property
     def is_under_min_isr(self) -> bool:
         return self.is_leader and len(self.isr) < self.effective_min_isr

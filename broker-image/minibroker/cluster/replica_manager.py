@@ -196,8 +196,11 @@ class ReplicaManager:
             for index, reg in topic.partitions.items():
                 if self.broker_id in reg.replicas:
                     self._apply_partition(TopicPartition(topic.name, index), reg)
-        for partition in self.partitions.values():
+        for tp, partition in self.partitions.items():
             partition.reset_replicas_of_new_incarnations()
+            config = self._log_config(tp.topic)
+            if config != partition.config:  # IncrementalAlterConfigs on the topic
+                partition.update_config(config)
 
     def _alive_broker_epoch(self, broker_id: int) -> int | None:
         """Kafka's MetadataCache.getAliveBrokerEpoch: None for a fenced or unknown broker."""

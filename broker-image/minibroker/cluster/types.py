@@ -74,6 +74,12 @@ class PartitionRegistration:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    elr: tuple[int, ...] = ()
+    """Eligible leader replicas (KIP-966): replicas that left an ISR smaller than
+    min.insync.replicas, so hold every committed record; always empty without ELR."""
+    last_known_elr: tuple[int, ...] = ()
+    """Kafka's LastKnownElr, holding the last known leader once the ISR and the ELR are empty
+    (``PartitionChangeBuilder.maybeUpdateLastKnownLeader``)."""
 
     def to_json(self) -> dict:
         return {
@@ -82,6 +88,8 @@ class PartitionRegistration:
             "leader": self.leader,
             "leader_epoch": self.leader_epoch,
             "partition_epoch": self.partition_epoch,
+            "elr": list(self.elr),
+            "last_known_elr": list(self.last_known_elr),
         }
 
     @classmethod
@@ -92,6 +100,8 @@ class PartitionRegistration:
             leader=data["leader"],
             leader_epoch=data["leader_epoch"],
             partition_epoch=data["partition_epoch"],
+            elr=tuple(data.get("elr", ())),  # absent in a state written before ELR
+            last_known_elr=tuple(data.get("last_known_elr", ())),
         )
 
 

@@ -28,9 +28,11 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import ConfigError, resolve, validate_topic_config
+from minibroker.controller.partition_change import PartitionChange, build_change
 from minibroker.events import (
     ElectionKind,
     ElectionReason,
+    ElrChangeReason,
     EventType,
     FenceReason,
     IsrChangeReason,
@@ -165,23 +167,32 @@ class QuorumController:
         return broker is not None and not broker.fenced
 
     def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int,
-                        listeners: Mapping[str, tuple[str, int]] | None = None) -> int:
+                        listeners: Mapping[str, tuple[str, int]] | None = None,
+                        previous_broker_epoch: int = -1) -> int:
         """KRaft's registerBroker: a (re)starting broker gets a new broker epoch and starts
         fenced. A new incarnation first fences the old one (out of every ISR, its
-        leaderships moved). Returns the broker epoch."""
+        leaderships moved). ``previous_broker_epoch`` is the epoch its clean shutdown
+        recorded (-1: none). With ELR, a new incarnation whose previous epoch is not the one
+        registered shut down uncleanly and leaves every ISR and ELR (Kafka's
+        ``ClusterControlManager.registerBroker``, KAFKA-15586; the partition changes of
+        KAFKA-18106). Returns the broker epoch."""
         existing = self.brokers.get(broker_id)
+        restarted = existing is not None and existing.incarnation_id != incarnation_id
         if existing is not None and not existing.fenced:
             self._fence(broker_id, FenceReason.RESTARTED,
-                        "it restarted with a new incarnation"
-                        if existing.incarnation_id != incarnation_id else "it registered again")
+                        "it restarted with a new incarnation" if restarted
+                        else "it registered again")
+        clean = existing is not None and existing.broker_epoch == previous_broker_epoch
+        if restarted and not clean and self.elr_enabled:
+            self._handle_unclean_shutdown(broker_id, previous_broker_epoch)
         broker_epoch = self.metadata_offset + 1  # the offset of this registration's record
         self.brokers[broker_id] = BrokerRegistration(
             broker_id, incarnation_id, host, port, fenced=True, broker_epoch=broker_epoch,
             last_heartbeat_ms=self._clock_ms(), listeners=dict(listeners or {}),
         )
-        log.info("Broker %d registered (incarnation %s, broker epoch %d) at %s:%d; fenced "
+        log.info("Broker %d registered (incarnation %s, broker epoch %d%s) at %s:%d; fenced "
                  "until it catches up with the metadata", broker_id, incarnation_id,
-                 broker_epoch, host, port)
+                 broker_epoch, ", after a clean shutdown" if clean else "", host, port)
         self._commit()
         return broker_epoch
 
@@ -244,63 +255,138 @@ class QuorumController:
                           broker_epoch=broker.broker_epoch, reason=reason, detail=detail)
         for topic in self.topics.values():
             for index, reg in list(topic.partitions.items()):
-                if broker_id not in reg.isr:
-                    continue
-                tp = TopicPartition(topic.name, index)
-                # Kafka never empties the ISR: the last member stays, so that the partition
-                # comes back with it (unless an unclean election picks another replica).
-                isr = tuple(r for r in reg.isr if r != broker_id) or reg.isr
-                updated = replace(reg, isr=isr, partition_epoch=reg.partition_epoch + 1)
-                if isr != reg.isr:
-                    log.info("[Partition %s epoch=%d] ISR updated from %s to %s because broker %d"
-                             " was fenced", tp, reg.leader_epoch, list(reg.isr), list(isr),
-                             broker_id)
-                    self._events.emit(
-                        EventType.ISR_CHANGE, topic=tp.topic, partition=tp.partition,
-                        leader_epoch=reg.leader_epoch, broker=broker_id, old_isr=list(reg.isr),
-                        isr=list(isr), reason=IsrChangeReason.FENCED,
-                        detail=f"broker {broker_id} was fenced because {detail}")
-                if reg.leader == broker_id:
-                    updated = self._elect(topic, tp, updated, ElectionReason.LEADER_FENCED,
-                                          f"leader {broker_id} was fenced because {detail}")
-                topic.partitions[index] = updated
+                if broker_id in reg.isr:
+                    self._change(topic, index, target_isr=set(reg.isr) - {broker_id},
+                                 acceptable=lambda r: r != broker_id and self.is_live(r),
+                                 isr_reason=IsrChangeReason.FENCED,
+                                 election_reason=ElectionReason.LEADER_FENCED,
+                                 cause=f"broker {broker_id} was fenced because {detail}",
+                                 election_cause=f"leader {broker_id} was fenced because "
+                                                f"{detail}",
+                                 broker=broker_id)
+
+    def _handle_unclean_shutdown(self, broker_id: int, previous_broker_epoch: int) -> None:
+        """ReplicationControlManager.handleBrokerUncleanShutdown: the broker restarted
+        without a clean shutdown (its previous epoch is unknown or stale), so its log may
+        lack what it acknowledged; it leaves every ISR and ELR and cannot lead on the way."""
+        log.warning("Broker %d restarted without a clean shutdown (previous broker epoch %d, "
+                    "registered %d): removing it from every ISR and ELR", broker_id,
+                    previous_broker_epoch, self.brokers[broker_id].broker_epoch)
+        for topic in self.topics.values():
+            for index, reg in list(topic.partitions.items()):
+                if broker_id in reg.isr or broker_id in reg.elr:
+                    self._change(topic, index, target_isr=set(reg.isr) - {broker_id},
+                                 acceptable=lambda r: r != broker_id and self.is_live(r),
+                                 unclean_shutdown=(broker_id,),
+                                 isr_reason=IsrChangeReason.UNCLEAN_SHUTDOWN,
+                                 election_reason=ElectionReason.UNCLEAN_SHUTDOWN,
+                                 cause=f"broker {broker_id} restarted without a clean shutdown",
+                                 broker=broker_id)
 
     # ---- leader election ---------------------------------------------------------------
+
+    @property
+    def elr_enabled(self) -> bool:
+        """``eligible.leader.replicas.version`` 1: Kafka 4.1+'s rules (KIP-966)."""
+        return resolve("eligible.leader.replicas.version", self.config) == "1"
 
     def _unclean_enabled(self, topic: TopicRecord) -> bool:
         return resolve("unclean.leader.election.enable", topic.config, self.config)
 
-    def _elect(self, topic: TopicRecord, tp: TopicPartition, reg: PartitionRegistration,
-               reason: ElectionReason, cause: str) -> PartitionRegistration:
-        """Pick a live ISR member; only with unclean election enabled, any live replica.
-        ``reason`` and ``cause`` say why an election was needed (for the log and the event)."""
-        candidates = [r for r in reg.replicas if r in reg.isr and self.is_live(r)]
-        isr = reg.isr
-        kind = ElectionKind.CLEAN
-        if not candidates and self._unclean_enabled(topic):
-            candidates = [r for r in reg.replicas if self.is_live(r)]
-            if candidates:
-                isr = (candidates[0],)
-                kind = ElectionKind.UNCLEAN
+    def _min_isr(self, topic: TopicRecord) -> int:
+        return resolve("min.insync.replicas", topic.config, self.config)
+
+    def _change(self, topic: TopicRecord, index: int, *, target_isr: set[int] | tuple[int, ...],
+                acceptable: Callable[[int], bool], isr_reason: IsrChangeReason,
+                election_reason: ElectionReason, cause: str, broker: int | None = None,
+                unclean_shutdown: tuple[int, ...] = (), isr_logged_by_leader: bool = False,
+                election_cause: str | None = None) -> PartitionChange:
+        """Apply ``build_change`` to one partition and log what changed: the ISR (unless
+        the leader that asked for it logs it), the ELR, the leader. ``cause`` says why, for
+        the log and the events."""
+        reg = topic.partitions[index]
+        change = build_change(reg, target_isr=target_isr, min_isr=self._min_isr(topic),
+                              is_acceptable_leader=acceptable, elr_enabled=self.elr_enabled,
+                              unclean_enabled=self._unclean_enabled(topic),
+                              unclean_shutdown=unclean_shutdown)
+        after, kind = change.registration, change.election
+        tp = TopicPartition(topic.name, index)
+        rewritten_by_election = kind in (ElectionKind.ELR, ElectionKind.UNCLEAN,
+                                         ElectionKind.LAST_KNOWN_LEADER)
+        if after.isr != reg.isr and not rewritten_by_election and not isr_logged_by_leader:
+            log.info("[Partition %s epoch=%d] ISR updated from %s to %s: %s", tp,
+                     reg.leader_epoch, list(reg.isr), list(after.isr), cause)
+            self._events.emit(
+                EventType.ISR_CHANGE, topic=tp.topic, partition=tp.partition,
+                leader_epoch=reg.leader_epoch, broker=broker, old_isr=list(reg.isr),
+                isr=list(after.isr), reason=isr_reason, detail=cause)
+        if change.elr_changed(reg):
+            self._emit_elr_change(tp, reg, change, broker, unclean_shutdown, cause)
+        if kind is not None:
+            detail = f"{self._election_detail(reg, after, kind)}: {election_cause or cause}"
+            log.log(logging.INFO if kind in (ElectionKind.CLEAN, ElectionKind.ELR)
+                    else logging.WARNING, "[Partition %s] %s", tp, detail)
+            if kind in (ElectionKind.UNCLEAN, ElectionKind.LAST_KNOWN_LEADER):
                 self.unclean_elections += 1
-        leader = candidates[0] if candidates else NO_LEADER
-        if leader == reg.leader:
-            return reg
-        if leader == NO_LEADER:
-            kind = ElectionKind.OFFLINE
-            detail = f"offline: no live ISR member in {list(reg.isr)}"
+            # The ISR the leader was chosen from: the target (without ELR an empty target
+            # leaves the last member in place).
+            chosen_from = tuple(r for r in reg.replicas if r in target_isr)
+            if not chosen_from and not self.elr_enabled:
+                chosen_from = reg.isr
+            self._emit_election(tp, replace(reg, isr=chosen_from), after.leader, kind,
+                                election_reason, detail)
+        topic.partitions[index] = after
+        return change
+
+    @staticmethod
+    def _election_detail(reg: PartitionRegistration, after: PartitionRegistration,
+                         kind: ElectionKind) -> str:
+        leader = after.leader
+        if kind == ElectionKind.OFFLINE:
+            elr = f" nor ELR member in {list(after.elr)}" if after.elr else ""
+            return f"offline: no live ISR member in {list(reg.isr)}{elr}"
+        if kind == ElectionKind.ELR:
+            return (f"leader changed from {reg.leader} to {leader} at epoch "
+                    f"{after.leader_epoch}, elected from the eligible leader replicas "
+                    f"{list(reg.elr) or list(reg.isr)} with the ISR empty (KIP-966)")
+        if kind == ElectionKind.LAST_KNOWN_LEADER:
+            return (f"LAST KNOWN LEADER election: broker {leader} leads again at epoch "
+                    f"{after.leader_epoch} as the leader the partition had when its ISR "
+                    f"emptied, with the ISR and the ELR empty (KIP-966; Kafka counts it "
+                    f"unclean); data may be lost")
+        if kind == ElectionKind.UNCLEAN:
+            return (f"UNCLEAN leader election: broker {leader} becomes leader without being "
+                    f"in the ISR {list(reg.isr)}; data may be lost")
+        return f"leader changed from {reg.leader} to {leader} at epoch {after.leader_epoch}"
+
+    def _emit_elr_change(self, tp: TopicPartition, reg: PartitionRegistration,
+                         change: PartitionChange, broker: int | None,
+                         unclean_shutdown: tuple[int, ...], cause: str) -> None:
+        after, kind = change.registration, change.election
+        if kind in (ElectionKind.ELR, ElectionKind.LAST_KNOWN_LEADER):
+            reason = ElrChangeReason.ELECTED
         elif kind == ElectionKind.UNCLEAN:
-            detail = (f"UNCLEAN leader election: broker {leader} becomes leader without being "
-                      f"in the ISR {list(reg.isr)}; data may be lost")
+            reason = ElrChangeReason.UNCLEAN_ELECTION
+        elif unclean_shutdown:
+            reason = ElrChangeReason.UNCLEAN_SHUTDOWN
+        elif not after.elr and not after.last_known_elr and after.isr and len(after.isr) >= len(
+                reg.isr):
+            reason = ElrChangeReason.ISR_AT_MIN
         else:
-            detail = (f"leader changed from {reg.leader} to {leader} at epoch "
-                      f"{reg.leader_epoch + 1}")
-        detail = f"{detail}: {cause}"
-        log.log(logging.INFO if kind == ElectionKind.CLEAN else logging.WARNING,
-                "[Partition %s] %s", tp, detail)
-        self._emit_election(tp, reg, leader, kind, reason, detail)
-        return replace(reg, leader=leader, isr=isr, leader_epoch=reg.leader_epoch + 1,
-                       partition_epoch=reg.partition_epoch + 1)
+            reason = ElrChangeReason.ISR_BELOW_MIN
+        self._emit_elr(tp, reg, after, reason, broker, cause)
+
+    def _emit_elr(self, tp: TopicPartition, reg: PartitionRegistration,
+                  after: PartitionRegistration, reason: ElrChangeReason, broker: int | None,
+                  cause: str) -> None:
+        detail = (f"ELR {list(reg.elr)} -> {list(after.elr)}, last known leader "
+                  f"{list(reg.last_known_elr)} -> {list(after.last_known_elr)}: {cause}")
+        log.info("[Partition %s] %s", tp, detail)
+        self._events.emit(EventType.ELR_CHANGE, topic=tp.topic, partition=tp.partition,
+                          leader_epoch=after.leader_epoch, broker=broker,
+                          old_elr=list(reg.elr), elr=list(after.elr),
+                          last_known_elr=list(after.last_known_elr), reason=reason,
+                          detail=detail)
 
     def _emit_election(self, tp: TopicPartition, reg: PartitionRegistration, leader: int,
                        kind: ElectionKind, reason: ElectionReason, detail: str) -> None:
@@ -330,12 +416,13 @@ class QuorumController:
             self._commit()
 
     def _elect_offline_partitions(self, cause: str) -> None:
+        """handleBrokerUnfenced: every partition without a leader tries an election."""
         for topic in self.topics.values():
             for index, reg in list(topic.partitions.items()):
                 if reg.leader == NO_LEADER:
-                    topic.partitions[index] = self._elect(
-                        topic, TopicPartition(topic.name, index), reg,
-                        ElectionReason.BROKER_UNFENCED, cause)
+                    self._change(topic, index, target_isr=reg.isr, acceptable=self.is_live,
+                                 isr_reason=IsrChangeReason.CAUGHT_UP,
+                                 election_reason=ElectionReason.BROKER_UNFENCED, cause=cause)
 
     # ---- topics -----------------------------------------------------------------------
 
@@ -371,6 +458,42 @@ class QuorumController:
         self.topics[name] = TopicRecord(name, uuid.uuid4().hex, dict(config), partitions)
         log.info("Created topic %s with %d partitions, replication factor %d, config %s",
                  name, num_partitions, replication_factor, dict(config))
+        self._commit()
+        return ErrorCode.none, None
+
+    def alter_topic_config(self, name: str, changes: Mapping[str, str | None],
+                           validate_only: bool = False) -> tuple[ErrorCode, str | None]:
+        """IncrementalAlterConfigs on a topic: each key set (a value) or deleted (None).
+        With ELR, a change of min.insync.replicas, even to the same value, clears the
+        topic's ELR and last known leaders: eligibility was earned against the old minimum
+        (Kafka 4.1's ConfigurationControlManager; "Eligible Leader Replicas" in Kafka's
+        operations docs)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            return ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist."
+        config = dict(topic.config)
+        for key, value in changes.items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        try:
+            validate_topic_config(config)
+        except ConfigError as exc:
+            return ErrorCode.invalid_config, str(exc)
+        if validate_only:
+            return ErrorCode.none, None
+        topic.config = config
+        log.info("Topic %s config is now %s", name, config)
+        if "min.insync.replicas" in changes and self.elr_enabled:
+            for index, reg in list(topic.partitions.items()):
+                if reg.elr or reg.last_known_elr:
+                    after = replace(reg, elr=(), last_known_elr=(),
+                                    partition_epoch=reg.partition_epoch + 1)
+                    self._emit_elr(TopicPartition(name, index), reg, after,
+                                   ElrChangeReason.MIN_ISR_CHANGED, None,
+                                   f"min.insync.replicas of {name} was set")
+                    topic.partitions[index] = after
         self._commit()
         return ErrorCode.none, None
 
@@ -423,11 +546,17 @@ class QuorumController:
                 log.info("[Partition %s] AlterPartition from %d refused: broker %d's epoch is "
                          "%d, not %d", tp, broker_id, r, self.brokers[r].broker_epoch, epoch)
                 return ErrorCode.ineligible_replica, reg
-        ordered = tuple(r for r in reg.replicas if r in new_isr)
-        updated = replace(reg, isr=ordered, partition_epoch=reg.partition_epoch + 1)
-        topic.partitions[tp.partition] = updated
+        # Through the PartitionChangeBuilder, as Kafka's alterPartition: an ISR below min ISR
+        # hands its leavers to the ELR, one at min ISR clears it.
+        shrink = len(new_isr) < len(reg.isr)
+        change = self._change(
+            topic, tp.partition, target_isr=new_isr, acceptable=self.is_live,
+            isr_reason=IsrChangeReason.LAG if shrink else IsrChangeReason.CAUGHT_UP,
+            election_reason=ElectionReason.LEADER_FENCED, broker=broker_id,
+            cause=f"leader {broker_id} changed the ISR to {sorted(new_isr)}",
+            isr_logged_by_leader=True)
         self._commit()
-        return ErrorCode.none, updated
+        return ErrorCode.none, change.registration
 
     # ---- views ------------------------------------------------------------------------
 

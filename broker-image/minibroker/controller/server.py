@@ -41,6 +41,7 @@ class ControllerServer:
             "fetch_metadata": self._fetch_metadata,
             "alter_partition": self._alter_partition,
             "create_topic": self._create_topic,
+            "alter_topic_config": self._alter_topic_config,
             "allocate_producer_ids": self._allocate_producer_ids,
             "state": self._state,
         })
@@ -81,7 +82,8 @@ class ControllerServer:
         listeners = {name: (host, port)
                      for name, (host, port) in (p.get("listeners") or {}).items()}
         epoch = self.controller.register_broker(p["broker_id"], p["incarnation_id"], p["host"],
-                                                p["port"], listeners)
+                                                p["port"], listeners,
+                                                p.get("previous_broker_epoch", -1))
         return {"broker_epoch": epoch}
 
     async def _heartbeat(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -111,6 +113,11 @@ class ControllerServer:
                                                       p["replication_factor"], p["config"])
         return {"error": error.name, "message": message}
 
+    async def _alter_topic_config(self, p: dict[str, Any]) -> dict[str, Any]:
+        error, message = self.controller.alter_topic_config(p["name"], p["changes"],
+                                                            bool(p.get("validate_only")))
+        return {"error": error.name, "message": message}
+
     async def _allocate_producer_ids(self, p: dict[str, Any]) -> dict[str, Any]:
         error, start, length = self.controller.allocate_producer_ids(p["broker_id"],
                                                                      p["broker_epoch"])
@@ -134,6 +141,7 @@ class ControllerServer:
                     str(i): reg.to_json() for i, reg in sorted(t.partitions.items())}}
                 for t in c.topics.values()
             },
+            "eligible_leader_replicas_version": 1 if c.elr_enabled else 0,
             "offline_partitions": c.offline_partitions_count(),
             "unclean_elections": c.unclean_elections,
             "next_producer_id": c.next_producer_id,

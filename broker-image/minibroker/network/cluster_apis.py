@@ -21,6 +21,9 @@ from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_m
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" sentinel
 _NO_PRODUCER_ID = -1
 _NO_PRODUCER_EPOCH = -1
+DESCRIBE_PARTITIONS_LIMIT = 2000
+_TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
+_SET, _DELETE = 0, 1  # AlterConfigOp.OpType  # Kafka's max.request.partition.size.limit default
 
 
 class ClusterBroker(Protocol):
@@ -40,6 +43,11 @@ class ClusterBroker(Protocol):
 
     async def init_producer_id(self) -> tuple[ErrorCode, int]:
         """(error, producer id): an id no producer was given before, on any broker."""
+        ...
+
+    async def alter_topic_config(self, name: str, changes: dict[str, str | None],
+                                 validate_only: bool) -> tuple[ErrorCode, str | None]:
+        """Forwarded to the controller: each key set (a value) or deleted (None)."""
         ...
 
 
@@ -150,6 +158,92 @@ class ClusterApis:
             partitions=tuple(partitions),
             topic_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
         )
+
+    # -- DescribeTopicPartitions ---------------------------------------------------------
+
+    async def handle_describe_topic_partitions(self, request: Request) -> ResponsePayload:
+        """KIP-966's DescribeTopicPartitions (Kafka's DescribeTopicPartitionsRequestHandler):
+        Metadata's partition view plus each partition's ELR and last known ELR, all topics
+        (by name) when none is named, paged by a cursor at most
+        ``max.request.partition.size.limit`` partitions at a time."""
+        body = request.body
+        m = response_module(ApiKey.DESCRIBE_TOPIC_PARTITIONS, request.api_version)
+        image = self._broker.metadata_image()
+        live = image.brokers
+        limit = max(1, min(body.response_partition_limit, DESCRIBE_PARTITIONS_LIMIT))
+        names = sorted({t.name for t in body.topics} if body.topics else image.topics)
+        cursor = body.cursor
+        if cursor is not None:
+            names = [n for n in names if n >= cursor.topic_name]
+        topics, next_cursor = [], None
+        for name in names:
+            topic = image.topics.get(name)
+            if topic is None:
+                topics.append(build(m.DescribeTopicPartitionsResponseTopic,
+                                    error_code=ErrorCode.unknown_topic_or_partition, name=name,
+                                    topic_id=None, partitions=()))
+                continue
+            first = cursor.partition_index if cursor is not None and name == cursor.topic_name \
+                else 0
+            indexes = [i for i in sorted(topic.partitions) if i >= first]
+            if len(indexes) > limit:
+                next_cursor = m.Cursor(topic_name=name, partition_index=indexes[limit])
+                indexes = indexes[:limit]
+            limit -= len(indexes)
+            partitions = tuple(build(
+                m.DescribeTopicPartitionsResponsePartition,
+                error_code=ErrorCode.none if reg.leader in live
+                else ErrorCode.leader_not_available,
+                partition_index=i, leader_id=reg.leader, leader_epoch=reg.leader_epoch,
+                replica_nodes=reg.replicas, isr_nodes=reg.isr,
+                eligible_leader_replicas=reg.elr, last_known_elr=reg.last_known_elr,
+                offline_replicas=tuple(r for r in reg.replicas if r not in live))
+                for i in indexes for reg in (topic.partitions[i],))
+            topics.append(build(
+                m.DescribeTopicPartitionsResponseTopic, error_code=ErrorCode.none, name=name,
+                topic_id=uuid.UUID(topic.topic_id), is_internal=name == OFFSETS_TOPIC,
+                partitions=partitions,
+                topic_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
+            if next_cursor is not None or limit == 0:
+                following = names[names.index(name) + 1:]
+                if next_cursor is None and following:
+                    next_cursor = m.Cursor(topic_name=following[0], partition_index=0)
+                break
+        return build(m.DescribeTopicPartitionsResponse, throttle_time=NO_THROTTLE,
+                     topics=tuple(topics), next_cursor=next_cursor)
+
+    # -- IncrementalAlterConfigs --------------------------------------------------------
+
+    async def handle_incremental_alter_configs(self, request: Request) -> ResponsePayload:
+        """Topic configs, SET and DELETE (Kafka's ConfigAdminManager): minibroker's broker
+        configs are static, and it has no list-typed config to APPEND to or SUBTRACT from."""
+        body = request.body
+        m = response_module(ApiKey.INCREMENTAL_ALTER_CONFIGS, request.api_version)
+        results = []
+        for resource in body.resources:
+            error, message = await self._alter_resource(resource, body.validate_only)
+            results.append(build(m.AlterConfigsResourceResponse, error_code=error,
+                                 error_message=message, resource_type=resource.resource_type,
+                                 resource_name=resource.resource_name))
+        return build(m.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE,
+                     responses=tuple(results))
+
+    async def _alter_resource(self, resource: Any, validate_only: bool
+                              ) -> tuple[ErrorCode, str | None]:
+        if resource.resource_type != _TOPIC_RESOURCE:
+            return (ErrorCode.invalid_request, f"resource type {resource.resource_type} is not "
+                    "alterable here: minibroker's broker configs are static")
+        changes: dict[str, str | None] = {}
+        for config in resource.configs:
+            if config.config_operation == _SET and config.value is not None:
+                changes[config.name] = config.value
+            elif config.config_operation == _DELETE:
+                changes[config.name] = None
+            else:
+                return (ErrorCode.invalid_config, f"config {config.name!r}: operation "
+                        f"{config.config_operation} needs a list-typed config (or SET a value)")
+        return await self._broker.alter_topic_config(resource.resource_name, changes,
+                                                     validate_only)
 
     # -- CreateTopics --------------------------------------------------------------------
 

@@ -67,6 +67,8 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 # Inclusive (min, max) version per API. Fetch v13+ address topics by id; v15 carries the
@@ -96,6 +98,8 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topic configs only
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # KIP-966: the only API that shows the ELR
 }
 
 

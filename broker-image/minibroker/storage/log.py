@@ -96,6 +96,13 @@ class Log:
 
     # ---- views ---------------------------------------------------------------------
 
+    def update_config(self, segment_bytes: int, flush_interval_messages: int | None,
+                      flush_interval_ms: int | None) -> None:
+        """A topic config change (Kafka's UnifiedLog.updateConfig): from the next append on."""
+        self._segment_bytes = segment_bytes
+        self._flush_interval_messages = flush_interval_messages
+        self._flush_interval_ms = flush_interval_ms
+
     @property
     def dir(self) -> Path:
         return self._dir

@@ -4,7 +4,10 @@ A stock admin client (confluent-kafka) asks DescribeCluster (brokers, racks, the
 controller), DescribeTopics (leader, ISR, replicas) and ListOffsets ``latest`` (the high
 watermark, and the leader epoch it was read in). Kafka's metadata lists live brokers only
 (KRaft leaves fenced ones out), so every broker listed is unfenced; broker epochs and
-per-replica log end offsets are not in the protocol's answers and stay unknown.
+per-replica log end offsets are not in the protocol's answers and stay unknown. KIP-966's
+eligible leader replicas and last known ELR are in Kafka's DescribeTopicPartitions answer
+(and the Java admin client's ``TopicPartitionInfo``), but confluent-kafka's
+``TopicPartitionInfo`` (2.16) has only id, leader, replicas and ISR: they stay empty.
 """
 
 from __future__ import annotations

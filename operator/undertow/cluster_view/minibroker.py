@@ -1,7 +1,8 @@
 """The minibroker source of a `ClusterView`: the controller's and the brokers' ``/v1/state``.
 
 The controller's document gives registrations (fenced, broker epoch), partition
-registrations and topic configs; each broker's own document gives its replicas' log end
+registrations (with KIP-966's ELR and last known ELR, absent from an older controller: none)
+and topic configs; each broker's own document gives its replicas' log end
 offsets and, where it leads, the high watermark. Defaults are explicit and conservative:
 a registration that does not say it is unfenced counts as fenced, so nothing is aimed at
 or waited for on a broker the controller has not declared live.
@@ -76,6 +77,9 @@ def _partition(topic: str, index: int, reg: Mapping[str, Any],
     return PartitionView(
         topic=topic, partition=index, leader=leader, leader_epoch=int(reg["leader_epoch"]),
         isr=tuple(reg["isr"]), replicas=tuple(reg["replicas"]),
+        # KIP-966's fields: absent from a controller from before them, which keeps no ELR.
+        elr=tuple(int(b) for b in reg.get("elr") or ()),
+        last_known_elr=tuple(int(b) for b in reg.get("last_known_elr") or ()),
         high_watermark=on_leader.high_watermark if on_leader else None,
         log_end_offsets={b: r.log_end_offset for (t, i, b), r in sorted(replicas.items())
                          if (t, i) == (topic, index)})

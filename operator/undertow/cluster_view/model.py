@@ -58,8 +58,8 @@ class BrokerReport:
 
 @dataclass(frozen=True)
 class PartitionView:
-    """One partition: the controller's registration (leader, epoch, ISR, replicas) with the
-    leader's high watermark and each answering replica's log end offset."""
+    """One partition: the controller's registration (leader, epoch, ISR, replicas, ELR) with
+    the leader's high watermark and each answering replica's log end offset."""
 
     topic: str
     partition: int
@@ -71,6 +71,14 @@ class PartitionView:
     """As the current leader reports it; None when it did not answer (or there is none)."""
     log_end_offsets: Mapping[int, int] = field(default_factory=dict)
     """Broker id -> log end offset, for the replicas that answered."""
+    elr: tuple[int, ...] = ()
+    """The eligible leader replicas (KIP-966): replicas that left an ISR smaller than
+    ``min.insync.replicas`` and hold every record up to the high watermark, electable when
+    the ISR is empty. Empty when there are none, or the source does not say."""
+    last_known_elr: tuple[int, ...] = ()
+    """KIP-966's last known ELR, kept once the ISR and the ELR are both empty (Kafka 4.1+
+    keeps the last known leader there). Empty when there is none, or the source does not
+    say."""
 
     @property
     def has_leader(self) -> bool:

@@ -1,4 +1,9 @@
-"""kill: SIGKILL the node (no shutdown, no flush); recovering restarts it."""
+"""kill: SIGKILL the node (no shutdown, no flush); recovering restarts it.
+
+With the spec's ``gracePeriod`` (above 0s), SIGTERM first and SIGKILL only if the process
+has not exited after it: a clean shutdown in place, as a rolling restart stops a broker
+(it flushes its logs). Either way the node stays down until recovered, as a kill does.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +17,15 @@ class Kill(Fault):
     restored = "back and serving"
 
     def _inject(self) -> None:
-        self.platform.kill(self.target)
+        self.platform.kill(self.target, self.spec.grace_period)
 
     def _recover(self) -> None:
         self.platform.restart(self.target)
 
     def effect(self) -> str:
+        if self.spec.grace_period > 0:
+            return (f"SIGTERM, SIGKILL after {self.spec.grace_period:g}s (a clean shutdown) "
+                    "in place; held down until recovered")
         return "SIGKILL in place; held down until recovered"
 
     @classmethod

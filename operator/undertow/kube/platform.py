@@ -3,7 +3,8 @@
 Its primitives, which the fault units compose (``undertow.faults``):
 
 - ``kill``: the fault agent in the pod SIGKILLs the broker in place, as the local platform
-  does (Kafka's hard bounce): no clean shutdown, and its container restarts under the
+  does (Kafka's hard bounce): no clean shutdown (with a grace period, SIGTERM first: a
+  clean one, SIGKILL after it), and its container restarts under the
   pod's restart policy with the same IP and the same volumes, held down (``hold_restart``
   too) until ``release`` (or the deadline passes); ``await_serving`` waits until the pod
   is ready and the broker serves again;
@@ -221,11 +222,12 @@ class KubernetesPlatform(Platform):
     def failpoint_token(self) -> str:
         return self.config.failpoint_token
 
-    def kill(self, node: str) -> None:
-        """SIGKILL the broker in its pod; return once it is dead. Its container restarts
-        but the broker stays down until ``release`` (at most ``fault_deadline_s``)."""
+    def kill(self, node: str, grace_period_s: float = 0.0) -> None:
+        """SIGKILL the broker in its pod (with a grace period, SIGTERM first and SIGKILL
+        after it, as the kubelet stops a container); return once it is dead. Its container
+        restarts but the broker stays down until ``release`` (at most ``fault_deadline_s``)."""
         try:
-            self.agent(node).kill(self.config.fault_deadline_s)
+            self.agent(node).kill(self.config.fault_deadline_s, grace_period_s)
         except EndpointError as exc:
             raise PlatformError(f"cannot kill {node}: {exc}") from exc
 

@@ -207,9 +207,11 @@ class Platform(ABC):
         """How long the platform waits for a node to start, stop or register."""
 
     @abstractmethod
-    def kill(self, node: str) -> None:
+    def kill(self, node: str, grace_period_s: float = 0.0) -> None:
         """SIGKILL the node, no clean shutdown; return once its process is gone. It stays
-        down until ``release``."""
+        down until ``release``. With ``grace_period_s`` above 0, SIGTERM first (a clean
+        shutdown: the broker flushes its logs), and SIGKILL only if the process has not
+        exited that many seconds later."""
 
     @abstractmethod
     def hold_restart(self, node: str, duration_s: float) -> None:

@@ -326,12 +326,15 @@ class LocalPlatform(Platform):
     def failpoint_token(self) -> str:
         return self._failpoint_token
 
-    def kill(self, node: str) -> None:
+    def kill(self, node: str, grace_period_s: float = 0.0) -> None:
         with self._node_locks[self.check_node(node)]:
             process = self._process(node)
             if not process.running:
                 raise PlatformError(f"cannot kill {node}: it is not running")
-            process.kill()
+            if grace_period_s > 0:
+                process.terminate(grace_period_s)
+            else:
+                process.kill()
 
     def hold_restart(self, node: str, duration_s: float) -> None:
         """Nothing restarts a local process but ``release``: it is held already."""

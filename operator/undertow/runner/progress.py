@@ -1,5 +1,5 @@
 """The live progress display of ``undertow run`` (rich): elapsed of total, acks per second,
-errors, active faults, and leader and ISR per partition."""
+errors, active faults, and leader and ISR (and ELR, KIP-966, when any) per partition."""
 
 from __future__ import annotations
 
@@ -26,12 +26,17 @@ def render(update: dict[str, Any]) -> Group:
             ("active faults: ", "bold"), (faults, "red" if update["active_faults"] else "green")))
     else:
         parts.append(Text(f"{phase}...", style="bold"))
-    table = Table("partition", "leader", "epoch", "ISR", "HW", "LEO per broker", box=None)
-    for p in update.get("partitions") or []:
+    partitions = update.get("partitions") or []
+    # KIP-966's eligible leader replicas get a column only while some partition has them.
+    with_elr = any(p.get("elr") for p in partitions)
+    table = Table("partition", "leader", "epoch", "ISR", *(("ELR",) if with_elr else ()),
+                  "HW", "LEO per broker", box=None)
+    for p in partitions:
         leos = " ".join(f"{b}:{o}" for b, o in p["log_end_offsets"].items())
         leader = str(p["leader"]) if p["leader"] >= 0 else "[red]offline[/red]"
+        elr = (",".join(map(str, p.get("elr") or [])) or "-",) if with_elr else ()
         table.add_row(f"{p['topic']}-{p['partition']}", leader, str(p["leader_epoch"]),
-                      ",".join(map(str, p["isr"])), str(p["high_watermark"]), leos)
+                      ",".join(map(str, p["isr"])), *elr, str(p["high_watermark"]), leos)
     parts.append(table)
     return Group(*parts)
 
@@ -43,6 +48,7 @@ def line(update: dict[str, Any]) -> str:
     counts = update["counts"]
     partitions = " ".join(
         f"{p['topic']}-{p['partition']}:L{p['leader']}/isr={','.join(map(str, p['isr']))}"
+        + (f"/elr={','.join(map(str, p['elr']))}" if p.get("elr") else "")
         for p in update.get("partitions") or [])
     return (f"[{update['elapsed']:5.1f}/{update['total']:.0f}s] acked={counts['ok']} "
             f"({update['acks_per_second']:.0f}/s) failed={counts['fail']} "

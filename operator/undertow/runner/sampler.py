@@ -1,8 +1,9 @@
 """Samples the cluster's own state every ~250 ms into ``cluster.jsonl``.
 
-Leader, leader epoch and ISR come from the controller (the source of truth); each replica's
-LEO and the leader's HW come from the brokers' ``/v1/state``. A node that does not answer
-(killed, paused, partitioned) is simply missing from that sample.
+Leader, leader epoch, ISR and the eligible leader replicas (KIP-966's ELR and last known
+ELR, empty where the controller keeps none) come from the controller (the source of truth);
+each replica's LEO and the leader's HW come from the brokers' ``/v1/state``. A node that does
+not answer (killed, paused, partitioned) is simply missing from that sample.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def to_sample(p: PartitionView, t: float) -> dict[str, Any]:
     return {"t": t, "topic": p.topic, "partition": p.partition, "leader": p.leader,
             "leader_epoch": p.leader_epoch, "isr": list(p.isr),
             "high_watermark": p.high_watermark,
-            "log_end_offsets": {str(b): leo for b, leo in sorted(p.log_end_offsets.items())}}
+            "log_end_offsets": {str(b): leo for b, leo in sorted(p.log_end_offsets.items())},
+            "elr": list(p.elr), "last_known_elr": list(p.last_known_elr)}
 
 
 class ClusterSampler:

@@ -91,6 +91,13 @@ class BrokerConfig(TopicConfig):
     controller and in the ISR within a few seconds.
     """
 
+    eligible_leader_replicas_version: Literal[0, 1] | None = Field(
+        None, alias="eligible.leader.replicas.version")
+    """The controller's rule set. 1 (default; Kafka 4.1+, KIP-966): replicas that leave an ISR
+    below min.insync.replicas stay eligible leaders (the ELR), clean shutdowns are told from
+    unclean ones, and the last known leader leads again when the ISR and the ELR are empty.
+    0: Kafka 3.7 to 4.0's rules (the ISR keeps its last member). Kafka sets it as a feature
+    level (kafka-features.sh), minibroker as a cluster config."""
     replica_lag_time_max_ms: PositiveInt | None = Field(None, alias="replica.lag.time.max.ms")
     """A follower not caught up for this long leaves the ISR (Kafka: 30000)."""
     broker_session_timeout_ms: PositiveInt | None = Field(None, alias="broker.session.timeout.ms")

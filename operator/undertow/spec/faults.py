@@ -65,7 +65,8 @@ __all__ = [
 
 FaultKind = Literal["kill", "pause", "partition", "disk-stall", "disk-full", "power-loss",
                     "pod-delete"]
-"""kill: SIGKILL then restart. pause: SIGSTOP/SIGCONT (a GC pause). partition: network cut.
+"""kill: SIGKILL (with a `gracePeriod`: SIGTERM first, a clean shutdown), then restart.
+pause: SIGSTOP/SIGCONT (a GC pause). partition: network cut.
 disk-stall: the broker's appends and fsyncs block. disk-full: its log writes fail with
 ENOSPC, its log directory goes offline and it halts, as Kafka's does; restarted when the
 disk is freed. power-loss: the process dies and every
@@ -80,6 +81,12 @@ BROKER_ONLY_KINDS = {
                   "fault target)",
 }
 """Kinds a controller target cannot take, with the reason."""
+
+GRACE_PERIOD_KINDS = ("kill", "pod-delete")
+"""Kinds that take a `gracePeriod`: SIGTERM, then SIGKILL after it."""
+MAX_KILL_GRACE_S = 300.0
+"""The longest `gracePeriod` of a kill: the most the fault agent waits for the broker to
+exit on SIGTERM (``kube.agent.server.MAX_GRACE_S``)."""
 
 PartitionMode = Literal["isolate", "split", "one-way"]
 """How a partition cuts: see `NetworkFault`."""
@@ -231,7 +238,8 @@ class FaultAction(SpecModel):
     """What one fault does: the part shared by a scheduled fault and a sequence step."""
 
     kind: FaultKind | None = None
-    """kill (SIGKILL, restart after duration), pause (SIGSTOP/SIGCONT), partition (network
+    """kill (SIGKILL, restart after duration; with a `gracePeriod`, SIGTERM first: a clean
+    shutdown in place, as in a rolling restart), pause (SIGSTOP/SIGCONT), partition (network
     cut), disk-stall (appends and fsyncs block), disk-full (log writes fail with ENOSPC:
     the broker halts on its failed log directory, restarted when the disk is freed),
     power-loss (die, lose every write that
@@ -246,8 +254,11 @@ class FaultAction(SpecModel):
     """How long the fault lasts: restart, resume, heal or unstall after this long. For
     pod-delete, how long the replacement may take to serve, registered and unfenced."""
     grace_period: Duration | None = None
-    """pod-delete only: the deletion's grace period (SIGTERM, then SIGKILL after it;
-    default 0s: SIGKILL at once, as Chaos Mesh's pod-kill)."""
+    """kill and pod-delete only: SIGTERM, then SIGKILL if the process has not exited after
+    this long (default 0s: SIGKILL at once, as Chaos Mesh's pod-kill). For pod-delete, the
+    deletion's grace period; for kill (at most 300s), a clean shutdown in place, as in a
+    rolling restart (the broker flushes its logs), then held down for `duration`,
+    as after any kill."""
 
     def _check_action(self) -> None:
         if self.kind is None:
@@ -262,9 +273,14 @@ class FaultAction(SpecModel):
                 self.network = NetworkFault()
         elif self.network is not None:
             raise FieldError(("network",), f"only partition faults take 'network', not {self.kind}")
-        if self.grace_period is not None and self.kind != "pod-delete":
+        if self.grace_period is not None and self.kind not in GRACE_PERIOD_KINDS:
+            raise FieldError(("gracePeriod",), "only kill and pod-delete faults take "
+                                               f"'gracePeriod', not {self.kind}")
+        if self.kind == "kill" and (self.grace_period or 0) > MAX_KILL_GRACE_S:
             raise FieldError(("gracePeriod",),
-                             f"only pod-delete faults take 'gracePeriod', not {self.kind}")
+                             f"{format_duration(self.grace_period or 0)} is above "
+                             f"{format_duration(MAX_KILL_GRACE_S)}, the longest a kill "
+                             "waits for a clean shutdown")
         split = self.network is not None and self.network.mode == "split"
         if split and self.target is not None:
             raise FieldError(("target",), "a split partition takes its groups, not a target")

@@ -59,7 +59,7 @@ class PlannedFault:
     repeat: int = 0
     """Which repetition of an `every` schedule (or which draw of a random one)."""
     grace_period: float = 0.0
-    """pod-delete only: seconds between SIGTERM and SIGKILL (0: SIGKILL at once)."""
+    """kill and pod-delete only: seconds between SIGTERM and SIGKILL (0: SIGKILL at once)."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict, for logs and the run's metadata."""
@@ -85,8 +85,9 @@ class PlannedFault:
             },
             "origin": self.origin,
             "repeat": self.repeat,
+            # A kill's only when it has one, so that a plain kill's line is what it was.
             **({"grace_period": format_duration(self.grace_period)}
-               if self.kind == "pod-delete" else {}),
+               if self.kind == "pod-delete" or self.grace_period > 0 else {}),
         }
 
 

@@ -3,7 +3,8 @@ broker and cuts its links, and heals all three on its own when their deadline pa
 
 It shares the pod's process namespace (``shareProcessNamespace: true``), so it finds the
 broker by its command line, stops it with SIGSTOP (SIGCONT resumes it) and kills it with
-SIGKILL in place (its container restarts, held down until released: ``hold.py``); it
+SIGKILL in place, or with a grace period SIGTERM first and SIGKILL after it (its
+container restarts, held down until released: ``hold.py``); it
 shares the pod's network namespace, so its iptables rules drop exactly this pod's packets whatever
 the CNI. Rules live in chains of its own (``UNDERTOW-INPUT``, ``UNDERTOW-OUTPUT``) jumped
 to from INPUT and OUTPUT, so healing is a flush and nothing else in the pod is touched.
@@ -19,6 +20,7 @@ HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /h
     POST   /v1/pause   {"deadline_s": 10}       SIGSTOP the target; returns once stopped
     POST   /v1/resume                           SIGCONT the target
     POST   /v1/kill    {"deadline_s": 10}       SIGKILL the target; held down until release
+                       optional "grace_s": 5    SIGTERM first, SIGKILL 5 s later (0-300 s)
     POST   /v1/hold    {"deadline_s": 10}       hold the target's next start until release
     POST   /v1/release                          let a killed (or held) target start again
     PUT    /v1/drops/{input|output}/{ip}  {"deadline_s": 10}

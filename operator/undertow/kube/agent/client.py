@@ -13,7 +13,7 @@ from undertow.platform.control import ControlClient
 
 TIMEOUT_S = 10.0
 """Long enough for a pause or a kill, which answer once the target has stopped or died
-(``processes.STOP_TIMEOUT_S``)."""
+(``processes.STOP_TIMEOUT_S``); a kill with a grace period waits that much longer."""
 
 
 class AgentClient:
@@ -28,8 +28,16 @@ class AgentClient:
     def resume(self) -> None:
         self._control.request("POST", "/v1/resume", {})
 
-    def kill(self, deadline_s: float) -> None:
-        self._control.request("POST", "/v1/kill", {"deadline_s": deadline_s})
+    def kill(self, deadline_s: float, grace_s: float = 0.0) -> None:
+        """SIGKILL the target (with ``grace_s`` above 0, SIGTERM first): the agent answers
+        once it is dead, so the request may take the grace period longer."""
+        if grace_s <= 0:
+            self._control.request("POST", "/v1/kill", {"deadline_s": deadline_s})
+            return
+        control = self._control
+        patient = ControlClient(control.base_url, control.token,
+                                timeout_s=control.timeout_s + grace_s)
+        patient.request("POST", "/v1/kill", {"deadline_s": deadline_s, "grace_s": grace_s})
 
     def hold_restart(self, deadline_s: float) -> None:
         self._control.request("POST", "/v1/hold", {"deadline_s": deadline_s})

@@ -52,18 +52,20 @@ class FaultAgent:
             self.deadlines.discard("pause")
             return self.processes.resume()
 
-    def kill(self, deadline_s: float) -> list[int]:
-        """SIGKILL the target in place; its restart waits (``Hold``) until ``release`` or
-        the deadline, whichever comes first."""
+    def kill(self, deadline_s: float, grace_s: float = 0.0) -> list[int]:
+        """SIGKILL the target in place (with ``grace_s`` above 0, SIGTERM first and SIGKILL
+        after that long: a clean shutdown); its restart waits (``Hold``) until ``release``
+        or the deadline, whichever comes first."""
         with self.deadlines.lock:
             self.hold.set(deadline_s)
             try:
-                pids = self.processes.kill()
+                pids = self.processes.kill(grace_s)
             except AgentError:
                 self.hold.clear()
                 raise
             self.deadlines.add("kill", "kill", deadline_s)
-            log.info("killed %s; held down for at most %.1fs", pids, deadline_s)
+            log.info("killed %s%s; held down for at most %.1fs", pids,
+                     f" (SIGTERM, grace {grace_s:g}s)" if grace_s > 0 else "", deadline_s)
             return pids
 
     def hold_restart(self, deadline_s: float) -> None:

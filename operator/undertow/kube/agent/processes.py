@@ -1,4 +1,5 @@
-"""The processes a pause stops, found by command line in the pod's shared process namespace."""
+"""The processes a pause stops or a kill ends, found by command line in the pod's shared
+process namespace."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 from undertow.kube.agent.errors import AgentError
 
 STOP_TIMEOUT_S = 5.0
+"""How long a stop, or a SIGKILL, may take to show in /proc."""
+_DEAD = ("Z", "X", None)
 
 
 class Processes:
@@ -47,24 +50,47 @@ class Processes:
         """SIGSTOP every target; return once all of them are stopped."""
         return self._signal_all(signal.SIGSTOP, until=("T", "t", None), what="stop")
 
-    def kill(self) -> list[int]:
-        """SIGKILL every target; return once none of them runs any more."""
-        return self._signal_all(signal.SIGKILL, until=("Z", "X", None), what="die")
+    def kill(self, grace_s: float = 0.0) -> list[int]:
+        """SIGKILL every target; return once none of them runs any more. With ``grace_s``
+        above 0, SIGTERM first (and SIGCONT, so that a paused target acts on it), and
+        SIGKILL only those still running ``grace_s`` seconds later: a clean shutdown, as
+        the kubelet stops a container."""
+        pids = self._targets()
+        if grace_s > 0:
+            for pid in pids:
+                self._signal(pid, signal.SIGCONT)
+                self._signal(pid, signal.SIGTERM)
+            if self._wait(pids, _DEAD, grace_s):
+                return pids
+        self._signal_all(signal.SIGKILL, until=_DEAD, what="die",
+                         pids=[pid for pid in pids if self.state(pid) not in _DEAD])
+        return pids
 
-    def _signal_all(self, sig: signal.Signals, *, until: tuple[str | None, ...],
-                    what: str) -> list[int]:
-        """Send ``sig`` to every target, then wait until each one's state is in ``until``."""
+    def _targets(self) -> list[int]:
         pids = self.pids()
         if not pids:
             raise AgentError(f"no process matches {self.marker!r}", 409)
-        for pid in pids:
+        return pids
+
+    def _signal_all(self, sig: signal.Signals, *, until: tuple[str | None, ...],
+                    what: str, pids: list[int] | None = None) -> list[int]:
+        """Send ``sig`` to ``pids`` (default: every target), then wait until each one's
+        state is in ``until``."""
+        targets = self._targets() if pids is None else pids
+        for pid in targets:
             self._signal(pid, sig)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        if not self._wait(targets, until, STOP_TIMEOUT_S):
+            raise AgentError(f"processes {targets} did not {what} within {STOP_TIMEOUT_S:g}s")
+        return targets
+
+    def _wait(self, pids: list[int], until: tuple[str | None, ...], timeout_s: float) -> bool:
+        """Whether every one of ``pids`` reached a state in ``until`` within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
         while any(self.state(pid) not in until for pid in pids):
             if time.monotonic() > deadline:
-                raise AgentError(f"processes {pids} did not {what} within {STOP_TIMEOUT_S:g}s")
+                return False
             time.sleep(0.01)
-        return pids
+        return True
 
     def resume(self) -> list[int]:
         pids = self.pids()

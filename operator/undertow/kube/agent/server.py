@@ -17,6 +17,9 @@ log = logging.getLogger("undertow.agent")
 
 
 MAX_DEADLINE_S = 3600.0
+MAX_GRACE_S = 300.0
+"""The longest a kill waits for its target to exit on SIGTERM (the spec's bound on a kill's
+``gracePeriod``, ``spec.faults.MAX_KILL_GRACE_S``)."""
 
 
 def _deadline(body: dict[str, Any]) -> float:
@@ -24,6 +27,16 @@ def _deadline(body: dict[str, Any]) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) \
             or not 0 < value <= MAX_DEADLINE_S:
         raise AgentError(f"deadline_s must be a number in (0, {MAX_DEADLINE_S:g}], "
+                         f"got {value!r}", 400)
+    return float(value)
+
+
+def _grace(body: dict[str, Any]) -> float:
+    """A kill's optional ``grace_s`` (default 0: SIGKILL at once)."""
+    value = body.get("grace_s", 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not 0 <= value <= MAX_GRACE_S:
+        raise AgentError(f"grace_s must be a number in [0, {MAX_GRACE_S:g}], "
                          f"got {value!r}", 400)
     return float(value)
 
@@ -82,7 +95,7 @@ def make_server(agent: FaultAgent, host: str, port: int, token: str) -> Threadin
             if (method, path) == ("POST", "/v1/resume"):
                 return {"resumed": agent.resume()}
             if (method, path) == ("POST", "/v1/kill"):
-                return {"killed": agent.kill(_deadline(body))}
+                return {"killed": agent.kill(_deadline(body), _grace(body))}
             if (method, path) == ("POST", "/v1/hold"):
                 agent.hold_restart(_deadline(body))
                 return {"held": True}
