@@ -321,7 +321,8 @@ class QuorumController:
                 leader_epoch=reg.leader_epoch, broker=broker, old_isr=list(reg.isr),
                 isr=list(after.isr), reason=isr_reason, detail=cause)
         if change.elr_changed(reg):
-            self._emit_elr_change(tp, reg, change, broker, unclean_shutdown, cause)
+            self._emit_elr_change(tp, reg, change, broker, unclean_shutdown,
+                                  self._min_isr(topic), cause)
         if kind is not None:
             detail = f"{self._election_detail(reg, after, kind)}: {election_cause or cause}"
             log.log(logging.INFO if kind in (ElectionKind.CLEAN, ElectionKind.ELR)
@@ -361,7 +362,7 @@ class QuorumController:
 
     def _emit_elr_change(self, tp: TopicPartition, reg: PartitionRegistration,
                          change: PartitionChange, broker: int | None,
-                         unclean_shutdown: tuple[int, ...], cause: str) -> None:
+                         unclean_shutdown: tuple[int, ...], min_isr: int, cause: str) -> None:
         after, kind = change.registration, change.election
         if kind in (ElectionKind.ELR, ElectionKind.LAST_KNOWN_LEADER):
             reason = ElrChangeReason.ELECTED
@@ -369,8 +370,7 @@ class QuorumController:
             reason = ElrChangeReason.UNCLEAN_ELECTION
         elif unclean_shutdown:
             reason = ElrChangeReason.UNCLEAN_SHUTDOWN
-        elif not after.elr and not after.last_known_elr and after.isr and len(after.isr) >= len(
-                reg.isr):
+        elif len(after.isr) >= min_isr:
             reason = ElrChangeReason.ISR_AT_MIN
         else:
             reason = ElrChangeReason.ISR_BELOW_MIN
