@@ -1,7 +1,9 @@
 """``undertow``: run chaos experiments and analyse their histories.
 
-    undertow run FILE [--out DIR] [--seed N] [--network proxy|netns]
+    undertow run FILE [--out DIR] [--seed N] [--platform local|sim] [--network proxy|netns]
     undertow analyze HISTORY_DIR --out DIR [--master URL] [--allow-incomplete]
+    undertow explore FILE [--runs N] [--master URL] [--confirm K] [--out DIR]
+    undertow explore FILE --matrix [--per-cell N] [--master URL] [--out DIR]
     undertow validate FILE [FILE ...]
     undertow plan FILE [--seed N]
     undertow describe --bootstrap HOST:PORT [--topic T ...]
@@ -61,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="more files holding the BrokerCluster the experiment refers to")
     run.add_argument("--out", type=Path, help="output directory (default: runs/NAME-TIME)")
     run.add_argument("--seed", type=int, help="seed of the random fault schedule")
+    run.add_argument("--platform", choices=("local", "sim"), default="local",
+                     help="local processes (default), or deterministic simulation in virtual "
+                          "time (the same seed gives the same history)")
     run.add_argument("--network", choices=("proxy", "netns"), default="proxy",
                      help="partitions through per-link TCP proxies (default) or netns+iptables "
                           "(root)")
@@ -76,6 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--allow-incomplete", action="store_true",
                          help="analyse a history that meta.json marks incomplete (a run stopped "
                               "by a failure); the report says so")
+
+    explore = sub.add_parser(
+        "explore", help="run many fault schedules in simulation on Spark, shrink each loss to "
+                        "a minimal experiment")
+    explore.add_argument("file", type=Path)
+    explore.add_argument("--runs", type=int, default=200, help="schedules to draw (default 200)")
+    explore.add_argument("--master", default=None,
+                         help="Spark master (default local[*]: every core of this machine)")
+    explore.add_argument("--seed", type=int, default=1, help="the first schedule's seed")
+    explore.add_argument("--confirm", type=int, default=0, metavar="K",
+                         help="run each minimal experiment K times on local processes")
+    explore.add_argument("--out", type=Path,
+                         help="output directory (default: runs/explore-NAME-TIME)")
+    explore.add_argument("--matrix", action="store_true",
+                         help="sweep acks x min.insync.replicas x unclean election x fsync x "
+                              "rule set against each fault class, --per-cell schedules each")
+    explore.add_argument("--per-cell", type=int, default=20, metavar="N",
+                         help="--matrix: schedules per cell (default 20)")
 
     validate = sub.add_parser("validate", help="validate experiment files")
     validate.add_argument("files", type=Path, nargs="+")
@@ -146,6 +169,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"undertow: {exc}", file=sys.stderr)
         return EXIT_ERROR
     out.mkdir(parents=True, exist_ok=True)
+    if args.platform == "sim":
+        return _run_simulated(args, loaded, out)
     cluster = loaded.cluster.spec
     config = cluster.config.as_overrides()
     platform = LocalPlatform(LocalPlatformConfig(
@@ -161,10 +186,83 @@ def cmd_run(args: argparse.Namespace) -> int:
         if result.verdict is None:
             print(f"History written to {result.history_dir} (analysis skipped).")
             return EXIT_AS_EXPECTED
-        outcome = "as expected" if result.as_expected else "NOT as expected"
-        print(f"\nVerdict: {result.verdict} (expected {result.expect}: {outcome}). "
-              f"Report: {out / 'report.html'}", flush=True)
-        return EXIT_AS_EXPECTED if result.as_expected else EXIT_UNEXPECTED
+        return _verdict(result.report or {}, loaded, out)
+
+
+def _run_simulated(args: argparse.Namespace, loaded: LoadedExperiment, out: Path) -> int:
+    from undertow.sim.run import run_simulated
+
+    with _analyzer(args, loaded, out) as (analyze, _warm):
+        started = time.monotonic()
+        result = run_simulated(loaded, out, seed=args.seed, analyze=None)
+        print(f"Simulated {loaded.experiment.metadata.name} in "
+              f"{time.monotonic() - started:.1f} s; history in {result.history_dir}", flush=True)
+        if analyze is None:
+            return EXIT_AS_EXPECTED
+        return _verdict(analyze(result.history_dir, out), loaded, out)
+
+
+def _verdict(report: dict, loaded: LoadedExperiment, out: Path) -> int:
+    expect = loaded.experiment.spec.expect
+    outcome = "as expected" if report["verdict"] == expect else "NOT as expected"
+    print(f"\nVerdict: {report['verdict']} (expected {expect}: {outcome}). "
+          f"Report: {out / 'report.html'}", flush=True)
+    return EXIT_AS_EXPECTED if report["verdict"] == expect else EXIT_UNEXPECTED
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    from undertow.explore.command import explore
+    from undertow.explore.report import write_report
+
+    if args.runs < 1 or args.confirm < 0:
+        print("undertow: --runs must be at least 1 and --confirm at least 0", file=sys.stderr)
+        return EXIT_ERROR
+    loaded = load_experiment(args.file)
+    name = loaded.experiment.metadata.name
+    out = args.out or Path("runs") / f"explore-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.matrix:
+        return _explore_matrix(args, loaded, out)
+    exploration = explore(loaded, out, runs=args.runs, master=args.master,
+                          first_seed=args.seed, confirm=args.confirm,
+                          on_progress=lambda line: print(line, flush=True))
+    summary = exploration.to_json()
+    _json, html = write_report(summary, out)
+    lossy = summary["verdicts"].get("loss", 0)
+    print(f"\n{lossy} of {args.runs} schedules lost acknowledged records "
+          f"({exploration.schedules_per_second:.2f} schedules/s). Report: {html}")
+    for m in summary["minimal"]:
+        confirmed = (f", reproduced {m['confirmed']} of {m['confirm_runs']} times on local "
+                     f"processes" if m["confirm_runs"] else "")
+        print(f"  {m['mechanism']}: {m['faults']} fault(s) in {m['file']}{confirmed}")
+    expected = loaded.experiment.spec.expect
+    found = "loss" if lossy else "clean"
+    return EXIT_AS_EXPECTED if found == expected else EXIT_UNEXPECTED
+
+
+def _explore_matrix(args: argparse.Namespace, loaded: LoadedExperiment, out: Path) -> int:
+    from undertow.explore.matrix import markdown_table, render_matrix, run_matrix
+    from undertow.explore.spark import explore_session
+
+    if args.per_cell < 1:
+        print("undertow: --per-cell must be at least 1", file=sys.stderr)
+        return EXIT_ERROR
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    cells = run_matrix(explore_session(args.master), loaded, args.per_cell,
+                       first_seed=args.seed)
+    seconds = time.monotonic() - started
+    title = f"undertow explore --matrix: {loaded.experiment.metadata.name}"
+    (out / "matrix.json").write_text(json.dumps(
+        {"experiment": loaded.experiment.metadata.name, "per_cell": args.per_cell,
+         "seconds": seconds, "cells": [c.to_json() for c in cells]}, indent=2) + "\n")
+    (out / "matrix.html").write_text(render_matrix(cells, title))
+    table = markdown_table(cells)
+    (out / "matrix.md").write_text(table)
+    runs = sum(c.runs for c in cells)
+    print(table)
+    print(f"{len(cells)} cells, {runs} schedules in {seconds:.0f} s "
+          f"({runs / seconds:.2f}/s). Heat map: {out / 'matrix.html'}")
+    return EXIT_AS_EXPECTED
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -207,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "validate":
             return cmd_validate(args)
+        if args.command == "explore":
+            return cmd_explore(args)
         if args.command == "plan":
             return cmd_plan(args)
         if args.command == "describe":

@@ -29,8 +29,8 @@ def test_in_sync_means_back_in_the_isr_after_the_fault_was_recovered() -> None:
     nemesis = Nemesis(platform, [], "t", None, 1)  # type: ignore[arg-type]
     run = FaultRun(SimpleNamespace(target=None))  # type: ignore[arg-type]
     run.targets.append("broker-2")
-    in_sync = nemesis._event_check("in-sync", run)
-    out_of_sync = nemesis._event_check("out-of-sync", run)
+    in_sync = nemesis.event_check("in-sync", run)
+    out_of_sync = nemesis.event_check("out-of-sync", run)
 
     run.injected.set()  # stalled, still in the ISR
     assert not in_sync() and not out_of_sync()

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from minibroker.cluster.types import (
     NO_LEADER,
@@ -574,6 +575,28 @@ class QuorumController:
                 for t in self.topics.values()
             },
         )
+
+    def state(self) -> dict[str, Any]:
+        """The controller's ``/v1/state`` document."""
+        c = self
+        return {
+            "cluster_id": c.cluster_id,
+            "metadata_offset": c.metadata_offset,
+            "brokers": [
+                {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced,
+                 "broker_epoch": b.broker_epoch}
+                for b in sorted(c.brokers.values(), key=lambda b: b.broker_id)
+            ],
+            "topics": {
+                t.name: {"config": t.config, "partitions": {
+                    str(i): reg.to_json() for i, reg in sorted(t.partitions.items())}}
+                for t in c.topics.values()
+            },
+            "eligible_leader_replicas_version": 1 if c.elr_enabled else 0,
+            "offline_partitions": c.offline_partitions_count(),
+            "unclean_elections": c.unclean_elections,
+            "next_producer_id": c.next_producer_id,
+        }
 
     def offline_partitions_count(self) -> int:
         return sum(

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeVar
 
-from undertow.platform.base import Platform
+from undertow.platform.base import Cancellable, Platform
 from undertow.spec.faults import FaultKind
 from undertow.spec.schedule import PlannedFault
 
@@ -103,7 +103,7 @@ class Fault(ABC):
         self._listener = listener
         self._state: State = "pending"
         self._healing = False  # `heal` was heard: a retried recover does not say it twice
-        self._timer: threading.Timer | None = None
+        self._timer: Cancellable | None = None
         self._lock = threading.RLock()
 
     def _aim(self, nodes: Nodes) -> str:
@@ -134,10 +134,8 @@ class Fault(ABC):
                 raise
             self._state = "injected"
             self.platform.announce("FaultInjected", f"{self}: {self.effect()}")
-            self._timer = threading.Timer(self.time_limit_s, self._expire)
-            self._timer.name = f"fault-limit {self}"
-            self._timer.daemon = True
-            self._timer.start()
+            self._timer = self.platform.start_timer(self.time_limit_s, self._expire,
+                                                    f"fault-limit {self}")
             self._notify("inject")
 
     def recover(self) -> bool:

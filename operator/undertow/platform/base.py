@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from undertow.cluster_view import ClusterView, broker_report, view_from_states
 from undertow.platform.admin import AdminClient
@@ -30,6 +30,10 @@ CONTROLLER = "controller"
 _BROKER_PREFIX = "broker-"
 
 T = TypeVar("T")
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
 
 
 def consumer_endpoint(consumer: str) -> str:
@@ -299,6 +303,17 @@ class Platform(ABC):
         is ephemeral, an empty disk. Return once the old process is gone."""
 
     # ---- users ------------------------------------------------------------------------------
+
+    def start_timer(self, delay_s: float, callback: Callable[[], None], name: str
+                    ) -> Cancellable:
+        """Call ``callback`` once after ``delay_s`` seconds on the platform's clock (a fault's
+        time limit), unless cancelled first: a daemon thread on the wall clock here, the
+        virtual clock in simulation."""
+        timer = threading.Timer(delay_s, callback)
+        timer.name = name
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def announce(self, reason: str, message: str) -> None:
         """Tell the experiment's watchers that a fault took effect or ended (``reason``:

@@ -45,8 +45,12 @@ class FaultRun:
 
 class Nemesis:
     def __init__(self, platform: Platform, plan: list[PlannedFault], topic: str,
-                 history: HistoryWriter, seed: int, group_id: str | None = None) -> None:
+                 history: HistoryWriter, seed: int, group_id: str | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the time of the history's ``faults.jsonl`` lines (virtual in
+        simulation)."""
         self._platform = platform
+        self._clock = clock
         self._topic = topic
         self._group_id = group_id
         self._history = history
@@ -54,13 +58,13 @@ class Nemesis:
         self._runs = [FaultRun(p) for p in plan]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._start_time = 0.0
+        self.start_time = 0.0
         self._lock = threading.Lock()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     def start(self, start_time: float) -> None:
-        self._start_time = start_time
+        self.start_time = start_time
         for run in self._runs:
             thread = threading.Thread(target=self._run, args=(run,), daemon=True,
                                       name=f"fault-{run.planned.index}")
@@ -85,6 +89,10 @@ class Nemesis:
         for thread in self._threads:
             thread.join(timeout=30)
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     def active(self) -> list[str]:
         """``kill broker-2`` for each unit in effect now (for the progress line)."""
         return [str(u) for run in self._runs for u in run.units if u.state == "injected"]
@@ -100,7 +108,7 @@ class Nemesis:
         try:
             if not self._wait_for_start(run):
                 return
-            self._inject(run)
+            self.inject(run)
             self._watch_recovery(run)
         except Exception as exc:
             run.skipped = f"{type(exc).__name__}: {exc}"
@@ -110,12 +118,12 @@ class Nemesis:
         planned = run.planned
         if planned.trigger is None:
             assert planned.at is not None
-            delay = self._start_time + planned.at - time.time()
+            delay = self.start_time + planned.at - time.time()
             return not self._stop.wait(max(delay, 0.0))
         trigger = planned.trigger
         previous = self._runs[trigger.of]
         deadline = time.monotonic() + trigger.timeout
-        check = self._event_check(trigger.event, previous)
+        check = self.event_check(trigger.event, previous)
         while not self._stop.is_set():
             if previous.skipped is not None:
                 run.skipped = f"fault {trigger.of} was skipped"
@@ -129,7 +137,8 @@ class Nemesis:
             time.sleep(EVENT_POLL_S)
         return False
 
-    def _event_check(self, event: str, previous: FaultRun) -> Callable[[], bool]:
+    def event_check(self, event: str, previous: FaultRun) -> Callable[[], bool]:
+        """Whether `event` of the fault `previous` has come (a sequence step's trigger)."""
         if event == "injected":
             return previous.injected.is_set
         if event == "recovered":
@@ -140,7 +149,8 @@ class Nemesis:
             return lambda: previous.recovered.is_set() and self._isr_membership(previous, True)
         return lambda: previous.injected.is_set() and self._isr_membership(previous, False)
 
-    def _inject(self, run: FaultRun) -> None:
+    def inject(self, run: FaultRun) -> None:
+        """Resolve the targets of `run` now and inject one unit per target."""
         planned = run.planned
         controller = self._platform.cluster_view()
         rng = random.Random(self._seed * 1_000_003 + planned.index)
@@ -174,12 +184,13 @@ class Nemesis:
     def _record(self, run: FaultRun) -> Callable[[Fault, Action], None]:
         def listener(unit: Fault, action: Action) -> None:
             described = unit.describe()
+            now = self._clock()
             self._history.fault(fault=described["fault"], target=described["target"],
-                                role=run.role, action=action)
+                                role=run.role, action=action, t=now)
             # In seconds since the workload's start: the zero of the progress lines and of
             # every time in the report.
             log.info("%s %s (%s) at %.1f s", ACTION_WORDS[action],
-                     unit, run.role, time.time() - self._start_time)
+                     unit, run.role, now - self.start_time)
 
         return listener
 

@@ -61,10 +61,6 @@ class RunResult:
     report: dict[str, Any] | None
     history_dir: Path
 
-    @property
-    def as_expected(self) -> bool:
-        return self.verdict == self.expect
-
 
 def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
     spec = loaded.experiment.spec

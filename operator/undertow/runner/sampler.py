@@ -24,15 +24,15 @@ log = logging.getLogger("undertow.sampler")
 INTERVAL_S = 0.25
 
 
-def sample(platform: Platform, topic: str, group_id: str | None = None
-           ) -> list[dict[str, Any]]:
+def sample(platform: Platform, topic: str, group_id: str | None = None,
+           clock: Callable[[], float] = time.time) -> list[dict[str, Any]]:
     """One sample per partition of ``topic``, and of the ``__consumer_offsets`` partition
     holding ``group_id`` once it exists; empty when the controller does not answer."""
     try:
         view = platform.cluster_view(replicas=True)
     except Exception:  # a paused or killed controller: no sample this round
         return []
-    now = time.time()
+    now = clock()
     partitions = view.topic_partitions(topic)
     if group_id is not None:
         with contextlib.suppress(KeyError):  # the group's first member creates the topic

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 
 from .cluster import BrokerClusterSpec, TopicConfig
 from .durations import format_duration
+from .explore import ExploreSpec
 from .faults import PARTITION_ROLES, ScheduleEntry, TargetSelector
 from .meta import (
     API_VERSION,
@@ -83,6 +84,10 @@ class ChaosExperimentSpec(SpecModel):
     """clean: no acknowledged write may be lost. loss: the experiment demonstrates loss."""
     seed: Annotated[int, Field(ge=0)] | None = None
     """Seed of random schedules; unset: the runner picks one and records it."""
+    explore: ExploreSpec | None = None
+    """The fault space `undertow explore` draws schedules from (default: one derived from
+    a `random` entry of `faults`, else kill, pause, partition, power-loss and pod-delete of
+    the leader, a follower or an ISR member). `undertow run` ignores it."""
 
     @model_validator(mode="after")
     def _check(self) -> ChaosExperimentSpec:
@@ -104,8 +109,13 @@ class ChaosExperimentSpec(SpecModel):
                 raise FieldError(
                     (*prefix, "count"), f"injection {count} would start at {last}, {ends}"
                 )
+        if self.explore is not None:
+            try:
+                self.explore.check_window(end)
+            except FieldError as exc:
+                raise FieldError(("explore", *exc.loc), exc.message) from None
         if self.workload.consumer.mode != "subscribe":
-            for loc, selector in self.selectors():
+            for loc, selector in self.all_selectors():
                 if selector.role == "group-coordinator":
                     raise FieldError((*loc, "role"), "group-coordinator needs a consumer group "
                                                      "(workload.consumer.mode: subscribe)")
@@ -137,6 +147,15 @@ class ChaosExperimentSpec(SpecModel):
             for t, selector in enumerate(entry.random.targets if entry.random else ()):
                 yield ("faults", index, "random", "targets", t), selector
 
+    def all_selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
+        """`selectors()` and those of the `explore` space: the explored targets must make
+        sense for the cluster too, but are not the schedule (no consumer needs links of its
+        own for them)."""
+        yield from self.selectors()
+        if self.explore is not None:
+            for loc, selector in self.explore.selectors():
+                yield ("explore", *loc), selector
+
 
 def check_against_cluster(
     spec: ChaosExperimentSpec, cluster: BrokerClusterSpec, cluster_name: str
@@ -158,7 +177,7 @@ def check_against_cluster(
             f"min.insync.replicas {min_isr} (from {source}) exceeds replicationFactor {rf}: "
             "no acks=all write could ever succeed",
         )
-    for loc, selector in spec.selectors():
+    for loc, selector in spec.all_selectors():
         _check_selector(loc, selector, spec, cluster, cluster_name)
     offsets_rf = cluster.config.offsets_topic_replication_factor
     if spec.workload.consumer.mode == "subscribe" and offsets_rf is not None \

@@ -1,0 +1,194 @@
+"""``undertow explore FILE``: draw, simulate and check many schedules on Spark, shrink each
+loss to a minimal experiment, optionally confirm it on real processes, and report.
+
+    explore(loaded, out, runs=1000, master=None)
+      -> out/outcomes.jsonl        one line per schedule (seed, schedule, verdict, counts, ...)
+      -> out/minimal/*.yaml        one minimal experiment per loss mechanism
+      -> out/explore.json, out/explore.html
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from undertow.explore.draw import Schedule, draw, experiment_with
+from undertow.explore.runs import Outcome, dominant, simulate
+from undertow.explore.shrink import shrink
+from undertow.explore.space import FaultSpace
+from undertow.explore.spark import explore_session, in_parallel, outcomes
+from undertow.explore.write import write_experiment
+from undertow.sim.run import run_simulated
+from undertow.spec import LoadedExperiment
+from undertow_history.checker import check_history
+
+log = logging.getLogger("undertow.explore")
+
+SHRINK_BUDGET = 40
+"""Simulations one shrink may run (each 0.3-3 s)."""
+
+
+@dataclass
+class Minimal:
+    """One loss mechanism's minimal experiment."""
+
+    mechanism: str
+    found_seed: int
+    found_faults: int
+    schedule: Schedule
+    faults: int
+    path: Path
+    sentences: list[str]
+    confirmed: list[str] = field(default_factory=list)
+    """The mechanisms (or "clean"/"error") of each confirmation run on real processes."""
+
+    def to_json(self) -> dict[str, Any]:
+        reproduced = sum(m == self.mechanism for m in self.confirmed)
+        return {"mechanism": self.mechanism, "found_seed": self.found_seed,
+                "found_faults": self.found_faults, "faults": self.faults,
+                "file": str(self.path), "sentences": self.sentences,
+                "confirm_runs": len(self.confirmed), "confirmed": reproduced,
+                "confirm_outcomes": self.confirmed}
+
+
+@dataclass
+class Exploration:
+    experiment: str
+    runs: int
+    seconds: float
+    master: str
+    outcomes: list[Outcome]
+    minimal: list[Minimal]
+
+    @property
+    def schedules_per_second(self) -> float:
+        return self.runs / self.seconds if self.seconds else 0.0
+
+    def losses_by_mechanism(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for o in self.outcomes:
+            if o.mechanism is not None:
+                found[o.mechanism] = found.get(o.mechanism, 0) + 1
+        return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def to_json(self) -> dict[str, Any]:
+        verdicts: dict[str, int] = {}
+        for o in self.outcomes:
+            verdicts[o.verdict] = verdicts.get(o.verdict, 0) + 1
+        return {"experiment": self.experiment, "runs": self.runs, "seconds": self.seconds,
+                "schedules_per_second": self.schedules_per_second, "master": self.master,
+                "verdicts": verdicts, "losses_by_mechanism": self.losses_by_mechanism(),
+                "minimal": [m.to_json() for m in self.minimal]}
+
+
+def _trial(loaded: LoadedExperiment, schedule: Schedule, seed: int) -> Outcome:
+    return simulate(experiment_with(loaded, schedule), seed, schedule.as_spec_faults())
+
+
+def explore(loaded: LoadedExperiment, out: Path, *, runs: int, master: str | None = None,
+            first_seed: int = 1, confirm: int = 0, budget: int = SHRINK_BUDGET,
+            on_progress: Callable[[str], None] = lambda _line: None) -> Exploration:
+    space = FaultSpace.of(loaded)
+    spark = explore_session(master)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(first_seed, first_seed + runs))
+
+    def run(seed: int) -> Outcome:
+        return _trial(loaded, draw(space, seed), seed)
+
+    on_progress(f"running {runs} schedules on {spark.sparkContext.master} ...")
+    started = time.monotonic()
+    rows = outcomes(spark, seeds, run).orderBy("seed").collect()
+    seconds = time.monotonic() - started
+    found = [Outcome(**{k: v for k, v in row.asDict().items() if k != "mechanism"})
+             for row in rows]
+    with (out / "outcomes.jsonl").open("w", encoding="utf-8") as f:
+        for o in found:
+            f.write(json.dumps(o.to_json(), sort_keys=True) + "\n")
+    exploration = Exploration(loaded.experiment.metadata.name, runs, seconds,
+                              spark.sparkContext.master, found, [])
+    on_progress(f"{runs} schedules in {seconds:.0f} s ({exploration.schedules_per_second:.2f}/s)"
+                f"; losses by mechanism: {exploration.losses_by_mechanism() or 'none'}")
+    exploration.minimal = _minimize(spark, loaded, space, found, out, budget, on_progress)
+    if confirm:
+        for minimal in exploration.minimal:
+            on_progress(f"confirming {minimal.path.name} {confirm} times on local processes")
+            minimal.confirmed = [_confirm_once(minimal.path, out / "confirm" /
+                                               f"{minimal.path.stem}-{i}")
+                                 for i in range(confirm)]
+    return exploration
+
+
+def _minimize(spark: Any, loaded: LoadedExperiment, space: FaultSpace, found: list[Outcome],
+              out: Path, budget: int, on_progress: Callable[[str], None]) -> list[Minimal]:
+    """Shrink the simplest schedule of each mechanism, the mechanisms side by side."""
+    first: dict[str, Outcome] = {}
+    for o in sorted(found, key=lambda o: (o.faults, o.seed)):
+        if o.mechanism is not None and o.mechanism not in first:
+            first[o.mechanism] = o
+    if not first:
+        return []
+    on_progress(f"shrinking {len(first)} mechanism(s): {', '.join(sorted(first))}")
+
+    def shrink_one(outcome: Outcome) -> Schedule:
+        mechanism, seed = outcome.mechanism, outcome.seed
+        return shrink(draw(space, seed),
+                      lambda candidate: _trial(loaded, candidate, seed).mechanism == mechanism,
+                      budget)
+
+    mechanisms = sorted(first)
+    shrunk = in_parallel(spark, [first[m] for m in mechanisms], shrink_one)
+    minimal = []
+    for mechanism, schedule in zip(mechanisms, shrunk, strict=True):
+        origin = first[mechanism]
+        name = f"{loaded.experiment.metadata.name}-{mechanism.replace('_', '-')}"
+        path = out / "minimal" / f"{name}.yaml"
+        sentences = _sentences(experiment_with(loaded, schedule), origin.seed,
+                               out / "minimal" / f"{name}.run")
+        write_experiment(loaded, schedule, path, [
+            f"{name}: found by `undertow explore` from {loaded.source} (seed {origin.seed}, "
+            f"{origin.faults} faults), shrunk to {len(schedule.faults)} while it still lost "
+            f"acknowledged records by {mechanism}. Expect: loss.",
+            "",
+            "What the analysis said of its simulated run:",
+            *sentences])
+        minimal.append(Minimal(mechanism, origin.seed, origin.faults, schedule,
+                               len(schedule.faults), path, sentences))
+        on_progress(f"  {mechanism}: {origin.faults} -> {len(schedule.faults)} fault(s): {path}")
+    return minimal
+
+
+def _sentences(trial: LoadedExperiment, seed: int, work: Path) -> list[str]:
+    """The Spark analysis's attribution sentences of one simulated run, whose history and
+    report stay in ``work``."""
+    from undertow_analysis.job import run_analysis
+
+    shutil.rmtree(work, ignore_errors=True)
+    run_simulated(trial, work, seed=seed)
+    with contextlib.redirect_stdout(io.StringIO()):  # its one-screen summary
+        report = run_analysis(str(work / "history"), str(work))
+    return [incident["sentence"] for incident in report["explained"].get("incidents", [])
+            if incident.get("sentence")]
+
+
+def _confirm_once(path: Path, out: Path) -> str:
+    """One run of a minimal experiment on local processes; its dominant mechanism, "clean",
+    or "error"."""
+    shutil.rmtree(out, ignore_errors=True)
+    done = subprocess.run([sys.executable, "-m", "undertow", "run", str(path), "--out", str(out),
+                           "--no-analysis", "--no-progress"], capture_output=True, text=True)
+    if done.returncode != 0:
+        log.warning("confirmation run of %s failed: %s", path, done.stderr.strip()[-500:])
+        return "error"
+    summary = check_history(out / "history")
+    return dominant(summary.mechanisms) or summary.verdict

@@ -1,0 +1,137 @@
+"""Schedules: fixed faults drawn from a fault space, one seed one schedule.
+
+A `Schedule` is what the simulator runs and the shrinker edits: plain fixed faults (kind,
+target selector, start, duration), written back as the experiment file's `faults:` list,
+so that `plan()` of the resulting experiment is exactly those faults and any run of it, in
+simulation or on real processes, replays them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from undertow.spec import LoadedExperiment, SpecError, TargetSelector, format_duration
+from undertow.spec.errors import format_loc, spec_error_from_validation
+from undertow.spec.experiment import ChaosExperiment, check_against_cluster
+from undertow.spec.faults import FaultKind, PartitionMode
+from undertow.spec.meta import FieldError
+
+from .space import FaultSpace
+
+__all__ = ["FixedFault", "Schedule", "draw", "experiment_with", "selector_yaml"]
+
+
+@dataclass(frozen=True)
+class FixedFault:
+    """One fault at a fixed offset: a `faults:` entry without `every` or `count`."""
+
+    kind: FaultKind
+    target: TargetSelector
+    at_ms: int
+    """From the workload's start."""
+    duration_ms: int
+    network: PartitionMode | None = None
+    """partition faults only: how the network is cut (the spec's default: isolate)."""
+    grace_period_ms: int | None = None
+    """kill and pod-delete only: SIGTERM first, SIGKILL after this long."""
+
+    def as_spec(self) -> dict[str, Any]:
+        """The `faults:` entry, as an experiment file writes it."""
+        entry: dict[str, Any] = {"kind": self.kind, "target": selector_yaml(self.target)}
+        if self.kind == "partition":
+            entry["network"] = {"mode": self.network or "isolate"}
+        entry["at"] = format_duration(self.at_ms / 1000)
+        entry["duration"] = format_duration(self.duration_ms / 1000)
+        if self.grace_period_ms is not None:
+            entry["gracePeriod"] = format_duration(self.grace_period_ms / 1000)
+        return entry
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Fixed faults ordered by start, the seed the schedule was drawn with (which also
+    seeds its simulation) and the shortest duration its space allows (the shrinker's floor).
+
+    Faults may overlap, unlike a `random` schedule's."""
+
+    faults: tuple[FixedFault, ...]
+    seed: int
+    min_duration_ms: int = 1
+
+    def __post_init__(self) -> None:
+        # Stable: faults that start together keep their order, so equal schedules compare equal.
+        object.__setattr__(self, "faults", tuple(sorted(self.faults, key=lambda f: f.at_ms)))
+
+    def with_faults(self, faults: tuple[FixedFault, ...]) -> Schedule:
+        """The same schedule (seed, floor) with other faults."""
+        return replace(self, faults=faults)
+
+    def as_spec_faults(self) -> list[dict[str, Any]]:
+        """The faults as an experiment's `faults:` list: JSON- and YAML-ready."""
+        return [f.as_spec() for f in self.faults]
+
+
+def selector_yaml(selector: TargetSelector) -> dict[str, Any]:
+    """A selector as a person writes it: `{role: leader}`, not the normalised
+    `{role: leader, partition: 0, mode: one}` (which loads back to the same selector)."""
+    written = selector.model_dump(by_alias=True, exclude_none=True)
+    if written.get("partition") == 0:
+        del written["partition"]
+    default_mode = "all" if selector.role == "all-isr-but-one" else "one"
+    if written.get("mode") == default_mode:
+        del written["mode"]
+    return written
+
+
+def draw(space: FaultSpace, seed: int) -> Schedule:
+    """The schedule of `seed`: the same seed gives the same schedule in every process.
+
+    How many faults, then for each a gap from the previous start (the first from the
+    window's start), a kind, a target that kind can hit, a duration and, for a partition, a
+    mode. Gaps are capped so that the space's fewest faults always fit in the window; past
+    those, the schedule ends where the next start would fall after the window."""
+    rng = random.Random(f"undertow-explore/{seed}")
+    count = rng.randint(*space.faults)
+    return Schedule(tuple(_faults(space, rng, count)), seed, space.durations_ms[0])
+
+
+def _faults(space: FaultSpace, rng: random.Random, count: int) -> Iterator[FixedFault]:
+    at, end = space.window_ms
+    shortest_gap, longest_gap = space.gaps_ms
+    for index in range(count):
+        still_needed = max(0, space.faults[0] - index - 1) * shortest_gap
+        longest = min(longest_gap, end - 1 - at - still_needed)
+        if longest < shortest_gap:
+            return
+        at += rng.randint(shortest_gap, longest)
+        kind = rng.choice(space.kinds)
+        target = rng.choice(space.targets_for(kind))
+        duration = rng.randint(*space.durations_ms)
+        network = rng.choice(space.partition_modes) if kind == "partition" else None
+        yield FixedFault(kind, target, at, duration, network=network)
+
+
+def experiment_with(loaded: LoadedExperiment, schedule: Schedule) -> LoadedExperiment:
+    """`loaded` with the schedule as its only faults and the schedule's seed, validated as a
+    file would be (a `SpecError` names the faulty field); nothing is read or written."""
+    document = f"ChaosExperiment/{loaded.experiment.metadata.name}"
+    data = loaded.experiment.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["spec"]["faults"] = schedule.as_spec_faults()
+    data["spec"]["seed"] = schedule.seed
+    try:
+        experiment = ChaosExperiment.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error_from_validation(exc, source=str(loaded.source),
+                                         document=document) from None
+    try:
+        check_against_cluster(experiment.spec, loaded.cluster.spec,
+                              f"BrokerCluster/{loaded.cluster.metadata.name}")
+    except FieldError as exc:
+        raise SpecError(exc.message, source=str(loaded.source), document=document,
+                        path=format_loc(("spec", *exc.loc))) from None
+    return replace(loaded, experiment=experiment)

@@ -1,0 +1,73 @@
+"""One explored schedule: simulate it, check its history, keep the outcome as plain data.
+
+This is what each Spark task runs, once per seed: no Spark inside, no report, the history
+deleted once checked (``undertow_history.checker``, which gives the Spark analysis's counts
+and verdict), so that thousands of runs fit on a laptop's disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from undertow.sim.run import run_simulated, scratch_root
+from undertow.spec import LoadedExperiment
+from undertow_history.checker import check_history
+
+
+def dominant(counts: dict[str, int]) -> str | None:
+    """The key with the largest count (the first by name among equals); None when empty."""
+    if not counts:
+        return None
+    return max(sorted(counts), key=lambda key: counts[key])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One simulated run of one schedule: a row of the explorer's results."""
+
+    seed: int
+    faults: int
+    schedule: str
+    """The faults as the experiment file's ``faults:`` list, in JSON."""
+    verdict: str
+    """``clean``, ``loss``, or ``error`` when the simulation failed."""
+    lost: int
+    counts: dict[str, int]
+    mechanisms: dict[str, int]
+    """Lost acknowledged records per loss mechanism (the attribution's names)."""
+    seconds: float
+    """Wall time of the simulation and its check."""
+    error: str | None = None
+
+    @property
+    def mechanism(self) -> str | None:
+        """The mechanism that explains most of the loss."""
+        return dominant(self.mechanisms)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "mechanism": self.mechanism}
+
+
+def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]]) -> Outcome:
+    """Run ``loaded`` (whose faults are ``faults``) in simulation with ``seed`` and check it."""
+    logging.getLogger("undertow").setLevel(logging.ERROR)
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="undertow-explore-", dir=scratch_root()))
+    schedule = json.dumps(faults, separators=(",", ":"), sort_keys=True)
+    try:
+        run_simulated(loaded, work, seed=seed)
+        summary = check_history(work / "history")
+    except Exception as exc:  # one broken schedule is a row, not a failed exploration
+        return Outcome(seed, len(faults), schedule, "error", 0, {}, {},
+                       time.monotonic() - started, f"{type(exc).__name__}: {exc}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return Outcome(seed, len(faults), schedule, summary.verdict, summary.counts.get("lost", 0),
+                   dict(summary.counts), dict(summary.mechanisms), time.monotonic() - started)

@@ -1,0 +1,149 @@
+"""Drawing schedules: one seed one schedule in any process, inside the space, and written
+back as fixed faults that the planner gives back exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from explore_experiments import EXPERIMENTS, WriteExperiment
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from undertow.explore.draw import FixedFault, Schedule, draw, experiment_with
+from undertow.explore.space import FaultSpace
+from undertow.spec import LoadedExperiment, SpecError, TargetSelector, load_experiment, plan
+
+ACKS1 = load_experiment(EXPERIMENTS / "acks1-leader-kill.yaml")
+SPACES = {
+    "default": FaultSpace.of(ACKS1),
+    "tight": FaultSpace(
+        kinds=("kill", "partition", "power-loss"),
+        targets=(TargetSelector(role="leader"), TargetSelector(role="controller"),
+                 TargetSelector(role="all-isr-but-one")),
+        faults=(3, 6), durations_ms=(1, 50), gaps_ms=(0, 9000), window_ms=(2000, 20_000)),
+}
+
+
+def _faults(schedule: Schedule) -> list[tuple[object, ...]]:
+    return [(f.kind, f.target.describe(), f.at_ms, f.duration_ms, f.network)
+            for f in schedule.faults]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**40), name=st.sampled_from(sorted(SPACES)))
+def test_a_schedule_stays_inside_its_space(seed: int, name: str) -> None:
+    space = SPACES[name]
+    schedule = draw(space, seed)
+    assert schedule == draw(space, seed)
+    assert schedule.seed == seed
+    assert schedule.min_duration_ms == space.durations_ms[0]
+    assert space.faults[0] <= len(schedule.faults) <= space.faults[1]
+    previous = space.window_ms[0]
+    for fault in schedule.faults:
+        assert fault.kind in space.kinds
+        assert fault.target in space.targets_for(fault.kind)
+        assert space.gaps_ms[0] <= fault.at_ms - previous <= space.gaps_ms[1]
+        assert fault.at_ms < space.window_ms[1]
+        assert space.durations_ms[0] <= fault.duration_ms <= space.durations_ms[1]
+        assert fault.network == ("isolate" if fault.kind == "partition" else None)
+        assert fault.grace_period_ms is None
+        previous = fault.at_ms
+
+
+def test_seeds_give_different_schedules_and_faults_may_overlap() -> None:
+    schedules = [draw(SPACES["default"], seed) for seed in range(40)]
+    assert len({json.dumps(s.as_spec_faults()) for s in schedules}) == 40
+    assert {len(s.faults) for s in schedules} == {1, 2, 3, 4}
+    overlapping = [s for s in schedules
+                   if any(b.at_ms < a.at_ms + a.duration_ms
+                          for a, b in zip(s.faults, s.faults[1:], strict=False))]
+    assert overlapping
+
+
+def test_the_same_seed_gives_the_same_schedule_in_another_process() -> None:
+    """`random.Random(str)` does not depend on the process's string hashing."""
+    code = ("import json; from undertow.spec import load_experiment; "
+            "from undertow.explore.space import FaultSpace; "
+            "from undertow.explore.draw import draw; "
+            f"s = FaultSpace.of(load_experiment({str(EXPERIMENTS / 'acks1-leader-kill.yaml')!r}));"
+            " print(json.dumps([draw(s, n).as_spec_faults() for n in range(5)]))")
+    outputs = {subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                              text=True, env={**os.environ, "PYTHONHASHSEED": hash_seed}).stdout
+               for hash_seed in ("1", "2")}
+    here = json.dumps([draw(SPACES["default"], n).as_spec_faults() for n in range(5)])
+    assert outputs == {here + "\n"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), plan_seed=st.integers(0, 2**31))
+def test_the_planner_gives_exactly_the_drawn_faults(seed: int, plan_seed: int) -> None:
+    schedule = draw(SPACES["default"], seed)
+    trial = experiment_with(ACKS1, schedule)
+    planned = plan(trial.experiment, plan_seed)
+    assert [(p.kind, p.target.describe() if p.target else None, round(p.at * 1000) if p.at
+             is not None else None, round(p.duration * 1000),
+             p.network.mode if p.network else None) for p in planned] == _faults(schedule)
+    assert all(p.trigger is None and p.grace_period == 0 for p in planned)
+    assert trial.experiment.spec.seed == seed
+
+
+def test_grace_periods_and_network_modes_reach_the_plan(acks1: LoadedExperiment) -> None:
+    schedule = Schedule((
+        FixedFault("partition", TargetSelector(role="leader"), 4000, 2000),
+        FixedFault("kill", TargetSelector(role="follower", mode="all"), 1500, 3000,
+                   grace_period_ms=250),
+    ), seed=9)
+    assert [f.kind for f in schedule.faults] == ["kill", "partition"], "ordered by start"
+    assert schedule.as_spec_faults() == [
+        {"kind": "kill", "target": {"role": "follower", "mode": "all"}, "at": "1s500ms",
+         "duration": "3s", "gracePeriod": "250ms"},
+        {"kind": "partition", "target": {"role": "leader"}, "network": {"mode": "isolate"},
+         "at": "4s", "duration": "2s"},
+    ]
+    kill, partition = plan(experiment_with(acks1, schedule).experiment, 0)
+    assert (kill.grace_period, kill.target, kill.at) == (0.25, schedule.faults[0].target, 1.5)
+    assert partition.network is not None and partition.network.mode == "isolate"
+
+
+def test_experiment_with_replaces_the_faults_in_memory_only(
+        write_experiment_file: WriteExperiment) -> None:
+    path = write_experiment_file(faults=[
+        {"random": {"kinds": ["kill"], "targets": [{"role": "leader"}],
+                    "interval": {"min": "1s", "max": "2s"}, "duration": {"min": "1s",
+                                                                         "max": "2s"}}},
+        {"kind": "pause", "target": {"role": "follower"}, "at": "1s", "duration": "1s"}])
+    text = path.read_text()
+    loaded = load_experiment(path)
+    before = loaded.experiment.model_dump()
+    schedule = Schedule((FixedFault("kill", TargetSelector(role="leader"), 5000, 1000),), 3)
+    trial = experiment_with(loaded, schedule)
+    assert [e.kind for e in trial.experiment.spec.faults] == ["kill"]
+    assert trial.experiment.spec.seed == 3
+    assert (trial.cluster, trial.source) == (loaded.cluster, loaded.source)
+    assert loaded.experiment.model_dump() == before
+    assert path.read_text() == text
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    (FixedFault("kill", TargetSelector(role="follower"), 1000, 1000),
+     "spec.faults[0].target.role: no follower can exist with replicationFactor 1"),
+    (FixedFault("kill", TargetSelector(role="leader"), 30_000, 1000),
+     "spec.faults[0].at: starts at 30s, after the workload ends (workload.duration 30s)"),
+    (FixedFault("power-loss", TargetSelector(role="controller"), 1000, 1000),
+     "spec.faults[0].target: power-loss is a broker failpoint; the controller has none"),
+])
+def test_a_schedule_that_does_not_fit_is_a_spec_error(
+        write_experiment_file: WriteExperiment, fault: FixedFault, message: str) -> None:
+    path = write_experiment_file(replication_factor=1)
+    with pytest.raises(SpecError) as info:
+        experiment_with(load_experiment(path), Schedule((fault,), 1))
+    assert str(info.value) == f"{path}: ChaosExperiment/explored: {message}"
+
+
+def test_an_empty_schedule_is_a_baseline(acks1: LoadedExperiment) -> None:
+    assert plan(experiment_with(acks1, Schedule((), 1)).experiment, 0) == []

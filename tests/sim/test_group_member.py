@@ -1,0 +1,241 @@
+"""The simulated consumer-group member against the broker's own group coordinator: members
+join and split the partitions, their commits land in the coordinator, a coordinator kill
+in a rebalance makes them find the new one and rejoin, a member cut off from the brokers
+loses its partitions to the others and rejoins once healed. Assertions are on the
+coordinator's state and on the history lines the members write."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from minibroker.cluster.types import TopicPartition
+from minibroker.coordinator.group_coordinator import GroupCoordinator
+from undertow.platform.base import CLIENT, Link, broker_node, consumer_endpoint
+from undertow.runner.group_member import GroupSettings
+from undertow.runner.run import partitions_healthy
+from undertow.runner.workload import WorkloadConfig
+from undertow.sim.clients import ClientEndpoint, SimProducer
+from undertow.sim.group_member import SimGroupMember, range_assignment
+from undertow.sim.platform import SimPlatform
+from undertow.sim.process import Process
+from undertow.sim.run import seeded_uuids
+
+TOPIC, GROUP = "t", "g"
+CONFIG = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "6000",
+          "broker.session.timeout.ms": "3000", "offsets.topic.num.partitions": "3"}
+
+
+def settings(commit: str = "auto", isolation_level: str = "read_uncommitted") -> GroupSettings:
+    return GroupSettings(group_id=GROUP, commit=commit, commit_interval_ms=1000,
+                         isolation_level=isolation_level, static_membership=False,
+                         session_timeout_ms=6000)
+
+
+class Lines:
+    """What the members write to the history: groups.jsonl's and reads.jsonl's lines."""
+
+    def __init__(self) -> None:
+        self.groups: list[dict[str, Any]] = []
+        self.reads: list[dict[str, Any]] = []
+
+    def group(self, **line: Any) -> None:
+        self.groups.append(line)
+
+    def read(self, **line: Any) -> None:
+        self.reads.append(line)
+
+    def of(self, type_: str, **where: Any) -> list[dict[str, Any]]:
+        return [g for g in self.groups if g["type"] == type_
+                and all(g.get(k) == v for k, v in where.items())]
+
+
+class World:
+    def __init__(self, platform: SimPlatform, members: list[SimGroupMember], lines: Lines,
+                 producer: SimProducer) -> None:
+        self.platform, self.loop = platform, platform.loop
+        self.members, self.lines, self.producer = members, lines, producer
+
+    def run_for(self, seconds: float) -> None:
+        self.loop.run_until(self.loop.now_ms() + seconds * 1000)
+
+    def coordinator_node(self) -> str:
+        return broker_node(self.platform.cluster_view().group_partition(GROUP).leader)
+
+    def coordinator(self) -> GroupCoordinator:
+        coordinator = self.platform.broker(self.coordinator_node()).coordinator
+        assert coordinator is not None
+        return coordinator
+
+    def group_state(self) -> dict[str, Any]:
+        [group] = [g for g in self.coordinator().state()["groups"] if g["group"] == GROUP]
+        return group
+
+    def committed(self) -> dict[int, int]:
+        """The coordinator's committed offsets of the group (OffsetFetch)."""
+        _error, offsets = self.coordinator().handle_fetch_offsets(
+            GROUP, False, [TopicPartition(TOPIC, p) for p in range(3)])
+        return {tp.partition: o.offset for tp, o in offsets.items()}
+
+    def stable(self) -> bool:
+        try:
+            group = self.group_state()
+        except (KeyError, ValueError, AssertionError):
+            return False
+        ids = sorted(m.member_id or "" for m in self.members)
+        return group["state"] == "Stable" and sorted(group["members"]) == ids and all(
+            m.generation == group["generation"] and m.assignment for m in self.members)
+
+
+@contextmanager
+def world(tmp_path: Path, members: int = 3, *, commit: str = "auto",
+          isolated: tuple[str, ...] = ()) -> Iterator[World]:
+    """Three brokers, topic ``t`` (3 partitions, RF 3), one producer at 100 records/s and
+    ``members`` members of group ``g``, started; ``isolated`` members on links of their own."""
+    with seeded_uuids(7):
+        platform = SimPlatform(tmp_path / "cluster", 3, CONFIG, ephemeral_storage=False,
+                               consumers=isolated)
+        with platform:
+            loop = platform.loop
+            controller = platform.controller.controller
+            assert controller is not None
+            controller.create_topic(TOPIC, 3, 3, {})
+            loop.wait_until(lambda: partitions_healthy(platform, TOPIC, 3), 30_000, "topic")
+            bootstrap = platform.bootstrap_addresses()
+            client = ClientEndpoint(platform.network, Process(loop, CLIENT, 1), CLIENT,
+                                    bootstrap)
+            lines = Lines()
+            producer = SimProducer(0, client, WorkloadConfig(TOPIC, 3, rate=100, retries=3),
+                                   lambda _send: None, platform.clock)
+            group = []
+            for i in range(members):
+                name = f"c{i}"
+                own = client
+                if name in isolated:
+                    endpoint = consumer_endpoint(name)
+                    own = ClientEndpoint(platform.network, Process(loop, endpoint, 1), endpoint,
+                                         bootstrap)
+                history: Any = lines  # what a HistoryWriter offers the members
+                group.append(SimGroupMember(name, own, TOPIC, settings(commit), history,
+                                            platform.clock, first=i))
+            producer.start()
+            for member in group:
+                member.start()
+            yield World(platform, group, lines, producer)
+
+
+def test_the_range_assignor_splits_partitions_in_member_order() -> None:
+    subscribed = b'{"topics": ["t"]}'
+    members = [("m-b", None, subscribed), ("m-a", None, subscribed), ("m-c", None, b"")]
+    assert range_assignment(members, "t", 5) == {"m-a": [0, 1, 2], "m-b": [3, 4], "m-c": []}
+    static = [("x", "i-2", subscribed), ("y", "i-1", subscribed)]
+    assert range_assignment(static, "t", 2) == {"y": [0], "x": [1]}
+
+
+def test_members_join_split_the_partitions_and_commit(tmp_path: Path) -> None:
+    with world(tmp_path) as w:
+        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        group = w.group_state()
+        assert group["protocol"] == "range" and group["leader"] in group["members"]
+        assignments = [m.assignment for m in w.members]
+        assert sorted(p for a in assignments for p in a) == [0, 1, 2]
+        assert all(len(a) == 1 for a in assignments)
+        for m in w.members:  # the history says the same, with the coordinator's ids
+            [assign] = w.lines.of("assign", member=m.name)
+            assert (assign["partition"], assign["member_id"], assign["generation"]) == (
+                m.assignment[0], m.member_id, group["generation"])
+        w.run_for(5)
+        for m in w.members:
+            [committed] = w.lines.of("committed", member=m.name)
+            assert committed["offset"] is None  # nothing committed yet: the log start
+        reads = {(r["partition"], r["offset"]) for r in w.lines.reads}
+        assert len(reads) == len(w.lines.reads) > 300  # each record once
+        assert {r["generation"] for r in w.lines.reads} == {group["generation"]}
+        committed = w.committed()
+        ok = w.lines.of("commit", status="ok")
+        assert ok and all(c["t_invoke"] is None for c in ok)  # auto commits
+        for p in range(3):
+            last = max(c["offset"] for c in ok if c["partition"] == p)
+            assert committed[p] == last > 0
+            assert last <= 1 + max(o for q, o in reads if q == p)
+
+
+def test_a_coordinator_killed_in_a_rebalance_moves_the_group_and_it_rejoins(
+        tmp_path: Path) -> None:
+    with world(tmp_path) as w:
+        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        w.run_for(3)
+        before = w.group_state()["generation"]
+        old = w.coordinator_node()
+        committed_before = w.committed()
+        w.members[0].rejoin()  # the group rebalances ...
+        w.run_for(0.05)
+        w.platform.kill(old)  # ... and its coordinator dies meanwhile
+        w.run_for(1)
+        w.platform.release(old)
+        w.loop.wait_until(lambda: w.coordinator_node() != old and w.stable(), 30_000,
+                          "the group stable at a new coordinator")
+        assert w.group_state()["generation"] > before
+        assert sorted(p for m in w.members for p in m.assignment) == [0, 1, 2]
+        after = w.group_state()["generation"]
+        for m in w.members:  # each was assigned its partitions again, from committed offsets
+            assert w.lines.of("assign", member=m.name, generation=after)
+            for line in w.lines.of("committed", member=m.name, generation=after):
+                assert line["offset"] >= committed_before[line["partition"]]
+        w.run_for(3)
+        committed = w.committed()
+        assert all(committed[p] > committed_before[p] for p in range(3))
+        for p in range(3):  # no record returned twice by a member after a commit passed it
+            seen: dict[int, str] = {}
+            for r in (r for r in w.lines.reads if r["partition"] == p):
+                assert r["offset"] not in seen or r["offset"] >= committed_before[p], r
+                seen[r["offset"]] = r["consumer"]
+
+
+def test_a_member_cut_off_loses_its_partitions_and_rejoins_once_healed(tmp_path: Path) -> None:
+    with world(tmp_path, isolated=("c1",)) as w:
+        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        w.run_for(3)
+        cut = w.members[1]
+        [held] = cut.assignment
+        endpoint = consumer_endpoint("c1")
+        w.platform.block([link for b in w.platform.brokers
+                          for link in (Link(endpoint, b), Link(b, endpoint))], "test")
+        w.run_for(10)  # past the 6 s session: the coordinator removes it, the others take over
+        group = w.group_state()
+        assert cut.member_id not in group["members"] and len(group["members"]) == 2
+        others = sorted(p for m in w.members if m is not cut for p in m.assignment)
+        assert others == [0, 1, 2] and cut.assignment == []
+        assert w.lines.of("revoke", member="c1", partition=held)  # it gave them up itself
+        [taken] = [g for g in w.lines.of("committed", partition=held) if g["member"] != "c1"]
+        assert taken["offset"] == w.lines.of("commit", member="c1", status="ok")[-1]["offset"]
+        w.platform.unblock("test")
+        w.loop.wait_until(w.stable, 10_000, "the cut-off member back in the group")
+        assert len(w.group_state()["members"]) == 3 and cut.assignment
+
+
+def test_manual_commits_land_before_the_revoke_and_a_stop_leaves(tmp_path: Path) -> None:
+    with world(tmp_path, members=2, commit="manual") as w:
+        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        w.run_for(2.5)
+        leaving = w.members[0]
+        leaving.stop()
+        w.loop.wait_until(lambda: leaving.closed, 10_000, "the member to leave")
+        stayed = w.members[1]
+        w.loop.wait_until(lambda: len(w.group_state()["members"]) == 1
+                          and len(stayed.assignment) == 3, 10_000, "a rebalance")
+        w.run_for(0.1)
+        actions = [(g["type"], g.get("status")) for g in w.lines.groups if g["member"] == "c0"]
+        last_revoke = max(i for i, a in enumerate(actions) if a[0] == "revoke")
+        assert ("commit", "ok") in actions[:last_revoke]  # the revoke's commit first
+        commits = w.lines.of("commit", member="c0")
+        assert commits and all(c["t_invoke"] is not None for c in commits)
+        assert sorted(stayed.assignment) == [0, 1, 2]
+        committed = w.committed()
+        for p in range(3):
+            positions = [c["offset"] for c in commits if c["partition"] == p]
+            if positions:  # the new owner resumed from c0's last commit
+                resumed = w.lines.of("committed", member="c1", partition=p)[-1]["offset"]
+                assert resumed == max(positions) <= committed[p]

@@ -1,0 +1,54 @@
+"""Every experiment of the library gives, in simulation, the verdict it expects (and gives on
+local processes: benchmarks/RESULTS.md's reliability rows), by the mechanism its comment
+names, as the pods tests hold the same for Kubernetes.
+
+The history is checked with the Spark-free checker (``undertow_history.checker``), which
+gives the Spark analysis's verdict and counts (``tests/analysis/test_checker.py``). The
+simulations run two at a time, one per core, before the tests look at them."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from undertow.sim.run import run_simulated
+from undertow.spec import load_experiment
+from undertow_history.checker import Summary, check_history
+
+EXPERIMENTS = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
+MECHANISMS = {
+    "acks1-leader-kill": "acks1_before_replication",
+    "last-replica-standing-no-elr": "power_loss",
+    "pod-delete-ephemeral": "disk_lost",
+    "pod-delete-ephemeral-elr": "disk_lost",
+    "power-loss-no-fsync": "power_loss",
+    "unclean-election": "unclean_election",
+}
+"""The mechanism each lossy experiment's comment names, where records (not offsets) are lost."""
+
+
+def _simulate(path: Path) -> Summary:
+    with tempfile.TemporaryDirectory(prefix="undertow-sim-verdict-") as out:
+        run_simulated(load_experiment(path), Path(out), seed=1)
+        return check_history(Path(out) / "history")
+
+
+@pytest.fixture(scope="module")
+def summaries() -> dict[str, Summary]:
+    with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        return dict(zip([p.stem for p in EXPERIMENTS], pool.map(_simulate, EXPERIMENTS),
+                        strict=True))
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.stem for p in EXPERIMENTS])
+def test_the_simulation_gives_the_expected_verdict(path: Path,
+                                                   summaries: dict[str, Summary]) -> None:
+    summary = summaries[path.stem]
+    assert summary.verdict == load_experiment(path).experiment.spec.expect, summary
+    if path.stem in MECHANISMS:
+        assert max(summary.mechanisms, key=summary.mechanisms.__getitem__) == \
+            MECHANISMS[path.stem], summary.mechanisms
