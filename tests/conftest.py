@@ -3,6 +3,7 @@ the Undertow kinds, and a client of it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -54,3 +55,8 @@ kmock_parsing.parse_path = _parse_path
 @pytest.fixture
 def api(emulator: kmock.KubernetesEmulator) -> KubeApi:
     return KubeApi.for_server(str(emulator.url))
+
+
+# Spark's Python workers run the Python of this test run (the explorer's tasks import
+# Undertow), whoever creates the session first.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

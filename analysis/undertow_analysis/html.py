@@ -227,6 +227,9 @@ def render(
     zero = (f"Times are seconds since {escape(clock['zero_is'])} (t = 0 at "
             f"{escape(clock['zero_utc'])}), as in the progress lines of undertow run. "
             if clock else "")
+    if clock.get("virtual"):
+        zero = ("A deterministic simulation (<code>undertow run --platform sim</code>): every "
+                "time is virtual. " + zero)
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(name)}: "
         f"{escape(verdict)} &mdash; Undertow</title><style>{CSS}</style></head><body>",

@@ -67,12 +67,14 @@ def clock_zero(meta: Mapping[str, Any], first_send: float | None) -> float:
 
 
 def clock(meta: Mapping[str, Any], t0: float) -> dict[str, Any]:
-    """report.json's `clock`: what t = 0 is, as a time of day and in words."""
+    """report.json's `clock`: what t = 0 is, as a time of day and in words, and whether the
+    times are virtual (a simulated run, meta.json's `"platform": "sim"`)."""
     zero_is = ("the workload's start" if meta.get("workload_start") is not None
                else "the run's start")
     utc = datetime.fromtimestamp(t0, UTC)
     return {"zero": t0, "zero_is": zero_is,
-            "zero_utc": utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"}
+            "zero_utc": utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z",
+            "virtual": meta.get("platform") == "sim"}
 
 
 def drain_shortfalls(drain: Any, topic: str | None) -> list[dict[str, Any]]:

@@ -190,6 +190,15 @@ def test_send_totals_count_values_not_attempts(tmp_path):
     assert (s.attempted, s.acked, s.failed, s.indeterminate, s.verdict) == (5, 3, 1, 1, "clean")
 
 
+def test_an_acks0_record_has_no_position_to_be_misplaced_from(tmp_path):
+    h = healthy(acks="0")
+    h.send("p0-2", t=2.0, offset=None)
+    h.read("p0-2", 0, 2)
+    h.send("p0-3", t=2.0, offset=None)  # never drained
+    s = summary_of(h, tmp_path)
+    assert (nonzero(s), s.acked) == ({"lost": 1}, 4)
+
+
 def test_the_drain_of_another_topic_does_not_place_a_record(tmp_path):
     h = healthy()
     h.send("p0-2", t=2.0, offset=2)
@@ -254,10 +263,10 @@ ODD_SENDS = {
 ODD_LINES = {
     "sends": [line for line, _ in ODD_SENDS.values()] + [
         "", "   ", "[]", "null", "5", '"str"', "{",
-        send_line("x0", 53).replace('"value": "x0"', '"value": 7'),  # read as "7"
+        send_line("x0", 53).replace('"value": "x0"', '"value": 7.50'),  # read as "7.50"
     ],
     "reads": [
-        read_line("7", 53),  # drains the send of value 7
+        read_line("7.50", 53),  # drains the send of value 7.50
         read_line("x20", 70, phase="run", generation="g"),  # not parsed by the main pass
         read_line("x21", 71, phase="run", consumer=5),
         read_line("x23", 73, phase="run", t="INF"),  # not a double to Spark
@@ -381,6 +390,19 @@ def test_each_loss_mechanism(tmp_path, case):
     assert (s.counts["lost"], s.verdict, s.mechanisms) == (3, "loss", {expected: 3})
 
 
+@pytest.mark.parametrize(("bad", "mechanism"), [
+    ("become_leader", "unclean_election"),  # its isr is not in the leaders' join
+    ("leader_election", "unexplained"),  # the election's is: no election, no kind
+])
+def test_an_event_s_wrong_type_counts_where_the_join_parses_it(tmp_path, bad, mechanism):
+    """(As the Spark job reads them: checked by hand on a simulated unclean election.)"""
+    h = attribution_base()
+    acked_on_broker_1(h, range(10, 13))
+    unclean_election(h)
+    [e for e in h.events if e["type"] == bad][-1]["isr"] = ["x"]  # the dropping epoch's
+    assert summary_of(h, tmp_path).mechanisms == {mechanism: 3}
+
+
 def test_no_events_explain_nothing_and_no_loss_needs_no_mechanism(tmp_path):
     h = attribution_base()
     acked_on_broker_1(h, range(10, 13))
@@ -462,10 +484,11 @@ VALUE_KIND_LINES = {
               v(send_line("va", 0, status="fail", offset=None)), v(send_line("vi", 4)),
               v(send_line("vc", 0, status="info", offset=None)),
               v(send_line("vl", 0, status="info", offset=None)),
-              v(send_line("v0", 0, offset=None))],  # acks=0: lost, at no position
+              v(send_line("v0", 0, offset=None)),  # acks=0: lost, at no position
+              v(send_line("v1", 0, offset=None))],  # acks=0, drained: nothing to misplace
     "reads": [v(read_line("vm", 5)), v(read_line("vd", 1)), v(read_line("vd", 2)),
               v(read_line("va", 3)), v(read_line("vi", 4)), v(read_line("vd", 4, "run")),
-              v(read_line("vc", 6))],
+              v(read_line("vc", 6)), v(read_line("v1", 7))],
 }
 
 

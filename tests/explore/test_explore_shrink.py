@@ -133,6 +133,19 @@ def test_shrinks_in_order_remove_shorten_earlier_narrow() -> None:
     ]
 
 
+def test_no_fault_moves_before_the_earliest_start() -> None:
+    """Real clients need a moment to send anything: a shrunk fault stays at or after
+    `earliest_ms`, and one drawn earlier stays where it was."""
+    late = Schedule((FixedFault("kill", TargetSelector(role="leader"), 7000, 4000),),
+                    seed=2, earliest_ms=2000)
+    assert [f.at_ms for f in shrink(late, lambda s: True, 100).faults] == [2000]
+    early = Schedule((FixedFault("kill", TargetSelector(role="leader"), 500, 4000),
+                      FixedFault("pause", TargetSelector(role="follower"), 6000, 2000)),
+                     seed=2, earliest_ms=2000)
+    shrunk = shrink(early, lambda s: len(s.faults) == 2, 100)
+    assert [f.at_ms for f in shrunk.faults] == [500, 2000]
+
+
 def test_the_budget_stops_it_with_the_last_accepted_schedule() -> None:
     schedule = Schedule(tuple(FixedFault("kill", TargetSelector(role="leader"), 1000 * i, 4000)
                               for i in range(1, 5)), seed=1, min_duration_ms=1000)

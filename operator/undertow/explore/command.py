@@ -16,9 +16,10 @@ import logging
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ log = logging.getLogger("undertow.explore")
 
 SHRINK_BUDGET = 40
 """Simulations one shrink may run (each 0.3-3 s)."""
+SHRINK_EARLIEST_MS = 2000
+"""No fault is moved before this by shrinking: real clients take a second or so to connect
+and send, so a minimal schedule whose fault must come in the workload's first milliseconds
+would not replay on real processes (`--confirm`)."""
 
 
 @dataclass
@@ -123,7 +128,7 @@ def explore(loaded: LoadedExperiment, out: Path, *, runs: int, master: str | Non
     if confirm:
         for minimal in exploration.minimal:
             on_progress(f"confirming {minimal.path.name} {confirm} times on local processes")
-            minimal.confirmed = [_confirm_once(minimal.path, out / "confirm" /
+            minimal.confirmed = [confirm_once(minimal.path, out / "confirm" /
                                                f"{minimal.path.stem}-{i}")
                                  for i in range(confirm)]
     return exploration
@@ -142,7 +147,7 @@ def _minimize(spark: Any, loaded: LoadedExperiment, space: FaultSpace, found: li
 
     def shrink_one(outcome: Outcome) -> Schedule:
         mechanism, seed = outcome.mechanism, outcome.seed
-        return shrink(draw(space, seed),
+        return shrink(replace(draw(space, seed), earliest_ms=SHRINK_EARLIEST_MS),
                       lambda candidate: _trial(loaded, candidate, seed).mechanism == mechanism,
                       budget)
 
@@ -156,16 +161,22 @@ def _minimize(spark: Any, loaded: LoadedExperiment, space: FaultSpace, found: li
         sentences = _sentences(experiment_with(loaded, schedule), origin.seed,
                                out / "minimal" / f"{name}.run")
         write_experiment(loaded, schedule, path, [
-            f"{name}: found by `undertow explore` from {loaded.source} (seed {origin.seed}, "
-            f"{origin.faults} faults), shrunk to {len(schedule.faults)} while it still lost "
-            f"acknowledged records by {mechanism}. Expect: loss.",
+            *_wrapped(f"{name}: found by `undertow explore` from {loaded.source} (seed "
+                      f"{origin.seed}, {origin.faults} faults), shrunk to "
+                      f"{len(schedule.faults)} while it still lost acknowledged records by "
+                      f"{mechanism}. Expect: loss."),
             "",
             "What the analysis said of its simulated run:",
-            *sentences])
+            *[line for sentence in sentences for line in _wrapped(sentence)]])
         minimal.append(Minimal(mechanism, origin.seed, origin.faults, schedule,
                                len(schedule.faults), path, sentences))
         on_progress(f"  {mechanism}: {origin.faults} -> {len(schedule.faults)} fault(s): {path}")
     return minimal
+
+
+def _wrapped(text: str) -> list[str]:
+    """A comment's lines: a sentence at most 92 characters a line."""
+    return textwrap.wrap(text, 92) or [""]
 
 
 def _sentences(trial: LoadedExperiment, seed: int, work: Path) -> list[str]:
@@ -181,7 +192,7 @@ def _sentences(trial: LoadedExperiment, seed: int, work: Path) -> list[str]:
             if incident.get("sentence")]
 
 
-def _confirm_once(path: Path, out: Path) -> str:
+def confirm_once(path: Path, out: Path) -> str:
     """One run of a minimal experiment on local processes; its dominant mechanism, "clean",
     or "error"."""
     shutil.rmtree(out, ignore_errors=True)

@@ -62,6 +62,8 @@ class Schedule:
     faults: tuple[FixedFault, ...]
     seed: int
     min_duration_ms: int = 1
+    earliest_ms: int = 0
+    """The earliest start the shrinker may move a fault to (faults drawn earlier stay)."""
 
     def __post_init__(self) -> None:
         # Stable: faults that start together keep their order, so equal schedules compare equal.

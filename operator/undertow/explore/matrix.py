@@ -23,7 +23,8 @@ Z_95 = 1.959964
 
 @dataclass(frozen=True)
 class Configuration:
-    acks: str
+    acks: int | str
+    """1 or "all", as the workload takes it."""
     min_insync_replicas: int
     unclean: bool
     fsync: bool
@@ -43,13 +44,13 @@ class Configuration:
     def broker_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {
             "min.insync.replicas": self.min_insync_replicas,
-            "unclean.leader.election.enable": str(self.unclean).lower()}
+            "unclean.leader.election.enable": self.unclean}
         if self.fsync:
             config["log.flush.interval.messages"] = 1
         if self.rules == "legacy":
             config.update({"replication.truncation.mode": "high-watermark",
                            "high.watermark.min.isr.rule": "legacy",
-                           "eligible.leader.replicas.version": "0"})
+                           "eligible.leader.replicas.version": 0})
         return config
 
     def apply(self, loaded: LoadedExperiment) -> LoadedExperiment:
@@ -67,7 +68,7 @@ class Configuration:
 
 
 DEFAULT_AXES: dict[str, tuple[Any, ...]] = {
-    "acks": ("1", "all"),
+    "acks": (1, "all"),
     "min_insync_replicas": (1, 2),
     "unclean": (False, True),
     "fsync": (False, True),

@@ -8,9 +8,9 @@ mechanism):
 
 1. remove a fault (but not the last);
 2. halve a fault's duration, no shorter than the space's shortest;
-3. start the whole schedule earlier (at the workload's start, else halfway there), then
-   each fault (at the previous fault's start, else halfway there), so faults keep their
-   order;
+3. start the whole schedule earlier (at the workload's start or the schedule's
+   `earliest_ms`, else halfway there), then each fault (at the previous fault's start, else
+   halfway there), so faults keep their order;
 4. target one process instead of several: `isr-member` and `all-isr-but-one` become the
    `leader` or a `follower`, mode `all`/`fixed`/`fixed-percent` becomes mode `one`.
 
@@ -123,19 +123,19 @@ def _shift_all_earlier(schedule: Schedule, index: int) -> list[Schedule]:
     """Every fault moved so that the first starts with the workload, else by half the first
     one's start: the gaps between them (often what the loss depends on) stay as they are.
     A whole-schedule edit: offered at index 0 only."""
-    if index != 0 or not schedule.faults or schedule.faults[0].at_ms == 0:
+    if index != 0 or not schedule.faults:
         return []
-    first = schedule.faults[0].at_ms
+    room = schedule.faults[0].at_ms - schedule.earliest_ms
     return [schedule.with_faults(tuple(replace(f, at_ms=f.at_ms - shift)
                                        for f in schedule.faults))
-            for shift in _earlier_by(first)]
+            for shift in _earlier_by(room)]
 
 
 def _start_earlier(schedule: Schedule, index: int) -> list[Schedule]:
     """Fault `index` moved to the previous fault's start (or the workload's), else halfway
     there; it stays behind the faults before it."""
     fault = schedule.faults[index]
-    floor = schedule.faults[index - 1].at_ms if index else 0
+    floor = max(schedule.faults[index - 1].at_ms if index else 0, schedule.earliest_ms)
     return [_with(schedule, index, replace(fault, at_ms=fault.at_ms - shift))
             for shift in _earlier_by(fault.at_ms - floor)]
 

@@ -1,0 +1,99 @@
+"""`undertow explore` end to end on a small lossy experiment, in Spark tasks: every schedule
+runs and is checked, the same seeds give the same outcomes, a loss is shrunk to a minimal
+experiment file that loads and replays the loss, and the summary adds up; then one small cell
+of `--matrix`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from undertow.explore.command import explore
+from undertow.explore.matrix import Configuration, markdown_table, run_matrix, wilson
+from undertow.explore.report import write_report
+from undertow.explore.spark import explore_session
+from undertow.sim.run import run_simulated
+from undertow.spec import load_experiment
+from undertow_history.checker import check_history
+
+CLUSTER = {"apiVersion": "undertow.dev/v1alpha1", "kind": "BrokerCluster",
+           "metadata": {"name": "tiny"},
+           "spec": {"brokers": 3, "config": {
+               "min.insync.replicas": 1, "broker.session.timeout.ms": 1500,
+               "replica.lag.time.max.ms": 3000,
+               # A follower's fetch waits 500 ms on the leader: acks=1 records the followers
+               # have not fetched are always there when the leader dies.
+               "replica.fetch.min.bytes": 1048576, "replica.fetch.wait.max.ms": 500}}}
+EXPERIMENT = {"apiVersion": "undertow.dev/v1alpha1", "kind": "ChaosExperiment",
+              "metadata": {"name": "tiny-acks1"},
+              "spec": {"cluster": {"ref": "tiny"},
+                       "topic": {"name": "t", "partitions": 1, "replicationFactor": 3},
+                       "workload": {"producers": 1, "consumers": 1, "acks": 1, "rate": 100,
+                                    "duration": "6s"},
+                       "explore": {"kinds": ["kill"], "targets": [{"role": "leader"}],
+                                   "faults": {"min": 1, "max": 2},
+                                   "duration": {"min": "2s", "max": "3s"},
+                                   "gap": {"min": "500ms", "max": "1s"}},
+                       "expect": "loss"}}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("explore") / "tiny.yaml"
+    path.write_text(yaml.safe_dump_all([CLUSTER, EXPERIMENT], sort_keys=False))
+    return path
+
+
+def test_explore_finds_shrinks_and_reports_the_loss(tiny: Path, tmp_path: Path) -> None:
+    loaded = load_experiment(tiny)
+    explore_session("local[2]")
+    found = explore(loaded, tmp_path / "a", runs=4, budget=4)
+    again = explore(loaded, tmp_path / "b", runs=4, budget=0)
+    assert [o.seed for o in found.outcomes] == [1, 2, 3, 4]
+    assert all(o.error is None for o in found.outcomes), found.outcomes
+    assert [(o.schedule, o.verdict, o.counts) for o in found.outcomes] == \
+        [(o.schedule, o.verdict, o.counts) for o in again.outcomes]
+    lossy = [o for o in found.outcomes if o.verdict == "loss"]
+    assert lossy and all(o.mechanism == "acks1_before_replication" for o in lossy)
+    lines = (tmp_path / "a" / "outcomes.jsonl").read_text().splitlines()
+    assert [json.loads(line)["seed"] for line in lines] == [1, 2, 3, 4]
+
+    [minimal] = found.minimal
+    assert minimal.mechanism == "acks1_before_replication"
+    assert minimal.faults <= minimal.found_faults and minimal.sentences
+    replay = load_experiment(minimal.path)
+    assert replay.experiment.spec.expect == "loss"
+    run_simulated(replay, tmp_path / "replay")
+    assert check_history(tmp_path / "replay" / "history").mechanisms.keys() == \
+        {"acks1_before_replication"}
+
+    summary = found.to_json()
+    assert sum(summary["verdicts"].values()) == summary["runs"] == 4
+    assert sum(summary["losses_by_mechanism"].values()) == len(lossy)
+    _, html = write_report(summary, tmp_path / "a")
+    assert "acks1_before_replication" in html.read_text()
+
+
+def test_a_matrix_cell_counts_its_schedules(tiny: Path) -> None:
+    loaded = load_experiment(tiny)
+    safe = Configuration(acks="all", min_insync_replicas=2, unclean=False, fsync=False,
+                         rules="current")
+    risky = Configuration(acks=1, min_insync_replicas=1, unclean=False, fsync=False,
+                          rules="current")
+    cells = run_matrix(explore_session("local[2]"), loaded, 2, [safe, risky],
+                       {"crash": ("kill",)})
+    assert [(c.configuration, c.runs, c.errors) for c in cells] == [(safe, 2, 0), (risky, 2, 0)]
+    assert cells[0].losses == 0 and cells[1].losses == 2
+    assert cells[1].mechanism == "acks1_before_replication"
+    table = markdown_table(cells)
+    assert "100% [" in table and "| acks=all minISR=2" in table
+
+
+def test_the_wilson_interval_is_sound_at_the_edges() -> None:
+    assert wilson(0, 20)[0] == 0.0 and 0.1 < wilson(0, 20)[1] < 0.2
+    assert wilson(20, 20)[1] == 1.0 and 0.8 < wilson(20, 20)[0] < 0.9
+    low, high = wilson(5, 10)
+    assert low < 0.5 < high and high - low < 0.7
