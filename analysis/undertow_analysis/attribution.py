@@ -24,7 +24,21 @@ election removed, and the skipped one was written at O after it):
   when the broker never had O (no truncation of its own, no restart): a last known leader
   that lost O with its unflushed tail or its disk is a power loss or a lost disk;
 - the *removals* are the truncations by which the other replicas dropped O after the
-  election (KIP-101's OffsetForLeaderEpoch, usually on the holder when it returns).
+  election and after t (KIP-101's OffsetForLeaderEpoch, usually on the holder when it
+  returns).
+
+A leader the controller has replaced does not know it until the metadata log tells it (a
+KRaft broker learns of a new epoch only from there): paused past its session timeout, then
+resumed, it still serves the produce requests in its socket buffers as the leader of its old
+epoch, and with acks=1 (or acks=all with an ISR of itself, min.insync.replicas=1) it
+acknowledges them. Such a record's leader by time has no dropping election: it never had O
+in its log. So when no `become_leader` after t dropped O, the leader by time's log ended at
+or below O when it became leader, and a truncation after t on another broker B covers O
+(from_offset > O >= to_offset) while B's last `become_leader` at or before t was for an
+earlier epoch, the record is `deposed_leader`: B in that epoch is its holder (of the
+truncating brokers that qualify, the first to truncate), the leader by time is the dropping
+election (its `leader_election` came before t), there is no cause, and B's truncation on
+learning of the new epoch is among the removals.
 
 The mechanism is the first of these that applies; a record that none explains is
 `unexplained`, itself a finding (a bug in the broker or the harness). Records dropped by the
@@ -61,6 +75,7 @@ MECHANISMS = {
     "power_loss": "unflushed data lost to a power loss",
     "disk_lost": "a log lost with its disk",
     "coordinator_truncation": "a truncation of the group coordinator's log",
+    "deposed_leader": "a deposed leader's acknowledgements before it learned of the new epoch",
     "retry_across_election": "a producer retry across a leader change",
     "retry_after_timeout": "a producer retry after a request timeout",
     "unexplained": "unexplained",
@@ -101,32 +116,52 @@ def prefixed(events: DataFrame, columns: tuple[str, ...]) -> DataFrame:
 
 def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFrame:
     """One row per subject: its columns, holder, holder_epoch, dropper, drop_epoch, drop_t,
-    dropper_end (the dropping leader's log end offset), election (t, kind, reason, isr,
+    dropper_end (the dropping leader's log end offset), deposed (the holder was a deposed
+    leader: the dropping election came before t), election (t, kind, reason, isr,
     previous_leader of that epoch's election), cause (reason, t, from_offset, to_offset of
     the dropper's own truncation), restarted (the dropper restarted between the two: it
     registered again, or loaded a log that ends at or below the offset), removals (brokers
-    that truncated it after the election), removal_t, removal_reason, and mechanism (a code
-    of `MECHANISMS`). `acks_one`: the producers used acks=1 (a clean election of a replica
-    that never had the record explains it only then).
+    that truncated it after the election and t), removal_t, removal_reason, and mechanism (a
+    code of `MECHANISMS`). `acks_one`: the producers used acks=1 (a clean election of a
+    replica that never had the record explains it only then).
     """
-    leaders = prefixed(of_type(events, "become_leader"),
-                        ("topic", "partition", "t", "broker", "leader_epoch", "log_end_offset"))
+    leaders = prefixed(of_type(events, "become_leader", "truncation"),
+                       ("topic", "partition", "t", "type", "broker", "leader_epoch",
+                        "log_end_offset", "from_offset", "to_offset"))
     s = subjects
-    before = leaders["e_t"] <= s["t"]
-    dropping = (leaders["e_t"] > s["t"]) & (leaders["e_log_end_offset"] <= s["offset"])
+    is_leader = leaders["e_type"] == "become_leader"
+    before = is_leader & (leaders["e_t"] <= s["t"])
+    dropping = is_leader & (leaders["e_t"] > s["t"]) & (leaders["e_log_end_offset"]
+                                                        <= s["offset"])
+    cut_after = ((leaders["e_type"] == "truncation") & (leaders["e_t"] > s["t"])
+                 & (leaders["e_from_offset"] > s["offset"])
+                 & (leaders["e_to_offset"] <= s["offset"]))
     leader = F.struct(F.col("e_broker").alias("broker"), F.col("e_leader_epoch").alias("epoch"),
                       F.col("e_t").alias("t"), F.col("e_log_end_offset").alias("end"))
-    stage1 = (s.join(leaders, _same_partition(s, leaders), "left")
-              .groupBy(*_SUBJECT)
-              .agg(F.max_by(leader, F.when(before, F.col("e_t"))).alias("_holder"),
-                   F.min_by(leader, F.when(dropping, F.col("e_t"))).alias("_drop"))
+    led = F.struct(F.col("e_t").alias("t"), F.col("e_broker").alias("broker"),
+                   F.col("e_leader_epoch").alias("epoch"))
+    cut = F.struct(F.col("e_t").alias("t"), F.col("e_broker").alias("broker"))
+    grouped = (s.join(leaders, _same_partition(s, leaders), "left")
+               .groupBy(*_SUBJECT)
+               .agg(F.max_by(leader, F.when(before, F.col("e_t"))).alias("_holder"),
+                    F.min_by(leader, F.when(dropping, F.col("e_t"))).alias("_drop"),
+                    F.collect_list(F.when(before, led)).alias("_led"),
+                    F.collect_list(F.when(cut_after, cut)).alias("_cuts")))
+    by_time, deposer = F.col("_holder"), F.col("_deposed")
+    deposed = deposer.isNotNull()
+    # A deposed leader's record: it is the holder, and the leader by time the dropper.
+    drop = F.when(deposed, by_time).otherwise(F.col("_drop"))
+    stage1 = (grouped.withColumn("_deposed", _deposed_leader())
               .select(*_SUBJECT,
-                      F.col("_holder.broker").alias("holder"),
-                      F.col("_holder.epoch").alias("holder_epoch"),
-                      F.col("_drop.broker").alias("dropper"),
-                      F.col("_drop.epoch").alias("drop_epoch"),
-                      F.col("_drop.t").alias("drop_t"),
-                      F.col("_drop.end").alias("dropper_end")))
+                      F.when(deposed, deposer["broker"]).otherwise(by_time["broker"])
+                      .alias("holder"),
+                      F.when(deposed, deposer["epoch"]).otherwise(by_time["epoch"])
+                      .alias("holder_epoch"),
+                      drop["broker"].alias("dropper"),
+                      drop["epoch"].alias("drop_epoch"),
+                      drop["t"].alias("drop_t"),
+                      drop["end"].alias("dropper_end"),
+                      deposed.alias("deposed")))
     changes = prefixed(
         of_type(events, "leader_election", "truncation", "log_recovery", "broker_fenced"),
         ("topic", "partition", "t", "type", "broker", "leader_epoch", "kind", "reason", "isr",
@@ -142,7 +177,8 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
     restart_row = by_dropper & between & (
         ((e["e_type"] == "log_recovery") & (e["e_log_end_offset"] <= a["offset"]))
         | ((e["e_type"] == "broker_fenced") & (e["e_reason"] == "restarted")))
-    removal_row = truncation & covers & (e["e_t"] >= a["drop_t"]) & ~by_dropper
+    removal_row = (truncation & covers & (e["e_t"] >= a["drop_t"]) & (e["e_t"] > a["t"])
+                   & ~by_dropper)
     election = F.struct(F.col("e_t").alias("t"), F.col("e_kind").alias("kind"),
                         F.col("e_reason").alias("reason"),
                         F.col("e_isr").alias("isr"),
@@ -166,11 +202,32 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
     return attributed.withColumn("mechanism", _mechanism(acks_one))
 
 
+def _deposed_leader() -> Column:
+    """The deposed leader that acknowledged the record (the module docstring's rule), as
+    (t, broker, epoch) of its first truncation after t and its epoch; null when a
+    `become_leader` after t dropped the record, when the leader by time's log reached past
+    the offset, or when no truncating broker qualifies. Over the subject's `_holder` (the
+    leader by time), `_drop`, `_led` (every `become_leader` at or before t, as t, broker,
+    epoch) and `_cuts` (the truncations after t that cover the offset, as t, broker)."""
+    by_time = F.col("_holder")
+
+    def epoch_led(broker: Column) -> Column:  # the epoch of its last become_leader by t
+        return F.array_max(F.filter("_led", lambda led: led["broker"] == broker))["epoch"]
+
+    cuts = F.transform("_cuts", lambda c: F.struct(
+        c["t"].alias("t"), c["broker"].alias("broker"), epoch_led(c["broker"]).alias("epoch")))
+    qualify = F.filter(cuts, lambda c: (c["broker"] != by_time["broker"])
+                       & (c["epoch"] < by_time["epoch"]))
+    return F.when(F.col("_drop").isNull() & (by_time["end"] <= F.col("offset")),
+                  F.array_min(qualify))
+
+
 def _mechanism(acks_one: bool) -> Column:
     """The first rule that explains the record (see the module docstring)."""
     cause = F.col("cause.reason")
     kind = F.col("election.kind")
     return (F.when(F.col("dropper").isNull(), "unexplained")
+            .when(F.col("deposed"), "deposed_leader")
             .when(cause == "log_recovery", "power_loss")
             .when(cause == "high_watermark", "high_watermark_truncation")
             .when(kind == "unclean", "unclean_election")

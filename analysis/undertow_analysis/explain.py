@@ -119,6 +119,15 @@ def _election(inc: dict[str, Any], t0: float) -> str:
     return f"{what}, whose log ended at {inc['dropper_end']}"
 
 
+def _span(inc: dict[str, Any], t0: float) -> str:
+    """When the incident's records were acknowledged (or read), as " at 5.1 s" or " between
+    5.1 and 5.4 s"; "" without their times."""
+    if inc.get("first_t") is None or inc.get("last_t") is None:
+        return ""
+    first, last = f"{inc['first_t'] - t0:.1f}", f"{inc['last_t'] - t0:.1f}"
+    return f" at {first} s" if first == last else f" between {first} and {last} s"
+
+
 def incident_sentence(inc: dict[str, Any], t0: float) -> str:
     """One incident in one sentence (see the module docstring)."""
     where = f"{inc['topic']}-{inc['partition']}"
@@ -164,6 +173,10 @@ def incident_sentence(inc: dict[str, Any], t0: float) -> str:
         why = (f"; at {cause['t'] - t0:.1f} s broker {inc['dropper']} truncated its log to its "
                f"high watermark, {cause.get('to_offset')}, on becoming a follower (the "
                f"pre-KIP-101 rule), below records every ISR member had")
+    elif mechanism == "deposed_leader":
+        why = (f"{_span(inc, t0)}, after the controller had replaced it and before it learned "
+               f"of epoch {inc['drop_epoch']} (a deposed leader: a broker learns of a new "
+               f"epoch only from the metadata log)")
     elif mechanism == "disk_lost":
         why = (f"; broker {inc['dropper']}, an ISR member that had them, came back from a "
                f"restart without them (its disk was lost)")

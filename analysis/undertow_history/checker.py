@@ -12,8 +12,8 @@ Jepsen's checkers, and it mirrors the Spark job definition by definition, never 
   `positions_by_value`, `inconsistent_offsets`, `classify`, `value_counts`) and `groups`
   (`committed_positions`), assembled as `job._counts` assembles report.json's counts;
 - the loss mechanism of each lost acknowledged record: `undertow_analysis.attribution`
-  (`subjects`, `attribute`, `_mechanism`), run only when the job runs it (events.jsonl there,
-  something to explain);
+  (`subjects`, `attribute`, `_deposed_leader`, `_mechanism`), run only when the job runs it
+  (events.jsonl there, something to explain);
 - which lines count: `undertow_analysis.io`'s `FileSpec`s under Spark's JSON reader. A line
   Spark cannot read, or one a check of the file refuses (a field missing, out of range, not one
   of its values), is skipped, never fatal. Spark parses only the fields a query uses, so a
@@ -631,12 +631,14 @@ _CHANGE_TYPES = ("leader_election", "truncation", "log_recovery", "broker_fenced
 @dataclass
 class _Events:
     """events.jsonl as `attribution.attribute` joins it: per partition, its `become_leader`
-    events in time order (t, broker, leader_epoch, log_end_offset) and their times; per
+    events in time order (t, broker, leader_epoch, log_end_offset) and their times, and its
+    truncations as the leaders' join reads them (t, broker, from_offset, to_offset); per
     (topic, partition), or None for the events of no topic (which join every partition), the
     other changes it reads: elections by epoch, truncations, recoveries and fences by
     broker."""
 
     leaders: dict[tuple[str, int], list[tuple[float, int | None, int | None, int | None]]]
+    cuts: dict[tuple[str, int], list[tuple[float, int | None, int | None, int | None]]]
     elections: dict[tuple[str, int] | None, dict[int, list[tuple[float, str | None]]]]
     by_broker: dict[tuple[str, int] | None, dict[int, list[dict[str, Any]]]]
     leader_times: dict[tuple[str, int], list[float]] = field(init=False)
@@ -649,13 +651,20 @@ class _Events:
 
 def _events(path: Path) -> _Events:
     leaders: dict[tuple[str, int], list[tuple[float, int | None, int | None, int | None]]] = {}
+    cuts: dict[tuple[str, int], list[tuple[float, int | None, int | None, int | None]]] = {}
     elections: dict[tuple[str, int] | None, dict[int, list[tuple[float, str | None]]]] = {}
     by_broker: dict[tuple[str, int] | None, dict[int, list[dict[str, Any]]]] = {}
     for leader, change in _rows(path, _LEADER_EVENTS, _CHANGE_EVENTS):
-        if leader is not None and leader["type"] == "become_leader" \
-                and leader["topic"] is not None and leader["partition"] is not None:
-            leaders.setdefault((leader["topic"], leader["partition"]), []).append(
-                (leader["t"], leader["broker"], leader["leader_epoch"], leader["log_end_offset"]))
+        if leader is not None and leader["topic"] is not None \
+                and leader["partition"] is not None:
+            key = (leader["topic"], leader["partition"])
+            if leader["type"] == "become_leader":
+                leaders.setdefault(key, []).append(
+                    (leader["t"], leader["broker"], leader["leader_epoch"],
+                     leader["log_end_offset"]))
+            elif leader["type"] == "truncation":
+                cuts.setdefault(key, []).append(
+                    (leader["t"], leader["broker"], leader["from_offset"], leader["to_offset"]))
         if change is None or change["type"] not in _CHANGE_TYPES:
             continue
         topic, partition = change["topic"], change["partition"]
@@ -670,7 +679,7 @@ def _events(path: Path) -> _Events:
                 (change["t"], change["kind"]))
         if change["broker"] is not None:
             by_broker.setdefault(key, {}).setdefault(change["broker"], []).append(change)
-    return _Events(leaders, elections, by_broker)
+    return _Events(leaders, cuts, elections, by_broker)
 
 
 def _mechanism(events: _Events, topic: str, partition: int, offset: int, t: float,
@@ -679,11 +688,15 @@ def _mechanism(events: _Events, topic: str, partition: int, offset: int, t: floa
     surely on its leader at `t`: the first `become_leader` after t whose log ended at or
     below the offset dropped it; that broker's own truncation over it in between (a power
     loss's `log_recovery`, the pre-KIP-101 `high_watermark` rule), the election's kind, or a
-    restart of that broker in between (its disk lost) says why."""
+    restart of that broker in between (its disk lost) says why. With none, a deposed leader
+    may have acknowledged it (`_deposed`)."""
     leaders = events.leaders.get((topic, partition), [])
     start = bisect.bisect_right(events.leader_times.get((topic, partition), []), t)
     drop = next((r for r in leaders[start:] if r[3] is not None and r[3] <= offset), None)
-    if drop is None or drop[1] is None:
+    if drop is None:
+        deposed = start > 0 and _deposed(events, leaders[:start], topic, partition, offset, t)
+        return "deposed_leader" if deposed else "unexplained"
+    if drop[1] is None:
         return "unexplained"
     drop_t, dropper, drop_epoch, _ = drop
     keys = ((topic, partition), None)
@@ -717,6 +730,29 @@ def _mechanism(events: _Events, topic: str, partition: int, offset: int, t: floa
     if acks_one and cause is None:
         return "acks1_before_replication"
     return "disk_lost" if restarted else "unexplained"
+
+
+def _deposed(events: _Events, led: list[tuple[float, int | None, int | None, int | None]],
+             topic: str, partition: int, offset: int, t: float) -> bool:
+    """`attribution._deposed_leader` is not null: with no `become_leader` after t dropping
+    the offset and `led` the partition's `become_leader` events at or before t, the leader by
+    time (the last of them) had a log ending at or below the offset, and a truncation after t
+    covering it was by another broker whose last `become_leader` by t was for an earlier
+    epoch: a deposed leader acknowledged the record."""
+    # The leader by time (`_holder`; of equal times the file's first, as for `drop`).
+    _, holder, epoch, end = next(r for r in led if r[0] == led[-1][0])
+    if holder is None or epoch is None or end is None or end > offset:
+        return False
+    for cut_t, broker, from_offset, to_offset in events.cuts.get((topic, partition), []):
+        if (broker is None or broker == holder or not cut_t > t or from_offset is None
+                or to_offset is None or not from_offset > offset >= to_offset):
+            continue
+        # Its last become_leader by t (Spark's array_max of (t, broker, epoch) structs: a
+        # null epoch orders first).
+        its = [(r[0], r[2] is not None, r[2]) for r in led if r[1] == broker]
+        if its and max(its)[1] and max(its)[2] < epoch:
+            return True
+    return False
 
 
 # ---- the history -------------------------------------------------------------------------

@@ -94,6 +94,53 @@ def test_acks1_before_replication(spark, tmp_path):
     assert report["explained"]["truncations_lost"] == report["counts"]["lost"] == 3
 
 
+def test_records_a_deposed_leader_acknowledged_before_it_learned_of_the_new_epoch(
+        spark, tmp_path):
+    """Broker 1 (epoch 0), paused past its session timeout, is fenced at 6.0 s and broker 2
+    elected (epoch 1, its log ending at 10). Broker 1 resumes at 6.4 s and, still the leader
+    of epoch 0 to itself, acknowledges the requests queued meanwhile (acks=1) at offsets
+    12-14; at 6.6 s it becomes broker 2's follower and truncates 15 -> 10. The records at
+    10-11, acknowledged before the pause, are lost as acks=1 records broker 2 never fetched;
+    those at 12-14 were acknowledged after broker 2's election, by the deposed broker 1."""
+    h = base(acks="1")
+    acked_on_broker_1(h, range(10, 12))
+    h.fault("pause", "broker-1", "inject", t=5.2, role="leader of t-0")
+    h.event("broker_fenced", t=6.0, node=C, topic=None, partition=None, broker=1,
+            broker_epoch=3, reason="session_expired")
+    elected(h, t=6.0, epoch=1, leader=2, previous=1, kind="clean",
+            reason="leader_fenced", isr=[2, 3], end=10)
+    h.fault("pause", "broker-1", "recover", t=6.4)
+    acked_on_broker_1(h, range(12, 15), t=6.45)
+    h.event("become_follower", t=6.55, node="broker-1", broker=1, leader_epoch=1, leader=2,
+            log_end_offset=15, high_watermark=10)
+    h.event("truncation", t=6.6, node="broker-1", broker=1, leader_epoch=1, from_offset=15,
+            to_offset=10, reason="offset_for_leader_epoch")
+    new_records(h, range(10, 15), t=7.0)
+    report = analyse(h, tmp_path)
+    assert report["counts"]["lost"] == 5 and report["explained"]["unexplained"] == 0
+    by_mechanism = {i["mechanism"]: i for i in report["explained"]["incidents"]}
+    assert set(by_mechanism) == {"acks1_before_replication", "deposed_leader"}
+    deposed = by_mechanism["deposed_leader"]
+    assert (deposed["first_offset"], deposed["last_offset"], deposed["lost"],
+            deposed["holder"], deposed["holder_epoch"], deposed["dropper"],
+            deposed["drop_epoch"], deposed["dropper_end"], deposed["cause"],
+            deposed["removals"], deposed["removal_reason"]) == (
+        12, 14, 3, 1, 0, 2, 1, 10, None, [1], "offset_for_leader_epoch")
+    assert (deposed["election"]["kind"], deposed["election"]["previous_leader"],
+            deposed["election"]["t_s"], deposed["removal_t_s"]) == ("clean", 1, 6.0, 6.6)
+    assert deposed["sentence"] == (
+        "records at offsets 12-14 of t-0 (3 acknowledged records lost) were acknowledged "
+        "by broker 1 in epoch 0 at 6.5 s, after the controller had replaced it and before it "
+        "learned of epoch 1 (a deposed leader: a broker learns of a new epoch only from the "
+        "metadata log); at 6.0 s, during #1 pause broker-1 (leader of t-0), the controller "
+        "fenced broker 1 and elected broker 2 from the ISR {2, 3}, whose log ended at 10, "
+        "and broker 1 truncated them on becoming its follower (OffsetForLeaderEpoch, "
+        "KIP-101).")
+    before = by_mechanism["acks1_before_replication"]
+    assert (before["first_offset"], before["last_offset"], before["holder"],
+            before["dropper"], before["removals"]) == (10, 11, 1, 2, [1])
+
+
 def test_unclean_election(spark, tmp_path):
     h = base()
     acked_on_broker_1(h, range(10, 13))

@@ -176,7 +176,7 @@ def _minimize(spark: Any, loaded: LoadedExperiment, space: FaultSpace, found: li
 
 def _wrapped(text: str) -> list[str]:
     """A comment's lines: a sentence at most 92 characters a line."""
-    return textwrap.wrap(text, 92) or [""]
+    return textwrap.wrap(text, 92, break_on_hyphens=False) or [""]
 
 
 def _sentences(trial: LoadedExperiment, seed: int, work: Path) -> list[str]:
