@@ -115,8 +115,7 @@ def explore(loaded: LoadedExperiment, out: Path, *, runs: int, master: str | Non
     started = time.monotonic()
     rows = outcomes(spark, seeds, run).orderBy("seed").collect()
     seconds = time.monotonic() - started
-    found = [Outcome(**{k: v for k, v in row.asDict().items() if k != "mechanism"})
-             for row in rows]
+    found = [Outcome.from_json(row.asDict()) for row in rows]
     with (out / "outcomes.jsonl").open("w", encoding="utf-8") as f:
         for o in found:
             f.write(json.dumps(o.to_json(), sort_keys=True) + "\n")

@@ -171,8 +171,8 @@ def run_matrix(spark: Any, loaded: LoadedExperiment, budget: int,
     rows = outcomes(spark, list(range(len(cells) * budget)), run).collect()
     by_cell: dict[int, list[Outcome]] = {}
     for row in rows:
-        data = {k: v for k, v in row.asDict().items() if k != "mechanism"}
-        by_cell.setdefault(data["seed"] // budget, []).append(Outcome(**data))
+        outcome = Outcome.from_json(row.asDict())
+        by_cell.setdefault(outcome.seed // budget, []).append(outcome)
     return [cell_of(c, name, by_cell.get(i, [])) for i, (c, name) in enumerate(cells)]
 
 

@@ -54,6 +54,11 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "mechanism": self.mechanism}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        """The inverse of ``to_json`` (a Spark row's dict): ``mechanism`` is derived."""
+        return cls(**{k: v for k, v in data.items() if k != "mechanism"})
+
 
 def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]]) -> Outcome:
     """Run ``loaded`` (whose faults are ``faults``) in simulation with ``seed`` and check it."""

@@ -42,7 +42,7 @@ from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
 from undertow.runner.sampler import ClusterSampler
 from undertow.runner.workload import Workload, WorkloadConfig, drain, outcomes_wait_s
-from undertow.spec import LoadedExperiment, choose_seed, plan
+from undertow.spec import LoadedExperiment, PlannedFault, choose_seed, plan
 
 log = logging.getLogger("undertow.run")
 
@@ -175,21 +175,7 @@ def run_experiment(
     abort = Abort()
     history = HistoryWriter(out / "history", abort)
     cfg = workload_config(loaded)
-    meta: dict[str, Any] = {
-        "experiment": loaded.experiment.metadata.name,
-        "source": str(loaded.source),
-        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-        "cluster": loaded.cluster.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-        "seed": seed,
-        "plan": [p.to_json() for p in planned],
-        "idempotent": cfg.idempotent,
-        "expect": spec.expect,
-        "start": time.time(),
-        "end": None,
-        "incomplete": False,
-        "incomplete_reason": None,
-        "consumer_group": None,
-    }
+    meta = first_meta(loaded, seed, planned, cfg, time.time())
     history.write_meta(meta)
     if abort.reason is not None:  # not even meta.json could be written: nothing has started
         history.close()
@@ -202,20 +188,44 @@ def run_experiment(
                 _run_phases(loaded, platform, history, abort, planned, seed, cfg, meta,
                             on_progress, before_workload)
             finally:  # before the cluster stops: the analysis waiting for it starts sooner
-                _close(history, meta, abort)
+                close_history(history, meta, abort, time.time())
     finally:
-        _close(history, meta, abort)  # the platform failed to start: nothing ran
+        close_history(history, meta, abort, time.time())  # the platform did not start
     abort.raise_if_set()  # the last meta.json could not be written
     report = analyze(out / "history", out) if analyze is not None else None
     verdict = report["verdict"] if report else None
     return RunResult(verdict, spec.expect, report, out / "history")
 
 
-def _close(history: HistoryWriter, meta: dict[str, Any], abort: Abort) -> None:
+def first_meta(loaded: LoadedExperiment, seed: int, planned: list[PlannedFault],
+               cfg: WorkloadConfig, start: float, **more: Any) -> dict[str, Any]:
+    """meta.json as a run writes it first (`more`: fields of one platform, e.g. the
+    simulation's `platform`); `close_history` completes it."""
+    spec = loaded.experiment.spec
+    return {
+        "experiment": loaded.experiment.metadata.name,
+        "source": str(loaded.source),
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "cluster": loaded.cluster.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "seed": seed,
+        "plan": [p.to_json() for p in planned],
+        "idempotent": cfg.idempotent,
+        "expect": spec.expect,
+        **more,
+        "start": start,
+        "end": None,
+        "incomplete": False,
+        "incomplete_reason": None,
+        "consumer_group": None,
+    }
+
+
+def close_history(history: HistoryWriter, meta: dict[str, Any], abort: Abort,
+                  end: float) -> None:
     """Close the history with meta.json's `end` (once): every line is written by then."""
     if meta["end"] is not None:
         return
-    meta["end"] = time.time()
+    meta["end"] = end
     if abort.reason is not None:
         meta["incomplete"], meta["incomplete_reason"] = True, str(abort.reason)
     history.finish(meta)

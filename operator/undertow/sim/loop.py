@@ -34,7 +34,6 @@ class SimLoop:
         self._now = 0.0
         self._queue: list[tuple[float, int, SimTimer, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self.events_run = 0
 
     def now_ms(self) -> float:
         return self._now
@@ -52,7 +51,6 @@ class SimLoop:
             if timer.cancelled:
                 continue
             self._now = max(self._now, due)
-            self.events_run += 1
             callback()
             return True
         return False

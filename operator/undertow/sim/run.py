@@ -39,7 +39,9 @@ from undertow.runner.run import (
     HEAL_TIMEOUT_S,
     READY_TIMEOUT_S,
     RunResult,
+    close_history,
     consumer_group,
+    first_meta,
     partitions_committed,
     partitions_healthy,
     workload_config,
@@ -142,33 +144,14 @@ def run_simulated(
             ephemeral_storage=cluster.storage.type == "ephemeral",
             on_event=lambda node, raw: history.event(to_event(node, raw)),
             consumers=spec.isolated_consumers())  # consumer groups: their own links
-        meta: dict[str, Any] = {
-            "experiment": loaded.experiment.metadata.name,
-            "source": str(loaded.source),
-            "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-            "cluster": cluster.model_dump(mode="json", by_alias=True, exclude_none=True),
-            "seed": seed,
-            "plan": [p.to_json() for p in planned],
-            "idempotent": cfg.idempotent,
-            "expect": spec.expect,
-            "platform": "sim",
-            "start": platform.clock(),
-            "end": None,
-            "incomplete": False,
-            "incomplete_reason": None,
-            "consumer_group": None,
-        }
+        meta = first_meta(loaded, seed, planned, cfg, platform.clock(), platform="sim")
         history.write_meta(meta)
         try:
             with broker_logs(out / "cluster" / "nodes.log", platform.clock), platform:
                 _Simulation(loaded, platform, history, planned, seed, cfg, meta,
                             on_progress).run()
         finally:
-            meta["end"] = platform.clock()
-            if abort.reason is not None:
-                meta["incomplete"], meta["incomplete_reason"] = True, str(abort.reason)
-            history.finish(meta)
-            meta["events_run"] = platform.loop.events_run
+            close_history(history, meta, abort, platform.clock())
     abort.raise_if_set()
     report = analyze(out / "history", out) if analyze is not None else None
     return RunResult(report["verdict"] if report else None, spec.expect, report,
