@@ -80,7 +80,13 @@ class DelayedProduce(DelayedOperation):
 
 
 class DelayedFetch(DelayedOperation):
-    """A fetch with no data yet: answer when min_bytes are there or max_wait_ms passed."""
+    """A fetch with no data yet: answer when min_bytes are there or max_wait_ms passed.
+
+    As Kafka's ``DelayedFetch.tryComplete`` compares offsets (the fetch offset against the
+    HW or the LEO, and the leader epoch) before it reads anything, ``may_complete`` is a
+    cheap test run first: most re-checks (a produce that moved the LEO but not yet the HW a
+    consumer waits on) end there, without reading the log.
+    """
 
     def __init__(
         self,
@@ -88,14 +94,18 @@ class DelayedFetch(DelayedOperation):
         read: Callable[[], tuple[dict[TopicPartition, FetchResult], int, bool]],
         min_bytes: int,
         respond: Callable[[dict[TopicPartition, FetchResult]], None],
+        may_complete: Callable[[], bool],
     ) -> None:
         super().__init__(keys)
         self._read = read
         self._min_bytes = min_bytes
         self._respond = respond
+        self._may_complete = may_complete
         self._results: dict[TopicPartition, FetchResult] = {}
 
     def try_complete(self) -> bool:
+        if not self._may_complete():
+            return False
         results, size, has_error = self._read()
         if size >= self._min_bytes or has_error:
             self._results = results

@@ -24,6 +24,7 @@ from minibroker.cluster.partition import AlterPartitionRequest, Partition
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.truncation import truncation_for_epoch_answer
 from minibroker.cluster.types import (
+    UNDEFINED_EPOCH,
     ErrorCode,
     FetchPartition,
     FetchRequestData,
@@ -311,8 +312,29 @@ class ReplicaManager:
             lambda: self._read(request, update_follower_state=False),
             request.min_bytes,
             on_complete,
+            lambda: self._fetch_may_complete(request),
         )
         self.fetch_purgatory.try_complete_else_watch(op, request.max_wait_ms)
+
+    def _fetch_may_complete(self, request: FetchRequestData) -> bool:
+        """Whether a waiting fetch may have something to answer now, from offsets alone
+        (Kafka's ``DelayedFetch.tryComplete``): a partition gone, no longer led or in
+        another leader epoch (KIP-320), or a fetch offset below the offset it reads to (the
+        LEO for a follower, the HW for a consumer) or out of the log's range. With
+        ``min_bytes`` above 1 the bytes must be counted, so the read decides."""
+        if request.min_bytes > 1:
+            return True
+        for fp in request.partitions:
+            partition = self.partitions.get(fp.tp)
+            if partition is None or not partition.is_leader:
+                return True
+            if fp.current_leader_epoch not in (UNDEFINED_EPOCH, partition.leader_epoch):
+                return True
+            offset, log_end = fp.fetch_offset, partition.log_end_offset
+            end = log_end if request.is_from_follower else partition.high_watermark
+            if offset < end or not partition.log_start_offset <= offset <= log_end:
+                return True
+        return False
 
     def _read(self, request: FetchRequestData, update_follower_state: bool
               ) -> tuple[dict[TopicPartition, FetchResult], int, bool]:

@@ -113,7 +113,9 @@ def explore(loaded: LoadedExperiment, out: Path, *, runs: int, master: str | Non
 
     on_progress(f"running {runs} schedules on {spark.sparkContext.master} ...")
     started = time.monotonic()
-    rows = outcomes(spark, seeds, run).orderBy("seed").collect()
+    # Sorted here, not by orderBy: a sort samples its input first, which would run
+    # every schedule twice.
+    rows = sorted(outcomes(spark, seeds, run).collect(), key=lambda row: row.seed)
     seconds = time.monotonic() - started
     found = [Outcome.from_json(row.asDict()) for row in rows]
     with (out / "outcomes.jsonl").open("w", encoding="utf-8") as f:

@@ -53,7 +53,10 @@ def _row(outcome: Outcome) -> tuple[Any, ...]:
 
 def outcomes(spark: SparkSession, seeds: list[int],
              run: Callable[[int], Outcome]) -> DataFrame:
-    """``run(seed)`` for every seed, in Spark tasks; one row per seed (``OUTCOME_SCHEMA``)."""
+    """``run(seed)`` for every seed, in Spark tasks; one row per seed (``OUTCOME_SCHEMA``).
+
+    Nothing caches the rows: an action that reads its input twice (a sort samples it
+    first) runs every schedule twice, so callers collect once and sort in Python."""
     sc = spark.sparkContext
     slices = max(1, min(len(seeds), sc.defaultParallelism * TASKS_PER_CORE))
 
@@ -70,5 +73,6 @@ def in_parallel(spark: SparkSession, items: list[Any], work: Callable[[Any], Any
     side by side); results in the order of ``items``."""
     if not items:
         return []
-    return spark.sparkContext.parallelize(list(enumerate(items)), len(items)).map(
-        lambda pair: (pair[0], work(pair[1]))).sortByKey().values().collect()
+    done = spark.sparkContext.parallelize(list(enumerate(items)), len(items)).map(
+        lambda pair: (pair[0], work(pair[1]))).collect()
+    return [result for _, result in sorted(done, key=lambda pair: pair[0])]

@@ -33,6 +33,8 @@ RESERVE_MIN_BYTES = 64 * 1024
 last adds the drain's end offsets and the skipped faults, a few bytes per partition and
 fault)."""
 RESERVE_NAME = ".meta-reserve"
+_LINE = json.JSONEncoder(separators=(",", ":"))
+"""One encoder for every line (``json.dumps`` with arguments builds one per call)."""
 
 
 class HistoryWriter:
@@ -61,7 +63,7 @@ class HistoryWriter:
             raise HistoryWriteError(Path(exc.filename or directory), exc) from exc
 
     def _append(self, name: str, record: dict[str, Any]) -> None:
-        data = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        data = (_LINE.encode(record) + "\n").encode()
         with self._lock:
             if self._failed or self._closed:
                 return  # the run is stopping (or over): this line would follow a gap

@@ -20,13 +20,10 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from undertow.sim.loop import SimLoop
+from undertow.sim.loop import SimLoop, SimTimer
 from undertow.sim.process import Process
 
 DEFAULT_LATENCY_MS = 1.0
-TIMEOUT_SWEEP_MS = 10.0
-"""Request timeouts fire on a sweep this often (one timer, not one per request): a timeout
-fires up to this much after its deadline."""
 
 
 class NetworkError(Exception):
@@ -76,7 +73,9 @@ class VirtualNetwork:
         self._exchanges: dict[int, _Exchange] = {}
         self._next_id = 0
         self._deadlines: list[tuple[float, int]] = []
-        self._sweeping = False
+        """(deadline, exchange id), answered ones included until they reach the head."""
+        self._sweep_at: float | None = None
+        self._sweep_timer: SimTimer | None = None
 
     # ---- addresses ----------------------------------------------------------------------------
 
@@ -108,10 +107,10 @@ class VirtualNetwork:
         dst_endpoint = self._endpoint_of.get(address, address[0])
         exchange = _Exchange(src, (dst_endpoint, src_endpoint), address, on_answer)
         self._exchanges[exchange_id] = exchange
-        heapq.heappush(self._deadlines, (self.loop.now_ms() + timeout_ms, exchange_id))
-        if not self._sweeping:
-            self._sweeping = True
-            self.loop.call_later(TIMEOUT_SWEEP_MS, self._sweep)
+        deadline = self.loop.now_ms() + timeout_ms
+        heapq.heappush(self._deadlines, (deadline, exchange_id))
+        if self._sweep_at is None or deadline < self._sweep_at:
+            self._arm_sweep(deadline)
         listener = self._listeners.get(address)
         if listener is None:
             self._send_back(exchange_id, exchange, None, NetworkError("refused", address))
@@ -155,20 +154,27 @@ class VirtualNetwork:
 
         self.loop.call_later(self.latency_ms, arrive)
 
+    def _arm_sweep(self, at_ms: float) -> None:
+        """One timer for every timeout, at the earliest deadline of an exchange still
+        waiting: most exchanges are answered long before theirs."""
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+        self._sweep_at = at_ms
+        self._sweep_timer = self.loop.call_later(at_ms - self.loop.now_ms(), self._sweep)
+
     def _sweep(self) -> None:
         """Time out every exchange past its deadline (in its requester, which a pause
-        holds); sweep again while any is pending."""
-        now, deadlines = self.loop.now_ms(), self._deadlines
-        while deadlines and deadlines[0][0] <= now:
+        holds), then wait for the next waiting one's."""
+        now, deadlines, exchanges = self.loop.now_ms(), self._deadlines, self._exchanges
+        self._sweep_at = self._sweep_timer = None
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][1] not in exchanges):
             _, exchange_id = heapq.heappop(deadlines)
-            exchange = self._exchanges.get(exchange_id)
+            exchange = exchanges.get(exchange_id)
             if exchange is not None:
                 error = NetworkError("timeout", exchange.address)
                 exchange.src.run(lambda i=exchange_id, e=error: self._finish(i, None, e))
         if deadlines:
-            self.loop.call_later(TIMEOUT_SWEEP_MS, self._sweep)
-        else:
-            self._sweeping = False
+            self._arm_sweep(deadlines[0][0])
 
     def _finish(self, exchange_id: int, answer: Any, error: NetworkError | None) -> None:
         exchange = self._exchanges.pop(exchange_id, None)
