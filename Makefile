@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 # ruff, then vulture for dead code (paths and the names it must not report: pyproject.toml).
 lint: $(STAMP)

@@ -444,7 +444,6 @@ def test_no_events_explain_nothing_and_no_loss_needs_no_mechanism(tmp_path):
 
 SIMULATED = {
     "acks1-leader-kill": "loss",  # acks=1 before replication, 18,002 sends
-    "epoch-truncation-double-crash": "clean",  # failed and indeterminate sends
     "hw-truncation-double-crash": "loss",  # pre-KIP-101 truncation, phantom reads
     "pod-delete-ephemeral": "loss",  # a log lost with its disk, 3,199 records
 }
@@ -502,7 +501,9 @@ def test_a_simulated_run_gets_the_spark_job_s_answer(spark, simulated, tmp_path,
 
 
 def test_a_deposed_leader_and_its_near_misses_get_the_spark_job_s_answer(spark, tmp_path):
-    for i, miss in enumerate([{}, {"truncated_by": 3}, {"new_end": 11}, {"cut_at": 4.5}]):
+    # A deposed leader and one near miss: the checker's own test above has the others, each
+    # a rule both sides share (one Spark analysis costs seconds).
+    for i, miss in enumerate([{}, {"new_end": 11}]):
         h = attribution_base()
         acked_on_broker_1(h, range(10, 13))
         deposed_leader(h, **miss)

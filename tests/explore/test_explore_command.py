@@ -69,7 +69,7 @@ def test_explore_finds_shrinks_and_reports_the_loss(tiny: Path, tmp_path: Path) 
 
     [minimal] = found.minimal
     assert minimal.mechanism == "acks1_before_replication"
-    assert minimal.faults <= minimal.found_faults and minimal.sentences
+    assert minimal.faults <= minimal.found_faults and minimal.sentences and minimal.robust
     replay = load_experiment(minimal.path)
     assert replay.experiment.spec.expect == "loss"
     run_simulated(replay, tmp_path / "replay")
@@ -85,17 +85,18 @@ def test_explore_finds_shrinks_and_reports_the_loss(tiny: Path, tmp_path: Path) 
 
 def test_a_matrix_cell_counts_its_schedules(tiny: Path) -> None:
     loaded = load_experiment(tiny)
-    safe = Configuration(acks="all", min_insync_replicas=2, unclean=False, fsync=False,
-                         rules="current")
-    risky = Configuration(acks=1, min_insync_replicas=1, unclean=False, fsync=False,
-                          rules="current")
+    safe = Configuration(acks="all", min_insync_replicas=2, replication_factor=3, unclean=False,
+                         fsync=False, rules="current")
+    risky = Configuration(acks=1, min_insync_replicas=1, replication_factor=2, unclean=False,
+                          fsync=False, rules="current")
     cells = run_matrix(explore_session("local[2]"), loaded, 2, [safe, risky],
                        {"crash": ("kill",)})
     assert [(c.configuration, c.runs, c.errors) for c in cells] == [(safe, 2, 0), (risky, 2, 0)]
     assert cells[0].losses == 0 and cells[1].losses == 2
     assert cells[1].mechanism == "acks1_before_replication"
     table = markdown_table(cells)
-    assert "100% [" in table and "| acks=all minISR=2" in table
+    assert "100% [" in table and "| acks=all RF=3 minISR=2" in table
+    assert "| acks=1 RF=2 minISR=1" in table
 
 
 def test_the_wilson_interval_is_sound_at_the_edges() -> None:

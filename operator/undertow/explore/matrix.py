@@ -1,11 +1,11 @@
 """``undertow explore --matrix``: which configurations lose acknowledged records under which
 faults, as a probability per cell.
 
-Configurations are acks x min.insync.replicas x unclean election x fsync policy x rule set,
-on the file's cluster, topic and workload; fault classes are groups of fault kinds. Every cell
-gets the same budget of drawn schedules (the same seeds in every cell, so cells differ only by
-what they vary), all run as one Spark job; a cell's probability of loss comes with its 95 %
-Wilson score interval and the mechanism behind most of its losses.
+Configurations are acks x min.insync.replicas x replication factor x unclean election x
+fsync policy x rule set, on the file's cluster, topic and workload; fault classes are groups
+of fault kinds. Every cell gets the same budget of drawn schedules (the same seeds in every
+cell, so cells differ only by what they vary), all run as one Spark job; a cell's probability
+of loss comes with its 95 % Wilson score interval and the mechanism behind most of its losses.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class Configuration:
     acks: int | str
     """1 or "all", as the workload takes it."""
     min_insync_replicas: int
+    replication_factor: int
     unclean: bool
     fsync: bool
     """fsync every message (``log.flush.interval.messages=1``) or leave it to the page cache
@@ -37,7 +38,8 @@ class Configuration:
 
     @property
     def label(self) -> str:
-        return (f"acks={self.acks} minISR={self.min_insync_replicas} "
+        return (f"acks={self.acks} RF={self.replication_factor} "
+                f"minISR={self.min_insync_replicas} "
                 f"unclean={'on' if self.unclean else 'off'} "
                 f"fsync={'each' if self.fsync else 'never'} rules={self.rules}")
 
@@ -54,7 +56,8 @@ class Configuration:
         return config
 
     def apply(self, loaded: LoadedExperiment) -> LoadedExperiment:
-        """``loaded`` with this configuration: its cluster's config, its workload's acks."""
+        """``loaded`` with this configuration: its cluster's config, its topic's replication
+        factor, its workload's acks."""
         cluster_spec = loaded.cluster.spec
         merged = {**cluster_spec.config.model_dump(by_alias=True, exclude_none=True),
                   **self.broker_config()}
@@ -62,14 +65,16 @@ class Configuration:
             "config": type(cluster_spec.config).model_validate(merged)})})
         spec = loaded.experiment.spec
         workload = spec.workload.model_copy(update={"acks": self.acks})
+        topic = spec.topic.model_copy(update={"replication_factor": self.replication_factor})
         experiment = loaded.experiment.model_copy(update={"spec": spec.model_copy(update={
-            "workload": workload})})
+            "workload": workload, "topic": topic})})
         return replace(loaded, cluster=cluster, experiment=experiment)
 
 
 DEFAULT_AXES: dict[str, tuple[Any, ...]] = {
     "acks": (1, "all"),
     "min_insync_replicas": (1, 2),
+    "replication_factor": (2, 3),
     "unclean": (False, True),
     "fsync": (False, True),
     "rules": ("current", "legacy"),

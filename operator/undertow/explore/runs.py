@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from undertow.sim.platform import NOMINAL, Timing
 from undertow.sim.run import run_simulated, scratch_root
 from undertow.spec import LoadedExperiment
 from undertow_history.checker import check_history
@@ -60,14 +61,15 @@ class Outcome:
         return cls(**{k: v for k, v in data.items() if k != "mechanism"})
 
 
-def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]]) -> Outcome:
+def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]],
+             timing: Timing = NOMINAL) -> Outcome:
     """Run ``loaded`` (whose faults are ``faults``) in simulation with ``seed`` and check it."""
     logging.getLogger("undertow").setLevel(logging.ERROR)
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="undertow-explore-", dir=scratch_root()))
     schedule = json.dumps(faults, separators=(",", ":"), sort_keys=True)
     try:
-        run_simulated(loaded, work, seed=seed)
+        run_simulated(loaded, work, seed=seed, timing=timing)
         summary = check_history(work / "history")
     except Exception as exc:  # one broken schedule is a row, not a failed exploration
         return Outcome(seed, len(faults), schedule, "error", 0, {}, {},

@@ -1,7 +1,7 @@
 """``SimPlatform``: the ``Platform`` primitives over simulated processes and links.
 
 The fault units of ``undertow.faults`` run unchanged on it: a kill exits the node's
-``Process`` at once, a restart starts a new incarnation after ``START_DELAY_MS`` (a broker
+``Process`` at once, a restart starts a new incarnation after ``Timing.start_delay_ms`` (a broker
 process takes about that long to start), a pause holds every callback of the process, a
 partition blocks links of the virtual network, and failpoints act on the broker directly.
 A primitive that waits (``await_serving``, ``await_registered``) runs the simulation until
@@ -11,6 +11,7 @@ its condition holds, in virtual time; a fault's time limit is a virtual timer.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,26 @@ from undertow.platform.base import (
 from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
 from undertow.sim.loop import SimLoop
-from undertow.sim.network import VirtualNetwork
+from undertow.sim.network import DEFAULT_LATENCY_MS, VirtualNetwork
 from undertow.sim.nodes import SimBroker, SimController, SimNode
 
 START_DELAY_MS = 250.0
 """From a restart to the new process serving: a local minibroker (re)starts, loads its logs
 and registers in about 0.25 s (measured on local processes: a pod-delete or a power loss
 healed, then its `log_recovery` event)."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The simulation's few physical constants. The nominal ones are a quiet machine's; the
+    explorer runs a schedule under others too (``undertow.explore.robust``), because real
+    processes on a loaded machine restart and answer more slowly."""
+
+    start_delay_ms: float = START_DELAY_MS
+    latency_ms: float = DEFAULT_LATENCY_MS
+
+
+NOMINAL = Timing()
 TIMEOUT_S = 60.0
 VIRTUAL_EPOCH_S = 1_767_225_600.0
 """Virtual time 0 on the history's clock: 2026-01-01T00:00:00Z."""
@@ -41,13 +55,15 @@ class SimPlatform(Platform):
     def __init__(self, root: Path, brokers: int, config: dict[str, str], *,
                  ephemeral_storage: bool,
                  on_event: Callable[[str, dict[str, Any]], None] = lambda _n, _e: None,
-                 loop: SimLoop | None = None, consumers: tuple[str, ...] = ()) -> None:
+                 loop: SimLoop | None = None, consumers: tuple[str, ...] = (),
+                 timing: Timing = NOMINAL) -> None:
         """``consumers``: the workload consumers (``c1``) with links of their own, which a
         partition can isolate (``consumer_endpoints``)."""
         super().__init__()
         self._consumers = consumers  # consumer groups: the isolated consumers' own links
         self.loop = loop or SimLoop()
-        self.network = VirtualNetwork(self.loop)
+        self.timing = timing
+        self.network = VirtualNetwork(self.loop, timing.latency_ms)
         self.ephemeral_storage = ephemeral_storage
         args = (self.loop, self.network)
         self.controller = SimController(*args, root / CONTROLLER, config, on_event, self.clock)
@@ -161,7 +177,7 @@ class SimPlatform(Platform):
                 assert isinstance(sim, SimController | SimBroker)
                 sim.start()
 
-        self.loop.call_later(START_DELAY_MS, start)
+        self.loop.call_later(self.timing.start_delay_ms, start)
 
     def await_serving(self, node: str) -> None:
         sim = self._node(node)

@@ -50,7 +50,7 @@ from undertow.runner.sampler import INTERVAL_S, sample
 from undertow.runner.workload import END_OFFSETS_SHARE, WorkloadConfig, outcomes_wait_s
 from undertow.sim.clients import ClientEndpoint, SimConsumer, SimProducer
 from undertow.sim.group_member import SimGroupMember
-from undertow.sim.platform import SimPlatform
+from undertow.sim.platform import NOMINAL, SimPlatform, Timing
 from undertow.sim.process import Process
 from undertow.spec import LoadedExperiment, choose_seed, plan
 
@@ -126,6 +126,7 @@ def run_simulated(
     seed: int | None = None,
     analyze: Callable[[Path, Path], dict[str, Any]] | None = None,
     on_progress: Callable[[dict[str, Any]], None] = lambda _update: None,
+    timing: Timing = NOMINAL,
 ) -> RunResult:
     reason = unsupported(loaded)
     if reason is not None:
@@ -143,7 +144,8 @@ def run_simulated(
             out / "cluster", cluster.brokers, cluster.config.as_overrides(),
             ephemeral_storage=cluster.storage.type == "ephemeral",
             on_event=lambda node, raw: history.event(to_event(node, raw)),
-            consumers=spec.isolated_consumers())  # consumer groups: their own links
+            consumers=spec.isolated_consumers(),  # consumer groups: their own links
+            timing=timing)
         meta = first_meta(loaded, seed, planned, cfg, platform.clock(), platform="sim")
         history.write_meta(meta)
         try:
