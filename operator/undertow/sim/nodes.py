@@ -646,7 +646,12 @@ class SimFetcher:
         self._busy = True
         for tp in followed:
             request = self._rm.truncation_request(tp)
-            if request is None or self._rounds.get(tp, 0) >= MAX_TRUNCATION_ROUNDS:
+            if request is None:
+                continue
+            if self._rounds.get(tp, 0) >= MAX_TRUNCATION_ROUNDS:
+                # As ReplicaFetcher._truncate: this pass gives up on the partition (the fetch
+                # skips it and backs off), and the next pass asks again from round 1.
+                self._rounds[tp] = 0
                 continue
             self._rounds[tp] = self._rounds.get(tp, 0) + 1
             self._truncate(address, tp, request)
@@ -659,13 +664,13 @@ class SimFetcher:
         state = self._rm.follower_states[tp]
 
         def answered(answer: Any, error: NetworkError | None) -> None:
-            if error is not None:
+            if error is not None or answer[0] != ErrorCode.none:
+                # The pass ends (the leader may not know it leads yet: UNKNOWN_LEADER_EPOCH);
+                # the next asks again from round 1, as ReplicaFetcher's next _truncate does.
+                self._rounds.pop(tp, None)
                 self._later(BACKOFF_MS)
                 return
-            code, epoch, end = answer
-            if code != ErrorCode.none:
-                self._later(BACKOFF_MS)
-                return
+            _, epoch, end = answer
             if self._rm.follower_states.get(tp) is state:
                 self._rm.on_epoch_answer(tp, epoch, end)
             self._cycle()
