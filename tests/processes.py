@@ -8,6 +8,21 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from undertow.platform.errors import PlatformError
+from undertow.platform.local import default_command
+
+
+def needs_local_minibroker() -> pytest.MarkDecorator:
+    """A module's ``pytestmark``: skip it, with the reason, where ``minibroker`` cannot be
+    started as a local process."""
+    try:
+        default_command()
+    except PlatformError as exc:
+        return pytest.mark.skipif(True, reason=str(exc))
+    return pytest.mark.skipif(False, reason="minibroker starts here")
+
 
 def stop_group(process: subprocess.Popen, timeout: float = 15.0) -> None:
     """SIGTERM the process's group, SIGKILL it if it has not exited within `timeout`."""

@@ -3,25 +3,31 @@
 ``GET /metrics`` is Prometheus text, ``GET /v1/state`` the process's own view as JSON (what
 the harness polls to wait on ISR, HW and leaders), ``GET /v1/events?log_id=ID&offset=N`` a
 page of its replication events (``minibroker.events``; read-only like the state, so no
-token), and the failpoints sit behind a bearer token. It runs in a thread; everything that
-reads or changes broker state is handed to the event loop, so the core stays
-single-threaded (the events file is read here: it is append-only and served by whole lines).
+token), and the failpoints sit behind a bearer token, checked before the body is read. It
+runs in threads of its own (``control_http``: one network thread, a few workers, bounded
+requests, a 400 naming what is wrong with a malformed body); everything that reads or
+changes broker state is handed to the event loop, so the core stays single-threaded (the
+events file is read here: it is append-only and served by whole lines).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from minibroker.control_http import (
+    BodyError,
+    ControlHTTPServer,
+    ControlRequestHandler,
+    ServerLimits,
+)
 from minibroker.events import EventsQueryError, ReplicationEventLog, parse_events_query
 
 log = logging.getLogger("minibroker.admin")
@@ -41,6 +47,7 @@ class AdminServer:
         events: ReplicationEventLog,
         token: str | None = None,
         actions: dict[tuple[str, str], Action] | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
         self._loop = loop
         self._registry = registry
@@ -48,8 +55,8 @@ class AdminServer:
         self._events = events
         self._token = token
         self._actions = actions or {}
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
+        self._httpd = ControlHTTPServer((host, port), self._handler_class(), limits,
+                                        name="admin-http")
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="admin-http",
                                         daemon=True)
 
@@ -71,33 +78,23 @@ class AdminServer:
 
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=10)
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[ControlRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(ControlRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("%s " + format, self.address_string(), *args)
-
-            def _send(self, status: int, body: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _json(self, status: int, payload: Any) -> None:
-                self._send(status, json.dumps(payload).encode(), "application/json")
 
             def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 if url.path == "/metrics":
-                    self._send(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
+                    self.send_body(200, generate_latest(server._registry), CONTENT_TYPE_LATEST)
                 elif url.path == "/v1/state":
-                    self._json(200, server.on_loop(server._state))
+                    self.send_json(200, server.on_loop(server._state))
                 elif url.path == "/v1/events":
                     self._events(url.query)
                 else:
-                    self._json(404, {"error": f"no such endpoint {self.path}"})
+                    self.send_json(404, {"error": f"no such endpoint {self.path}"})
 
             def _events(self, query: str) -> None:
                 """Read in this thread, not on the event loop: the log serves only whole
@@ -105,32 +102,33 @@ class AdminServer:
                 try:
                     page = server._events.read(*parse_events_query(query))
                 except EventsQueryError as exc:
-                    self._json(400, {"error": str(exc)})
+                    self.send_json(400, {"error": str(exc)})
                     return
-                self._json(200, page)
+                self.send_json(200, page)
 
             def _action(self, method: str) -> None:
                 action = server._actions.get((method, self.path))
                 if action is None:
-                    self._json(404, {"error": f"no such endpoint {method} {self.path}"})
+                    self.send_json(404, {"error": f"no such endpoint {method} {self.path}"})
                     return
                 if not server._token:
-                    self._json(403, {"error": "failpoints are disabled: no token configured"})
+                    self.send_json(403, {"error": "failpoints are disabled: no token configured"})
                     return
                 supplied = self.headers.get("Authorization", "").removeprefix("Bearer ")
                 if not hmac.compare_digest(supplied.encode(), server._token.encode()):
-                    self._json(401, {"error": "missing or wrong bearer token"})
+                    self.send_json(401, {"error": "missing or wrong bearer token"})
                     return
-                length = int(self.headers.get("Content-Length") or 0)
                 try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                    if not isinstance(body, dict):
-                        raise ValueError("the body must be a JSON object")
+                    body = self.read_json_body()
+                except BodyError as exc:
+                    self.send_json(exc.status, {"error": str(exc)})
+                    return
+                try:
                     result = server.on_loop(lambda: action(body))
                 except (ValueError, KeyError, TypeError) as exc:
-                    self._json(400, {"error": str(exc)})
+                    self.send_json(400, {"error": str(exc)})
                     return
-                self._json(200, result if result is not None else {"ok": True})
+                self.send_json(200, result if result is not None else {"ok": True})
 
             def do_POST(self) -> None:
                 self._action("POST")

@@ -42,7 +42,10 @@ from minibroker.events import ReplicationEventLog
 from minibroker.failpoints import DiskFull, DiskStall, power_loss
 from minibroker.metrics import broker_registry
 from minibroker.network.apis import KafkaApis
+from minibroker.network.connection_quotas import ConnectionQuotas
 from minibroker.network.kafka_server import KafkaServer
+from minibroker.network.memory_pool import MemoryPool
+from minibroker.network.socket_config import SocketServerConfig
 from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
 from minibroker.rpc import RpcClient, RpcError
 from minibroker.storage.clean_shutdown import (
@@ -74,6 +77,9 @@ class BrokerOptions:
     broker_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
     metrics_port: int | None = None
     failpoint_token: str | None = None
+    controller_secret: bytes = b""
+    """The cluster's controller secret: the controller serves only brokers that prove they
+    hold it (``rpc_auth``; Kafka's controller listener with SASL, KIP-631)."""
 
 
 class _ControllerAlterPartition:
@@ -128,7 +134,7 @@ class BrokerServer:
         self.disk_full = DiskFull(self.loop, self.durability)
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_dir_failure_channel.on_offline(self._handle_log_dir_failure)
-        self.controller = RpcClient(*options.controller)
+        self.controller = RpcClient(*options.controller, secret=options.controller_secret)
         config = options.config
         self.fetchers = ReplicaFetcherManager(self._make_fetcher)
         self.events = ReplicationEventLog(options.data_dir)
@@ -146,9 +152,16 @@ class BrokerServer:
             self.group_coordinator.on_leadership_change)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         apis = KafkaApis(self)
-        self.kafka_server = KafkaServer(apis)
-        self.listener_servers = {name: KafkaServer(apis, listener=name)
-                                 for name in options.listeners}
+        # Every listener draws on the broker's one set of connection and memory bounds.
+        socket_config = SocketServerConfig.from_config(config)
+        quotas, memory_pool = (ConnectionQuotas(socket_config),
+                               MemoryPool(socket_config.queued_max_request_bytes))
+        self.kafka_server = KafkaServer(apis, config=socket_config, quotas=quotas,
+                                        memory_pool=memory_pool)
+        self.listener_servers = {
+            name: KafkaServer(apis, config=socket_config, listener=name, quotas=quotas,
+                              memory_pool=memory_pool)
+            for name in options.listeners}
         self.admin: AdminServer | None = None
         self._tasks: list[asyncio.Task] = []
         self._heartbeat_ms: int = resolve("broker.heartbeat.interval.ms", config)
@@ -388,6 +401,7 @@ class BrokerServer:
         state["incarnation_id"] = self.incarnation_id
         state["broker_epoch"] = self.broker_epoch
         state["fenced"] = self.fenced
+        state["connections"] = self.kafka_server.quotas.total  # all listeners together
         state["group_coordinator"] = self.group_coordinator.state()
         return state
 

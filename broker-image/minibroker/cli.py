@@ -60,10 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                        help="a broker/topic config override (repeatable)")
 
+    def add_secret(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--controller-secret-file", type=Path, metavar="PATH",
+                       help="the file holding the cluster's controller secret (default: "
+                            "$MINIBROKER_CONTROLLER_SECRET_FILE, else the secret itself in "
+                            "$MINIBROKER_CONTROLLER_SECRET); required: the controller "
+                            "serves only peers that hold it")
+
     c = sub.add_parser("controller", help="run the controller (KRaft's role)")
     c.add_argument("--listen", type=host_port, required=True)
     c.add_argument("--data-dir", type=Path, required=True)
     c.add_argument("--metrics-port", type=int)
+    add_secret(c)
     add_config(c)
 
     b = sub.add_parser("broker", help="run one broker")
@@ -87,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--failpoint-token", default=os.environ.get("MINIBROKER_FAILPOINT_TOKEN"),
                    help="bearer token of the failpoint endpoint (default: "
                         "$MINIBROKER_FAILPOINT_TOKEN; unset disables failpoints)")
+    add_secret(b)
     add_config(b)
 
     cl = sub.add_parser("cluster", help="run a controller and N brokers as child processes")
@@ -132,12 +141,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"minibroker: {exc}", file=sys.stderr)
         return 2
+    secret = b""
+    if args.command in ("controller", "broker"):
+        from minibroker.rpc_auth import AuthenticationError, load_secret
+
+        try:
+            secret = load_secret(args.controller_secret_file)
+        except AuthenticationError as exc:
+            print(f"minibroker {args.command}: {exc}", file=sys.stderr)
+            return 2
 
     if args.command == "controller":
         from minibroker.controller.server import ControllerServer
 
         async def run_controller(stop: asyncio.Event) -> None:
-            server = ControllerServer(args.data_dir, config)
+            server = ControllerServer(args.data_dir, config, secret)
             await server.start(args.listen[0], args.listen[1], args.metrics_port)
             await stop.wait()
             await server.stop()
@@ -162,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             advertised=advertised.pop(DEFAULT_LISTENER, None),
             listeners=listeners, advertised_listeners=advertised,
             broker_addresses=dict(args.broker_address), metrics_port=args.metrics_port,
-            failpoint_token=args.failpoint_token)
+            failpoint_token=args.failpoint_token, controller_secret=secret)
         _run_until_signal(lambda stop: run_broker(options, stop))
         return 0
 

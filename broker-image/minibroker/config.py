@@ -88,6 +88,109 @@ class ConfigDef:
     doc: str
 
 
+def _bytes_or_unbounded(value: str) -> int:
+    """A byte count, or -1 (Kafka's "no limit")."""
+    number = int(value)
+    if number != -1 and number < 1:
+        raise ValueError(f"expected a positive integer or -1, got {value!r}")
+    return number
+
+
+def _ip_overrides(value: str) -> dict[str, int]:
+    """Kafka's ``max.connections.per.ip.overrides``: ``host:count`` pairs, comma separated
+    (an IPv6 address keeps its colons: the count follows the last one)."""
+    overrides: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"expected host:count, got {item!r}")
+        overrides[host] = _non_negative_int(count)
+    return overrides
+
+
+# The Kafka listener's bounds (Kafka's SocketServerConfigs; docs/design.md, "Resource
+# limits"): everything one client can make the broker hold has one.
+_SOCKET_SERVER_DEFS = [
+    ConfigDef("socket.request.max.bytes", _positive_int, 100 << 20, False,
+              "The largest request frame the broker reads (Kafka's default); a larger size "
+              "prefix closes the connection before a byte of the frame is read."),
+    ConfigDef("queued.max.request.bytes", _bytes_or_unbounded, 200 << 20, False,
+              "Bytes of request frames being read or parsed at once, all connections "
+              "together (Kafka's MemoryPool, KIP-72): past it, connections whose next frame "
+              "would need more wait, unread. Kafka's default is -1 (no bound); two "
+              "socket.request.max.bytes here, so that a few clients declaring huge frames "
+              "cannot make the broker hold gigabytes. -1 or at least socket.request.max.bytes "
+              "(Kafka's rule)."),
+    ConfigDef("connections.max.idle.ms", _positive_int, 600000, False,
+              "A connection with no request in progress that receives nothing for this long, "
+              "or whose answer the client leaves unread this long, is closed (Kafka's "
+              "Selector; Kafka's default)."),
+    ConfigDef("socket.request.read.timeout.ms", _positive_int, 30000, False,
+              "minibroker's own (Kafka has none): a request frame must arrive whole within "
+              "this long of its first byte, or its connection is closed and the bytes "
+              "received are dropped. Kafka counts any byte as activity, so a client sending "
+              "a byte a minute holds its half-read frame forever. Default: Kafka clients' "
+              "request.timeout.ms, after which the sender has given up on it anyway."),
+    ConfigDef("max.connections", _positive_int, 500, False,
+              "Connections the broker keeps open, all listeners together; more are closed "
+              "as soon as accepted (Kafka: Integer.MAX_VALUE, and its Acceptor waits for a "
+              "slot instead). Each holds a file descriptor: 500 keeps a broker well under "
+              "the usual 1024 open files, so a flood of connections cannot make it fail to "
+              "open a segment (which halts it, as a failed log directory does)."),
+    ConfigDef("max.connections.per.ip", _positive_int, 200, False,
+              "Connections one client address may keep open; more are closed as soon as "
+              "accepted (Kafka's ConnectionQuotas; Kafka: Integer.MAX_VALUE). 200: no "
+              "client host takes more than two fifths of max.connections, and far more "
+              "than a local experiment's clients, proxies and brokers use together."),
+    ConfigDef("max.connections.per.ip.overrides", _ip_overrides, {}, False,
+              "Per-address exceptions to max.connections.per.ip, as Kafka writes them: "
+              "'127.0.0.1:400,10.0.0.7:50'."),
+    ConfigDef("message.max.bytes", _positive_int, 1048588, False,
+              "The largest record batch a Produce may append (MESSAGE_TOO_LARGE beyond; "
+              "Kafka's default; Kafka's topic-level max.message.bytes, which overrides it "
+              "per topic, is not served). A fetch returns a partition's first batch whole "
+              "however large, so this also bounds what one fetch can be made to hold."),
+    ConfigDef("fetch.max.bytes", _positive_int, 57671680, False,
+              "The most record bytes one Fetch answer holds, whatever the request asks "
+              "(Kafka's default; the first partition's first batch is returned whole even "
+              "when larger, so a consumer always progresses). Kafka bounds followers' "
+              "fetches by replica.fetch.response.max.bytes instead; minibroker's followers "
+              "ask for replica.fetch.max.bytes per partition, and this bound covers them "
+              "too, so that no fetch, from whoever claims to be a follower, holds more."),
+    ConfigDef("max.request.elements", _positive_int, 10000, False,
+              "minibroker's own: array elements and tagged fields one request may hold, "
+              "nested arrays included; a request with more closes its connection before it "
+              "is decoded. The broker serves every request on one event loop with its "
+              "heartbeats, so a request's work must be bounded (Kafka gives requests "
+              "threads of their own). At 10000, no request measured held the loop over "
+              "150 ms, a tenth of half broker.session.timeout.ms."),
+]
+
+
+# ---- The controller listener (the controller channel, minibroker/rpc.py) ----------------------
+# Kept apart from the Kafka listener's bounds above: Kafka names a listener's own limits
+# listener.name.<listener>.<config>, and the controller's listener is CONTROLLER (KIP-631).
+_CONTROLLER_LISTENER_DEFS = [
+    ConfigDef("listener.name.controller.max.connections", _positive_int, 64, False,
+              "Connections the controller's RPC port keeps open, authenticated or not; more "
+              "are answered with an error and closed. Each broker holds one; 64 leaves room "
+              "for reconnects and tools."),
+    ConfigDef("listener.name.controller.max.in.flight.requests.per.connection", _positive_int,
+              128, False,
+              "Requests being answered at once on one controller connection (a broker's "
+              "metadata long poll, heartbeat and one AlterPartition per partition it leads); "
+              "past it each request is answered at once with an error, never queued. Kafka "
+              "serves one request per connection at a time."),
+    ConfigDef("listener.name.controller.socket.request.max.bytes", _positive_int, 1 << 20,
+              False,
+              "The longest request line the controller reads (its requests are a few hundred "
+              "bytes); a longer one closes the connection. Kafka's socket.request.max.bytes, "
+              "for the controller listener."),
+    ConfigDef("controller.metadata.max.wait.ms", _non_negative_int, 2000, False,
+              "minibroker's own: the longest a metadata long poll waits for a change; a "
+              "larger wait_ms is clamped to it (brokers ask for 1000)."),
+]
+
 CONFIG_DEFS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
@@ -179,6 +282,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "Replication factor of CreateTopics requests that leave it unset."),
         ConfigDef("num.partitions", _positive_int, 1, False,
                   "Partition count of CreateTopics requests that leave it unset."),
+        *_SOCKET_SERVER_DEFS,
+        *_CONTROLLER_LISTENER_DEFS,
     ]
 }
 
@@ -193,7 +298,18 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
             raise ConfigError(f"--config {pair!r}: expected KEY=VALUE")
         _validate(key, value)
         overrides[key] = value.strip()
+    _check_request_memory(overrides)
     return overrides
+
+
+def _check_request_memory(config: Mapping[str, str]) -> None:
+    """Kafka's KafkaConfig rule: a request memory pool smaller than one frame could never
+    admit a frame of the largest size."""
+    pool = resolve("queued.max.request.bytes", config)
+    frame = resolve("socket.request.max.bytes", config)
+    if 0 < pool < frame:
+        raise ConfigError(f"queued.max.request.bytes ({pool}) must be -1 or at least "
+                          f"socket.request.max.bytes ({frame})")
 
 
 def _validate(key: str, value: str) -> Any:

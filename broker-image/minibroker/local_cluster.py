@@ -2,19 +2,25 @@
 
 Ports: the controller listens on BASE, broker i on BASE+i; metrics/control endpoints on
 BASE+100 (controller) and BASE+100+i (broker i). Children die with this process
-(PR_SET_PDEATHSIG), and Ctrl-C or SIGTERM stops them all.
+(PR_SET_PDEATHSIG), and Ctrl-C or SIGTERM stops them all. The controller secret is
+``DATA_DIR/controller.secret`` (mode 0600, made on the first start), which the children
+find through ``$MINIBROKER_CONTROLLER_SECRET_FILE``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from minibroker.rpc_auth import SECRET_FILE_ENV, write_secret_file
+
 PR_SET_PDEATHSIG = 1
+SECRET_FILE = "controller.secret"
 STOP_TIMEOUT_S = 10
 
 
@@ -51,12 +57,16 @@ def run_local_cluster(brokers: int, host: str, base_port: int, data_dir: Path,
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    secret = data_dir / SECRET_FILE
+    if not secret.exists():
+        write_secret_file(secret)
+    env = {**os.environ, SECRET_FILE_ENV: str(secret.resolve())}
     for name, command in cluster_commands(brokers, host, base_port, data_dir, config):
-        children[name] = subprocess.Popen(command, preexec_fn=die_with_parent)
+        children[name] = subprocess.Popen(command, preexec_fn=die_with_parent, env=env)
     bootstrap = ",".join(f"{host}:{base_port + i}" for i in range(1, brokers + 1))
     print(f"minibroker cluster: controller {host}:{base_port}, bootstrap {bootstrap}, "
-          f"metrics on ports {base_port + 100}-{base_port + 100 + brokers}; Ctrl-C stops it",
-          flush=True)
+          f"metrics on ports {base_port + 100}-{base_port + 100 + brokers}, controller "
+          f"secret in {secret}; Ctrl-C stops it", flush=True)
     exit_code = 0
     while not stopping:
         for name, child in children.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -66,7 +67,8 @@ class ProcessCluster:
         self.controller_port, self.controller_http = free_port(), free_port()
         self.ports = {i: (free_port(), free_port()) for i in (1, 2, 3)}
         self.procs: dict[str, subprocess.Popen] = {}
-        env = {**os.environ, "MINIBROKER_FAILPOINT_TOKEN": TOKEN}
+        env = {**os.environ, "MINIBROKER_FAILPOINT_TOKEN": TOKEN,
+               "MINIBROKER_CONTROLLER_SECRET": secrets.token_hex(32)}
         self.env = env
         self._spawn("controller", ["controller", "--listen", f"127.0.0.1:{self.controller_port}",
                                    "--data-dir", str(root / "controller"), "--metrics-port",

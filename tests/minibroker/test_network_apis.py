@@ -40,6 +40,7 @@ from minibroker.network.codec import (
     response_schema,
 )
 from minibroker.network.kafka_server import KafkaServer
+from minibroker.storage.records import build_batch
 
 CLUSTER_ID = "fake-cluster-id-000001"
 ORDERS_ID = uuid.uuid4()
@@ -383,6 +384,18 @@ def test_metadata_for_named_topics_marks_unknown_ones(version: int) -> None:
     run(scenario)
 
 
+def test_metadata_answers_each_requested_topic_once() -> None:
+    """As Kafka's handleTopicMetadataRequest, which takes the request's topics as a set: a
+    request naming a topic 5000 times gets one answer for it, not 5000."""
+
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        response = await call(port, metadata_request(12, ["orders", "nope"] * 2500))
+        assert [(t.name, t.error_code) for t in response.topics] == [
+            ("orders", ErrorCode.none), ("nope", ErrorCode.unknown_topic_or_partition)]
+
+    run(scenario)
+
+
 def test_metadata_answers_with_the_addresses_of_the_listener_asked_on() -> None:
     """KIP-103: a client that came in on listener CONSUMER_C1 is told CONSUMER_C1's
     addresses, brokers without that listener are left out, and a partition whose live
@@ -486,6 +499,54 @@ def test_transactional_produce_is_refused() -> None:
         assert part.error_code == ErrorCode.invalid_request
         assert "transactional" in part.error_message
         assert broker.logs[TopicPartition("orders", 0)] == []
+
+    run(scenario)
+
+
+def test_produce_of_more_than_one_batch_per_partition_is_refused() -> None:
+    """Kafka's ProduceRequest.validateRecords (v3+): one record batch per partition, so a
+    partition's append costs one batch's header work. The first batch's length field says
+    where it ends; a second batch after it gets INVALID_RECORD, and nothing is appended."""
+    one = build_batch([b"a", b"b"])
+
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        response = await call(port, produce_request(9, 1, {("orders", 0): one + one,
+                                                           ("orders", 1): one}))
+        parts = partitions_of(response)
+        assert parts[("orders", 0)].error_code == ErrorCode.invalid_record
+        assert "exactly one record batch" in parts[("orders", 0)].error_message
+        assert parts[("orders", 1)].error_code == ErrorCode.none
+        assert broker.logs == {TopicPartition("orders", 0): [], TopicPartition("orders", 1): [one]}
+
+    run(scenario)
+
+
+def test_produce_of_a_batch_over_message_max_bytes_is_refused() -> None:
+    """Kafka's message.max.bytes (1048588 by default): MESSAGE_TOO_LARGE, nothing
+    appended."""
+    big = build_batch([bytes(1 << 20)])
+    assert len(big) > 1048588
+
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        response = await call(port, produce_request(9, 1, {("orders", 0): big}))
+        part = partitions_of(response)[("orders", 0)]
+        assert part.error_code == ErrorCode.message_too_large
+        assert "exceeds the maximum configured value of 1048588" in part.error_message
+        assert broker.logs[TopicPartition("orders", 0)] == []
+
+    run(scenario)
+
+
+def test_fetch_answers_hold_at_most_fetch_max_bytes() -> None:
+    """Kafka's fetch.max.bytes (55 MiB by default) caps what a request asks for, a
+    follower's included."""
+
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        request = replace(fetch_request(12, {("orders", 0): 0}, replica_id=2),
+                          max_bytes=2**31 - 1)
+        await call(port, request)
+        await call(port, replace(request, max_bytes=1000))
+        assert [r.max_bytes for r in broker.fetch_requests] == [57671680, 1000]
 
     run(scenario)
 

@@ -23,6 +23,7 @@ from kio.schema.offset_fetch.v8 import request as offset_fetch_req
 from minibroker.network.client import KafkaConnection, KafkaConnectionError
 from minibroker.network.codec import Request, encode_request
 from minibroker.network.kafka_server import KafkaServer
+from minibroker.network.socket_config import SocketServerConfig
 
 API_VERSIONS = api_versions_req.ApiVersionsRequest(
     client_software_name="test", client_software_version="1")
@@ -110,7 +111,9 @@ def run_server(scenario: Callable[[KafkaServer, ApiVersionsOnly], object]) -> Ap
     handler = ApiVersionsOnly()
 
     async def main() -> None:
-        server = KafkaServer(handler, max_request_size=1 << 20)
+        server = KafkaServer(handler, config=SocketServerConfig.from_config(
+            {"socket.request.max.bytes": str(1 << 20),
+             "queued.max.request.bytes": str(1 << 20)}))
         await server.start("127.0.0.1", 0)
         try:
             await asyncio.wait_for(scenario(server, handler), 10)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from kube_helpers import (
     running_operator,
 )
 
-from undertow.kube.agent import FaultAgent, Processes, make_server
+from undertow.kube.agent import FaultAgent, make_server
 from undertow.kube.api import KubeApi
 from undertow.kube.config import OperatorConfig
 from undertow.kube.operator import Operator
@@ -55,7 +55,7 @@ def target() -> Iterator[Target]:
 @pytest.fixture
 def agent(target: Target, netns: str | None) -> Iterator[RunningAgent]:
     """A real fault agent on loopback, targeting ``target``, its rules in ``netns``."""
-    fault_agent = FaultAgent(make_netfilter(netns), Processes(target.marker))
+    fault_agent = FaultAgent(make_netfilter(netns), target.processes())
     fault_agent.start()
     server = make_server(fault_agent, "127.0.0.1", 0, AGENT_TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -21,11 +22,12 @@ from typing import Any
 import kopf
 from ports import free_port, ports_free  # noqa: F401  (re-exported for the operator tests)
 
-from undertow.kube.agent import FaultAgent, Netfilter
+from undertow.kube.agent import FaultAgent, Netfilter, Processes
 from undertow.kube.api import KubeApi
 from undertow.kube.config import OperatorConfig
 from undertow.kube.handlers import register
 from undertow.kube.operator import Operator
+from undertow.platform.procfs import proc_stat
 
 NAMESPACE = "chaos"
 AGENT_TOKEN = "agent-secret"
@@ -83,9 +85,17 @@ def make_netfilter(namespace: str | None) -> Netfilter:
 SLEEPER = "import time\nwhile True: time.sleep(0.05)"
 
 
+def record_pid(pid_file: Path, pid: int) -> None:
+    """What the broker container's launcher writes for the fault agent
+    (``cluster_objects.RECORD_PID``): the pid and its start time, ``PID START``."""
+    stat = proc_stat(pid)
+    assert stat is not None, f"no process {pid}"
+    pid_file.write_text(f"{pid} {stat[1]}\n")
+
+
 class Target:
-    """A real process standing in for the broker: the agent finds it by its marker.
-    ``code`` runs with ``sys.argv[1]`` the marker and ``args`` after it."""
+    """A real process standing in for the broker, its pid recorded in ``pid_file`` as its
+    launcher would. ``code`` runs with ``sys.argv[1]`` the marker and ``args`` after it."""
 
     def __init__(self, code: str = SLEEPER, *args: str) -> None:
         self.marker = f"undertow-test-target-{uuid.uuid4().hex}"
@@ -97,6 +107,13 @@ class Target:
             if time.monotonic() > deadline:
                 raise TimeoutError("the target process did not start")
             time.sleep(0.01)
+        self._dir = Path(tempfile.mkdtemp(prefix="undertow-target-"))
+        self.pid_file = self._dir / "broker.pid"
+        record_pid(self.pid_file, self.process.pid)
+
+    def processes(self) -> Processes:
+        """What the fault agent of this target's pod signals."""
+        return Processes(self.marker, self.pid_file)
 
     def state(self) -> str:
         """/proc state letter: T when stopped."""
@@ -106,6 +123,7 @@ class Target:
     def close(self) -> None:
         self.process.kill()
         self.process.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class RunningAgent:

@@ -49,7 +49,7 @@ def request(url: str, method: str, path: str, body: dict[str, Any] | None = None
 
 
 def test_pause_heals_itself_at_its_deadline(target: Target) -> None:
-    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker))
+    agent = FaultAgent(UnprivilegedNetfilter(), target.processes())
     agent.start()
     try:
         assert agent.pause(0.3) == [target.process.pid]
@@ -62,10 +62,10 @@ def test_pause_heals_itself_at_its_deadline(target: Target) -> None:
 
 
 def test_a_restarted_agent_resumes_what_its_predecessor_paused(target: Target) -> None:
-    first = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker))
+    first = FaultAgent(UnprivilegedNetfilter(), target.processes())
     first.pause(600)
     assert target.state() == "T"
-    second = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker))
+    second = FaultAgent(UnprivilegedNetfilter(), target.processes())
     second.start()  # the first one's deadlines died with it
     try:
         assert target.state() != "T"
@@ -93,9 +93,10 @@ def test_the_api_refuses_what_it_cannot_do(agent: RunningAgent) -> None:
     assert agent.agent.faults() == {"faults": [], "paused": False, "running": True}
 
 
-def test_pause_without_a_target_process_is_a_conflict() -> None:
+def test_pause_without_a_target_process_is_a_conflict(tmp_path: Path) -> None:
     marker = f"no-such-{uuid.uuid4().hex}"
-    agent = FaultAgent(UnprivilegedNetfilter(), Processes(marker))
+    pid_file = tmp_path / "broker.pid"
+    agent = FaultAgent(UnprivilegedNetfilter(), Processes(marker, pid_file))
     server = make_server(agent, "127.0.0.1", 0, AGENT_TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -103,17 +104,18 @@ def test_pause_without_a_target_process_is_a_conflict() -> None:
         client = AgentClient(f"http://127.0.0.1:{server.server_address[1]}", AGENT_TOKEN)
         with pytest.raises(EndpointRefused) as caught:
             client.pause(5)
-        assert (caught.value.status, caught.value.detail) == (409,
-                                                              f"no process matches {marker!r}")
+        assert (caught.value.status, caught.value.detail) == (
+            409, f"no process matches {marker!r}: {pid_file} does not exist (the broker has "
+                 "not started)")
     finally:
         server.shutdown()
         server.server_close()
 
 
-def test_the_agent_needs_its_token(monkeypatch: pytest.MonkeyPatch,
+def test_the_agent_needs_its_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("UNDERTOW_AGENT_TOKEN", raising=False)
-    assert main(["--listen", "127.0.0.1:0"]) == 2
+    assert main(["--listen", "127.0.0.1:0", "--pid-file", str(tmp_path / "pid")]) == 2
     assert "$UNDERTOW_AGENT_TOKEN is not set" in capsys.readouterr().err
 
 
@@ -183,7 +185,7 @@ def test_a_dropped_link_cuts_real_packets_until_the_deadline(
          "import socket\ns = socket.create_server(('0.0.0.0', 9555))\n"
          "while True: s.accept()[0].close()"])
     agent = FaultAgent(Netfilter(("ip", "netns", "exec", b, "iptables", "-w")),
-                       Processes(target.marker))
+                       target.processes())
     try:
         agent.start()
         wait_for(lambda: connects(a, "10.213.7.2", 9555), 10, "the server in B")
@@ -213,7 +215,7 @@ def test_the_iptables_back_end_follows_the_rules_already_there() -> None:
     with pytest.raises(AgentError, match=r"\$UNDERTOW_IPTABLES='ipfw': expected nft or legacy"):
         choose_backend({"nft": 0, "legacy": 0}, override="ipfw")
     assert iptables_command({}, {"iptables-nft": 0, "iptables-legacy": 3}.get) == (
-        "iptables-legacy", "-w")
+        "iptables-legacy", "-w", "5")  # waits for the xtables lock, 5 s at most
 
 
 @needs_root
@@ -243,7 +245,7 @@ def test_a_kill_holds_the_target_down_until_release_or_its_deadline(target: Targ
     """SIGKILL in place; the hold file tells the container's launcher to wait, and goes
     away on release, at the deadline, or when a new agent starts."""
     hold_file = tmp_path / "hold"
-    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker), Hold(hold_file))
+    agent = FaultAgent(UnprivilegedNetfilter(), target.processes(), Hold(hold_file))
     agent.start()
     try:
         assert agent.kill(30) == [target.process.pid]
@@ -257,7 +259,7 @@ def test_a_kill_holds_the_target_down_until_release_or_its_deadline(target: Targ
 
         second = Target()
         try:
-            agent.processes = Processes(second.marker)
+            agent.processes = second.processes()
             agent.kill(0.3)
             wait_for(lambda: not hold_file.exists(), 5, "the hold to end at its deadline")
         finally:
@@ -288,7 +290,7 @@ def test_a_kill_with_a_grace_period_is_sigterm_then_a_clean_exit(tmp_path: Path)
     target = sigterm_target(record, "exit")
     try:
         started = time.monotonic()
-        assert Processes(target.marker).kill(grace_s=60) == [target.process.pid]
+        assert target.processes().kill(grace_s=60) == [target.process.pid]
         assert time.monotonic() - started < 30
         assert target.process.wait(5) == 0
         assert sigterm_lines(record) == ["ready", "sigterm"]
@@ -301,7 +303,7 @@ def test_a_kill_with_a_grace_period_sigkills_a_target_still_running_after_it(
     record = tmp_path / "sigterm"
     target = sigterm_target(record, "stay")
     try:
-        assert Processes(target.marker).kill(grace_s=1) == [target.process.pid]
+        assert target.processes().kill(grace_s=1) == [target.process.pid]
         assert target.process.wait(5) == -signal.SIGKILL
         assert sigterm_lines(record) == ["ready", "sigterm"]
     finally:
@@ -312,7 +314,7 @@ def test_a_kill_without_a_grace_period_is_sigkill_at_once(tmp_path: Path) -> Non
     record = tmp_path / "sigterm"
     target = sigterm_target(record, "exit")
     try:
-        Processes(target.marker).kill()
+        target.processes().kill()
         assert target.process.wait(5) == -signal.SIGKILL
         assert sigterm_lines(record) == ["ready"]
     finally:
@@ -323,7 +325,7 @@ def test_a_kill_through_the_api_takes_its_grace_period_and_holds_the_target_down
         tmp_path: Path) -> None:
     record, hold_file = tmp_path / "sigterm", tmp_path / "hold"
     target = sigterm_target(record, "exit")
-    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker), Hold(hold_file))
+    agent = FaultAgent(UnprivilegedNetfilter(), target.processes(), Hold(hold_file))
     server = make_server(agent, "127.0.0.1", 0, AGENT_TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -374,7 +376,8 @@ def test_the_launcher_waits_on_the_hold_file_and_its_deadline(tmp_path: Path) ->
     config.mkdir()
     (config / "server.properties").write_text("min.insync.replicas=2\n")
     script = _LAUNCHER.format(hold_file=hold_file, config_dir=config,
-                              role="--version").replace("exec minibroker", "exec echo started")
+                              pid_file=tmp_path / "broker.pid", role="--version")
+    script = script.replace("exec minibroker", "exec echo started")
     hold = Hold(hold_file)
     hold.set(600)
     seen: set[int] = set()
@@ -406,7 +409,7 @@ def test_a_held_restart_leaves_the_target_running_until_it_halts(target: Target,
     """disk-full: the restart is held without a kill (the broker halts by itself on its
     failed log directory); the hold ends on release or at its deadline."""
     hold_file = tmp_path / "hold"
-    agent = FaultAgent(UnprivilegedNetfilter(), Processes(target.marker), Hold(hold_file))
+    agent = FaultAgent(UnprivilegedNetfilter(), target.processes(), Hold(hold_file))
     agent.start()
     try:
         agent.hold_restart(30)

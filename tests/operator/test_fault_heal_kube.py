@@ -32,10 +32,11 @@ from undertow import faults
 from undertow.faults import FAULT_UNITS, Fault, Nodes, build_fault
 from undertow.kube.agent import AgentClient, FaultAgent, Hold, Processes, make_server
 from undertow.kube.api import KubeApi
+from undertow.kube.cluster_objects import RECORD_PID
 from undertow.kube.platform import KubernetesPlatform, KubernetesPlatformConfig
 from undertow.platform.base import wait_for
 from undertow.platform.control import EndpointError
-from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
 
 pytestmark = pytest.mark.asyncio
 
@@ -43,6 +44,15 @@ FAST = {"replica.lag.time.max.ms": "1000", "broker.session.timeout.ms": "1500",
         "broker.heartbeat.interval.ms": "200"}
 DEADLINE_S = 1.5
 """The deadline path: the units' time limits and the agents' deadlines."""
+LAUNCHER = ("sh", "-c", RECORD_PID + """for arg; do
+  [ "${previous:-}" = --data-dir ] && record_pid "$arg.pid"
+  previous=$arg
+done
+exec "$@"
+""", "sh", *default_command())
+"""What each pod's container runs, as the broker pods' launcher does: record the pid
+(``data/NODE.pid``, beside the node's data directory) for the agent, then exec the
+broker."""
 UNREACHABLE = "http://127.0.0.1:9"
 """Where a runner cut off from the pods sends its requests (the discard port: refused)."""
 
@@ -52,14 +62,16 @@ class Pods:
 
     def __init__(self, workdir: Path) -> None:
         self.local = LocalPlatform(LocalPlatformConfig(
-            workdir=workdir, brokers=3, broker_config=FAST, controller_config=FAST))
+            workdir=workdir, brokers=3, broker_config=FAST, controller_config=FAST,
+            command=LAUNCHER))
         self.agents: dict[str, RunningAgent] = {}
         self._servers: list[Any] = []
         self.local.start()
         for node in self.local.nodes:
             # The node's data directory is in its command line and in no other's.
-            marker = f"{workdir / 'data' / node} "
-            agent = FaultAgent(UnprivilegedNetfilter(), Processes(marker),
+            data = workdir / "data" / node
+            agent = FaultAgent(UnprivilegedNetfilter(),
+                               Processes(f"{data} ", data.with_name(f"{node}.pid")),
                                Hold(workdir / f"{node}.hold"))
             agent.start()
             server = make_server(agent, "127.0.0.1", 0, AGENT_TOKEN)

@@ -30,7 +30,6 @@ from planned_faults import planned
 from processes import ON_SIGTERM, sigterm_lines
 
 from undertow.faults import Nodes, build_fault
-from undertow.kube.agent import Processes
 from undertow.kube.api import KubeApi
 from undertow.kube.cluster_objects import fault_secret
 from undertow.kube.platform import (
@@ -108,7 +107,7 @@ async def test_kill_with_a_grace_period_is_a_clean_shutdown_in_the_pod(
     try:
         await asyncio.to_thread(wait_for, lambda: sigterm_lines(record) == ["ready"], 10,
                                 "the SIGTERM handler")
-        agent.agent.processes = Processes(clean.marker)
+        agent.agent.processes = clean.processes()
         await asyncio.to_thread(add_pods, api)
         platform = make_platform(api, agent_port=agent.port)
         kill = build_fault(planned({"kind": "kill", "target": {"broker": 1},

@@ -39,6 +39,7 @@ EXPECTED_RULES = {
     ("batch", "jobs"): ["get", "create", "delete"],
     ("rbac.authorization.k8s.io", "roles"): ["create"],
     ("rbac.authorization.k8s.io", "rolebindings"): ["create"],
+    ("networking.k8s.io", "networkpolicies"): ["get", "create", "patch"],
 }
 
 
@@ -96,7 +97,8 @@ def test_kubectl_kustomize_builds_the_install() -> None:
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(["CustomResourceDefinition", "CustomResourceDefinition",
                             "Namespace", "ServiceAccount", "Role", "RoleBinding",
-                            "ClusterRole", "ClusterRoleBinding", "Deployment"])
+                            "ClusterRole", "ClusterRoleBinding", "Deployment",
+                            "NetworkPolicy"])
     cluster_scoped = ("CustomResourceDefinition", "Namespace", "ClusterRole",
                       "ClusterRoleBinding")
     for doc in docs:
@@ -223,3 +225,31 @@ def test_every_pod_the_operator_makes_pulls_as_the_chart_says() -> None:
              for c in o.get("spec", {}).get("template", {}).get("spec", {}).get(key, [])}
     assert pulls == {(name, "Never") for name in ("minibroker", "fault-agent", "runner",
                                                    "analysis", "publish")}
+
+
+@pytest.mark.parametrize("values", [None, {"watchNamespaces": ["team-a"]}])
+def test_both_installs_put_the_operator_where_the_clusters_network_policies_admit_it(
+        values: dict[str, Any] | None) -> None:
+    """Each BrokerCluster's NetworkPolicy admits pods labelled OPERATOR_POD_LABELS from
+    $POD_NAMESPACE (the operator's own namespace, wherever the clusters are); both installs
+    label the operator so, give it that variable, and close its own pod to every peer."""
+    from undertow.kube.cluster_objects import OPERATOR_POD_LABELS
+
+    manifests = [d for p in sorted(MANIFESTS.rglob("*.yaml"))
+                 if p.name != "kustomization.yaml" for d in documents(p.read_text())]
+    for docs in (manifests, render(values)):
+        deployment = next(d for d in docs if d["kind"] == "Deployment")
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert OPERATOR_POD_LABELS.items() <= labels.items()
+        env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]
+               ["env"]}
+        assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {
+            "fieldPath": "metadata.namespace"}}
+        (policy,) = (d for d in docs if d["kind"] == "NetworkPolicy")
+        kubernetes_validate.validate(policy, KUBERNETES, strict=True)
+        assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        assert selector.items() <= labels.items()
+        assert policy["spec"]["policyTypes"] == ["Ingress"] and policy["spec"]["ingress"] == []
+    assert not [d for d in render({"networkPolicy": {"enabled": False}})
+                if d["kind"] == "NetworkPolicy"]

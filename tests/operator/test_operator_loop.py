@@ -8,8 +8,10 @@ completing, the report ConfigMap), and assert what the operator created and wrot
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
+import re
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -113,14 +115,31 @@ async def test_broker_cluster_objects_and_readiness(operator: Any, api: KubeApi,
             ("StatefulSet", "c1-controller"), ("StatefulSet", "c1-broker"),
             ("Service", "c1-controller"), ("Service", "c1-broker"),
             ("Service", "c1-bootstrap"), ("ConfigMap", "c1-config"),
-            ("Secret", "c1-faults"))), what="the cluster's objects")
+            ("Secret", "c1-faults"), ("Secret", "c1-controller-auth"),
+            ("NetworkPolicy", "c1-network"))), what="the cluster's objects")
     assert objects
     owner = {"apiVersion": "undertow.dev/v1alpha1", "kind": "BrokerCluster", "name": "c1",
              "uid": "uid-c1", "controller": True, "blockOwnerDeletion": True}
     for kind, name in (("StatefulSet", "c1-controller"), ("StatefulSet", "c1-broker"),
                        ("Service", "c1-broker"), ("Service", "c1-bootstrap"),
-                       ("ConfigMap", "c1-config"), ("Secret", "c1-faults")):
+                       ("ConfigMap", "c1-config"), ("Secret", "c1-faults"),
+                       ("Secret", "c1-controller-auth"), ("NetworkPolicy", "c1-network")):
         assert stored(emulator, kind, name)["metadata"]["ownerReferences"] == [owner], name
+
+    # The controller secret: 256 random bits, made once, given to the controller and the
+    # brokers from the Secret (never on their command lines).
+    auth = stored(emulator, "Secret", "c1-controller-auth")["data"]["controller-secret"]
+    assert re.fullmatch(r"[0-9a-f]{64}", base64.b64decode(auth).decode())
+    for sts in ("c1-controller", "c1-broker"):
+        main = stored(emulator, "StatefulSet", sts)["spec"]["template"]["spec"]["containers"][0]
+        assert {"name": "MINIBROKER_CONTROLLER_SECRET", "valueFrom": {"secretKeyRef": {
+            "name": "c1-controller-auth", "key": "controller-secret"}}} in main["env"]
+        assert base64.b64decode(auth).decode() not in json.dumps(main)
+    policy = stored(emulator, "NetworkPolicy", "c1-network")["spec"]
+    assert policy["podSelector"] == {"matchLabels": {"undertow.dev/cluster": "c1"}}
+    assert [sorted(p["port"] for p in rule["ports"]) for rule in policy["ingress"]] == [
+        [9092], [9093, 9100, 9200]]
+    assert "from" not in policy["ingress"][0]
 
     brokers = stored(emulator, "StatefulSet", "c1-broker")["spec"]
     assert brokers["replicas"] == 3 and brokers["serviceName"] == "c1-broker"
@@ -250,6 +269,8 @@ async def test_experiment_runs_heals_analyses_and_writes_the_verdict(
     assert pod["serviceAccountName"] == "e1-runner"
     assert pod["containers"][0]["command"][-2:] == ["--seed", str(seed)]
     assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-e1"
+    # c2's NetworkPolicy admits its runner to the control ports by this label.
+    assert job["spec"]["template"]["metadata"]["labels"]["undertow.dev/target-cluster"] == "c2"
     assert stored(emulator, "Role", "e1-runner")["rules"] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"],
          "resourceNames": ["c2-controller-0", "c2-broker-0", "c2-broker-1", "c2-broker-2"]},

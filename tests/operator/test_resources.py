@@ -3,6 +3,7 @@ privilege, non-root, and only the fault agent with NET_ADMIN."""
 
 from __future__ import annotations
 
+import base64
 import copy
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,14 @@ import pytest
 import yaml
 from small_experiment import small_experiment
 
-from undertow.kube.cluster_objects import cluster_objects, config_hash, fault_secret, storage_change
+from undertow.kube.cluster_objects import (
+    OPERATOR_POD_LABELS,
+    cluster_objects,
+    config_hash,
+    controller_secret,
+    fault_secret,
+    storage_change,
+)
 from undertow.kube.config import ConfigError, OperatorConfig
 from undertow.kube.experiment_objects import (
     analysis_job,
@@ -45,7 +53,7 @@ def everything(storage: str = "ephemeral") -> list[dict[str, Any]]:
     spec = BrokerCluster.model_validate(cluster).spec
     settings = JobSettings(storage_class="standard")
     return [*cluster_objects(cluster, spec, Images()),
-            fault_secret(cluster, "a", "b"),
+            fault_secret(cluster, "a", "b"), controller_secret(cluster, "c" * 64),
             *experiment_setup(experiment, cluster, "acks1-leader-kill", 3, settings),
             runner_job(experiment, "acks1-leader-kill", 7, 30.0, Images(), settings),
             analysis_job(experiment, Images(), settings)]
@@ -246,6 +254,8 @@ def test_operator_config_from_the_environment() -> None:
     assert config.images.operator == "op:1" and config.interval_s == 2.5
     assert config.jobs.runner_resources == {"requests": {"cpu": "1"}}
     assert OperatorConfig.from_env({"POD_NAMESPACE": "ns"}).namespaces == ("ns",)
+    assert OperatorConfig.from_env({"POD_NAMESPACE": "ns"}).operator_namespace == "ns"
+    assert config.operator_namespace is None
     for env, message in (({}, "UNDERTOW_NAMESPACES"),
                          ({"POD_NAMESPACE": "n", "UNDERTOW_INTERVAL_S": "soon"},
                           "UNDERTOW_INTERVAL_S='soon': expected a number"),
@@ -267,3 +277,101 @@ def test_the_runner_job_refuses_a_bad_experiment_file(tmp_path: Path,
                  "--namespace", "chaos", "--seed", "1"]) == 2
     assert str(bad) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ---- the control plane: the controller secret and the NetworkPolicy ----------------------------
+
+def pod_labels(obj: dict[str, Any]) -> dict[str, str]:
+    return obj["spec"]["template"]["metadata"]["labels"]
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector as the API server reads it (the policies use matchLabels only)."""
+    assert set(selector) <= {"matchLabels"}, selector
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def admitted(policy: dict[str, Any], port: int, labels: dict[str, str], namespace: str,
+             namespace_labels: dict[str, str] | None = None) -> bool:
+    """Whether ``policy`` lets a pod with ``labels`` in ``namespace`` reach ``port`` of the
+    pods it selects (Kubernetes' NetworkPolicy semantics, for what these policies use)."""
+    namespace_labels = namespace_labels or {"kubernetes.io/metadata.name": namespace}
+    for rule in policy["spec"]["ingress"]:
+        if "ports" in rule and port not in {p["port"] for p in rule["ports"]}:
+            continue
+        if "from" not in rule:
+            return True
+        for peer in rule["from"]:
+            if "namespaceSelector" in peer:
+                in_namespace = selects(peer["namespaceSelector"], namespace_labels)
+            else:
+                in_namespace = namespace == policy["metadata"]["namespace"]
+            if in_namespace and selects(peer.get("podSelector", {}), labels):
+                return True
+    return False
+
+
+def test_the_network_policy_keeps_the_control_ports_to_the_cluster_the_runner_and_the_operator(
+        ) -> None:
+    cluster = stored("experiments/acks1-leader-kill.yaml", "BrokerCluster")
+    spec = BrokerCluster.model_validate(cluster).spec
+    objects = cluster_objects(cluster, spec, Images(), operator_namespace="undertow")
+    (policy,) = (o for o in objects if o["kind"] == "NetworkPolicy")
+    kubernetes_validate.validate(policy, KUBERNETES, strict=True)
+    assert policy["metadata"]["name"] == "acks1-leader-kill-network"
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress stays open (DNS, API)
+    statefulsets = [o for o in objects if o["kind"] == "StatefulSet"]
+    # It applies to every pod of the cluster, and names every port they open.
+    assert all(selects(policy["spec"]["podSelector"], pod_labels(sts)) for sts in statefulsets)
+    opened = {p["containerPort"] for sts in statefulsets
+              for c in sts["spec"]["template"]["spec"]["containers"] for p in c["ports"]}
+    assert opened == {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    kafka, control = 9092, (9093, 9100, 9200)
+
+    experiment = stored("experiments/acks1-leader-kill.yaml", "ChaosExperiment")
+    settings = JobSettings()
+    runner = runner_job(experiment, "acks1-leader-kill", 7, 30.0, Images(), settings)
+    other_runner = runner_job(experiment, "another-cluster", 7, 30.0, Images(), settings)
+    analysis = analysis_job(experiment, Images(), settings)
+    operator_pod = pod_labels(yaml.safe_load(
+        (REPO / "manifests/operator/deployment.yaml").read_text()))
+    assert OPERATOR_POD_LABELS.items() <= operator_pod.items()
+    family = [*(pod_labels(sts) for sts in statefulsets), pod_labels(runner)]
+    for port in control:
+        assert all(admitted(policy, port, labels, "chaos") for labels in family), port
+        assert admitted(policy, port, operator_pod, "undertow")
+        # Anyone else: another experiment's runner, the analysis, any pod, the operator's
+        # labels on a pod of another namespace.
+        assert not admitted(policy, port, pod_labels(other_runner), "chaos")
+        assert not admitted(policy, port, pod_labels(analysis), "chaos")
+        assert not admitted(policy, port, {"app": "kcat"}, "chaos")
+        assert not admitted(policy, port, operator_pod, "chaos")
+        assert not admitted(policy, port, pod_labels(statefulsets[1]), "elsewhere")
+    for labels, namespace in ((pod_labels(runner), "chaos"), ({"app": "kcat"}, "chaos"),
+                              ({}, "elsewhere")):
+        assert admitted(policy, kafka, labels, namespace)  # clients reach the Kafka port
+    # Without the operator's namespace (not in a pod), its pods are looked for beside the
+    # cluster's.
+    (local,) = (o for o in cluster_objects(cluster, spec, Images())
+                if o["kind"] == "NetworkPolicy")
+    assert admitted(local, 9093, operator_pod, "chaos")
+    assert not admitted(local, 9093, operator_pod, "undertow")
+
+
+def test_only_the_controller_and_the_brokers_get_the_controller_secret() -> None:
+    secret = next(o for o in everything() if o["kind"] == "Secret"
+                  and o["metadata"]["name"] == "acks1-leader-kill-controller-auth")
+    assert secret["data"] == {"controller-secret": base64.b64encode(b"c" * 64).decode()}
+    reference = {"name": "MINIBROKER_CONTROLLER_SECRET", "valueFrom": {"secretKeyRef": {
+        "name": "acks1-leader-kill-controller-auth", "key": "controller-secret"}}}
+    holders = []
+    for obj in everything():
+        for container in containers(obj):
+            refs = [e for e in container.get("env", []) if "controller-auth" in str(e)]
+            assert refs in ([], [reference]), (obj["metadata"]["name"], container["name"])
+            if refs:
+                holders.append((obj["metadata"]["name"], container["name"]))
+            # No secret is ever on a command line.
+            assert "controller-secret" not in " ".join(container.get("command", []))
+    assert holders == [("acks1-leader-kill-controller", "minibroker"),
+                       ("acks1-leader-kill-broker", "minibroker")]

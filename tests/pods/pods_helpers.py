@@ -176,6 +176,10 @@ class ClusterOnPods:
                 for key, value in self.tokens.items()}
         podman("secret", "rm", self.names.secret, check=False)  # left by an interrupted run
         podman("secret", "create", self.names.secret, "-", input=json.dumps(data))
+        # The controller secret: a Secret of its own, which the runner never gets.
+        podman("secret", "rm", self.names.controller_secret, check=False)
+        podman("secret", "create", self.names.controller_secret, "-", input=json.dumps(
+            {"controller-secret": base64.b64encode(uuid.uuid4().hex.encode() * 2).decode()}))
         objects = cluster_objects(self.cluster, self.spec, self.images, self.settings)
         config_map = next(o for o in objects if o["kind"] == "ConfigMap")
         hosts = self.hosts()
@@ -312,7 +316,7 @@ class ClusterOnPods:
         podman(*args, str(path))
 
     def stop(self) -> None:
-        """Remove every pod, the volumes they used, the secret and the network; never
+        """Remove every pod, the volumes they used, the secrets and the network; never
         raises."""
         volumes: set[str] = set()
         for container in self._containers():
@@ -326,6 +330,7 @@ class ClusterOnPods:
         if volumes:
             podman("volume", "rm", "-f", *sorted(volumes), check=False)
         podman("secret", "rm", self.names.secret, check=False)
+        podman("secret", "rm", self.names.controller_secret, check=False)
         podman("network", "rm", "-f", self.network, check=False)
         if self.api is not None:
             self.api.stop()

@@ -15,17 +15,13 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from planned_faults import planned
+from processes import needs_local_minibroker
 
 from undertow.faults import Nodes, build_fault
-from undertow.platform.base import CLIENT, Link, PlatformError, consumer_endpoint, wait_for
+from undertow.platform.base import CLIENT, Link, consumer_endpoint, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
 
-try:
-    default_command()
-    MISSING = None
-except PlatformError as exc:
-    MISSING = str(exc)
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+pytestmark = needs_local_minibroker()
 
 TOPIC = "links"
 FAST = {"replica.lag.time.max.ms": "1000", "broker.session.timeout.ms": "1500",

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from planned_faults import experiment, planned
+from processes import needs_local_minibroker
 
 from undertow import faults
 from undertow.faults import FAULT_UNITS, Fault, FaultError, Nodes, build_fault
@@ -33,12 +34,7 @@ EFFECT_TIMEOUT_S = 20
 LEADER = {"role": "leader"}
 FOLLOWER = {"role": "follower"}
 
-try:
-    default_command()
-    MISSING = None
-except PlatformError as exc:
-    MISSING = str(exc)
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+pytestmark = needs_local_minibroker()
 
 
 @pytest.fixture(scope="module")

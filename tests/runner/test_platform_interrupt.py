@@ -18,19 +18,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from processes import needs_local_minibroker
 from procs import living_with_mark, netns_names
 
 from undertow.faults import FAULT_UNITS
 from undertow.platform import netns
-from undertow.platform.base import PlatformError, wait_for
-from undertow.platform.local import default_command
+from undertow.platform.base import wait_for
 
-try:
-    default_command()
-    MISSING = None
-except PlatformError as exc:
-    MISSING = str(exc)
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+pytestmark = needs_local_minibroker()
 
 RUNNER = """
 import json, sys, time

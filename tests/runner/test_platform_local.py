@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from planned_faults import planned
-from processes import ON_SIGTERM, sigterm_lines
+from processes import ON_SIGTERM, needs_local_minibroker, sigterm_lines
 
 from undertow.faults import Nodes, build_fault
 from undertow.platform import netns
@@ -21,12 +21,7 @@ from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_
 from undertow.platform.process import ChildProcess, Spawner
 from undertow.platform.procfs import alive
 
-try:
-    default_command()
-    MISSING = None
-except PlatformError as exc:
-    MISSING = str(exc)
-needs_minibroker = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+needs_minibroker = needs_local_minibroker()
 needs_netns = pytest.mark.skipif(netns.unavailable_reason() is not None,
                                  reason=str(netns.unavailable_reason()))
 FAST = {"replica.lag.time.max.ms": "1000", "broker.session.timeout.ms": "1500",

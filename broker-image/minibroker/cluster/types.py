@@ -6,8 +6,10 @@ the network layer translates them to and from Kafka wire messages (kio dataclass
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
@@ -121,6 +123,14 @@ class MetadataImage:
     brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
     topics: dict[str, TopicImage] = field(default_factory=dict)
     cluster_id: str = ""
+
+    @cached_property
+    def topics_by_id(self) -> dict[uuid.UUID, TopicImage]:
+        """Every topic by its id (Kafka's ``TopicsImage.topicsById``), built once per image:
+        requests that name topics by id (Fetch v13+, Metadata v10+) look each one up here
+        instead of scanning every topic for every id. An image is replaced, never changed,
+        so the index cannot go stale."""
+        return {uuid.UUID(t.topic_id): t for t in self.topics.values()}
 
     def to_json(self) -> dict:
         return {

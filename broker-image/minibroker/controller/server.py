@@ -3,6 +3,11 @@
 Brokers register, heartbeat, long-poll for metadata changes, and send AlterPartition,
 CreateTopic and AllocateProducerIds requests over ``minibroker.rpc``. Every state change is
 persisted before the answer leaves (the controller fsyncs in ``QuorumController._persist``).
+
+Only peers holding the cluster's secret are served (``rpc_auth``: Kafka's controller
+listener takes SASL or mTLS, KIP-631), and each within the ``listener.name.controller.*``
+limits of ``config.py``; a metadata long poll waits at most
+``controller.metadata.max.wait.ms``, whatever it asks for.
 """
 
 from __future__ import annotations
@@ -15,18 +20,29 @@ from typing import Any
 
 from minibroker.admin import AdminServer
 from minibroker.cluster.types import TopicPartition
+from minibroker.config import resolve
 from minibroker.controller.quorum_controller import QuorumController
 from minibroker.events import ReplicationEventLog
 from minibroker.metrics import controller_registry
-from minibroker.rpc import RpcServer
+from minibroker.rpc import RpcLimits, RpcServer
 
 log = logging.getLogger("minibroker.controller")
 
 TICK_MS = 100
 
 
+def controller_rpc_limits(config: dict[str, str]) -> RpcLimits:
+    """The controller listener's bounds, from the ``listener.name.controller.*`` configs."""
+    return RpcLimits(
+        max_connections=resolve("listener.name.controller.max.connections", config),
+        max_in_flight_per_connection=resolve(
+            "listener.name.controller.max.in.flight.requests.per.connection", config),
+        max_request_bytes=resolve("listener.name.controller.socket.request.max.bytes",
+                                  config))
+
+
 class ControllerServer:
-    def __init__(self, data_dir: Path, config: dict[str, str]) -> None:
+    def __init__(self, data_dir: Path, config: dict[str, str], secret: bytes) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._loop = asyncio.get_running_loop()
         self.events = ReplicationEventLog(data_dir)
@@ -35,6 +51,7 @@ class ControllerServer:
             data_dir=data_dir)
         self._changed = asyncio.Condition()
         self.controller.add_listener(self._on_commit)
+        self._max_wait_ms: int = resolve("controller.metadata.max.wait.ms", config)
         self.rpc = RpcServer({
             "register_broker": self._register_broker,
             "heartbeat": self._heartbeat,
@@ -44,7 +61,7 @@ class ControllerServer:
             "alter_topic_config": self._alter_topic_config,
             "allocate_producer_ids": self._allocate_producer_ids,
             "state": self._state,
-        })
+        }, secret=secret, limits=controller_rpc_limits(config))
         self._tick_task: asyncio.Task | None = None
         self.admin: AdminServer | None = None
 
@@ -92,9 +109,14 @@ class ControllerServer:
         return {"error": error.name, "is_fenced": fenced}
 
     async def _fetch_metadata(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Long poll: answer as soon as the metadata is newer than ``since``."""
-        since = p.get("since", -1)
-        wait_s = p.get("wait_ms", 1000) / 1000
+        """Long poll: answer as soon as the metadata is newer than ``since``, or after
+        ``wait_ms``, clamped to ``controller.metadata.max.wait.ms``: a caller cannot park a
+        request (and its task) on the controller for longer."""
+        since, wait_ms = p.get("since", -1), p.get("wait_ms", 1000)
+        for name, value in (("since", since), ("wait_ms", wait_ms)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{name}: expected an integer, got {value!r}")
+        wait_s = min(max(wait_ms, 0), self._max_wait_ms) / 1000
         async with self._changed:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(
@@ -127,4 +149,4 @@ class ControllerServer:
         return self.state()
 
     def state(self) -> dict[str, Any]:
-        return self.controller.state()
+        return {**self.controller.state(), "rpc": self.rpc.stats()}

@@ -93,8 +93,12 @@ class ClusterApis:
             topics = tuple(self._topic_metadata(m, image, image.topics[name], reachable)
                            for name in sorted(image.topics))
         else:
+            # Each topic once, however often named (Kafka's handleTopicMetadataRequest takes
+            # the request's topics as a set): the answer's size is bounded by the cluster's
+            # topics, not by the request's.
+            requested = {(t.name, getattr(t, "topic_id", None)): t for t in body.topics}
             topics = tuple(self._requested_topic_metadata(m, image, t, reachable)
-                           for t in body.topics)
+                           for t in requested.values())
         return build(
             m.MetadataResponse,
             throttle_time=NO_THROTTLE,
@@ -111,9 +115,7 @@ class ClusterApis:
         if name is not None:
             topic, error = image.topics.get(name), ErrorCode.unknown_topic_or_partition
         else:  # v10+ may name a topic by id only
-            topic = next((t for t in image.topics.values()
-                          if uuid.UUID(t.topic_id) == req.topic_id), None)
-            error = ErrorCode.unknown_topic_id
+            topic, error = image.topics_by_id.get(req.topic_id), ErrorCode.unknown_topic_id
         if topic is not None:
             return self._topic_metadata(m, image, topic, reachable)
         return build(

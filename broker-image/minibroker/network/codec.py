@@ -23,7 +23,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.protocol import RequestPayload, ResponsePayload
 
-from minibroker.network.prescan import check_layout
+from minibroker.network.prescan import TooManyElements, check_layout
 
 __all__ = [
     "DEFAULT_MAX_REQUEST_SIZE",
@@ -31,11 +31,13 @@ __all__ = [
     "ApiKey",
     "KafkaProtocolError",
     "Request",
+    "check_frame_size",
     "decode_response",
     "encode_request",
     "encode_response",
     "parse_request",
     "read_frame",
+    "read_frame_body",
     "request_schema",
     "response_schema",
 ]
@@ -153,6 +155,12 @@ class Request:
         return f"{self.api_key.name} v{self.api_version}"
 
 
+PREFIX_CUT = "connection closed inside a frame's size prefix"
+
+_CHUNK = 1 << 20
+"""The most ``read_frame_body`` takes from the stream at once."""
+
+
 async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | None:
     """Read one size-prefixed frame; None when the peer closed between frames."""
     try:
@@ -160,16 +168,34 @@ async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | Non
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
             return None
-        raise KafkaProtocolError("connection closed inside a frame's size prefix") from None
+        raise KafkaProtocolError(PREFIX_CUT) from None
+    return await read_frame_body(reader, check_frame_size(prefix, max_size))
+
+
+def check_frame_size(prefix: bytes, max_size: int) -> int:
+    """The size a frame's 4-byte prefix declares, if within ``0..max_size``
+    (``socket.request.max.bytes``): Kafka's NetworkReceive checks it before it allocates."""
     (size,) = _SIZE.unpack(prefix)
     if size < 0 or size > max_size:
         raise KafkaProtocolError(f"frame size {size} outside 0..{max_size}")
-    try:
-        return await reader.readexactly(size)
-    except asyncio.IncompleteReadError as exc:
-        raise KafkaProtocolError(
-            f"connection closed after {len(exc.partial)} of a frame's {size} bytes"
-        ) from None
+    return size
+
+
+async def read_frame_body(reader: asyncio.StreamReader, size: int,
+                          chunks: list[bytes] | None = None) -> bytes:
+    """The ``size`` bytes after a frame's prefix, read as they come into ``chunks`` (the
+    caller's, to see how much came): nothing is reserved for bytes the peer declared but
+    has not sent."""
+    chunks = [] if chunks is None else chunks
+    received = 0
+    while received < size:
+        chunk = await reader.read(min(size - received, _CHUNK))
+        if not chunk:
+            raise KafkaProtocolError(
+                f"connection closed after {received} of a frame's {size} bytes")
+        chunks.append(chunk)
+        received += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 @cache
@@ -195,9 +221,10 @@ _DECODE_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-def _decode(entity_type: type, frame: bytes, offset: int) -> tuple[Any, int]:
+def _decode(entity_type: type, frame: bytes, offset: int, max_elements: int | None = None
+            ) -> tuple[Any, int]:
     """Layout check first (see prescan), then kio's native reader."""
-    check_layout(entity_type, frame, offset)
+    check_layout(entity_type, frame, offset, max_elements)
     return entity_reader(entity_type)(frame, offset)
 
 
@@ -207,14 +234,16 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {detail}"
 
 
-def parse_request(frame: bytes) -> Request:
+def parse_request(frame: bytes, max_elements: int | None = None) -> Request:
     """Parse a request frame (without its size prefix).
 
     Raises ``KafkaProtocolError`` for an unknown API key, an unsupported version (except
-    ApiVersions, which clients use to negotiate) and a header or body that does not
-    decode, and nothing else for any bytes: like Kafka's ``RequestContext.parseRequest``,
-    which turns whatever the message classes throw into an ``InvalidRequestException``,
-    so that ``SocketServer`` closes the one connection that sent it.
+    ApiVersions, which clients use to negotiate), a header or body that does not decode
+    and a body of more than ``max_elements`` array elements and tagged fields
+    (``max.request.elements``), and nothing else for any bytes: like Kafka's
+    ``RequestContext.parseRequest``, which turns whatever the message classes throw into an
+    ``InvalidRequestException``, so that ``SocketServer`` closes the one connection that
+    sent it.
     """
     if len(frame) < _HEADER_PREFIX.size:
         raise KafkaProtocolError(f"request of {len(frame)} bytes is shorter than a header")
@@ -235,10 +264,13 @@ def parse_request(frame: bytes) -> Request:
     else:
         raise KafkaProtocolError(f"unsupported version of {api_key.name}", **ids)
     try:
-        header, offset = _decode(header_type, frame, 0)
+        header, offset = _decode(header_type, frame, 0, max_elements)
         body = None
         if body_type is not None:
-            body, _ = _decode(body_type, frame, offset)
+            body, _ = _decode(body_type, frame, offset, max_elements)
+    except TooManyElements as exc:
+        raise KafkaProtocolError(f"{api_key.name} v{version} request over "
+                                 f"max.request.elements: {exc}", **ids) from None
     except _DECODE_ERRORS as exc:
         raise KafkaProtocolError(f"malformed {api_key.name} request: {_describe(exc)}",
                                  **ids) from exc

@@ -4,6 +4,15 @@ Like Kafka's SocketServer, a connection is muted while its request is processed,
 responses leave in request order even when a request waits in a purgatory. Anything
 wrong with one connection (a bad frame, an unknown API, a handler bug) closes that
 connection only.
+
+What Kafka spreads over threads runs here on one event loop: its Acceptor and Processors
+(accepting, reading frames), its KafkaRequestHandlerPool (handling), and beside them the
+broker's heartbeats to the controller and its replica fetchers. So every part of a
+connection's cost is bounded (``SocketServerConfig``): how many connections
+(``ConnectionQuotas``), how long one may sit idle or take to send a frame, how large a
+frame, how many bytes of frames at once (``MemoryPool``), how many elements one request may
+hold (the prescan), and a connection yields the loop after every request, as a Processor
+serves each channel a request at a time. docs/design.md, "Resource limits".
 """
 
 from __future__ import annotations
@@ -18,13 +27,15 @@ from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import DEFAULT_LISTENER
 from minibroker.network.codec import (
-    DEFAULT_MAX_REQUEST_SIZE,
     KafkaProtocolError,
     Request,
     encode_response,
     parse_request,
-    read_frame,
 )
+from minibroker.network.connection_quotas import ConnectionQuotas
+from minibroker.network.memory_pool import MemoryPool
+from minibroker.network.receive import ConnectionIdle, RequestReceiver
+from minibroker.network.socket_config import SocketServerConfig
 
 __all__ = ["CLIENT_HOST", "LISTENER", "CloseConnection", "KafkaServer", "RequestHandler"]
 
@@ -54,13 +65,19 @@ class RequestHandler(Protocol):
 
 
 class KafkaServer:
+    """One listener. The broker's listeners share one ``ConnectionQuotas`` and one
+    ``MemoryPool``, as Kafka's share theirs; a server given neither has its own."""
+
     def __init__(
-        self, handler: RequestHandler, *, max_request_size: int = DEFAULT_MAX_REQUEST_SIZE,
-        listener: str = DEFAULT_LISTENER,
+        self, handler: RequestHandler, *, config: SocketServerConfig | None = None,
+        listener: str = DEFAULT_LISTENER, quotas: ConnectionQuotas | None = None,
+        memory_pool: MemoryPool | None = None,
     ) -> None:
         self._handler = handler
         self.listener = listener
-        self._max_request_size = max_request_size
+        self._config = config or SocketServerConfig.from_config({})
+        self.quotas = quotas or ConnectionQuotas(self._config)
+        self.memory_pool = memory_pool or MemoryPool(self._config.queued_max_request_bytes)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -88,12 +105,19 @@ class KafkaServer:
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        peername = writer.get_extra_info("peername")
+        ip = peername[0] if peername else ""
+        refusal = self.quotas.inc(ip)
+        if refusal is not None:
+            # Kafka's Acceptor: "Rejected connection from {ip}, address already has ..."
+            log.info("Rejected connection from %s, %s", ip or "an unknown peer", refusal)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        peername = writer.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if peername else "an unknown peer"
-        CLIENT_HOST.set(f"/{peername[0]}" if peername else "")
+        CLIENT_HOST.set(f"/{ip}" if peername else "")
         LISTENER.set(self.listener)
         try:
             writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -102,25 +126,30 @@ class KafkaServer:
             pass  # the peer went away, or the server is stopping
         finally:
             self._connections.discard(task)
+            self.quotas.dec(ip)
             writer.close()
 
     async def _process_requests(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
     ) -> None:
+        receiver = RequestReceiver(reader, self._config, self.memory_pool)
+        idle_s = self._config.connections_max_idle_ms / 1000
         while True:
             try:
-                frame = await read_frame(reader, self._max_request_size)
-                if frame is None:
-                    return
-                request = parse_request(frame)
+                async with receiver.receive() as frame:
+                    if frame is None:
+                        return
+                    request = parse_request(frame, self._config.max_request_elements)
+            except ConnectionIdle as exc:
+                log.debug("closing connection from %s: %s", peer, exc)
+                return
             except KafkaProtocolError as exc:
                 log.warning("closing connection from %s: %s", peer, exc)
                 return
             try:
                 response = await self._handler.handle(request)
-                if response is None:
-                    continue
-                data = encode_response(request.correlation_id, response)
+                data = None if response is None else encode_response(request.correlation_id,
+                                                                     response)
             except CloseConnection as exc:
                 log.info("closing connection from %s after %s: %s", peer, request.name, exc)
                 return
@@ -131,5 +160,16 @@ class KafkaServer:
                     exc_info=True,
                 )
                 return
-            writer.write(data)
-            await writer.drain()
+            if data is not None:
+                writer.write(data)
+                try:
+                    async with asyncio.timeout(idle_s):
+                        await writer.drain()
+                except TimeoutError:
+                    log.info("closing connection from %s: the answer to %s left unread for "
+                             "%d ms (connections.max.idle.ms)", peer, request.name,
+                             self._config.connections_max_idle_ms)
+                    return
+            # The next request waits a turn of the loop, whatever is already buffered: one
+            # request per connection per turn, as a Processor polls its channels.
+            await asyncio.sleep(0)

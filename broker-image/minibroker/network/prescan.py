@@ -6,10 +6,17 @@ One garbled frame must not kill the broker, so every message is first walked her
 Python, against the same schema: each length is checked against the bytes that are
 actually left, and a frame that claims more fails with ``Underflow`` before any
 allocation. The walk builds no objects, so it costs a few microseconds per message.
+
+The same walk bounds a request's work (``max.request.elements``): it counts the array
+elements and tagged fields as it meets their counts, and stops with ``TooManyElements`` at
+the count that goes past the bound, before it walks those elements and before kio or a
+handler sees them. The broker serves requests on the event loop that also sends its
+heartbeats, so no request may hold it for long, whatever its size on the wire.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import Field, fields
 from functools import cache
@@ -25,10 +32,28 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-__all__ = ["Underflow", "check_layout"]
+__all__ = ["TooManyElements", "Underflow", "check_layout"]
 
-# (frame, position) -> position after the value
-Skip = Callable[[memoryview, int], int]
+
+class _Budget:
+    """Array elements and tagged fields the rest of the walk may meet."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.left = self.limit = limit
+
+    def spend(self, count: int, what: str, pos: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise TooManyElements(f"{count} {what} at byte {pos} take the message past "
+                                  f"{self.limit} array elements and tagged fields")
+
+
+_UNBOUNDED = sys.maxsize
+
+# (frame, position, budget) -> position after the value
+Skip = Callable[[memoryview, int, _Budget], int]
 
 _FIXED_SIZES = {
     "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2,
@@ -43,9 +68,20 @@ class Underflow(ValueError):
     not fill the size it declares."""
 
 
-def check_layout(entity_type: type, buf: bytes | memoryview, offset: int) -> int:
-    """Walk one ``entity_type`` in ``buf`` from ``offset``; return where it ends."""
-    return _entity_skip(entity_type)(memoryview(buf), offset)
+class TooManyElements(Exception):
+    """The message holds more array elements and tagged fields than the walk allows.
+
+    Not a ValueError: the message may be well formed, and the broker says which bound it
+    broke rather than calling it malformed."""
+
+
+def check_layout(entity_type: type, buf: bytes | memoryview, offset: int,
+                 max_elements: int | None = None) -> int:
+    """Walk one ``entity_type`` in ``buf`` from ``offset``; return where it ends. With
+    ``max_elements``, raise ``TooManyElements`` at the array or tagged-field count that
+    takes the message past that many."""
+    budget = _Budget(_UNBOUNDED if max_elements is None else max_elements)
+    return _entity_skip(entity_type)(memoryview(buf), offset, budget)
 
 
 def _advance(buf: memoryview, pos: int, size: int) -> int:
@@ -86,13 +122,13 @@ def _length(buf: memoryview, pos: int, flexible: bool, legacy_size: int) -> tupl
 def _primitive_skip(kafka_type: str, flexible: bool, legacy_string: bool) -> Skip:
     fixed = _FIXED_SIZES.get(kafka_type)
     if fixed is not None:
-        return lambda buf, pos: _advance(buf, pos, fixed)
+        return lambda buf, pos, _budget: _advance(buf, pos, fixed)
     if kafka_type not in _VARIABLE_TYPES:
         raise TypeError(f"no layout rule for Kafka type {kafka_type!r}")
     compact = flexible and not legacy_string
     legacy_size = 2 if kafka_type == "string" else 4
 
-    def skip_variable(buf: memoryview, pos: int) -> int:
+    def skip_variable(buf: memoryview, pos: int, _budget: _Budget) -> int:
         size, pos = _length(buf, pos, compact, legacy_size)
         return pos if size == -1 else _advance(buf, pos, size)
 
@@ -100,21 +136,23 @@ def _primitive_skip(kafka_type: str, flexible: bool, legacy_string: bool) -> Ski
 
 
 def _array_skip(item: Skip, flexible: bool) -> Skip:
-    def skip_array(buf: memoryview, pos: int) -> int:
+    def skip_array(buf: memoryview, pos: int, budget: _Budget) -> int:
         count, pos = _length(buf, pos, flexible, 4)
         if count < -1 or count > len(buf) - pos:
             raise Underflow(f"array of {count} items claimed at byte {pos}")
+        if count > 0:
+            budget.spend(count, "array elements", pos)
         for _ in range(count):
-            pos = item(buf, pos)
+            pos = item(buf, pos, budget)
         return pos
 
     return skip_array
 
 
 def _nullable_skip(entity: Skip) -> Skip:
-    def skip_nullable(buf: memoryview, pos: int) -> int:
+    def skip_nullable(buf: memoryview, pos: int, budget: _Budget) -> int:
         marker, pos = _int(buf, pos, 1)
-        return pos if marker == -1 else entity(buf, pos)
+        return pos if marker == -1 else entity(buf, pos, budget)
 
     return skip_nullable
 
@@ -150,18 +188,23 @@ def _entity_skip(entity_type: type) -> Skip:
         else:
             tagged[tag] = skip
 
-    def skip_entity(buf: memoryview, pos: int) -> int:
+    def skip_entity(buf: memoryview, pos: int, budget: _Budget) -> int:
         for step in steps:
-            pos = step(buf, pos)
+            pos = step(buf, pos, budget)
         if flexible:
-            pos = _skip_tagged_fields(buf, pos, tagged)
+            pos = _skip_tagged_fields(buf, pos, tagged, budget)
         return pos
 
     return skip_entity
 
 
-def _skip_tagged_fields(buf: memoryview, pos: int, known: dict[int, Skip]) -> int:
+def _skip_tagged_fields(buf: memoryview, pos: int, known: dict[int, Skip],
+                        budget: _Budget) -> int:
     count, pos = _uvarint(buf, pos)
+    if count > len(buf) - pos:  # each takes two bytes at least
+        raise Underflow(f"{count} tagged fields claimed at byte {pos}")
+    if count > 0:
+        budget.spend(count, "tagged fields", pos)
     for _ in range(count):
         tag, pos = _uvarint(buf, pos)
         size, pos = _uvarint(buf, pos)
@@ -170,7 +213,7 @@ def _skip_tagged_fields(buf: memoryview, pos: int, known: dict[int, Skip]) -> in
         # kio reads a known tag's value and goes on from where the value ends, whatever size
         # the tag declared (as Kafka's generated readers do), so the value must fill exactly
         # the bytes it declares: else kio would read on from a byte this walk never checked.
-        if skip is not None and skip(buf[:end], pos) != end:
+        if skip is not None and skip(buf[:end], pos, budget) != end:
             raise Underflow(f"tagged field {tag} does not fill the {size} bytes it declares")
         pos = end
     return pos

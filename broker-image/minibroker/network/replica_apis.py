@@ -4,7 +4,7 @@ metadata image is answered here, without asking the core; sessionless fetches; a
 
 from __future__ import annotations
 
-import uuid
+import struct
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Protocol
@@ -20,6 +20,7 @@ from minibroker.cluster.types import (
     ProduceResult,
     TopicPartition,
 )
+from minibroker.config import resolve
 from minibroker.network.codec import ApiKey, Request
 from minibroker.network.kafka_server import CloseConnection
 from minibroker.network.responses import (
@@ -29,8 +30,11 @@ from minibroker.network.responses import (
     completion,
     response_module,
 )
+from minibroker.storage.records import LOG_OVERHEAD
 
 _TRANSACTIONS_UNSUPPORTED = "minibroker does not support transactional producers"
+_BATCH_LENGTH = struct.Struct(">i")
+_BATCH_LENGTH_POS = 8  # after the batch's baseOffset
 
 
 class ReplicaBroker(Protocol):
@@ -40,6 +44,8 @@ class ReplicaBroker(Protocol):
     """
 
     def metadata_image(self) -> MetadataImage: ...
+
+    def broker_config(self) -> dict[str, str]: ...
 
     def append_records(
         self,
@@ -79,6 +85,9 @@ class ReplicaApis:
 
     def __init__(self, broker: ReplicaBroker) -> None:
         self._broker = broker
+        config = broker.broker_config()
+        self._fetch_max_bytes: int = resolve("fetch.max.bytes", config)
+        self._message_max_bytes: int = resolve("message.max.bytes", config)
 
     # -- Produce -------------------------------------------------------------------------
 
@@ -99,6 +108,13 @@ class ReplicaApis:
                     results[tp] = ProduceResult(ErrorCode.unknown_topic_or_partition)
                 elif part.records is None:
                     results[tp] = ProduceResult(ErrorCode.invalid_record)
+                elif len(part.records) > self._message_max_bytes:
+                    results[tp] = ProduceResult(ErrorCode.message_too_large, error_message=(
+                        f"The record batch size in the append to {tp} is "
+                        f"{len(part.records)} bytes which exceeds the maximum configured "
+                        f"value of {self._message_max_bytes}."))
+                elif (more := _more_than_one_batch(part.records)) is not None:
+                    results[tp] = ProduceResult(ErrorCode.invalid_record, error_message=more)
                 else:
                     entries[tp] = part.records
         if entries:
@@ -144,12 +160,19 @@ class ReplicaApis:
             )
         image = self._broker.metadata_image()
         by_id = request.api_version >= 13  # v13+ (KIP-516) name topics by id
-        names = {uuid.UUID(t.topic_id): t.name for t in image.topics.values()} if by_id else {}
+        by_topic_id = image.topics_by_id
         wanted: list[FetchPartition] = []
         results: dict[tuple[Any, int], FetchResult] = {}
+        keys: dict[str, Any] = {}  # a topic's name -> how this request names it
         for topic in body.topics:
             key = topic.topic_id if by_id else topic.topic
-            name = names.get(topic.topic_id) if by_id else topic.topic
+            if by_id:
+                known = by_topic_id.get(topic.topic_id)
+                name = known.name if known is not None else None
+            else:
+                name = topic.topic
+            if name is not None:
+                keys[name] = key
             for part in topic.partitions:
                 tp = TopicPartition(name or "", part.partition)
                 if name is not None and _partition_exists(image, tp):
@@ -172,15 +195,15 @@ class ReplicaApis:
                 replica_id=replica.replica_id if replica is not None else body.replica_id,
                 max_wait_ms=int(body.max_wait.total_seconds() * 1000),
                 min_bytes=body.min_bytes,
-                max_bytes=body.max_bytes,
+                # Kafka's fetch.max.bytes: what one answer may hold, whatever was asked.
+                max_bytes=min(body.max_bytes, self._fetch_max_bytes),
                 partitions=wanted,
                 isolation_level=body.isolation_level,
                 replica_epoch=replica.replica_epoch if replica is not None else -1,
             )
             done = await completion(lambda complete: self._broker.fetch_messages(fetch, complete))
             for tp, result in done.items():
-                topic_key = uuid.UUID(image.topics[tp.topic].topic_id) if by_id else tp.topic
-                results[topic_key, tp.partition] = result
+                results[keys[tp.topic], tp.partition] = result
         return build(
             m.FetchResponse,
             throttle_time=NO_THROTTLE,
@@ -253,6 +276,22 @@ class ReplicaApis:
             topics.append(m.OffsetForLeaderTopicResult(
                 topic=topic.topic, partitions=tuple(partitions)))
         return m.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _more_than_one_batch(records: bytes) -> str | None:
+    """Kafka's ``ProduceRequest.validateRecords``: a Produce of v3 or later (all that
+    minibroker serves) carries exactly one record batch per partition, so that appending
+    one partition's records costs one batch's header work, however large the request. The
+    first batch's length field says where it ends; anything after it is refused
+    (INVALID_RECORD, as Kafka answers). Whether that one batch is sound is the log's to
+    check."""
+    if len(records) < LOG_OVERHEAD:
+        return None
+    (batch_length,) = _BATCH_LENGTH.unpack_from(records, _BATCH_LENGTH_POS)
+    if len(records) <= LOG_OVERHEAD + batch_length:
+        return None
+    return ("Produce requests with version 3 or above are only allowed to contain exactly "
+            "one record batch per partition")
 
 
 def _partition_exists(image: MetadataImage, tp: TopicPartition) -> bool:

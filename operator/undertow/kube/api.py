@@ -50,6 +50,7 @@ KINDS: dict[str, Kind] = {
     "Job": Kind("batch/v1", "jobs"),
     "Role": Kind("rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings"),
+    "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),
     "BrokerCluster": Kind("undertow.dev/v1alpha1", "brokerclusters"),
     "ChaosExperiment": Kind("undertow.dev/v1alpha1", "chaosexperiments"),
 }

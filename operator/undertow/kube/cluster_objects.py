@@ -8,7 +8,14 @@ A BrokerCluster ``C`` in namespace ``NS`` becomes:
   ``C-broker-I`` is broker id I (its ordinal), reachable at ``C-broker-I.C-broker.NS.svc``;
 - ``C-bootstrap``: the client Service (Kafka port of every broker);
 - ``C-config``: ConfigMap with ``server.properties`` (Kafka-style ``key=value`` lines);
-- ``C-faults``: Secret with the failpoint and fault agent tokens (created once).
+- ``C-faults``: Secret with the failpoint and fault agent tokens (created once);
+- ``C-controller-auth``: Secret with the controller secret (created once), which the
+  controller and every broker get as ``$MINIBROKER_CONTROLLER_SECRET``: the controller
+  serves only peers that prove they hold it (minibroker's ``rpc_auth``, as Kafka's
+  controller listener takes SASL, KIP-631); the runner never needs it;
+- ``C-network``: NetworkPolicy: anyone reaches the Kafka port; only the cluster's own pods,
+  the runner Job of an experiment on the cluster and the operator reach the controller,
+  admin (failpoints) and fault agent ports.
 
 Every broker and controller pod also runs the fault agent (``agent/``): the pod shares
 its process namespace so the agent can signal the broker, and only the agent container has
@@ -55,23 +62,53 @@ FAILPOINT_TOKEN_KEY = "failpoint-token"
 AGENT_TOKEN_KEY = "agent-token"
 FAILPOINT_TOKEN_ENV = "MINIBROKER_FAILPOINT_TOKEN"
 AGENT_TOKEN_ENV = "UNDERTOW_AGENT_TOKEN"
+CONTROLLER_SECRET_KEY = "controller-secret"
+CONTROLLER_SECRET_ENV = "MINIBROKER_CONTROLLER_SECRET"
+"""Where minibroker reads the controller secret (``minibroker.rpc_auth.SECRET_ENV``)."""
+
+LABEL_TARGET_CLUSTER = "undertow.dev/target-cluster"
+"""On a runner Job's pod: the cluster it runs against, whose NetworkPolicy admits it. Not
+``LABEL_CLUSTER``, which names the cluster's own pods."""
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "undertow-operator"}
+"""The operator's pods, as manifests/ and the Helm chart label them."""
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by the API server on every namespace (Kubernetes 1.22+)."""
 
 DATA_DIR = "/var/lib/minibroker"
 HOLD_DIR = "/run/undertow"
 HOLD_FILE = f"{HOLD_DIR}/hold"
 """Shared by the broker and its fault agent: how long a killed broker stays down."""
+PID_DIR = "/run/minibroker"
+PID_FILE = f"{PID_DIR}/broker.pid"
+"""Written by the broker's launcher, read by its fault agent: the one process the agent
+may stop or kill (``agent/processes.py``)."""
 CONTROLLER_STORAGE = "256Mi"
 """The controller's metadata volume (a few KB of fsynced JSON per cluster)."""
 CONFIG_DIR = "/etc/minibroker"
 
+# Defines record_pid FILE: writes "PID START" into FILE, atomically, for this shell (its pid
+# and its start time, field 22 of /proc/PID/stat, after the command name in parentheses).
+# A subshell function: $$ is still the launcher's pid, and its "set --" changes nothing
+# outside. The launcher then execs the broker, which keeps both, and the fault agent
+# signals that process and no other (agent/processes.py).
+RECORD_PID = """record_pid() (
+  file=$1
+  set -- $(sed 's/.*) //' /proc/$$/stat)
+  shift 19
+  printf '%s %s\\n' "$$" "$1" > "$file.tmp"
+  mv -f "$file.tmp" "$file"
+)
+"""
+
 # Waits while a kill holds the broker down (the fault agent's hold file: a deadline in
-# seconds since the epoch; see agent/hold.py), reads server.properties into repeated
-# --config flags, then execs minibroker so that the broker is the container's main process
-# (signals reach it, the agent finds it).
+# seconds since the epoch; see agent/hold.py), records its pid for the agent, reads
+# server.properties into repeated --config flags, then execs minibroker so that the broker
+# is the container's main process (signals reach it) with the recorded pid.
 _LAUNCHER = """set -eu
 while [ -f {hold_file} ] && [ "$(date +%s)" -lt "$(cat {hold_file} 2>/dev/null || echo 0)" ]; do
   sleep 0.2
 done
+""" + RECORD_PID + """record_pid {pid_file}
 set --
 while IFS= read -r line || [ -n "$line" ]; do
   case "$line" in ''|'#'*) continue ;; esac
@@ -109,6 +146,15 @@ class ClusterNames:
     @property
     def secret(self) -> str:
         return f"{self.cluster}-faults"
+
+    @property
+    def controller_secret(self) -> str:
+        """The Secret holding the controller secret (not the runner's to read)."""
+        return f"{self.cluster}-controller-auth"
+
+    @property
+    def network_policy(self) -> str:
+        return f"{self.cluster}-network"
 
     def pod(self, node: str) -> str:
         """``controller`` -> ``C-controller-0``; ``broker-2`` -> ``C-broker-2``."""
@@ -167,6 +213,16 @@ def fault_secret(cluster: Mapping[str, Any], failpoint_token: str,
                      AGENT_TOKEN_KEY: _b64(agent_token)}}
 
 
+def controller_secret(cluster: Mapping[str, Any], secret: str) -> dict[str, Any]:
+    """The Secret with the cluster's controller secret (Kafka keeps its controller
+    listener's SASL credentials apart from anything clients use)."""
+    names = cluster_names(cluster)
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": object_meta(names.controller_secret, names.namespace, cluster,
+                                    {LABEL_CLUSTER: names.cluster}),
+            "data": {CONTROLLER_SECRET_KEY: _b64(secret)}}
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -176,13 +232,17 @@ _DEFAULT_SETTINGS = JobSettings()
 
 def cluster_objects(cluster: Mapping[str, Any], spec: BrokerClusterSpec, images: Images,
                     settings: JobSettings = _DEFAULT_SETTINGS,
-                    broker_replicas: int | None = None) -> list[dict[str, Any]]:
-    """ConfigMap, Services and StatefulSets of a BrokerCluster (not its Secret).
+                    broker_replicas: int | None = None,
+                    operator_namespace: str | None = None) -> list[dict[str, Any]]:
+    """NetworkPolicy, ConfigMap, Services and StatefulSets of a BrokerCluster (not its
+    Secrets, which are made once).
 
-    ``broker_replicas`` overrides ``spec.brokers`` while a scale-down waits to be safe.
+    ``broker_replicas`` overrides ``spec.brokers`` while a scale-down waits to be safe;
+    ``operator_namespace`` is where the operator's pods are (None: the cluster's).
     """
     names = cluster_names(cluster)
     return [
+        network_policy(cluster, operator_namespace),
         _config_map(cluster, names, spec),
         _headless_service(cluster, names, "controller", names.controller),
         _headless_service(cluster, names, "broker", names.brokers),
@@ -196,6 +256,44 @@ def cluster_objects(cluster: Mapping[str, Any], spec: BrokerClusterSpec, images:
 STATEFULSET_IMMUTABLE = (("spec", "volumeClaimTemplates"), ("spec", "selector"),
                          ("spec", "serviceName"), ("spec", "podManagementPolicy"))
 """StatefulSet fields the API server refuses to change: left out of update patches."""
+
+
+def network_policy(cluster: Mapping[str, Any],
+                   operator_namespace: str | None = None) -> dict[str, Any]:
+    """Who may reach the cluster's pods, and on which ports.
+
+    Kafka's listeners split the same way: clients reach the Kafka port (brokers replicate
+    over it too), while the controller listener (KIP-631), the admin endpoint (its
+    failpoints) and the fault agent are the control plane's. Those admit only the cluster's
+    own pods, the runner Job of an experiment on the cluster (its fault primitives and
+    ``/v1/state``) and the operator (readiness, rolling restarts, healing); the secret and
+    tokens still guard each of them. The kubelet's probes come from the node, which a
+    NetworkPolicy always admits; partitions are the agents' iptables rules inside the pods,
+    which a policy does not touch. Egress stays open: DNS, the peers, the API server.
+    """
+    names = cluster_names(cluster)
+    own = {LABEL_CLUSTER: names.cluster}
+    operator: dict[str, Any] = {"podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}
+    if operator_namespace is not None:
+        operator["namespaceSelector"] = {
+            "matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}}
+    runner = {LABEL_COMPONENT: "runner", LABEL_TARGET_CLUSTER: names.cluster}
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": object_meta(names.network_policy, names.namespace, cluster, own),
+        "spec": {
+            "podSelector": {"matchLabels": own},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [{"protocol": "TCP", "port": KAFKA_PORT}]},
+                {"from": [{"podSelector": {"matchLabels": own}},
+                          {"podSelector": {"matchLabels": runner}},
+                          operator],
+                 "ports": [{"protocol": "TCP", "port": port}
+                           for port in (CONTROLLER_PORT, ADMIN_PORT, AGENT_PORT)]},
+            ],
+        },
+    }
 
 
 def _config_map(cluster: Mapping[str, Any], names: ClusterNames,
@@ -252,7 +350,7 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
                  replicas: int) -> dict[str, Any]:
     name = names.controller if component == "controller" else names.brokers
     labels = cluster_labels(names.cluster, component)
-    launcher = _LAUNCHER.format(config_dir=CONFIG_DIR, hold_file=HOLD_FILE,
+    launcher = _LAUNCHER.format(config_dir=CONFIG_DIR, hold_file=HOLD_FILE, pid_file=PID_FILE,
                                 role=_minibroker_args(names, component))
     minibroker = {
         "name": "minibroker",
@@ -260,6 +358,8 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
         "imagePullPolicy": images.pull_policy,
         "command": ["sh", "-c", launcher],
         "env": [secret_env(FAILPOINT_TOKEN_ENV, names.secret, FAILPOINT_TOKEN_KEY),
+                secret_env(CONTROLLER_SECRET_ENV, names.controller_secret,
+                           CONTROLLER_SECRET_KEY),
                 {"name": "PYTHONUNBUFFERED", "value": "1"}],
         "ports": [{"name": port_name, "containerPort": port}
                   for port_name, port in _ports(component)[:2]],
@@ -270,7 +370,8 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR},
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                          {"name": "tmp", "mountPath": "/tmp"},
-                         {"name": "fault-hold", "mountPath": HOLD_DIR, "readOnly": True}],
+                         {"name": "fault-hold", "mountPath": HOLD_DIR, "readOnly": True},
+                         {"name": "broker-pid", "mountPath": PID_DIR}],
     }
     if spec.resources is not None:
         minibroker["resources"] = spec.resources.model_dump(exclude_none=True)
@@ -279,6 +380,7 @@ def _statefulset(cluster: Mapping[str, Any], names: ClusterNames, spec: BrokerCl
         {"name": "tmp", "emptyDir": {}},
         {"name": "agent-run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         {"name": "fault-hold", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": "broker-pid", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
     ]
     body: dict[str, Any] = {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -375,7 +477,7 @@ def fault_agent_container(names: ClusterNames, images: Images,
         "imagePullPolicy": images.pull_policy,
         "command": ["python", "-m", "undertow.kube.agent", "--listen",
                     f"0.0.0.0:{AGENT_PORT}", "--target", "minibroker",
-                    "--hold-file", HOLD_FILE],
+                    "--pid-file", PID_FILE, "--hold-file", HOLD_FILE],
         "env": [secret_env(AGENT_TOKEN_ENV, names.secret, AGENT_TOKEN_KEY)],
         "ports": [{"name": "agent", "containerPort": AGENT_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "agent"},
@@ -387,8 +489,10 @@ def fault_agent_container(names: ClusterNames, images: Images,
             "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN", "KILL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        # iptables takes its lock in /run; a kill holds the broker down through fault-hold.
+        # iptables takes its lock in /run; a kill holds the broker down through fault-hold;
+        # broker-pid says which process the broker is (its launcher writes it).
         "volumeMounts": [{"name": "agent-run", "mountPath": "/run"},
-                         {"name": "fault-hold", "mountPath": HOLD_DIR}],
+                         {"name": "fault-hold", "mountPath": HOLD_DIR},
+                         {"name": "broker-pid", "mountPath": PID_DIR, "readOnly": True}],
     }
 

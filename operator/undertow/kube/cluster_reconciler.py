@@ -28,6 +28,7 @@ from undertow.kube.cluster_objects import (
     ClusterNames,
     cluster_names,
     cluster_objects,
+    controller_secret,
     fault_secret,
     storage_change,
 )
@@ -52,7 +53,9 @@ class BrokerClusterReconciler(Reconciler):
     """Reconciles BrokerClusters: their objects, their status and their rolling restarts."""
 
     def apply_cluster(self, body: Mapping[str, Any]) -> None:
-        """Create or update the cluster's Secret, ConfigMap, Services and StatefulSets.
+        """Create or update the cluster's Secrets, NetworkPolicy, ConfigMap, Services and
+        StatefulSets. The Secrets are made once and never changed: a new controller secret
+        would lock every running broker out of its controller.
 
         A smaller ``brokers`` is not applied here: the status timer scales down one broker
         at a time, when it is safe.
@@ -62,6 +65,8 @@ class BrokerClusterReconciler(Reconciler):
         check_name(names.cluster, "BrokerCluster")
         if self.api.get("Secret", names.namespace, names.secret) is None:
             self._create(fault_secret(body, secrets.token_hex(16), secrets.token_hex(16)))
+        if self.api.get("Secret", names.namespace, names.controller_secret) is None:
+            self._create(controller_secret(body, secrets.token_hex(32)))
         current = self.api.get("StatefulSet", names.namespace, names.brokers)
         problem = storage_change(current, spec)
         if problem is not None:
@@ -70,7 +75,8 @@ class BrokerClusterReconciler(Reconciler):
         if current is not None:
             replicas = max(spec.brokers, int(current.get("spec", {}).get("replicas") or 0))
         for obj in cluster_objects(body, spec, self.config.images, self.config.jobs,
-                                   broker_replicas=replicas):
+                                   broker_replicas=replicas,
+                                   operator_namespace=self.config.operator_namespace):
             immutable = STATEFULSET_IMMUTABLE if obj["kind"] == "StatefulSet" else ()
             self.api.apply(obj, immutable=immutable)
 

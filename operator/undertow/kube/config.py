@@ -29,6 +29,9 @@ class OperatorConfig:
     """How long Healing waits for every broker to be ready before analysing anyway."""
     http_timeout_s: float = 2.0
     """Timeout of each call to a pod's fault agent or /v1/state."""
+    operator_namespace: str | None = None
+    """The operator's own namespace ($POD_NAMESPACE): each cluster's NetworkPolicy admits
+    the operator's pods from there (None: from the cluster's namespace)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> OperatorConfig:
@@ -53,6 +56,7 @@ class OperatorConfig:
             agent_resources=_json(env, "UNDERTOW_AGENT_RESOURCES",
                                   defaults_jobs.agent_resources))
         return cls(namespaces=namespaces, images=images, jobs=jobs,
+                   operator_namespace=env.get("POD_NAMESPACE") or None,
                    interval_s=_seconds(env, "UNDERTOW_INTERVAL_S", cls.interval_s),
                    heal_timeout_s=_seconds(env, "UNDERTOW_HEAL_TIMEOUT_S", cls.heal_timeout_s))
 

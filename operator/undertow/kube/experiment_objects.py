@@ -23,6 +23,7 @@ from undertow.kube.cluster_objects import (
     AGENT_TOKEN_KEY,
     FAILPOINT_TOKEN_ENV,
     FAILPOINT_TOKEN_KEY,
+    LABEL_TARGET_CLUSTER,
     ClusterNames,
 )
 from undertow.kube.objects import (
@@ -171,7 +172,8 @@ def _account(owner: Mapping[str, Any], name: str,
 def _job(experiment: Mapping[str, Any], name: str, component: str,
          containers: list[dict[str, Any]], volumes: list[dict[str, Any]],
          deadline_s: int | None,
-         init_containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+         init_containers: list[dict[str, Any]] | None = None,
+         pod_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     names = experiment_names(experiment)
     labels = {LABEL_EXPERIMENT: names.experiment, LABEL_COMPONENT: component}
     for container in [*(init_containers or []), *containers]:
@@ -192,7 +194,8 @@ def _job(experiment: Mapping[str, Any], name: str, component: str,
         pod["initContainers"] = init_containers
     spec: dict[str, Any] = {
         "backoffLimit": 0,
-        "template": {"metadata": {"labels": {**MANAGED_BY, **labels}}, "spec": pod},
+        "template": {"metadata": {"labels": {**MANAGED_BY, **labels, **(pod_labels or {})}},
+                     "spec": pod},
     }
     if deadline_s is not None:
         spec["activeDeadlineSeconds"] = deadline_s
@@ -230,7 +233,9 @@ def runner_job(experiment: Mapping[str, Any], cluster_name: str, seed: int,
     }
     volumes = [_history_volume(names), {"name": "spec", "configMap": {"name": names.spec}}]
     deadline = int(duration_s) + settings.run_margin_s
-    return _job(experiment, names.runner, "runner", [container], volumes, deadline)
+    # The cluster's NetworkPolicy admits the runner to its control ports by this label.
+    return _job(experiment, names.runner, "runner", [container], volumes, deadline,
+                pod_labels={LABEL_TARGET_CLUSTER: cluster_name})
 
 
 def analysis_job(experiment: Mapping[str, Any], images: Images,

@@ -9,6 +9,12 @@ stalls, full disks and power loss are the broker's failpoints.
 
 Nothing outlives the run: children die with the runner (PR_SET_PDEATHSIG), the proxies
 are threads of the runner, and the guardian cleans up after a runner killed outright.
+
+The controller serves only processes holding the run's controller secret (Kafka's
+controller listener with SASL, KIP-631; ``minibroker.rpc_auth``): a fresh one per start in
+``workdir/controller.secret`` (``--out DIR``: ``DIR/cluster/controller.secret``), mode 0600,
+which the controller and the brokers find through ``$MINIBROKER_CONTROLLER_SECRET_FILE``,
+never on a command line.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minibroker.rpc_auth import SECRET_FILE_ENV, write_secret_file
 from undertow.platform.admin import AdminClient
 from undertow.platform.base import (
     CLIENT,
@@ -45,6 +52,7 @@ from undertow.platform.proxy import ProxyNetwork
 
 NETWORK_MODES = ("proxy", "netns")
 FAILPOINT_TOKEN_ENV = "MINIBROKER_FAILPOINT_TOKEN"
+CONTROLLER_SECRET_FILE = "controller.secret"
 _NETNS_PORTS = {"broker": 9092, "controller": 9093, "metrics": 9100}
 
 
@@ -149,7 +157,11 @@ class LocalPlatform(Platform):
         self._guardian = Guardian.start(logs / "guardian.log")
         self._spawner = Spawner()
         self._wiring = self._wire_netns() if self.config.network == "netns" else self._wire_proxy()
-        env = {**os.environ, FAILPOINT_TOKEN_ENV: self._failpoint_token, "PYTHONUNBUFFERED": "1"}
+        secret = self.controller_secret_file
+        secret.unlink(missing_ok=True)  # a fresh secret for every cluster the runner starts
+        write_secret_file(secret)
+        env = {**os.environ, FAILPOINT_TOKEN_ENV: self._failpoint_token,
+               SECRET_FILE_ENV: str(secret.resolve()), "PYTHONUNBUFFERED": "1"}
         for node in self.nodes:
             (self.config.workdir / "data" / node).mkdir(parents=True, exist_ok=True)
             self._processes[node] = ChildProcess(
@@ -325,6 +337,11 @@ class LocalPlatform(Platform):
     @property
     def failpoint_token(self) -> str:
         return self._failpoint_token
+
+    @property
+    def controller_secret_file(self) -> Path:
+        """Where the controller secret of the run is (read it to talk to the controller)."""
+        return self.config.workdir / CONTROLLER_SECRET_FILE
 
     def kill(self, node: str, grace_period_s: float = 0.0) -> None:
         with self._node_locks[self.check_node(node)]:

@@ -1,8 +1,10 @@
 """The fault agent: a sidecar in every broker and controller pod that pauses or kills the
 broker and cuts its links, and heals all three on its own when their deadline passes.
 
-It shares the pod's process namespace (``shareProcessNamespace: true``), so it finds the
-broker by its command line, stops it with SIGSTOP (SIGCONT resumes it) and kills it with
+It shares the pod's process namespace (``shareProcessNamespace: true``), so it can signal
+the broker: the one process whose pid and start time the broker container's launcher
+recorded in a file both containers mount (``processes.py``; never whatever else in the pod
+mentions ``minibroker``). It stops it with SIGSTOP (SIGCONT resumes it) and kills it with
 SIGKILL in place, or with a grace period SIGTERM first and SIGKILL after it (its
 container restarts, held down until released: ``hold.py``); it
 shares the pod's network namespace, so its iptables rules drop exactly this pod's packets whatever
@@ -10,8 +12,13 @@ the CNI. Rules live in chains of its own (``UNDERTOW-INPUT``, ``UNDERTOW-OUTPUT`
 to from INPUT and OUTPUT, so healing is a flush and nothing else in the pod is touched.
 
 Every fault carries a deadline: when it passes, the agent removes the rule or resumes the
-process itself, even if the runner and the operator are gone. A restarted agent has
-forgotten its deadlines, so it heals everything as it starts.
+process itself, even if the runner and the operator are gone; a heal that fails, for any
+reason, is retried until it succeeds. A restarted agent has forgotten its deadlines, so it
+heals everything as it starts.
+
+No client can tie the agent up: its server (``minibroker.control_http``) has a fixed
+number of threads, a deadline on every request and a bound on every body, and answers a
+malformed one with a 400 naming the problem; every iptables call has a timeout.
 
 HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /healthz)::
 
@@ -32,7 +39,7 @@ These are the Kubernetes platform's primitives; the fault kinds compose them
 
 ``input`` drops packets from the peer (INPUT -s), ``output`` packets to it (OUTPUT -d).
 
-One module per job: ``processes`` (signals by command line), ``hold`` (a killed broker kept
+One module per job: ``processes`` (signals to the recorded broker), ``hold`` (a killed broker kept
 down), ``netfilter`` (the DROP rules) and ``iptables_backend`` (which iptables writes them),
 ``fault_agent`` (each fault applied and healed through those), ``deadlines`` (healing at
 the deadline), ``server`` (the HTTP API), ``client`` (the caller's side of it, over

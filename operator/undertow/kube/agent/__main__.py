@@ -1,4 +1,5 @@
-"""``python -m undertow.kube.agent --listen HOST:PORT --target MARKER``: the sidecar's command."""
+"""``python -m undertow.kube.agent --listen HOST:PORT --pid-file FILE [--target MARKER]``:
+the sidecar's command."""
 
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m undertow.kube.agent",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", default="0.0.0.0:9200", help="HOST:PORT")
+    parser.add_argument("--pid-file", type=Path, required=True,
+                        help="where the broker's launcher records its pid (PID START)")
     parser.add_argument("--target", default="minibroker",
-                        help="pause the processes whose command line contains this")
+                        help="what the recorded process's command line must contain")
     parser.add_argument("--hold-file", type=Path, default=None,
                         help="where a kill holds the target down (its launcher waits on it)")
     args = parser.parse_args(argv)
@@ -51,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fault agent: {exc}", file=sys.stderr)
         return 2
     log.info("iptables back end: %s", command[0])
-    agent = FaultAgent(Netfilter(command), Processes(args.target), Hold(args.hold_file))
+    agent = FaultAgent(Netfilter(command), Processes(args.target, args.pid_file),
+                       Hold(args.hold_file))
     agent.start()
     server = make_server(agent, host, int(port), token)
 
@@ -59,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)
-    log.info("fault agent on %s, target %r", args.listen, args.target)
+    log.info("fault agent on %s, target %r (pid in %s)", args.listen, args.target,
+             args.pid_file)
     try:
         server.serve_forever()
     finally:

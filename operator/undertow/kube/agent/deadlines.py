@@ -13,12 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from undertow.kube.agent.errors import AgentError
-
 log = logging.getLogger("undertow.agent")
 
-RETRY_S = 1.0
-"""How soon a heal that failed at its deadline is tried again."""
+RETRY_MIN_S = 0.1
+RETRY_MAX_S = 2.0
+"""A heal that failed at its deadline is tried again after RETRY_MIN_S, then twice as long
+after each failure, at most RETRY_MAX_S apart: soon after a passing hiccup, without a
+tight loop of failures (and of their log lines) while one lasts."""
 
 
 @dataclass
@@ -30,6 +31,8 @@ class Fault:
     old."""
     deadline: float
     """``time.monotonic()`` at which the agent heals it."""
+    failures: int = 0
+    """Heals of it that failed: how long to back off before the next."""
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {"kind": self.kind, "key": self.key,
@@ -38,7 +41,11 @@ class Fault:
 
 class Deadlines:
     """The faults in place, each with its deadline; a thread hands each to ``heal`` once
-    its deadline passes, and again every ``RETRY_S`` while ``heal`` raises ``AgentError``.
+    its deadline passes, and again, backing off, for as long as ``heal`` raises anything.
+
+    The thread must outlive every failure: it is the only thing that heals a fault whose
+    runner and operator are gone, so an error it did not foresee (an ``OSError`` from
+    /proc, a missing binary, a bug) is logged and retried, never allowed to end it.
 
     ``lock`` is the caller's too: it applies a fault and adds its deadline under it, and
     ``heal`` runs under it, so a deadline that passes as a new fault of the same key is
@@ -100,10 +107,13 @@ class Deadlines:
     def _expire(self, fault: Fault) -> None:
         try:
             self._heal(fault)
-        except AgentError:
-            # Try again shortly rather than leave the fault in place.
-            log.exception("healing %s at its deadline failed; retrying", fault.key)
-            fault.deadline = time.monotonic() + RETRY_S
+        except Exception:
+            # Whatever failed, try again shortly rather than leave the fault in place.
+            backoff = min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(fault.failures, 8))
+            fault.failures += 1
+            fault.deadline = time.monotonic() + backoff
+            log.exception("healing %s at its deadline failed (%d times); retrying in %.1fs",
+                          fault.key, fault.failures, backoff)
             return
-        del self._faults[fault.key]
+        self._faults.pop(fault.key, None)
         log.info("%s healed at its deadline", fault.key)

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 
 from undertow.kube.agent.errors import AgentError
+from undertow.kube.agent.netfilter import LOCK_WAIT_S
 
 BACKENDS = {"nft": "iptables-nft", "legacy": "iptables-legacy"}
 BACKEND_ENV = "UNDERTOW_IPTABLES"
@@ -48,7 +49,8 @@ def choose_backend(counts: Mapping[str, int | None], override: str | None = None
 
 def iptables_command(env: Mapping[str, str] = os.environ,
                      counter: Callable[[str], int | None] = count_rules) -> tuple[str, ...]:
-    """The iptables command (with ``-w``, waiting for the xtables lock) to use here."""
+    """The iptables command to use here, with ``-w LOCK_WAIT_S``: it waits for the xtables
+    lock, but not for ever."""
     backend = choose_backend({name: counter(binary) for name, binary in BACKENDS.items()},
                              env.get(BACKEND_ENV))
-    return (BACKENDS[backend], "-w")
+    return (BACKENDS[backend], "-w", str(LOCK_WAIT_S))

@@ -1,6 +1,12 @@
 """iptables DROP rules in the pod's network namespace, in chains of the agent's own.
 
 Which iptables binary writes them (nf_tables or legacy) is ``iptables_backend``'s choice.
+
+Every call is bounded: the agent runs iptables under its lock, so one that never returns
+(the xtables lock held by someone else, a wedged netlink) would stop every request and
+every deadline. ``-w LOCK_WAIT_S`` bounds the wait for the xtables lock
+(``iptables_backend``), and ``RUN_TIMEOUT_S`` the whole call, after which the process is
+killed and the call is an ``AgentError`` naming the command.
 """
 
 from __future__ import annotations
@@ -9,6 +15,11 @@ import subprocess
 from collections.abc import Sequence
 
 from undertow.kube.agent.errors import AgentError
+
+LOCK_WAIT_S = 5
+"""``iptables -w SECONDS``: how long iptables waits for the xtables lock."""
+RUN_TIMEOUT_S = LOCK_WAIT_S + 5.0
+"""How long one iptables call may take in all, the lock wait included."""
 
 DIRECTIONS = {"input": ("INPUT", "UNDERTOW-INPUT", "-s"),
               "output": ("OUTPUT", "UNDERTOW-OUTPUT", "-d")}
@@ -20,14 +31,23 @@ class Netfilter:
     ``command`` is how iptables is called; a test prefixes it with ``ip netns exec NS``.
     """
 
-    def __init__(self, command: Sequence[str] = ("iptables", "-w")) -> None:
+    def __init__(self, command: Sequence[str] = ("iptables", "-w", str(LOCK_WAIT_S)),
+                 timeout_s: float = RUN_TIMEOUT_S) -> None:
         self.command = tuple(command)
+        self.timeout_s = timeout_s
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([*self.command, *args], capture_output=True, text=True,
-                                check=False)
+        argv = [*self.command, *args]
+        try:
+            result = subprocess.run(argv, capture_output=True, text=True, check=False,
+                                    timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AgentError(f"{' '.join(argv)}: no answer within {self.timeout_s:g}s "
+                             "(killed); is the xtables lock held?", 503) from None
+        except OSError as exc:
+            raise AgentError(f"{' '.join(argv)}: cannot run: {exc}") from None
         if check and result.returncode != 0:
-            raise AgentError(f"{' '.join([*self.command, *args])}: {result.stderr.strip()}")
+            raise AgentError(f"{' '.join(argv)}: {result.stderr.strip()}")
         return result
 
     def setup(self) -> None:

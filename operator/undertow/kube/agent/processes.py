@@ -1,112 +1,171 @@
-"""The processes a pause stops or a kill ends, found by command line in the pod's shared
-process namespace."""
+"""The broker process a pause stops or a kill ends: the one its launcher recorded.
+
+The pod shares one process namespace, so everything in it is visible to the agent: the
+broker, the agent itself, the pause container, and whatever someone runs with
+``kubectl exec`` (a ``grep minibroker`` while debugging). A command line says nothing
+about which of them is the broker, so the agent signals exactly one process: the one
+whose pid the broker container's launcher writes, as ``PID START``, into a file on a
+volume both containers mount (``cluster_objects._LAUNCHER``), just before it execs the
+broker in its own place.
+
+A pid outlives its process: after the broker died and before its launcher wrote the next
+one, the file names a pid the kernel may have given to something else. So a recorded
+process is the target only while /proc shows it with the recorded start time (clock
+ticks since boot, which no later process with that pid can share) and ``marker`` in its
+command line; and it is signalled through a pidfd whose process is checked again once the
+pidfd is open, so that no other process can take its place between the check and the
+signal.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from undertow.kube.agent.errors import AgentError
+from undertow.platform.procfs import proc_stat
 
 STOP_TIMEOUT_S = 5.0
 """How long a stop, or a SIGKILL, may take to show in /proc."""
 _DEAD = ("Z", "X", None)
 
 
-class Processes:
-    """The processes a pause targets: those whose command line contains ``marker``."""
+@dataclass(frozen=True)
+class Recorded:
+    """A process as its launcher recorded it: its pid and its start time in /proc."""
 
-    def __init__(self, marker: str, proc: Path = Path("/proc")) -> None:
+    pid: int
+    start_ticks: int
+
+
+class Processes:
+    """The broker, found through ``pid_file`` and checked against /proc and ``marker``."""
+
+    def __init__(self, marker: str, pid_file: Path) -> None:
         if not marker:
             raise ValueError("the target marker must not be empty")
         self.marker = marker
-        self.proc = proc
+        self.pid_file = pid_file
 
     def pids(self) -> list[int]:
-        found = []
-        for entry in self.proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                    errors="replace")
-            except OSError:
-                continue  # exited meanwhile
-            if self.marker in cmdline and self.state(int(entry.name)) not in ("Z", "X", None):
-                found.append(int(entry.name))
-        return sorted(found)
+        """The broker's pid, or nothing when it is not running (or not recorded yet)."""
+        target, _ = self._target()
+        return [] if target is None else [target.pid]
 
-    def state(self, pid: int) -> str | None:
-        """The one-letter state of /proc/PID/stat (T: stopped), None when gone."""
+    def _target(self) -> tuple[Recorded | None, str]:
+        """The recorded broker if it still runs, else None and why not."""
         try:
-            stat = (self.proc / str(pid) / "stat").read_text()
+            pid, start = (int(field) for field in self.pid_file.read_text().split())
+        except FileNotFoundError:
+            return None, f"{self.pid_file} does not exist (the broker has not started)"
+        except (OSError, ValueError):
+            return None, f"{self.pid_file} does not hold 'PID START'"
+        if pid <= 1 or pid == os.getpid():
+            return None, f"{self.pid_file} names pid {pid}, which is not the broker"
+        stat = proc_stat(pid)
+        if stat is None or stat[0] in _DEAD:
+            return None, f"pid {pid} from {self.pid_file} has exited"
+        if stat[1] != start:
+            return None, (f"pid {pid} from {self.pid_file} started at tick {stat[1]}, not "
+                          f"{start}: the broker exited and its pid was reused")
+        if self.marker not in self._cmdline(pid):
+            return None, f"pid {pid} from {self.pid_file} does not run {self.marker!r}"
+        return Recorded(pid, start), ""
+
+    @staticmethod
+    def _cmdline(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
         except OSError:
-            return None
-        return stat.rsplit(")", 1)[1].split()[0]
+            return ""
 
     def stop(self) -> list[int]:
-        """SIGSTOP every target; return once all of them are stopped."""
-        return self._signal_all(signal.SIGSTOP, until=("T", "t", None), what="stop")
+        """SIGSTOP the broker; return once it is stopped."""
+        target = self._require()
+        self._signal(target, signal.SIGSTOP)
+        self._await(target, ("T", "t", None), "stop", STOP_TIMEOUT_S)
+        return [target.pid]
 
     def kill(self, grace_s: float = 0.0) -> list[int]:
-        """SIGKILL every target; return once none of them runs any more. With ``grace_s``
-        above 0, SIGTERM first (and SIGCONT, so that a paused target acts on it), and
-        SIGKILL only those still running ``grace_s`` seconds later: a clean shutdown, as
-        the kubelet stops a container."""
-        pids = self._targets()
+        """SIGKILL the broker; return once it no longer runs. With ``grace_s`` above 0,
+        SIGTERM first (and SIGCONT, so that a paused broker acts on it), and SIGKILL only
+        if it still runs ``grace_s`` seconds later: a clean shutdown, as the kubelet stops
+        a container."""
+        target = self._require()
         if grace_s > 0:
-            for pid in pids:
-                self._signal(pid, signal.SIGCONT)
-                self._signal(pid, signal.SIGTERM)
-            if self._wait(pids, _DEAD, grace_s):
-                return pids
-        self._signal_all(signal.SIGKILL, until=_DEAD, what="die",
-                         pids=[pid for pid in pids if self.state(pid) not in _DEAD])
-        return pids
+            self._signal(target, signal.SIGCONT)
+            self._signal(target, signal.SIGTERM)
+            if self._wait(target, _DEAD, grace_s):
+                return [target.pid]
+        self._signal(target, signal.SIGKILL)
+        self._await(target, _DEAD, "die", STOP_TIMEOUT_S)
+        return [target.pid]
 
-    def _targets(self) -> list[int]:
-        pids = self.pids()
-        if not pids:
-            raise AgentError(f"no process matches {self.marker!r}", 409)
-        return pids
+    def resume(self) -> list[int]:
+        target, _ = self._target()
+        if target is None:
+            return []
+        self._signal(target, signal.SIGCONT)
+        return [target.pid]
 
-    def _signal_all(self, sig: signal.Signals, *, until: tuple[str | None, ...],
-                    what: str, pids: list[int] | None = None) -> list[int]:
-        """Send ``sig`` to ``pids`` (default: every target), then wait until each one's
-        state is in ``until``."""
-        targets = self._targets() if pids is None else pids
-        for pid in targets:
-            self._signal(pid, sig)
-        if not self._wait(targets, until, STOP_TIMEOUT_S):
-            raise AgentError(f"processes {targets} did not {what} within {STOP_TIMEOUT_S:g}s")
-        return targets
+    def paused(self) -> bool:
+        target, _ = self._target()
+        stat = proc_stat(target.pid) if target is not None else None
+        return stat is not None and stat[0] in ("T", "t")
 
-    def _wait(self, pids: list[int], until: tuple[str | None, ...], timeout_s: float) -> bool:
-        """Whether every one of ``pids`` reached a state in ``until`` within ``timeout_s``."""
+    def _require(self) -> Recorded:
+        target, why = self._target()
+        if target is None:
+            raise AgentError(f"no process matches {self.marker!r}: {why}", 409)
+        return target
+
+    def _await(self, target: Recorded, until: tuple[str | None, ...], what: str,
+               timeout_s: float) -> None:
+        if not self._wait(target, until, timeout_s):
+            raise AgentError(f"process {target.pid} did not {what} within {timeout_s:g}s")
+
+    def _wait(self, target: Recorded, until: tuple[str | None, ...], timeout_s: float) -> bool:
+        """Whether the target reached a state in ``until`` (None: gone) within
+        ``timeout_s``; a pid now started at another time counts as gone."""
         deadline = time.monotonic() + timeout_s
-        while any(self.state(pid) not in until for pid in pids):
+        while True:
+            stat = proc_stat(target.pid)
+            state = None if stat is None or stat[1] != target.start_ticks else stat[0]
+            if state in until:
+                return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
-        return True
-
-    def resume(self) -> list[int]:
-        pids = self.pids()
-        for pid in pids:
-            self._signal(pid, signal.SIGCONT)
-        return pids
-
-    def paused(self) -> bool:
-        return any(self.state(pid) in ("T", "t") for pid in self.pids())
 
     @staticmethod
-    def _signal(pid: int, sig: signal.Signals) -> None:
+    def _signal(target: Recorded, sig: signal.Signals) -> None:
+        """``sig`` to ``target`` and to no other process, even one that took its pid."""
         try:
-            os.kill(pid, sig)
+            pidfd = os.pidfd_open(target.pid)
+        except ProcessLookupError:
+            return  # gone already
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:
+                raise AgentError(f"cannot open pid {target.pid}: {exc}") from exc
+            pidfd = None  # a kernel before 5.3: the check and the kill are a moment apart
+        try:
+            stat = proc_stat(target.pid)
+            if stat is None or stat[1] != target.start_ticks:
+                return  # exited, and the pid was reused, since the look at /proc
+            if pidfd is None:
+                os.kill(target.pid, sig)
+            else:
+                signal.pidfd_send_signal(pidfd, sig)
         except ProcessLookupError:
             pass
         except PermissionError as exc:
-            raise AgentError(f"cannot send {sig.name} to {pid}: {exc} (the agent needs "
-                             "CAP_KILL to signal another user's process)") from exc
+            raise AgentError(f"cannot send {sig.name} to {target.pid}: {exc} (the agent "
+                             "needs CAP_KILL to signal another user's process)") from exc
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)

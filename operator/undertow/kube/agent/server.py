@@ -1,14 +1,23 @@
-"""The agent's HTTP API (see the package docstring), behind a bearer token."""
+"""The agent's HTTP API (see the package docstring), behind a bearer token.
+
+It runs on the control endpoints' server (``minibroker.control_http``): a fixed number of
+threads whatever the clients do, every request bounded in time and size, and a 400 that
+names what is wrong with a malformed body. The token is checked before the body is read.
+"""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
 import logging
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from minibroker.control_http import (
+    BodyError,
+    ControlHTTPServer,
+    ControlRequestHandler,
+    ServerLimits,
+)
 from undertow.kube.agent.errors import AgentError
 from undertow.kube.agent.fault_agent import FaultAgent
 from undertow.kube.agent.netfilter import DIRECTIONS
@@ -54,37 +63,28 @@ def _drop_target(path: str) -> tuple[str, str]:
     return parts[0], str(address)
 
 
-def make_server(agent: FaultAgent, host: str, port: int, token: str) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
+def make_server(agent: FaultAgent, host: str, port: int, token: str,
+                limits: ServerLimits | None = None) -> ControlHTTPServer:
+    class Handler(ControlRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
 
-        def _reply(self, status: int, payload: Any) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
         def _handle(self, method: str) -> None:
             if method == "GET" and self.path == "/healthz":
-                self._reply(200, {"ok": True})
+                self.send_json(200, {"ok": True})
                 return
             supplied = self.headers.get("Authorization", "").removeprefix("Bearer ")
             if not hmac.compare_digest(supplied.encode(), token.encode()):
-                self._reply(401, {"error": "missing or wrong bearer token"})
+                self.send_json(401, {"error": "missing or wrong bearer token"})
                 return
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if not isinstance(body, dict):
-                    raise AgentError("the body must be a JSON object", 400)
-                self._reply(200, self._route(method, body))
-            except json.JSONDecodeError as exc:
-                self._reply(400, {"error": f"the body is not JSON: {exc}"})
-            except AgentError as exc:
-                self._reply(exc.status, {"error": str(exc)})
+                status, payload = 200, self._route(method, self.read_json_body())
+            except (AgentError, BodyError) as exc:
+                status, payload = exc.status, {"error": str(exc)}
+            except Exception as exc:  # a mechanism's unforeseen failure: answer it all the same
+                log.exception("%s %s failed", method, self.path)
+                status, payload = 500, {"error": f"{type(exc).__name__}: {exc}"}
+            self.send_json(status, payload)
 
         def _route(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
             path = self.path
@@ -126,6 +126,4 @@ def make_server(agent: FaultAgent, host: str, port: int, token: str) -> Threadin
         def do_DELETE(self) -> None:
             self._handle("DELETE")
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return ControlHTTPServer((host, port), Handler, limits, name="agent-http")
