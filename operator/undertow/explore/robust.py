@@ -6,8 +6,11 @@ a link takes 1 ms, a fault lands on its millisecond. Real processes wander from 
 (a loaded machine restarts a broker in a second; the runner injects a fault some
 milliseconds late, in another phase of the heartbeats and fetches). A loss that needs one
 exact timing is a curiosity of the simulator; one that survives these variants reproduces
-(`undertow explore --confirm`). The shrinker keeps an edit only while every variant still
-loses by the same mechanism.
+(`undertow explore --confirm`). The shrinker keeps an edit only while the nominal timing
+and all variants but at most one still lose by the same mechanism: some mechanisms live in
+a window as wide as one variant's change (two pod deletions must come within a restart of
+each other to lose both disks; 300 ms more between them and the first broker is back), and
+real processes do not wander in every direction at once.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from undertow.sim.platform import NOMINAL, Timing
 from .draw import Schedule
 from .runs import Outcome
 
-__all__ = ["VARIANTS", "Variant", "loses_under_every_variant"]
+__all__ = ["MISSES_ALLOWED", "VARIANTS", "Variant", "loses_robustly"]
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,21 @@ VARIANTS = (
 )
 
 
-def loses_under_every_variant(trial: Callable[[Schedule, Timing], Outcome],
-                              schedule: Schedule, mechanism: str) -> bool:
-    """Whether ``trial`` of ``schedule`` loses by ``mechanism`` under every variant (it
-    stops at the first that does not: most candidates fail the nominal one already)."""
-    return all(trial(v.apply(schedule), v.timing).mechanism == mechanism for v in VARIANTS)
+MISSES_ALLOWED = 1
+"""Variants besides the nominal one that may fail to lose."""
+
+
+def loses_robustly(trial: Callable[[Schedule, Timing], Outcome], schedule: Schedule,
+                   mechanism: str) -> bool:
+    """Whether ``trial`` of ``schedule`` loses by ``mechanism`` at the nominal timing and
+    under every variant but at most `MISSES_ALLOWED` (it stops as soon as the answer is
+    known: most candidates fail the nominal one already)."""
+    misses = 0
+    for variant in VARIANTS:
+        if trial(variant.apply(schedule), variant.timing).mechanism != mechanism:
+            if variant.timing == NOMINAL and not (variant.shift_ms or variant.spread_ms):
+                return False
+            misses += 1
+            if misses > MISSES_ALLOWED:
+                return False
+    return True
