@@ -281,6 +281,8 @@ class ControlHTTPServer:
             selector.register(sock, selectors.EVENT_READ, connection)
 
     def _receive(self, selector: selectors.BaseSelector, connection: _Connection) -> None:
+        if self._receiving.get(connection.sock) is not connection:
+            return  # evicted or expired earlier in the same batch of selector events
         try:
             chunk = connection.sock.recv(_READ_CHUNK)
         except (BlockingIOError, InterruptedError):

@@ -144,10 +144,13 @@ def test_a_flood_of_metadata_polls_is_refused_past_the_cap_and_fences_nobody(
                                 load_secret(platform.controller_secret_file), since))
     served = [a for a in answers if isinstance(a, dict)]
     refused = [a for a in answers if isinstance(a, RpcError)]
-    assert len(served) == CAP and len(refused) == FLOOD - CAP
+    # At most CAP at a time: the first CAP are served; a poll ends after the clamped wait
+    # (controller.metadata.max.wait.ms, 2 s), so on a slow machine a later batch may be too.
+    assert len(served) + len(refused) == FLOOD
+    assert CAP <= len(served) <= FLOOD // 10, len(served)
     assert all("TooManyInFlightRequests" in str(e) for e in refused)
     # The peak, not just what is left: the flood never made the controller grow much.
     assert memory_kib(pid, "VmHWM") - rss_before < RSS_GROWTH_MAX_KIB
     assert advertised(platform) == before  # same epochs, none fenced
     assert len(fences(platform)) == fenced_before
-    assert platform.state(CONTROLLER)["rpc"]["refused_requests"] >= FLOOD - CAP
+    assert platform.state(CONTROLLER)["rpc"]["refused_requests"] >= len(refused)
