@@ -80,12 +80,14 @@ def test_the_broker_image_serves_a_cluster_that_kcat_uses(images: Engine,
 
 
 @pytest.mark.asyncio
-async def test_the_operator_image_reconciles_a_broker_cluster(images: Engine,
+async def test_the_operator_image_reconciles_a_broker_cluster(images: Engine, emulator: Any,
+                                                             api: KubeApi,
                                                              containers: list[str],
-                                                             emulator: Any, api: KubeApi,
                                                              tmp_path: Path) -> None:
     """The Deployment's own container (manifests/operator/deployment.yaml), against the
-    emulator: it starts its CLI, logs in, and creates a BrokerCluster's StatefulSets."""
+    emulator: it starts its CLI, logs in, and creates a BrokerCluster's StatefulSets.
+    (``containers`` after ``emulator``: the operator goes first at teardown, or the emulator
+    waits a minute for its watch streams to close.)"""
     deployment = yaml.safe_load((REPO / "manifests/operator/deployment.yaml").read_text())
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
