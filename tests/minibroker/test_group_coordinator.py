@@ -88,6 +88,24 @@ def test_the_initial_delay_waits_for_more_members(tmp_path: Path) -> None:
     assert a[0].generation_id == b[0].generation_id == 1
 
 
+def test_a_protocol_named_twice_is_one_vote(tmp_path: Path) -> None:
+    """Kafka's MemberMetadata.protocols is a set: a JoinGroup naming "range" twice supports
+    it once. Counted twice, no protocol had as many votes as the group has members, and the
+    rebalance's completion raised StopIteration in a timer callback: the join was never
+    answered (found by the schema-aware fuzzer)."""
+    h = Harness(tmp_path)
+    h.lead()
+    joined = h.join(version=3, protocols=[("range", b"a"), ("range", b"b")])
+    h.advance(0)
+    (answer,) = joined
+    assert (answer.error, answer.generation_id, answer.protocol_name) == (
+        ErrorCode.none, 1, "range")
+    second = h.join(version=3, protocols=[("roundrobin", b""), ("range", b"")])
+    first_again = h.join(answer.member_id, protocols=[("range", b"a"), ("range", b"b")])
+    h.advance(0)
+    assert [r.protocol_name for r in (*second, *first_again)] == ["range", "range"]
+
+
 def test_a_second_member_rebalances_the_group_and_both_join_the_next_generation(
         tmp_path: Path) -> None:
     h = Harness(tmp_path)

@@ -449,6 +449,28 @@ def test_metadata_v12_finds_topics_by_id() -> None:
     run(scenario)
 
 
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_v10_and_v11_refuse_topic_ids_and_null_names(version: int) -> None:
+    """v10 and v11 carry a topic id and a nullable name but serve neither (Kafka's
+    handleTopicMetadataRequest throws InvalidRequestException, answered as
+    MetadataRequest.getErrorResponse answers it). A null name once failed to encode in the
+    answer, whose name is not nullable before v12, and closed the connection."""
+    async def scenario(_broker: FakeBroker, port: int) -> None:
+        m = request_module(ApiKey.METADATA, version)
+        for topics in ((m.MetadataRequestTopic(topic_id=None, name=None),
+                        m.MetadataRequestTopic(topic_id=None, name="orders")),
+                       (m.MetadataRequestTopic(topic_id=ORDERS_ID, name="orders"),)):
+            response = await call(port, build(
+                m.MetadataRequest, topics=topics, allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False))
+            assert [(t.name, t.error_code, t.partitions) for t in response.topics] == [
+                (t.name or "", ErrorCode.invalid_request, ()) for t in topics]
+            assert response.brokers == ()
+
+    run(scenario)
+
+
 # -- Produce ----------------------------------------------------------------------------
 
 
@@ -521,6 +543,32 @@ def test_produce_of_more_than_one_batch_per_partition_is_refused() -> None:
     run(scenario)
 
 
+def test_produce_to_the_offsets_topic_is_refused_but_to_the_admin_client() -> None:
+    """Kafka's ReplicaManager.appendToLocalLog: a client may not append to an internal
+    topic (INVALID_TOPIC_EXCEPTION), unless its client id is the admin client's: the group
+    coordinator replays __consumer_offsets on every load, and the fuzzer's records got
+    there."""
+    offsets = TopicPartition("__consumer_offsets", 0)
+    batch = build_batch([b"not a group record"])
+
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        broker.image = replace(broker.image, topics={**broker.image.topics, offsets.topic: (
+            TopicImage(offsets.topic, uuid.uuid4().hex, {},
+                       {0: PartitionRegistration((1,), (1,), 1, 0, 0)}))})
+        broker.logs[offsets] = []
+        response = await call(port, produce_request(9, 1, {(offsets.topic, 0): batch}))
+        part = partitions_of(response)[(offsets.topic, 0)]
+        assert part.error_code == ErrorCode.invalid_topic_exception
+        assert broker.logs[offsets] == []
+        admin = await KafkaConnection.connect("127.0.0.1", port, client_id="__admin_client")
+        response = await admin.request(produce_request(9, 1, {(offsets.topic, 0): batch}))
+        admin.close()
+        assert partitions_of(response)[(offsets.topic, 0)].error_code == ErrorCode.none
+        assert broker.logs[offsets] == [batch]
+
+    run(scenario)
+
+
 def test_produce_of_a_batch_over_message_max_bytes_is_refused() -> None:
     """Kafka's message.max.bytes (1048588 by default): MESSAGE_TOO_LARGE, nothing
     appended."""
@@ -547,6 +595,26 @@ def test_fetch_answers_hold_at_most_fetch_max_bytes() -> None:
         await call(port, request)
         await call(port, replace(request, max_bytes=1000))
         assert [r.max_bytes for r in broker.fetch_requests] == [57671680, 1000]
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_fetch_answers_a_partition_named_again_once(version: int) -> None:
+    """Kafka's FetchRequest.fetchData is a map: a partition named again replaces the first
+    (its place kept) and is read and answered once. Answered as often as named, 9,000 copies
+    of one partition holding 200 KB made a 144 KB request a 1.8 GB answer."""
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        once = fetch_request(version, {("orders", 0): 0, ("orders", 1): 0})
+        (topic,) = once.topics
+        first, second = topic.partitions
+        again = replace(topic, partitions=(first, second, replace(first, fetch_offset=1)))
+        response = await call(port, replace(once, topics=(again, replace(
+            topic, partitions=(replace(first, fetch_offset=2),)))))
+        (answered,) = response.responses
+        assert [p.partition_index for p in answered.partitions] == [0, 1]
+        (fetch,) = broker.fetch_requests
+        assert [(p.tp.partition, p.fetch_offset) for p in fetch.partitions] == [(0, 2), (1, 0)]
 
     run(scenario)
 
@@ -743,6 +811,25 @@ def test_create_topics_times_out_and_refuses_validate_only() -> None:
         dry = await call(port, create_topics_request(7, ("dry", 1, 1), validate_only=True))
         assert dry.topics[0].error_code == ErrorCode.invalid_request
         assert [c[0] for c in broker.created] == [NEVER_ANSWERED]
+
+    run(scenario)
+
+
+def test_create_topics_over_kafkas_partition_cap_is_refused_whole() -> None:
+    """Kafka's MAX_PARTITIONS_PER_BATCH (10,000, KAFKA-14996): a CreateTopics whose topics
+    would make more partitions together is refused whole with POLICY_VIOLATION, and nothing
+    reaches the controller. The fuzzer's 10,001 partitions once fenced every broker of a
+    3-broker cluster, over and over; its 2**31-1 would have had the controller build them."""
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        for topics in ((("huge", 2**31 - 1, 1),), (("a", 6000, 1), ("b", 4001, 1))):
+            response = await call(port, create_topics_request(7, *topics))
+            assert [(r.name, r.error_code, r.error_message) for r in response.topics] == [
+                (name, ErrorCode.policy_violation,
+                 "Excessively large number of partitions per request.")
+                for name, _, _ in topics]
+        assert broker.created == []
+        response = await call(port, create_topics_request(7, ("a", 6000, 1), ("b", 4000, 1)))
+        assert [r.error_code for r in response.topics] == [ErrorCode.none] * 2
 
     run(scenario)
 

@@ -26,7 +26,7 @@ from minibroker.network.codec import (
     request_schema,
     response_schema,
 )
-from minibroker.network.prescan import Underflow, check_layout
+from minibroker.network.prescan import NullField, Underflow, check_layout
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
@@ -97,6 +97,23 @@ def test_prescan_rejects_lengths_beyond_the_frame() -> None:
         check_layout(metadata_v1, struct.pack(">i", -5), 0)
     with pytest.raises(Underflow):  # a 300-byte string in 4 bytes
         check_layout(metadata_v1, struct.pack(">ih", 1, 300) + b"ab", 0)
+
+
+def test_a_null_array_where_the_schema_has_none_is_a_protocol_error() -> None:
+    """kio's reader reads a null count as None whatever the schema says, and the handler
+    then iterates None (the schema-aware fuzzer's first find: a TypeError per API). The
+    prescan refuses it as Kafka's generated readers do; where the schema allows null
+    (Metadata's topics: all topics), null still parses."""
+    header = struct.pack(">hhih", ApiKey.LIST_OFFSETS, 4, 7, -1)
+    with pytest.raises(KafkaProtocolError, match="non-nullable field topics") as raised:
+        parse_request(header + struct.pack(">ibi", -1, 0, -1))  # replica, isolation, topics
+    assert isinstance(raised.value.__cause__, NullField)
+    flexible = struct.pack(">hhih", ApiKey.DESCRIBE_GROUPS, 5, 7, -1) + b"\x00"  # header tags
+    with pytest.raises(KafkaProtocolError, match="non-nullable field groups"):
+        parse_request(flexible + b"\x00\x00\x00")  # compact null, the flag, body tags
+    everything = parse_request(struct.pack(">hhih", ApiKey.METADATA, 4, 7, -1)
+                               + struct.pack(">ib", -1, 0))
+    assert everything.body.topics is None
 
 
 def test_parse_errors_name_the_request() -> None:

@@ -142,6 +142,12 @@ class MemberMetadata:
             return self.heartbeat_satisfied
         return self.is_awaiting_join or self.is_awaiting_sync or self.heartbeat_satisfied
 
+    @property
+    def protocols(self) -> frozenset[str]:
+        """The names of the member's protocols, each once however often the JoinGroup named
+        it (Kafka's ``MemberMetadata.protocols``, a set): a group's votes count members."""
+        return frozenset(name for name, _ in self.supported_protocols)
+
     def matches(self, protocols: Protocols) -> bool:
         return protocols == self.supported_protocols
 
@@ -223,7 +229,7 @@ class GroupMetadata:
         if self.leader_id is None:
             self.leader_id = member.member_id
         self.members[member.member_id] = member
-        self._protocol_votes.update(name for name, _ in member.supported_protocols)
+        self._protocol_votes.update(member.protocols)
         member.awaiting_join_callback = callback
         if callback is not None:
             self._awaiting_join += 1
@@ -232,7 +238,7 @@ class GroupMetadata:
     def remove(self, member_id: str) -> None:
         member = self.members.pop(member_id, None)
         if member is not None:
-            self._protocol_votes.subtract(name for name, _ in member.supported_protocols)
+            self._protocol_votes.subtract(member.protocols)
             if member.is_awaiting_join:
                 self._awaiting_join -= 1
             if member.group_instance_id is not None:
@@ -313,9 +319,9 @@ class GroupMetadata:
     def update_member(self, member: MemberMetadata, protocols: Protocols,
                       rebalance_timeout_ms: int, session_timeout_ms: int,
                       callback: Callable[[JoinGroupResult], None] | None) -> None:
-        self._protocol_votes.subtract(name for name, _ in member.supported_protocols)
+        self._protocol_votes.subtract(member.protocols)
         member.supported_protocols = protocols
-        self._protocol_votes.update(name for name, _ in protocols)
+        self._protocol_votes.update(member.protocols)
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
         if callback is not None and not member.is_awaiting_join:

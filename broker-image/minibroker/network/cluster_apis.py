@@ -13,26 +13,36 @@ from typing import Any, Protocol
 from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicImage
+from minibroker.config import resolve
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.network.codec import SUPPORTED_API_VERSIONS, ApiKey, Request
 from minibroker.network.kafka_server import LISTENER
 from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
 
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" sentinel
+_METADATA_BY_ID = 12  # the first Metadata version that looks topics up by id (KIP-516)
+_ZERO_UUID = uuid.UUID(int=0)
 _NO_PRODUCER_ID = -1
 _NO_PRODUCER_EPOCH = -1
 DESCRIBE_PARTITIONS_LIMIT = 2000
+# Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: a CreateTopics that would make
+# more partitions is refused whole (POLICY_VIOLATION, KAFKA-14996). Without it, a request
+# for 10,001 partitions fenced every broker of a 3-broker cluster over and over.
+MAX_PARTITIONS_PER_BATCH = 10_000
 _TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
 _SET, _DELETE = 0, 1  # AlterConfigOp.OpType  # Kafka's max.request.partition.size.limit default
 
 
 class ClusterBroker(Protocol):
-    """What ClusterApis needs of the broker: its id, the metadata image and what it forwards
-    to the controller."""
+    """What ClusterApis needs of the broker: its id, the metadata image, its config (the
+    default partition count, which CreateTopics' cap counts) and what it forwards to the
+    controller."""
 
     broker_id: int
 
     def metadata_image(self) -> MetadataImage: ...
+
+    def broker_config(self) -> dict[str, str]: ...
 
     async def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, config: dict[str, str]
@@ -79,6 +89,10 @@ class ClusterApis:
     async def handle_metadata(self, request: Request) -> ResponsePayload:
         body = request.body
         m = response_module(ApiKey.METADATA, request.api_version)
+        if request.api_version < _METADATA_BY_ID and body.topics is not None and any(
+                t.name is None or getattr(t, "topic_id", None) not in (None, _ZERO_UUID)
+                for t in body.topics):
+            return self._metadata_invalid_request(m, body.topics)
         image = self._broker.metadata_image()
         listener = LISTENER.get()
         # Kafka's MetadataCache.getAliveBrokerNodes(listenerName): a broker without this
@@ -108,6 +122,22 @@ class ClusterApis:
             topics=topics,
             cluster_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
         )
+
+    @staticmethod
+    def _metadata_invalid_request(m: ModuleType, topics: Any) -> ResponsePayload:
+        """Metadata v10 and v11 carry a topic id and a nullable name but serve neither: a
+        request naming a topic by id, or not by name, is invalid (Kafka's
+        ``handleTopicMetadataRequest``), and is answered as Kafka's
+        ``MetadataRequest.getErrorResponse`` answers it: INVALID_REQUEST for each topic, a
+        null name given as "" (the response has no null name before v12)."""
+        return build(
+            m.MetadataResponse, throttle_time=NO_THROTTLE, brokers=(), cluster_id=None,
+            controller_id=NO_NODE, cluster_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED,
+            topics=tuple(build(m.MetadataResponseTopic, error_code=ErrorCode.invalid_request,
+                               name=t.name or "", topic_id=getattr(t, "topic_id", None),
+                               is_internal=False, partitions=(),
+                               topic_authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED)
+                         for t in topics))
 
     def _requested_topic_metadata(self, m: ModuleType, image: MetadataImage, req: Any,
                                   reachable: Mapping[int, object]) -> Any:
@@ -253,8 +283,12 @@ class ClusterApis:
         body = request.body
         m = response_module(ApiKey.CREATE_TOPICS, request.api_version)
         timeout = body.timeout.total_seconds()
-        outcomes = await asyncio.gather(*(self._create_topic(t, body, timeout)
-                                          for t in body.topics))
+        if self._partitions_requested(body.topics) > MAX_PARTITIONS_PER_BATCH:
+            outcomes = [(ErrorCode.policy_violation,
+                         "Excessively large number of partitions per request.")] * len(body.topics)
+        else:
+            outcomes = await asyncio.gather(*(self._create_topic(t, body, timeout)
+                                              for t in body.topics))
         image = self._broker.metadata_image()
         results = []
         for topic, (error, message) in zip(body.topics, outcomes, strict=True):
@@ -274,6 +308,20 @@ class ClusterApis:
                 configs=(),
             ))
         return m.CreateTopicsResponse(throttle_time=NO_THROTTLE, topics=tuple(results))
+
+    def _partitions_requested(self, topics: Any) -> int:
+        """Kafka's ``ReplicationControlManager.validateTotalNumberOfPartitions``: what every
+        topic of the request would create together, -1 counted as ``num.partitions``."""
+        default = resolve("num.partitions", self._broker.broker_config())
+        total = 0
+        for topic in topics:
+            if topic.assignments:
+                total += len(topic.assignments)
+            elif topic.num_partitions == -1:
+                total += default
+            elif topic.num_partitions > 0:
+                total += topic.num_partitions
+        return total
 
     async def _create_topic(
         self, topic: Any, body: Any, timeout: float

@@ -209,9 +209,10 @@ def response_schema(api_key: int, api_version: int) -> type[ResponsePayload]:
 
 
 # What the decoding step raises for bytes that are not a valid message. Seen: prescan's
-# Underflow (a ValueError); from kio's native reader its SerialError family (invalid
-# UTF-8, a null where none may be), a ValueError (a boolean byte other than 0 or 1, a
-# varint too long for its type, a duration out of range) and a KeyError (a tagged field
+# Underflow and NullField (ValueErrors: a null array the schema does not allow, which kio
+# would read as None); from kio's native reader its SerialError family (invalid UTF-8, a
+# null string or bytes where none may be), a ValueError (a boolean byte other than 0 or 1,
+# a varint too long for its type, a duration out of range) and a KeyError (a tagged field
 # the schema does not know). The boolean and the unknown tag are refused more strictly than
 # by Kafka's generated readers, which take any non-zero byte as true and keep an unknown
 # tag in _unknownTaggedFields. kio documents no error contract, so the bounds and range

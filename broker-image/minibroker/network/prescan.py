@@ -12,6 +12,9 @@ elements and tagged fields as it meets their counts, and stops with ``TooManyEle
 the count that goes past the bound, before it walks those elements and before kio or a
 handler sees them. The broker serves requests on the event loop that also sends its
 heartbeats, so no request may hold it for long, whatever its size on the wire.
+
+It also refuses a null array where the schema has no null (``NullField``), which kio's
+reader would hand to the handler as None.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import Field, fields
 from functools import cache
+from types import UnionType
+from typing import Union, get_origin
 
 from kio.serial._introspect import (
     EntityField,
@@ -32,7 +37,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-__all__ = ["TooManyElements", "Underflow", "check_layout"]
+__all__ = ["NullField", "TooManyElements", "Underflow", "check_layout"]
 
 
 class _Budget:
@@ -66,6 +71,12 @@ _VARIABLE_TYPES = ("string", "bytes", "records")
 class Underflow(ValueError):
     """The message claims more bytes than the frame holds, or a tagged field's value does
     not fill the size it declares."""
+
+
+class NullField(ValueError):
+    """A null length where the schema allows none. kio's reader turns a null array into
+    None whatever the schema says, and a handler iterating it would fail; Kafka's generated
+    readers refuse it ("non-nullable field topics was serialized as null")."""
 
 
 class TooManyElements(Exception):
@@ -135,9 +146,11 @@ def _primitive_skip(kafka_type: str, flexible: bool, legacy_string: bool) -> Ski
     return skip_variable
 
 
-def _array_skip(item: Skip, flexible: bool) -> Skip:
+def _array_skip(item: Skip, flexible: bool, nullable: bool, name: str) -> Skip:
     def skip_array(buf: memoryview, pos: int, budget: _Budget) -> int:
         count, pos = _length(buf, pos, flexible, 4)
+        if count == -1 and not nullable:
+            raise NullField(f"non-nullable field {name} was serialized as null")
         if count < -1 or count > len(buf) - pos:
             raise Underflow(f"array of {count} items claimed at byte {pos}")
         if count > 0:
@@ -157,6 +170,11 @@ def _nullable_skip(entity: Skip) -> Skip:
     return skip_nullable
 
 
+def _nullable_array(field: Field) -> bool:
+    """Whether the schema lets the array itself be null: ``tuple[...] | None``."""
+    return get_origin(field.type) in (UnionType, Union)
+
+
 def _field_skip(field: Field, flexible: bool, is_header: bool, is_tag: bool) -> Skip:
     # RequestHeader.client_id keeps the legacy string form even in flexible headers.
     legacy_string = is_header and field.name == "client_id"
@@ -165,12 +183,13 @@ def _field_skip(field: Field, flexible: bool, is_header: bool, is_tag: bool) -> 
             return _primitive_skip(get_schema_field_type(field), flexible, legacy_string)
         case PrimitiveTupleField():
             item = _primitive_skip(get_schema_field_type(field), flexible, False)
-            return _array_skip(item, flexible)
+            return _array_skip(item, flexible, _nullable_array(field), field.name)
         case EntityField(nested):
             skip = _entity_skip(nested)
             return _nullable_skip(skip) if is_optional(field) and not is_tag else skip
         case EntityTupleField(nested):
-            return _array_skip(_entity_skip(nested), flexible)
+            return _array_skip(_entity_skip(nested), flexible, _nullable_array(field),
+                               field.name)
     raise TypeError(f"unclassifiable field {field.name}")
 
 

@@ -21,6 +21,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import resolve
+from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.network.codec import ApiKey, Request
 from minibroker.network.kafka_server import CloseConnection
 from minibroker.network.responses import (
@@ -33,6 +34,8 @@ from minibroker.network.responses import (
 from minibroker.storage.records import LOG_OVERHEAD
 
 _TRANSACTIONS_UNSUPPORTED = "minibroker does not support transactional producers"
+# Kafka's AdminUtils.ADMIN_CLIENT_ID: the one client id that may append to internal topics.
+_ADMIN_CLIENT_ID = "__admin_client"
 _BATCH_LENGTH = struct.Struct(">i")
 _BATCH_LENGTH_POS = 8  # after the batch's baseOffset
 
@@ -115,6 +118,12 @@ class ReplicaApis:
                         f"value of {self._message_max_bytes}."))
                 elif (more := _more_than_one_batch(part.records)) is not None:
                     results[tp] = ProduceResult(ErrorCode.invalid_record, error_message=more)
+                elif tp.topic == OFFSETS_TOPIC and request.client_id != _ADMIN_CLIENT_ID:
+                    # Kafka's ReplicaManager.appendToLocalLog: only the coordinator writes
+                    # its records (a client's would be replayed by the next load).
+                    results[tp] = ProduceResult(
+                        ErrorCode.invalid_topic_exception,
+                        error_message=f"Cannot append to internal topic {tp.topic}")
                 else:
                     entries[tp] = part.records
         if entries:
@@ -160,21 +169,20 @@ class ReplicaApis:
             )
         image = self._broker.metadata_image()
         by_id = request.api_version >= 13  # v13+ (KIP-516) name topics by id
-        by_topic_id = image.topics_by_id
+        requested = _requested_partitions(body.topics, by_id)
         wanted: list[FetchPartition] = []
         results: dict[tuple[Any, int], FetchResult] = {}
         keys: dict[str, Any] = {}  # a topic's name -> how this request names it
-        for topic in body.topics:
-            key = topic.topic_id if by_id else topic.topic
+        for key, partitions in requested.items():
             if by_id:
-                known = by_topic_id.get(topic.topic_id)
+                known = image.topics_by_id.get(key)
                 name = known.name if known is not None else None
             else:
-                name = topic.topic
+                name = key
             if name is not None:
                 keys[name] = key
-            for part in topic.partitions:
-                tp = TopicPartition(name or "", part.partition)
+            for index, part in partitions.items():
+                tp = TopicPartition(name or "", index)
                 if name is not None and _partition_exists(image, tp):
                     wanted.append(FetchPartition(
                         tp=tp,
@@ -184,7 +192,7 @@ class ReplicaApis:
                         max_bytes=part.partition_max_bytes,
                     ))
                 else:
-                    results[key, part.partition] = FetchResult(
+                    results[key, index] = FetchResult(
                         ErrorCode.unknown_topic_id if name is None
                         else ErrorCode.unknown_topic_or_partition)
         if wanted or not results:
@@ -212,15 +220,12 @@ class ReplicaApis:
             responses=tuple(
                 build(
                     m.FetchableTopicResponse,
-                    topic=getattr(topic, "topic", None),
-                    topic_id=getattr(topic, "topic_id", None),
-                    partitions=tuple(
-                        _fetch_partition(m, part.partition, results[
-                            topic.topic_id if by_id else topic.topic, part.partition])
-                        for part in topic.partitions
-                    ),
+                    topic=None if by_id else key,
+                    topic_id=key if by_id else None,
+                    partitions=tuple(_fetch_partition(m, index, results[key, index])
+                                     for index in partitions),
                 )
-                for topic in body.topics
+                for key, partitions in requested.items()
             ),
         )
 
@@ -276,6 +281,20 @@ class ReplicaApis:
             topics.append(m.OffsetForLeaderTopicResult(
                 topic=topic.topic, partitions=tuple(partitions)))
         return m.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _requested_partitions(topics: Any, by_id: bool) -> dict[Any, dict[int, Any]]:
+    """A Fetch's partitions by topic (its name, or its id from v13), each once: Kafka's
+    ``FetchRequest.fetchData`` is a map, where a partition named again replaces the first
+    but keeps its place. Repeated, one partition's records would be answered as many times,
+    far past fetch.max.bytes (9,000 copies of one partition holding 200 KB: a 144 KB
+    request, a 1.8 GB answer)."""
+    requested: dict[Any, dict[int, Any]] = {}
+    for topic in topics:
+        partitions = requested.setdefault(topic.topic_id if by_id else topic.topic, {})
+        for part in topic.partitions:
+            partitions[part.partition] = part
+    return requested
 
 
 def _more_than_one_batch(records: bytes) -> str | None:
