@@ -166,7 +166,7 @@ def test_a_pid_that_is_not_the_recorded_broker_is_never_signalled(
         record_pid(pid_file, sleeper.pid)
         with pytest.raises(AgentError, match=f"pid {sleeper.pid} from .* does not run "):
             processes.stop()
-        assert state(sleeper.pid) == "S"
+        assert state(sleeper.pid) not in ("T", "t")  # not stopped (S or, just started, R)
     finally:
         sleeper.kill()
         sleeper.wait()
