@@ -33,9 +33,10 @@ from pathlib import Path
 
 from ledger import commit, machine_line
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "minibroker"))
+for folder in ("tests", "tests/minibroker"):  # the test helpers the benchmark shares
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / folder))
 
-from fuzz_campaign import Report, per_api_versions, run_campaign
+from fuzz_campaign import Report, per_api_versions, run_campaign  # noqa: E402
 
 
 def _failed(report: Report) -> bool:

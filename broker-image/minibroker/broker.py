@@ -2,11 +2,11 @@
 follower fetchers, the group coordinator, and the control endpoint.
 
 A broker registers with the controller (a new incarnation each start, which gets a new
-broker epoch and stays fenced until its heartbeats show it has caught up with the metadata),
-heartbeats, and long-polls for metadata; every metadata change is applied by
-``ReplicaManager`` (become leader / become follower). ISR changes go back to the controller
-as AlterPartition requests, and blocks of producer ids for idempotent producers come from it
-(AllocateProducerIds).
+broker epoch and stays fenced until its heartbeats show it has caught up with the metadata)
+and heartbeats, both on a thread of their own (``lifecycle``), and long-polls for metadata;
+every metadata change is applied by ``ReplicaManager`` (become leader / become follower).
+ISR changes go back to the controller as AlterPartition requests, and blocks of producer ids
+for idempotent producers come from it (AllocateProducerIds).
 """
 
 from __future__ import annotations
@@ -31,15 +31,18 @@ from minibroker.cluster.types import (
     ErrorCode,
     FetchRequestData,
     FetchResult,
+    MetadataDelta,
     MetadataImage,
     PartitionRegistration,
     ProduceResult,
     TopicPartition,
 )
 from minibroker.config import resolve
+from minibroker.controller.server import MAX_ALTER_PARTITION_ITEMS
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.events import ReplicationEventLog
 from minibroker.failpoints import DiskFull, DiskStall, power_loss
+from minibroker.lifecycle import BrokerLifecycleManager, Registration
 from minibroker.metrics import broker_registry
 from minibroker.network.apis import KafkaApis
 from minibroker.network.connection_quotas import ConnectionQuotas
@@ -48,15 +51,15 @@ from minibroker.network.memory_pool import MemoryPool
 from minibroker.network.socket_config import SocketServerConfig
 from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
 from minibroker.rpc import RpcClient, RpcError
-from minibroker.storage.clean_shutdown import (
-    NO_PREVIOUS_EPOCH,
-    take_clean_shutdown,
-    write_clean_shutdown,
-)
+from minibroker.storage.clean_shutdown import take_clean_shutdown, write_clean_shutdown
 from minibroker.storage.durability import DurabilityTracker
 
 log = logging.getLogger("minibroker.broker")
 
+
+PREPARE_SLICE = 20
+"""New partitions whose logs are created between two turns of the event loop (a few ms
+of file creations and fsyncs each)."""
 
 LOG_DIR_FAILURE_HALT_DELAY_S = 0.1
 """Between a log directory's failure and the halt: the answers being written go out."""
@@ -83,35 +86,52 @@ class BrokerOptions:
 
 
 class _ControllerAlterPartition:
-    """Sends AlterPartition to the controller; the answer is applied on the event loop."""
+    """Kafka's AlterPartitionManager: the leader's ISR changes go to the controller in
+    batches, one request in flight at a time; whatever was queued while it was out goes in
+    the next. Thousands of partitions changing at once (a broker's return) cost a few
+    controller commits, not thousands. Answers are applied on the event loop."""
 
     def __init__(self, broker: BrokerServer) -> None:
         self._broker = broker
+        self._queue: list[tuple[AlterPartitionRequest,
+                                Callable[[ErrorCode, PartitionRegistration | None], None]]] = []
+        self._sending = False
 
     def send(self, request: AlterPartitionRequest,
              on_response: Callable[[ErrorCode, PartitionRegistration | None], None]) -> None:
-        asyncio.get_running_loop().create_task(self._send(request, on_response))
+        self._queue.append((request, on_response))
+        if not self._sending:
+            self._sending = True
+            asyncio.get_running_loop().create_task(self._send_all())
 
-    async def _send(self, request: AlterPartitionRequest,
-                    on_response: Callable[[ErrorCode, PartitionRegistration | None], None]
-                    ) -> None:
+    async def _send_all(self) -> None:
         try:
-            answer = await self._broker.controller.call("alter_partition", {
+            while self._queue:
+                batch = self._queue[:MAX_ALTER_PARTITION_ITEMS]
+                del self._queue[:MAX_ALTER_PARTITION_ITEMS]
+                await self._send(batch)
+        finally:
+            self._sending = False
+
+    async def _send(self, batch: list[tuple[AlterPartitionRequest, Callable[
+            [ErrorCode, PartitionRegistration | None], None]]]) -> None:
+        try:
+            answer = await self._broker.controller.call("alter_partitions", {
                 "broker_id": self._broker.options.broker_id,
-                "topic": request.tp.topic,
-                "partition": request.tp.partition,
-                "leader_epoch": request.leader_epoch,
-                "partition_epoch": request.partition_epoch,
-                "new_isr": list(request.new_isr),
-                "broker_epochs": list(request.broker_epochs),
-            })
+                "items": [{"topic": r.tp.topic, "partition": r.tp.partition,
+                           "leader_epoch": r.leader_epoch,
+                           "partition_epoch": r.partition_epoch, "new_isr": list(r.new_isr),
+                           "broker_epochs": list(r.broker_epochs)} for r, _ in batch]})
         except RpcError as exc:
-            log.warning("AlterPartition for %s failed: %s", request.tp, exc)
-            on_response(ErrorCode.request_timed_out, None)
+            log.warning("AlterPartition for %d partitions (%s) failed: %s", len(batch),
+                        ", ".join(str(r.tp) for r, _ in batch[:3]), exc)
+            for _, on_response in batch:
+                on_response(ErrorCode.request_timed_out, None)
             return
-        reg = answer["registration"]
-        on_response(ErrorCode[answer["error"]],
-                    PartitionRegistration.from_json(reg) if reg else None)
+        for (_, on_response), result in zip(batch, answer["results"], strict=True):
+            reg = result["registration"]
+            on_response(ErrorCode[result["error"]],
+                        PartitionRegistration.from_json(reg) if reg else None)
 
 
 class BrokerServer:
@@ -122,10 +142,6 @@ class BrokerServer:
         self.broker_id = options.broker_id
         self.loop = asyncio.get_running_loop()
         self.incarnation_id = uuid.uuid4().hex
-        self.broker_epoch = -1  # from the controller at registration
-        self._previous_broker_epoch = NO_PREVIOUS_EPOCH
-        """The epoch a clean shutdown recorded, offered at registration (KAFKA-15582)."""
-        self.fenced = True
         self.durability = DurabilityTracker()
         self.disk_stall = DiskStall(self.loop)
         self.appends_held_by_stall = 0
@@ -136,6 +152,10 @@ class BrokerServer:
         self.log_dir_failure_channel.on_offline(self._handle_log_dir_failure)
         self.controller = RpcClient(*options.controller, secret=options.controller_secret)
         config = options.config
+        self.lifecycle = BrokerLifecycleManager(
+            options.controller, secret=options.controller_secret,
+            heartbeat_ms=resolve("broker.heartbeat.interval.ms", config),
+            metadata_offset=lambda: self.replica_manager.image.metadata_offset)
         self.fetchers = ReplicaFetcherManager(self._make_fetcher)
         self.events = ReplicationEventLog(options.data_dir)
         self.replica_manager = ReplicaManager(
@@ -164,7 +184,6 @@ class BrokerServer:
             for name in options.listeners}
         self.admin: AdminServer | None = None
         self._tasks: list[asyncio.Task] = []
-        self._heartbeat_ms: int = resolve("broker.heartbeat.interval.ms", config)
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -187,14 +206,16 @@ class BrokerServer:
                 })
             self.admin.start()
         self.replica_manager.start_timers()
-        self._previous_broker_epoch = take_clean_shutdown(self.options.data_dir)
-        await self._register()
-        self._tasks = [asyncio.create_task(self._heartbeat_loop()),
-                       asyncio.create_task(self._metadata_loop())]
+        await self.lifecycle.start(Registration(
+            self.broker_id, self.incarnation_id, *self.advertised,
+            listeners=self.advertised_listeners(),
+            previous_broker_epoch=take_clean_shutdown(self.options.data_dir)))
+        self._tasks = [asyncio.create_task(self._metadata_loop())]
         log.info("Broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, host,
                  self.kafka_server.port, *self.advertised)
 
     async def stop(self) -> None:
+        self.lifecycle.stop()
         for task in self._tasks:
             task.cancel()
         await self.fetchers.stop()
@@ -208,6 +229,14 @@ class BrokerServer:
         self.replica_manager.shutdown()
         if self.broker_epoch >= 0:  # every log is flushed: the shutdown was clean
             write_clean_shutdown(self.options.data_dir, self.broker_epoch)
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.lifecycle.broker_epoch
+
+    @property
+    def fenced(self) -> bool:
+        return self.lifecycle.fenced
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -246,24 +275,6 @@ class BrokerServer:
 
     # ---- controller channel -------------------------------------------------------------
 
-    async def _register(self) -> None:
-        host, port = self.advertised
-        while True:
-            try:
-                answer = await self.controller.call("register_broker", {
-                    "broker_id": self.broker_id, "incarnation_id": self.incarnation_id,
-                    "host": host, "port": port,
-                    "previous_broker_epoch": self._previous_broker_epoch,
-                    "listeners": {name: list(address)
-                                  for name, address in self.advertised_listeners().items()}})
-                self.broker_epoch = answer["broker_epoch"]
-                self.fenced = True
-                log.info("Registered with broker epoch %d", self.broker_epoch)
-                return
-            except RpcError as exc:
-                log.info("Registration with the controller failed (%s); retrying", exc)
-                await asyncio.sleep(0.2)
-
     async def _allocate_producer_ids(self) -> tuple[int, int]:
         try:
             answer = await self.controller.call("allocate_producer_ids", {
@@ -274,39 +285,35 @@ class BrokerServer:
             raise ProducerIdAllocationError(f"the controller refused: {answer['error']}")
         return answer["producer_id_start"], answer["producer_id_len"]
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._heartbeat_ms / 1000)
-            try:
-                answer = await self.controller.call("heartbeat", {
-                    "broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
-                    "metadata_offset": self.replica_manager.image.metadata_offset},
-                    timeout=self._heartbeat_ms / 1000 * 4)
-                if answer["error"] != "none":
-                    log.warning("Heartbeat rejected (%s): registering again", answer["error"])
-                    await self._register()
-                    continue
-                if answer["is_fenced"] != self.fenced:
-                    log.info("The controller %s this broker",
-                             "fenced" if answer["is_fenced"] else "unfenced")
-                    self.fenced = answer["is_fenced"]
-            except RpcError as exc:
-                log.debug("Heartbeat failed: %s", exc)
-
     async def _metadata_loop(self) -> None:
-        since = -1
+        """Long-poll the controller for what changed after this broker's image (a
+        ``MetadataDelta``; the whole image the first time, or when the controller no longer
+        has the changes) and apply it."""
         while True:
+            current = self.replica_manager.image
             try:
-                data = await self.controller.call(
-                    "fetch_metadata", {"since": since, "wait_ms": 1000}, timeout=5)
+                data = await self.controller.call("fetch_metadata", {
+                    "since": current.metadata_offset, "cluster_id": current.cluster_id,
+                    "wait_ms": 1000}, timeout=5)
             except RpcError as exc:
                 log.debug("Metadata fetch failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            image = MetadataImage.from_json(data)
-            if image.metadata_offset > since:
-                since = image.metadata_offset
+            image = (MetadataDelta(MetadataImage.from_json(data["delta"])).apply(current)
+                     if "delta" in data else MetadataImage.from_json(data))
+            if image.metadata_offset > current.metadata_offset:
+                await self._prepare_partitions(image)
                 self.replica_manager.apply_metadata(image)
+
+    async def _prepare_partitions(self, image: MetadataImage) -> None:
+        """Create the logs of the image's new partitions a slice at a time, letting the
+        event loop serve requests and fetches between slices: a CreateTopics of thousands
+        of partitions does not hold this broker's followers (and so every ISR) still."""
+        new = self.replica_manager.new_partitions(image)
+        for start in range(0, len(new), PREPARE_SLICE):
+            for tp, reg in new[start:start + PREPARE_SLICE]:
+                self.replica_manager.prepare_partition(tp, reg, image)
+            await asyncio.sleep(0)
 
     # ---- replication ----------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v1 import request as metadata_v1
 from kio.schema.metadata.v12 import request as metadata_v12
+from ports import ports_free
 from schema_fuzz import Pools
 
 from minibroker.network.codec import ApiKey, decode_response, encode_request, response_schema
@@ -99,18 +100,9 @@ def _free_base_port(brokers: int) -> int:
         base = random.randrange(20000, 55000)
         ports = [base + i for i in range(brokers + 1)] + [base + 100 + i
                                                           for i in range(brokers + 1)]
-        if all(_port_free(port) for port in ports):
+        if ports_free(ports):
             return base
     raise RuntimeError("no free port range for the cluster")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @contextlib.contextmanager

@@ -4,8 +4,9 @@ controller and one broker), watched through the broker's own state and the contr
 - One request could fence a broker: a Metadata v1 request naming 300,000 empty topics
   (0.57 MiB on the wire) held the broker's event loop for seconds, its heartbeats with it,
   and the controller fenced it. Now the request is refused at its array count
-  (``max.request.elements``) before anything is decoded, and the loop, which sends the
-  heartbeats, answers a probe throughout in well under half the session timeout.
+  (``max.request.elements``) before anything is decoded, the loop (which serves requests
+  and fetches) answers a probe throughout in well under half the session timeout, and the
+  heartbeats (on the lifecycle thread since) are never half a session timeout apart.
 - Half-sent frames were held forever: 20 connections each sending 5 MiB of a declared
   100 MiB frame took the broker from 41 to 141 MiB, and stayed. Now the memory pool
   (``queued.max.request.bytes``) keeps most of them unread, the read timeout
@@ -128,8 +129,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 class LoopProbe:
     """ApiVersions on one connection every 20 ms, timing each answer: the broker's event
-    loop serves it, as it sends the heartbeats, so an answer late by X means a heartbeat
-    due meanwhile went out up to X late."""
+    loop serves it, as it serves every request and its followers' fetches, so an answer
+    late by X means all of those waited up to X."""
 
     def __init__(self, port: int) -> None:
         self.samples: list[tuple[float, float]] = []  # (sent at, seconds to the answer)
@@ -224,6 +225,7 @@ def test_a_300000_name_metadata_neither_fences_the_broker_nor_delays_its_heartbe
     assert cluster.fences()[fences:] == []
     now = cluster.broker_registration()
     assert (now["broker_epoch"], now["fenced"]) == (registered["broker_epoch"], False)
+    assert now["max_heartbeat_gap_ms"] < SESSION_TIMEOUT_MS / 2, now
     assert cluster.log.read_text().count("METADATA v1 request over max.request.elements") == 3
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minibroker.cluster.types import NO_LEADER, ErrorCode, MetadataImage, TopicPartition
-from minibroker.controller.quorum_controller import QuorumController
+from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
 from minibroker.events import ReplicationEventLog
 
 TP = TopicPartition("t", 0)
@@ -231,3 +231,22 @@ def test_kip_903_alter_partition_refuses_a_member_from_an_older_registration(
     unknown = tuple(-1 if r == follower else epochs[r] for r in expand)
     assert c.alter_partition(reg.leader, TP, reg.leader_epoch, reg.partition_epoch, expand,
                              unknown)[0] == ErrorCode.none
+
+
+def test_an_alter_partition_batch_answers_each_item_and_commits_once(tmp_path: Path) -> None:
+    c = controller(tmp_path, Clock())
+    c.create_topic("t", 6, 3, {})
+    mine = [i for i, reg in c.topics["t"].partitions.items() if reg.leader == 1]
+    other = next(i for i, reg in c.topics["t"].partitions.items() if reg.leader != 1)
+    items = [AlterPartitionItem(TopicPartition("t", i), 0, 0, (1,)) for i in mine]
+    items.append(AlterPartitionItem(TopicPartition("t", other), 0, 0, (1,)))
+    items.append(AlterPartitionItem(TopicPartition("t", mine[0]), 0, 0, (1, 2)))  # stale now
+    before = c.metadata_offset
+    answers = c.alter_partitions(1, items)
+    assert [error for error, _ in answers] == [ErrorCode.none] * len(mine) + [
+        ErrorCode.not_leader_or_follower, ErrorCode.invalid_update_version]
+    assert all(reg.isr == (1,) for _, reg in answers[:len(mine)])
+    assert c.metadata_offset == before + 1
+    # A batch of refusals commits nothing.
+    assert c.alter_partitions(1, items[-2:])[0][0] == ErrorCode.not_leader_or_follower
+    assert c.metadata_offset == before + 1

@@ -135,7 +135,7 @@ async def test_a_forged_registration_is_refused_logged_and_changes_nothing(
     else:
         forger = RpcClient("127.0.0.1", controller.rpc.port, secret=secret)
         for method, params in (("register_broker", register(2, *FOREIGN)),
-                               ("alter_partition", {"broker_id": 2})):
+                               ("alter_partitions", {"broker_id": 2, "items": []})):
             with pytest.raises(RpcAuthenticationError, match="SaslAuthenticationException"):
                 await forger.call(method, params)
         forger.close()

@@ -101,8 +101,9 @@ def test_a_forged_registration_is_refused_and_the_address_stays(platform: LocalP
                                    "host": "203.0.113.9", "port": 9092, "listeners": {}}),
               ("heartbeat", {"broker_id": 0, "broker_epoch": epoch + 1,
                              "metadata_offset": 10**9}),
-              ("alter_partition", {"broker_id": 0, "topic": "t", "partition": 0,
-                                   "leader_epoch": 0, "partition_epoch": 0, "new_isr": [0]})]
+              ("alter_partitions", {"broker_id": 0, "items": [
+                  {"topic": "t", "partition": 0, "leader_epoch": 0, "partition_epoch": 0,
+                   "new_isr": [0]}]})]
     for method, params in forged:  # no secret: requests as if nobody asked for one
         assert raw_request(address, method, params)["error"].startswith(
             "IllegalSaslStateException")

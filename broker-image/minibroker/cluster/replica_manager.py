@@ -87,6 +87,8 @@ class ReplicaManager:
         self._fetcher_manager = fetcher_manager
         self.events = events
         self.partitions: dict[TopicPartition, Partition] = {}
+        self._prepared: dict[TopicPartition, Partition] = {}
+        """Created by ``prepare_partition`` for an image not applied yet."""
         # Told (partition, is leader now, leader epoch) on every leadership change here:
         # the group coordinator follows __consumer_offsets this way.
         self.leadership_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
@@ -163,20 +165,25 @@ class ReplicaManager:
 
     # ---- metadata: become leader / become follower -----------------------------------
 
-    def _log_config(self, topic: str) -> LogConfig:
-        topic_image = self.image.topics.get(topic)
+    def _log_config(self, topic: str, image: MetadataImage | None = None) -> LogConfig:
+        topic_image = (image or self.image).topics.get(topic)
         return LogConfig.from_layers(topic_image.config if topic_image else {}, self.config)
 
     def _get_or_create_partition(self, tp: TopicPartition, reg: PartitionRegistration
                                  ) -> Partition:
-        partition = self.partitions.get(tp)
-        if partition is not None:
-            return partition
-        config = self._log_config(tp.topic)
+        partition = self.partitions.get(tp) or self._prepared.pop(tp, None)
+        if partition is None:
+            partition = self._create_partition(tp, reg, self.image)
+        self.partitions[tp] = partition
+        return partition
+
+    def _create_partition(self, tp: TopicPartition, reg: PartitionRegistration,
+                          image: MetadataImage) -> Partition:
+        config = self._log_config(tp.topic, image)
         log_, cache = self.log_manager.load_log(tp.topic, tp.partition, config,
                                                 leader_epoch=reg.leader_epoch,
                                                 partition_epoch=reg.partition_epoch)
-        partition = Partition(
+        return Partition(
             tp, self.broker_id, log_, cache, config,
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             clock_ms=self.scheduler.now_ms,
@@ -185,23 +192,56 @@ class ReplicaManager:
             events=self.events,
             high_watermark=self._checkpointed_hws.get((tp.topic, tp.partition), 0),
         )
-        self.partitions[tp] = partition
-        return partition
+
+    def new_partitions(self, image: MetadataImage) -> list[tuple[TopicPartition,
+                                                                 PartitionRegistration]]:
+        """The partitions of ``image`` with a replica here that this broker has no log for
+        yet (neither made nor prepared)."""
+        return [(TopicPartition(name, index), reg)
+                for name, topic in image.topics.items()
+                if self.image.topics.get(name) is not topic
+                for index, reg in topic.partitions.items()
+                if self.broker_id in reg.replicas
+                and (tp := TopicPartition(name, index)) not in self.partitions
+                and tp not in self._prepared]
+
+    def prepare_partition(self, tp: TopicPartition, reg: PartitionRegistration,
+                          image: MetadataImage) -> None:
+        """Create (or load) a partition's log ahead of ``apply_metadata(image)``, which then
+        makes it leader or follower. Creating a log costs file creations and fsyncs: a broker
+        given thousands of new partitions at once prepares them a slice at a time, serving
+        requests and fetches in between (Kafka creates logs on the metadata publisher's
+        thread, apart from the request handlers). A prepared partition is not served
+        until the image that names it is applied."""
+        self._prepared[tp] = self._create_partition(tp, reg, image)
 
     def apply_metadata(self, image: MetadataImage) -> None:
-        """Apply the controller's view: each partition becomes leader or follower here."""
+        """Apply the controller's view: each partition whose registration changed (or that
+        this broker does not have yet) becomes leader or follower here. Only what changed
+        is touched (Kafka's ``ReplicaManager.applyDelta`` takes the delta's changed
+        partitions): with thousands of partitions an ISR change costs one partition's work,
+        not every partition's."""
         if image.metadata_offset <= self.image.metadata_offset:
             return
-        self.image = image
-        for topic in image.topics.values():
+        before, self.image = self.image, image
+        for name, topic in image.topics.items():
+            old = before.topics.get(name)
+            if old is topic:
+                continue  # shared by a delta that did not touch it
+            old_partitions = old.partitions if old is not None else {}
+            config_changed = old is not None and old.config != topic.config
             for index, reg in topic.partitions.items():
-                if self.broker_id in reg.replicas:
-                    self._apply_partition(TopicPartition(topic.name, index), reg)
-        for tp, partition in self.partitions.items():
-            partition.reset_replicas_of_new_incarnations()
-            config = self._log_config(tp.topic)
-            if config != partition.config:  # IncrementalAlterConfigs on the topic
-                partition.update_config(config)
+                if self.broker_id not in reg.replicas:
+                    continue
+                tp = TopicPartition(name, index)
+                partition = self.partitions.get(tp)
+                if partition is None or old_partitions.get(index) != reg:
+                    self._apply_partition(tp, reg)
+                if config_changed and partition is not None:  # IncrementalAlterConfigs
+                    partition.update_config(self._log_config(name))
+        if image.brokers != before.brokers:
+            for partition in self.partitions.values():
+                partition.reset_replicas_of_new_incarnations()
 
     def _alive_broker_epoch(self, broker_id: int) -> int | None:
         """Kafka's MetadataCache.getAliveBrokerEpoch: None for a fenced or unknown broker."""

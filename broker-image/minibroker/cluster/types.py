@@ -165,6 +165,33 @@ class MetadataImage:
 
 
 @dataclass(frozen=True)
+class MetadataDelta:
+    """Kafka's MetadataDelta: what changed between two images. ``changes`` is image-shaped:
+    every live broker (a short list, always whole), and of each topic that changed its id,
+    config and only the partitions whose registration changed. With thousands of partitions
+    a broker long-polling for metadata gets the few registrations an ISR change or an
+    election touched, not the whole image (Kafka's brokers replay the metadata log's records
+    the same way, ``BrokerMetadataListener``)."""
+
+    changes: MetadataImage
+
+    def apply(self, base: MetadataImage) -> MetadataImage:
+        """The image after this delta. Topics it does not name are shared with ``base``
+        (images are replaced, never changed); a topic it names keeps ``base``'s other
+        partitions unless it is a new topic of the same name (another id)."""
+        topics = dict(base.topics)
+        for name, changed in self.changes.topics.items():
+            old = topics.get(name)
+            partitions = (dict(old.partitions) if old is not None
+                          and old.topic_id == changed.topic_id else {})
+            partitions.update(changed.partitions)
+            topics[name] = TopicImage(name, changed.topic_id, changed.config, partitions)
+        return MetadataImage(metadata_offset=self.changes.metadata_offset,
+                             brokers=self.changes.brokers, topics=topics,
+                             cluster_id=self.changes.cluster_id)
+
+
+@dataclass(frozen=True)
 class ProduceResult:
     error: ErrorCode
     base_offset: int = -1

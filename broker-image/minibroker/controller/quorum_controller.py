@@ -23,12 +23,14 @@ from minibroker.cluster.types import (
     NO_LEADER,
     BrokerEndpoint,
     ErrorCode,
+    MetadataDelta,
     MetadataImage,
     PartitionRegistration,
     TopicImage,
     TopicPartition,
 )
 from minibroker.config import ConfigError, resolve, validate_topic_config
+from minibroker.controller.metadata_deltas import MetadataDeltaLog
 from minibroker.controller.partition_change import PartitionChange, build_change
 from minibroker.events import (
     ElectionKind,
@@ -62,6 +64,22 @@ class BrokerRegistration:
     last_heartbeat_ms: float = 0.0
     listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Its other listeners' advertised addresses, by name (KIP-103)."""
+    max_heartbeat_gap_ms: float = 0.0
+    """The longest time between two heartbeats of this registration: how close its session
+    came to expiring (``broker.session.timeout.ms``), not persisted."""
+
+
+@dataclass(frozen=True)
+class AlterPartitionItem:
+    """One partition of an AlterPartition request (its ``PartitionData``)."""
+
+    tp: TopicPartition
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+    broker_epochs: tuple[int, ...] = ()
+    """KIP-903 (AlterPartition v3): the broker epoch the leader saw each ``new_isr`` member
+    fetch with, -1 where it does not know."""
 
 
 @dataclass
@@ -97,6 +115,8 @@ class QuorumController:
         self._listeners: list[Callable[[int], None]] = []
         if data_dir is not None:
             self._load()
+        self._deltas = MetadataDeltaLog(self.metadata_offset)
+        self._deltas.start_from(self.metadata_offset, self._topic_states())
 
     # ---- listeners and persistence -------------------------------------------------
 
@@ -106,6 +126,7 @@ class QuorumController:
 
     def _commit(self) -> None:
         self.metadata_offset += 1
+        self._deltas.record(self._topic_states())
         self._persist()
         for listener in self._listeners:
             listener(self.metadata_offset)
@@ -129,7 +150,7 @@ class QuorumController:
                 for t in self.topics.values()
             ],
         }
-        atomic_write(self.data_dir / STATE_FILE, json.dumps(state, indent=1).encode())
+        atomic_write(self.data_dir / STATE_FILE, json.dumps(state, separators=(",", ":")).encode())
 
     def _load(self) -> None:
         assert self.data_dir is not None
@@ -208,7 +229,10 @@ class QuorumController:
             return ErrorCode.broker_id_not_registered, True
         if broker.broker_epoch != broker_epoch:
             return ErrorCode.stale_broker_epoch, True
-        broker.last_heartbeat_ms = self._clock_ms()
+        now = self._clock_ms()
+        broker.max_heartbeat_gap_ms = max(broker.max_heartbeat_gap_ms,
+                                          now - broker.last_heartbeat_ms)
+        broker.last_heartbeat_ms = now
         if broker.fenced and metadata_offset >= broker.broker_epoch:
             self._unfence(broker_id)
         return ErrorCode.none, broker.fenced
@@ -526,6 +550,24 @@ class QuorumController:
         """A leader's ISR change, accepted only against the current partition epoch.
         ``broker_epochs`` (KIP-903, AlterPartition v3) pairs with ``new_isr``: the broker
         epoch the leader saw each member fetch with, -1 where it does not know."""
+        ((error, reg),) = self.alter_partitions(broker_id, [
+            AlterPartitionItem(tp, leader_epoch, partition_epoch, new_isr, broker_epochs)])
+        return error, reg
+
+    def alter_partitions(self, broker_id: int, items: list[AlterPartitionItem]
+                         ) -> list[tuple[ErrorCode, PartitionRegistration | None]]:
+        """One AlterPartition request of many partitions (Kafka's AlterPartitionManager
+        batches a leader's pending ISR changes): each item is checked and applied on its
+        own, and the accepted changes are committed (persisted) once, together."""
+        answers = [self._alter_partition(broker_id, item) for item in items]
+        if any(error is ErrorCode.none for error, _ in answers):
+            self._commit()
+        return answers
+
+    def _alter_partition(self, broker_id: int, item: AlterPartitionItem
+                         ) -> tuple[ErrorCode, PartitionRegistration | None]:
+        tp, leader_epoch, partition_epoch = item.tp, item.leader_epoch, item.partition_epoch
+        new_isr, broker_epochs = item.new_isr, item.broker_epochs
         topic = self.topics.get(tp.topic)
         reg = topic.partitions.get(tp.partition) if topic else None
         if topic is None or reg is None:
@@ -556,12 +598,29 @@ class QuorumController:
             election_reason=ElectionReason.LEADER_FENCED, broker=broker_id,
             cause=f"leader {broker_id} changed the ISR to {sorted(new_isr)}",
             isr_logged_by_leader=True)
-        self._commit()
         return ErrorCode.none, change.registration
 
     # ---- views ------------------------------------------------------------------------
 
-    def image(self) -> MetadataImage:
+    def _topic_states(self) -> list[tuple[str, str, dict[str, str],
+                                          dict[int, PartitionRegistration]]]:
+        return [(t.name, t.topic_id, t.config, t.partitions) for t in self.topics.values()]
+
+    def metadata_since(self, since: int, cluster_id: str) -> MetadataImage | MetadataDelta:
+        """What a broker whose image is at ``since`` needs: the changes after it (every
+        live broker, and the topics and partitions that changed), or the whole image when
+        the controller no longer knows them or the broker's image is of another cluster."""
+        changed = (self._deltas.changes_since(since, self.metadata_offset)
+                   if cluster_id == self.cluster_id else None)
+        image = self.image(topics=changed)
+        return image if changed is None else MetadataDelta(image)
+
+    def image(self, topics: Mapping[str, frozenset[int] | None] | None = None
+              ) -> MetadataImage:
+        """The current image; with ``topics``, only those topics, and of each only the
+        given partitions (``None``: all)."""
+        chosen = (self.topics.values() if topics is None
+                  else [self.topics[name] for name in topics])
         return MetadataImage(
             metadata_offset=self.metadata_offset,
             cluster_id=self.cluster_id,
@@ -571,8 +630,10 @@ class QuorumController:
                 for b in self.brokers.values() if not b.fenced
             },
             topics={
-                t.name: TopicImage(t.name, t.topic_id, dict(t.config), dict(t.partitions))
-                for t in self.topics.values()
+                t.name: TopicImage(t.name, t.topic_id, dict(t.config), dict(
+                    t.partitions if topics is None or topics[t.name] is None
+                    else {i: t.partitions[i] for i in topics[t.name]}))
+                for t in chosen
             },
         )
 
@@ -584,7 +645,8 @@ class QuorumController:
             "metadata_offset": c.metadata_offset,
             "brokers": [
                 {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced,
-                 "broker_epoch": b.broker_epoch}
+                 "broker_epoch": b.broker_epoch,
+                 "max_heartbeat_gap_ms": round(b.max_heartbeat_gap_ms)}
                 for b in sorted(c.brokers.values(), key=lambda b: b.broker_id)
             ],
             "topics": {

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.admin import AdminServer
-from minibroker.cluster.types import TopicPartition
+from minibroker.cluster.types import MetadataDelta, TopicPartition
 from minibroker.config import resolve
-from minibroker.controller.quorum_controller import QuorumController
+from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
 from minibroker.events import ReplicationEventLog
 from minibroker.metrics import controller_registry
 from minibroker.rpc import RpcLimits, RpcServer
@@ -29,6 +29,9 @@ from minibroker.rpc import RpcLimits, RpcServer
 log = logging.getLogger("minibroker.controller")
 
 TICK_MS = 100
+MAX_ALTER_PARTITION_ITEMS = 1000
+"""Partitions in one AlterPartition request: a batch answered well within the broker's
+RPC timeout, and within ``listener.name.controller.socket.request.max.bytes``."""
 
 
 def controller_rpc_limits(config: dict[str, str]) -> RpcLimits:
@@ -56,7 +59,7 @@ class ControllerServer:
             "register_broker": self._register_broker,
             "heartbeat": self._heartbeat,
             "fetch_metadata": self._fetch_metadata,
-            "alter_partition": self._alter_partition,
+            "alter_partitions": self._alter_partitions,
             "create_topic": self._create_topic,
             "alter_topic_config": self._alter_topic_config,
             "allocate_producer_ids": self._allocate_producer_ids,
@@ -111,24 +114,41 @@ class ControllerServer:
     async def _fetch_metadata(self, p: dict[str, Any]) -> dict[str, Any]:
         """Long poll: answer as soon as the metadata is newer than ``since``, or after
         ``wait_ms``, clamped to ``controller.metadata.max.wait.ms``: a caller cannot park a
-        request (and its task) on the controller for longer."""
+        request (and its task) on the controller for longer. The answer is what changed
+        after ``since`` (``{"delta": ...}``) if the caller's image is of this controller
+        (``cluster_id``), else the whole image."""
         since, wait_ms = p.get("since", -1), p.get("wait_ms", 1000)
         for name, value in (("since", since), ("wait_ms", wait_ms)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{name}: expected an integer, got {value!r}")
+        cluster_id = p.get("cluster_id", "")
+        if not isinstance(cluster_id, str):
+            raise ValueError(f"cluster_id: expected a string, got {cluster_id!r}")
         wait_s = min(max(wait_ms, 0), self._max_wait_ms) / 1000
         async with self._changed:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(
                     self._changed.wait_for(lambda: self.controller.metadata_offset > since),
                     wait_s)
-        return self.controller.image().to_json()
+        answer = self.controller.metadata_since(since, cluster_id)
+        if isinstance(answer, MetadataDelta):
+            return {"delta": answer.changes.to_json()}
+        return answer.to_json()
 
-    async def _alter_partition(self, p: dict[str, Any]) -> dict[str, Any]:
-        error, reg = self.controller.alter_partition(
-            p["broker_id"], TopicPartition(p["topic"], p["partition"]), p["leader_epoch"],
-            p["partition_epoch"], tuple(p["new_isr"]), tuple(p.get("broker_epochs", ())))
-        return {"error": error.name, "registration": reg.to_json() if reg else None}
+    async def _alter_partitions(self, p: dict[str, Any]) -> dict[str, Any]:
+        """A leader's batch of ISR changes, at most ``MAX_ALTER_PARTITION_ITEMS``; answered
+        item by item, in order."""
+        items = p["items"]
+        if not isinstance(items, list) or len(items) > MAX_ALTER_PARTITION_ITEMS:
+            raise ValueError(f"items: expected a list of at most {MAX_ALTER_PARTITION_ITEMS}")
+        answers = self.controller.alter_partitions(p["broker_id"], [
+            AlterPartitionItem(TopicPartition(i["topic"], i["partition"]), i["leader_epoch"],
+                               i["partition_epoch"], tuple(i["new_isr"]),
+                               tuple(i.get("broker_epochs", ())))
+            for i in items])
+        return {"results": [{"error": error.name,
+                             "registration": reg.to_json() if reg else None}
+                            for error, reg in answers]}
 
     async def _create_topic(self, p: dict[str, Any]) -> dict[str, Any]:
         error, message = self.controller.create_topic(p["name"], p["partitions"],

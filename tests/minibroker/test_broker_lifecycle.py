@@ -1,0 +1,120 @@
+"""A broker's session with the controller does not depend on its event loop: heartbeats run
+on the lifecycle thread (Kafka's BrokerLifecycleManager), so a loop held by request or
+metadata work for longer than the session timeout does not get the broker fenced.
+
+The controller is a process of its own (an in-process one would be held with the loop); the
+broker runs in this test's event loop, which the test then blocks outright."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from ports import free_port
+
+from minibroker.broker import BrokerOptions, BrokerServer
+from minibroker.rpc import RpcClient, RpcError
+from minibroker.rpc_auth import new_secret
+
+pytestmark = pytest.mark.asyncio
+
+SESSION_TIMEOUT_MS = 1500
+HEARTBEAT_MS = 100
+SECRET = new_secret()
+
+
+@pytest_asyncio.fixture
+async def controller(tmp_path: Path) -> AsyncIterator[RpcClient]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "minibroker", "controller", "--listen", f"127.0.0.1:{port}",
+         "--data-dir", str(tmp_path / "controller"),
+         "--config", f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}"],
+        env={**os.environ, "MINIBROKER_CONTROLLER_SECRET": SECRET},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = RpcClient("127.0.0.1", port, secret=SECRET.encode())
+    try:
+        await _until(lambda: _call(client, "state"), "the controller to answer")
+        yield client
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(15)
+
+
+async def _call(client: RpcClient, method: str) -> dict[str, Any] | None:
+    try:
+        return await client.call(method, {}, timeout=2)
+    except RpcError:
+        return None
+
+
+async def _until(condition: Any, what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := await condition():
+            return result
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+async def _broker_entry(controller: RpcClient) -> dict[str, Any] | None:
+    state = await _call(controller, "state")
+    return next((b for b in state["brokers"] if b["id"] == 1), None) if state else None
+
+
+async def test_a_loop_held_past_the_session_timeout_does_not_fence_the_broker(
+        controller: RpcClient, tmp_path: Path) -> None:
+    broker = BrokerServer(BrokerOptions(
+        broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", controller.port),
+        data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
+        config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)}))
+    await broker.start()
+    try:
+        await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+        await _until(lambda: _true(not broker.fenced), "the broker to learn it")
+        # The event loop does nothing else for twice the session timeout: a heartbeat sent
+        # from it would be 3 s late and the controller would fence the broker.
+        time.sleep(2 * SESSION_TIMEOUT_MS / 1000)
+        entry = await _broker_entry(controller)
+        assert entry is not None and not entry["fenced"]
+        assert entry["max_heartbeat_gap_ms"] < SESSION_TIMEOUT_MS / 2, entry
+        assert not broker.fenced
+    finally:
+        await broker.stop()
+
+
+async def test_a_stopped_broker_stops_heartbeating(controller: RpcClient,
+                                                  tmp_path: Path) -> None:
+    broker = BrokerServer(BrokerOptions(
+        broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", controller.port),
+        data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
+        config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)}))
+    await broker.start()
+    await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+    await broker.stop()
+    assert not broker.lifecycle.running
+
+    async def fenced() -> bool:
+        entry = await _broker_entry(controller)
+        return entry is not None and entry["fenced"]
+
+    await _until(fenced, "the controller to fence the stopped broker",
+                 timeout=3 * SESSION_TIMEOUT_MS / 1000)
+
+
+async def _unfenced_entry(controller: RpcClient) -> bool:
+    entry = await _broker_entry(controller)
+    return entry is not None and not entry["fenced"]
+
+
+async def _true(value: bool) -> bool:
+    return value
