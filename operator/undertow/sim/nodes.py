@@ -35,8 +35,8 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import resolve
-from minibroker.controller.quorum_controller import QuorumController
-from minibroker.controller.server import TICK_MS
+from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
+from minibroker.controller.server import MAX_ALTER_PARTITION_ITEMS, TICK_MS
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
 from minibroker.coordinator.records import OffsetAndMetadata
@@ -161,10 +161,9 @@ class SimController(SimNode):
 
             entry.append((p["since"], reply, self.process.call_later(METADATA_WAIT_MS, expire)))
             self._waiters.append(entry[0])
-        elif name == "alter_partition":
-            error, reg = c.alter_partition(p["broker_id"], p["tp"], p["leader_epoch"],
-                                           p["partition_epoch"], p["new_isr"], p["broker_epochs"])
-            reply((error, reg.to_json() if reg else None))
+        elif name == "alter_partitions":
+            reply([(error, reg.to_json() if reg else None)
+                   for error, reg in c.alter_partitions(p["broker_id"], p["items"])])
         elif name == "create_topic":
             reply(c.create_topic(p["name"], p["partitions"], p["replication_factor"],
                                  p["config"]))
@@ -564,25 +563,43 @@ def _exists(image: MetadataImage, tp: TopicPartition) -> bool:
 
 
 class _AlterPartition:
-    """AlterPartition to the controller; a lost request answers REQUEST_TIMED_OUT."""
+    """As ``minibroker.broker._ControllerAlterPartition`` (Kafka's AlterPartitionManager):
+    the queued ISR changes go to the controller in one request, one request in flight; a
+    lost request answers REQUEST_TIMED_OUT to each of its items."""
 
     def __init__(self, broker: SimBroker) -> None:
         self._broker = broker
+        self._queue: list[tuple[AlterPartitionRequest,
+                                Callable[[ErrorCode, PartitionRegistration | None], None]]] = []
+        self._in_flight = False
 
     def send(self, request: AlterPartitionRequest,
              on_response: Callable[[ErrorCode, PartitionRegistration | None], None]) -> None:
-        def answered(answer: Any, error: NetworkError | None) -> None:
-            if error is not None:
-                on_response(ErrorCode.request_timed_out, None)
-                return
-            code, reg = answer
-            on_response(code, PartitionRegistration.from_json(reg) if reg else None)
+        self._queue.append((request, on_response))
+        if not self._in_flight:
+            self._send_queued()
 
-        self._broker._controller_call("alter_partition", {
-            "broker_id": self._broker.broker_id, "tp": request.tp,
-            "leader_epoch": request.leader_epoch, "partition_epoch": request.partition_epoch,
-            "new_isr": tuple(request.new_isr), "broker_epochs": tuple(request.broker_epochs)},
-            5000, answered)
+    def _send_queued(self) -> None:
+        batch = self._queue[:MAX_ALTER_PARTITION_ITEMS]
+        del self._queue[:MAX_ALTER_PARTITION_ITEMS]
+        self._in_flight = True
+
+        def answered(answer: Any, error: NetworkError | None) -> None:
+            for index, (_, on_response) in enumerate(batch):
+                if error is not None:
+                    on_response(ErrorCode.request_timed_out, None)
+                else:
+                    code, reg = answer[index]
+                    on_response(code, PartitionRegistration.from_json(reg) if reg else None)
+            self._in_flight = False
+            if self._queue:
+                self._send_queued()
+
+        self._broker._controller_call("alter_partitions", {
+            "broker_id": self._broker.broker_id,
+            "items": [AlterPartitionItem(r.tp, r.leader_epoch, r.partition_epoch,
+                                         tuple(r.new_isr), tuple(r.broker_epochs))
+                      for r, _ in batch]}, 5000, answered)
 
 
 class SimFetcher:
