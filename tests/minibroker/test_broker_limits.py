@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -32,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fuzz_cluster import running_cluster
 from kio.schema.api_versions.v0 import request as api_versions_v0
 from kio.schema.metadata.v1 import request as metadata_v1
-from ports import ports_free
-from processes import stop_group
 
 from minibroker.network.codec import encode_request
 
@@ -96,35 +93,12 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def _free_base_port() -> int:
-    for _ in range(50):
-        base = random.randrange(20000, 60000)
-        if ports_free([base, base + 1, base + 100, base + 101]):
-            return base
-    raise RuntimeError("no free port range for the cluster")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("limits")
-    base = _free_base_port()
-    log = workdir / "cluster.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "minibroker", "cluster", "--brokers", "1", "--base-port",
-             str(base), "--data-dir", str(workdir / "data"),
-             "--config", f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}",
-             "--config", f"socket.request.read.timeout.ms={READ_TIMEOUT_MS}"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    c = Cluster(base, workdir / "data", log, process)
-    try:
-        wait_for(lambda: process.poll() is not None
-                 or any(not b["fenced"] for b in c.controller_state()["brokers"]),
-                 STARTUP_TIMEOUT_S, "the broker to be unfenced")
-        assert process.poll() is None, log.read_text()[-3000:]
-        yield c
-    finally:
-        stop_group(process)
+    with running_cluster(tmp_path_factory.mktemp("limits"), 1, (
+            f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}",
+            f"socket.request.read.timeout.ms={READ_TIMEOUT_MS}")) as running:
+        yield Cluster(running.base, running.data, running.log, running.process)
 
 
 class LoopProbe:

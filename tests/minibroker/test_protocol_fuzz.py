@@ -23,7 +23,6 @@ import random
 import re
 import struct
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -38,6 +37,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from fuzz_cluster import running_cluster
 from kio.schema.api_versions.v3 import request as api_versions_req
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as metadata_req
@@ -52,8 +52,6 @@ from kio.serial._introspect import (
     get_schema_field_type,
 )
 from kio.static.primitive import Records
-from ports import ports_free
-from processes import stop_group
 
 from minibroker.network.client import KafkaConnection
 from minibroker.network.codec import (
@@ -308,15 +306,6 @@ class Broker:
         return found
 
 
-def _free_base_port() -> int:
-    """``minibroker cluster`` takes BASE (controller), BASE+1 (broker) and BASE+100/101."""
-    for _ in range(50):
-        base = random.randrange(20000, 60000)
-        if ports_free([base, base + 1, base + 100, base + 101]):
-            return base
-    raise RuntimeError("no free port range for the broker")
-
-
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -328,21 +317,10 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A controller and one broker (``minibroker cluster``) in their own process group."""
-    workdir = tmp_path_factory.mktemp("fuzz")
-    base = _free_base_port()
-    log = workdir / "cluster.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "minibroker", "cluster", "--brokers", "1", "--base-port",
-             str(base), "--data-dir", str(workdir / "data"),
-             # the consumer's group.id makes librdkafka look its coordinator up
-             "--config", "offsets.topic.replication.factor=1",
-             "--config", "offsets.topic.num.partitions=1"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        yield Broker(base + 1, log, process)
-    finally:
-        stop_group(process)
+    # the consumer's group.id makes librdkafka look its coordinator up
+    with running_cluster(tmp_path_factory.mktemp("fuzz"), 1,
+                         ("offsets.topic.num.partitions=1",)) as cluster:
+        yield Broker(cluster.port(1), cluster.log, cluster.process)
 
 
 def broker_sample() -> list[tuple[str, bytes]]:
