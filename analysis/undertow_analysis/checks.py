@@ -377,10 +377,12 @@ def truncation_ranges(truncations: DataFrame) -> DataFrame:
 
 
 def acked_in_truncations(by_value: DataFrame, ranges: DataFrame) -> DataFrame:
-    """id, broker, t_trunc, value, cut_at (struct tk, pos), t_acked: per truncation
-    (`truncation_ranges`), every send attempt acknowledged at one of its offsets before its
-    `t_cut`: the candidates for the records it cut, which `truncation_records` narrows to
-    the ones the broker really held.
+    """id, broker, t_trunc, value, cut_at (struct tk, pos), t_acked, after_cut: per
+    truncation (`truncation_ranges`), every send attempt acknowledged at one of its offsets
+    before the broker truncated: the candidates for the records it cut, which
+    `truncation_records` narrows to the ones the broker really held. `after_cut` marks
+    those acknowledged after `t_cut` (the new epoch's start): the new leader's records, or a
+    deposed leader's acknowledgements in its old epoch before it learned of the new one.
 
     One more reader of `by_value`'s exchange, joined with the (broadcast) buckets of the
     truncations on a numeric key. Nothing here may become a filter below that exchange, which
@@ -396,11 +398,12 @@ def acked_in_truncations(by_value: DataFrame, ranges: DataFrame) -> DataFrame:
         F.coalesce(F.col("t_complete"), F.lit(math.inf)).alias("_t"))
     r = F.broadcast(ranges)
     on = (acked["_bucket"].eqNullSafe(r["bucket"]) & acked["_tk"].eqNullSafe(r["tk"])
-          & (acked["_pos"] >= r["lo"]) & (acked["_pos"] < r["hi"]) & (acked["_t"] < r["t"]))
+          & (acked["_pos"] >= r["lo"]) & (acked["_pos"] < r["hi"])
+          & (acked["_t"] < r["t_trunc"]))
     return acked.join(r, on, "inner").select(
         "id", "broker", "t_trunc", "value",
         F.struct(acked["_tk"].alias("tk"), acked["_pos"].alias("pos")).alias("cut_at"),
-        acked["_t"].alias("t_acked"))
+        acked["_t"].alias("t_acked"), (acked["_t"] >= r["t"]).alias("after_cut"))
 
 
 def truncation_records(candidates: DataFrame, noteworthy: DataFrame) -> DataFrame:
@@ -410,22 +413,28 @@ def truncation_records(candidates: DataFrame, noteworthy: DataFrame) -> DataFram
 
     `candidates` are `acked_in_truncations`' rows and `noteworthy` the classified values of
     the pass (few). At each offset the record the broker held is the last acknowledged there
-    before the cut (an earlier one had been cut already); it was cut unless the final log
-    still has it at that offset, which is so for every value not noteworthy (drained where
-    it was acknowledged) and for a noteworthy one drained there. A clean run's truncations
-    cut none: their offsets were rewritten by the new leader with other records, which
-    `candidates` alone would count. Each lost record counts as lost once, at the first
-    truncation that cut it (by time, then broker id: the order the report lists them in), so
-    the column adds up to the lost records truncations explain.
+    before the cut (an earlier one had been cut already), or after it one that is not in the
+    final log at that offset: a deposed leader's acknowledgement in its old epoch (the new
+    leader's records at those offsets stay there, and the truncated broker never held them:
+    its log diverged from theirs there). It was cut unless the final log still has it at that
+    offset, which is so for every value not noteworthy (drained where it was acknowledged)
+    and for a noteworthy one drained there. A clean run's truncations cut none: their offsets
+    were rewritten by the new leader with other records, which `candidates` alone would
+    count. Each lost record counts as lost once, at the first truncation that cut it (by
+    time, then broker id: the order the report lists them in), so the column adds up to the
+    lost records truncations explain.
     """
-    held = candidates.groupBy("id", "broker", "t_trunc", "cut_at").agg(
-        F.max_by("value", "t_acked").alias("value"))
     fate = noteworthy.select("value", F.col("lost").alias("_lost"),
                              F.col("drained_at").alias("_d1"), F.col("drained_last").alias("_d2"))
     still_there = (F.col("_lost").isNull()
                    | (~F.col("_lost") & (F.col("_d1").eqNullSafe(F.col("cut_at"))
                                          | F.col("_d2").eqNullSafe(F.col("cut_at")))))
-    cut = held.join(fate, "value", "left").filter(~still_there)
+    held = (candidates.join(fate, "value", "left")
+            .filter(~F.col("after_cut") | ~still_there)
+            .groupBy("id", "broker", "t_trunc", "cut_at")
+            .agg(F.max_by(F.struct("value", "_lost", "_d1", "_d2"), "t_acked").alias("h"))
+            .select("id", "broker", "t_trunc", "cut_at", "h.*"))
+    cut = held.filter(~still_there)
     first = F.row_number().over(Window.partitionBy("value").orderBy("t_trunc", "broker")) == 1
     return (cut.withColumn("_first", first).groupBy("id").agg(
         F.count("*").alias("acked"),

@@ -274,7 +274,7 @@ def _truncation_records(written: DataFrame, values: DataFrame) -> dict[int, dict
     if "cut_at" not in written.columns:
         return {}
     candidates = written.filter(F.col("part") == TRUNCATION_PART).select(
-        "id", "broker", "t_trunc", "value", "cut_at", "t_acked")
+        "id", "broker", "t_trunc", "value", "cut_at", "t_acked", "after_cut")
     return {r["id"]: {k: r[k] for k in ("acked", "lost", "lost_before", "kept")}
             for r in checks.truncation_records(candidates, values).collect()}
 
@@ -388,7 +388,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         written = spark.read.parquet(scratch)
         series, latency, send_times = _series(written, history, grid)
         values = written.filter(F.col("part") == VALUE_PART).drop(
-            *SERIES_COLUMNS, "id", "broker", "t_trunc", "cut_at", *GROUP_COLUMNS)
+            *SERIES_COLUMNS, "id", "broker", "t_trunc", "cut_at", "after_cut", *GROUP_COLUMNS)
         found = written.filter(F.col("part") == GROUP_PART).select("kind", *FINDING) \
             if group is not None else None
         counts = _counts(written, series, inconsistent_offsets, group is not None)

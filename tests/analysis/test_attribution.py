@@ -118,6 +118,10 @@ def test_records_a_deposed_leader_acknowledged_before_it_learned_of_the_new_epoc
     new_records(h, range(10, 15), t=7.0)
     report = analyse(h, tmp_path)
     assert report["counts"]["lost"] == 5 and report["explained"]["unexplained"] == 0
+    # The truncation's table row counts the deposed leader's acknowledgements too: it cut
+    # all five, though three were acknowledged after the new epoch began.
+    (cut,) = report["explained"]["truncations"]
+    assert (cut["acked"], cut["lost"], cut["kept"]) == (5, 5, 0)
     by_mechanism = {i["mechanism"]: i for i in report["explained"]["incidents"]}
     assert set(by_mechanism) == {"acks1_before_replication", "deposed_leader"}
     deposed = by_mechanism["deposed_leader"]
