@@ -13,9 +13,9 @@ import yaml
 
 from undertow.explore.command import explore
 from undertow.explore.draw import draw, experiment_with
-from undertow.explore.matrix import Configuration, markdown_table, run_matrix, wilson
+from undertow.explore.matrix import Configuration, cell_of, markdown_table, run_matrix, wilson
 from undertow.explore.report import write_report
-from undertow.explore.runs import simulate
+from undertow.explore.runs import Outcome, simulate
 from undertow.explore.space import FaultSpace
 from undertow.explore.spark import explore_session
 from undertow.sim.run import run_simulated
@@ -104,3 +104,18 @@ def test_the_wilson_interval_is_sound_at_the_edges() -> None:
     assert wilson(20, 20)[1] == 1.0 and 0.8 < wilson(20, 20)[0] < 0.9
     low, high = wilson(5, 10)
     assert low < 0.5 < high and high - low < 0.7
+
+
+def test_a_loss_with_no_lost_record_is_labelled_by_its_anomaly_kinds() -> None:
+    config = Configuration(acks="all", min_insync_replicas=2, replication_factor=2,
+                           unclean=True, fsync=False, rules="legacy")
+
+    def outcome(verdict: str, counts: dict[str, int], mechanisms: dict[str, int]) -> Outcome:
+        return Outcome(1, 1, "[]", verdict, counts.get("lost", 0), counts, mechanisms, 0.1)
+
+    cell = cell_of(config, "network", [
+        outcome("loss", {"lost": 0, "misplaced": 1}, {}),
+        outcome("loss", {"lost": 3}, {"unclean_election": 3}),
+        outcome("clean", {"lost": 0, "duplicates": 2}, {})])
+    assert cell.mechanisms == {"misplaced": 1, "unclean_election": 1}
+    assert cell.losses == 2

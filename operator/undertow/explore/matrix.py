@@ -136,11 +136,20 @@ class Cell:
                 "mechanism": self.mechanism, "mechanisms": self.mechanisms}
 
 
+def _loss_label(outcome: Outcome) -> str | None:
+    """What a losing schedule counts under: its mechanism, or, when it lost no acknowledged
+    record (a misplaced or phantom record, say), the anomaly kinds that made the verdict."""
+    if outcome.mechanism is not None or outcome.verdict != "loss":
+        return outcome.mechanism
+    kinds = sorted(k for k, n in outcome.counts.items() if n and k != "lost")
+    return "+".join(kinds) or None
+
+
 def cell_of(configuration: Configuration, fault_class: str, outcomes: list[Outcome]) -> Cell:
     mechanisms: dict[str, int] = {}
     for o in outcomes:
-        if o.mechanism is not None:
-            mechanisms[o.mechanism] = mechanisms.get(o.mechanism, 0) + 1
+        if (label := _loss_label(o)) is not None:
+            mechanisms[label] = mechanisms.get(label, 0) + 1
     return Cell(configuration, fault_class, sum(o.verdict != "error" for o in outcomes),
                 sum(o.verdict == "loss" for o in outcomes),
                 sum(o.verdict == "error" for o in outcomes), mechanisms)
