@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.admin import AdminServer
+from minibroker.cluster.alter_partition_manager import AlterPartitionManager, Answer
 from minibroker.cluster.fetcher import ReplicaFetcher, ReplicaFetcherManager
 from minibroker.cluster.log_dir_failure import LOG_DIR_FAILURE_EXIT_CODE, LogDirFailureChannel
 from minibroker.cluster.partition import AlterPartitionRequest
@@ -38,7 +39,6 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import resolve
-from minibroker.controller.server import MAX_ALTER_PARTITION_ITEMS
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.events import ReplicationEventLog
 from minibroker.failpoints import DiskFull, DiskStall, power_loss
@@ -85,55 +85,6 @@ class BrokerOptions:
     hold it (``rpc_auth``; Kafka's controller listener with SASL, KIP-631)."""
 
 
-class _ControllerAlterPartition:
-    """Kafka's AlterPartitionManager: the leader's ISR changes go to the controller in
-    batches, one request in flight at a time; whatever was queued while it was out goes in
-    the next. Thousands of partitions changing at once (a broker's return) cost a few
-    controller commits, not thousands. Answers are applied on the event loop."""
-
-    def __init__(self, broker: BrokerServer) -> None:
-        self._broker = broker
-        self._queue: list[tuple[AlterPartitionRequest,
-                                Callable[[ErrorCode, PartitionRegistration | None], None]]] = []
-        self._sending = False
-
-    def send(self, request: AlterPartitionRequest,
-             on_response: Callable[[ErrorCode, PartitionRegistration | None], None]) -> None:
-        self._queue.append((request, on_response))
-        if not self._sending:
-            self._sending = True
-            asyncio.get_running_loop().create_task(self._send_all())
-
-    async def _send_all(self) -> None:
-        try:
-            while self._queue:
-                batch = self._queue[:MAX_ALTER_PARTITION_ITEMS]
-                del self._queue[:MAX_ALTER_PARTITION_ITEMS]
-                await self._send(batch)
-        finally:
-            self._sending = False
-
-    async def _send(self, batch: list[tuple[AlterPartitionRequest, Callable[
-            [ErrorCode, PartitionRegistration | None], None]]]) -> None:
-        try:
-            answer = await self._broker.controller.call("alter_partitions", {
-                "broker_id": self._broker.options.broker_id,
-                "items": [{"topic": r.tp.topic, "partition": r.tp.partition,
-                           "leader_epoch": r.leader_epoch,
-                           "partition_epoch": r.partition_epoch, "new_isr": list(r.new_isr),
-                           "broker_epochs": list(r.broker_epochs)} for r, _ in batch]})
-        except RpcError as exc:
-            log.warning("AlterPartition for %d partitions (%s) failed: %s", len(batch),
-                        ", ".join(str(r.tp) for r, _ in batch[:3]), exc)
-            for _, on_response in batch:
-                on_response(ErrorCode.request_timed_out, None)
-            return
-        for (_, on_response), result in zip(batch, answer["results"], strict=True):
-            reg = result["registration"]
-            on_response(ErrorCode[result["error"]],
-                        PartitionRegistration.from_json(reg) if reg else None)
-
-
 class BrokerServer:
     """Also the object ``KafkaApis`` calls: the ReplicaManager API plus the failpoints."""
 
@@ -160,7 +111,7 @@ class BrokerServer:
         self.events = ReplicationEventLog(options.data_dir)
         self.replica_manager = ReplicaManager(
             options.broker_id, options.data_dir, AsyncioScheduler(self.loop), config=config,
-            alter_partition_sender=_ControllerAlterPartition(self),
+            alter_partition_sender=AlterPartitionManager(self._transmit_alter_partitions),
             fetcher_manager=self.fetchers, events=self.events, durability=self.durability,
             log_dir_failure_channel=self.log_dir_failure_channel)
         self.group_coordinator = GroupCoordinator(
@@ -274,6 +225,31 @@ class BrokerServer:
         self.loop.call_later(LOG_DIR_FAILURE_HALT_DELAY_S, os._exit, LOG_DIR_FAILURE_EXIT_CODE)
 
     # ---- controller channel -------------------------------------------------------------
+
+    def _transmit_alter_partitions(self, batch: list[AlterPartitionRequest],
+                                   answered: Callable[[list[Answer] | None], None]) -> None:
+        """AlterPartition over the controller RPC; its answers are applied on the loop."""
+        self.loop.create_task(self._alter_partitions(batch, answered))
+
+    async def _alter_partitions(self, batch: list[AlterPartitionRequest],
+                                answered: Callable[[list[Answer] | None], None]) -> None:
+        answers: list[Answer] | None = None
+        try:
+            answer = await self.controller.call("alter_partitions", {
+                "broker_id": self.broker_id,
+                "items": [{"topic": r.tp.topic, "partition": r.tp.partition,
+                           "leader_epoch": r.leader_epoch,
+                           "partition_epoch": r.partition_epoch, "new_isr": list(r.new_isr),
+                           "broker_epochs": list(r.broker_epochs)} for r in batch]})
+            answers = [(ErrorCode[result["error"]],
+                        PartitionRegistration.from_json(result["registration"])
+                        if result["registration"] else None)
+                       for result in answer["results"]]
+        except RpcError as exc:
+            log.warning("AlterPartition for %d partitions (%s) failed: %s", len(batch),
+                        ", ".join(str(r.tp) for r in batch[:3]), exc)
+        finally:  # whatever happened, the batch is answered and the next may go
+            answered(answers)
 
     async def _allocate_producer_ids(self) -> tuple[int, int]:
         try:

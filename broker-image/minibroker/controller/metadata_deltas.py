@@ -38,24 +38,21 @@ class TopicChange:
     partitions: frozenset[int] | None
 
 
+TopicState = tuple[str, str, dict[str, str], dict[int, PartitionRegistration]]
+"""A topic's name, id, config and partitions, as committed."""
+
+
 class MetadataDeltaLog:
-    def __init__(self, offset: int) -> None:
+    def __init__(self, offset: int, topics: Iterable[TopicState]) -> None:
+        """The controller's state at ``offset`` (its start, or its restart): deltas start
+        there."""
         self._first = offset + 1
         """The first offset whose changes are kept; deltas start from ``_first - 1``."""
         self._changes: deque[dict[str, TopicChange]] = deque(maxlen=RETAINED_OFFSETS)
-        self._committed: dict[str, _Committed] = {}
-
-    def start_from(self, offset: int, topics: Iterable[tuple[str, str, dict[str, str],
-                                                             dict[int, PartitionRegistration]]]
-                   ) -> None:
-        """The state loaded at ``offset`` (a restart): deltas start there."""
-        self._first = offset + 1
-        self._changes.clear()
         self._committed = {name: _Committed(topic_id, dict(config), dict(partitions))
                            for name, topic_id, config, partitions in topics}
 
-    def record(self, topics: Iterable[tuple[str, str, dict[str, str],
-                                            dict[int, PartitionRegistration]]]) -> None:
+    def record(self, topics: Iterable[TopicState]) -> None:
         """The next offset's state (name, id, config, partitions of every topic)."""
         changed: dict[str, TopicChange] = {}
         committed: dict[str, _Committed] = {}

@@ -30,7 +30,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import ConfigError, resolve, validate_topic_config
-from minibroker.controller.metadata_deltas import MetadataDeltaLog
+from minibroker.controller.metadata_deltas import MetadataDeltaLog, TopicState
 from minibroker.controller.partition_change import PartitionChange, build_change
 from minibroker.events import (
     ElectionKind,
@@ -115,8 +115,7 @@ class QuorumController:
         self._listeners: list[Callable[[int], None]] = []
         if data_dir is not None:
             self._load()
-        self._deltas = MetadataDeltaLog(self.metadata_offset)
-        self._deltas.start_from(self.metadata_offset, self._topic_states())
+        self._deltas = MetadataDeltaLog(self.metadata_offset, self._topic_states())
 
     # ---- listeners and persistence -------------------------------------------------
 
@@ -602,8 +601,7 @@ class QuorumController:
 
     # ---- views ------------------------------------------------------------------------
 
-    def _topic_states(self) -> list[tuple[str, str, dict[str, str],
-                                          dict[int, PartitionRegistration]]]:
+    def _topic_states(self) -> list[TopicState]:
         return [(t.name, t.topic_id, t.config, t.partitions) for t in self.topics.values()]
 
     def metadata_since(self, since: int, cluster_id: str) -> MetadataImage | MetadataDelta:

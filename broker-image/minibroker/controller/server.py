@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.admin import AdminServer
+from minibroker.cluster.alter_partition_manager import MAX_ALTER_PARTITION_ITEMS
 from minibroker.cluster.types import MetadataDelta, TopicPartition
 from minibroker.config import resolve
 from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
@@ -29,9 +30,7 @@ from minibroker.rpc import RpcLimits, RpcServer
 log = logging.getLogger("minibroker.controller")
 
 TICK_MS = 100
-MAX_ALTER_PARTITION_ITEMS = 1000
-"""Partitions in one AlterPartition request: a batch answered well within the broker's
-RPC timeout, and within ``listener.name.controller.socket.request.max.bytes``."""
+
 
 
 def controller_rpc_limits(config: dict[str, str]) -> RpcLimits:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from minibroker.cluster.alter_partition_manager import AlterPartitionManager, Answer
 from minibroker.cluster.fetcher import MAX_TRUNCATION_ROUNDS, RETRY_BACKOFF_S
 from minibroker.cluster.log_dir_failure import LogDirFailureChannel
 from minibroker.cluster.partition import AlterPartitionRequest
@@ -36,7 +37,7 @@ from minibroker.cluster.types import (
 )
 from minibroker.config import resolve
 from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
-from minibroker.controller.server import MAX_ALTER_PARTITION_ITEMS, TICK_MS
+from minibroker.controller.server import TICK_MS
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
 from minibroker.coordinator.records import OffsetAndMetadata
@@ -236,7 +237,8 @@ class SimBroker(SimNode):
         self.fetchers = SimFetcherManager(self)
         rm = self.rm = ReplicaManager(
             self.broker_id, self.data_dir, process, config=self.config,
-            alter_partition_sender=_AlterPartition(self), fetcher_manager=self.fetchers,
+            alter_partition_sender=AlterPartitionManager(self._transmit_alter_partitions),
+            fetcher_manager=self.fetchers,
             events=events, durability=self.durability, log_dir_failure_channel=channel)
         rm.start_timers()
         coordinator = self.coordinator = GroupCoordinator(
@@ -323,6 +325,20 @@ class SimBroker(SimNode):
         self.durability.out_of_space = False
 
     # ---- the controller channel ------------------------------------------------------------
+
+    def _transmit_alter_partitions(self, batch: list[AlterPartitionRequest],
+                                   answered: Callable[[list[Answer] | None], None]) -> None:
+        """AlterPartition over the virtual network, as the broker's over its RPC."""
+        def on_answer(answer: Any, error: NetworkError | None) -> None:
+            answered(None if error is not None else [
+                (code, PartitionRegistration.from_json(reg) if reg else None)
+                for code, reg in answer])
+
+        self._controller_call("alter_partitions", {
+            "broker_id": self.broker_id,
+            "items": [AlterPartitionItem(r.tp, r.leader_epoch, r.partition_epoch,
+                                         tuple(r.new_isr), tuple(r.broker_epochs))
+                      for r in batch]}, 5000, on_answer)
 
     def _controller_call(self, name: str, params: dict[str, Any], timeout_ms: float,
                          on_answer: Callable[[Any, NetworkError | None], None]) -> None:
@@ -560,46 +576,6 @@ class SimBroker(SimNode):
 def _exists(image: MetadataImage, tp: TopicPartition) -> bool:
     topic = image.topics.get(tp.topic)
     return topic is not None and tp.partition in topic.partitions
-
-
-class _AlterPartition:
-    """As ``minibroker.broker._ControllerAlterPartition`` (Kafka's AlterPartitionManager):
-    the queued ISR changes go to the controller in one request, one request in flight; a
-    lost request answers REQUEST_TIMED_OUT to each of its items."""
-
-    def __init__(self, broker: SimBroker) -> None:
-        self._broker = broker
-        self._queue: list[tuple[AlterPartitionRequest,
-                                Callable[[ErrorCode, PartitionRegistration | None], None]]] = []
-        self._in_flight = False
-
-    def send(self, request: AlterPartitionRequest,
-             on_response: Callable[[ErrorCode, PartitionRegistration | None], None]) -> None:
-        self._queue.append((request, on_response))
-        if not self._in_flight:
-            self._send_queued()
-
-    def _send_queued(self) -> None:
-        batch = self._queue[:MAX_ALTER_PARTITION_ITEMS]
-        del self._queue[:MAX_ALTER_PARTITION_ITEMS]
-        self._in_flight = True
-
-        def answered(answer: Any, error: NetworkError | None) -> None:
-            for index, (_, on_response) in enumerate(batch):
-                if error is not None:
-                    on_response(ErrorCode.request_timed_out, None)
-                else:
-                    code, reg = answer[index]
-                    on_response(code, PartitionRegistration.from_json(reg) if reg else None)
-            self._in_flight = False
-            if self._queue:
-                self._send_queued()
-
-        self._broker._controller_call("alter_partitions", {
-            "broker_id": self._broker.broker_id,
-            "items": [AlterPartitionItem(r.tp, r.leader_epoch, r.partition_epoch,
-                                         tuple(r.new_isr), tuple(r.broker_epochs))
-                      for r, _ in batch]}, 5000, answered)
 
 
 class SimFetcher:
