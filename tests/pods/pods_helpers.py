@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from interrupted_runs import OWNER_LABEL, reap_interrupted_runs, this_owner
 from podman_api import NAMESPACE, PodmanApi, podman
 
 from undertow.kube.cluster_objects import ClusterNames, cluster_objects, fault_secret
@@ -130,8 +131,9 @@ class ClusterOnPods:
         self.spec = BrokerCluster.model_validate(
             {k: self.cluster[k] for k in ("apiVersion", "kind", "metadata", "spec")}).spec
         self.network = f"undertow-e2e-{self.run_id}"
-        self.subnet = _free_subnet()
-        self.gateway = f"{self.subnet}.1"
+        self.owner = this_owner()
+        self.subnet = ""
+        self.gateway = ""
         self.tokens = {"failpoint-token": uuid.uuid4().hex, "agent-token": uuid.uuid4().hex}
         self.secret = fault_secret(self.cluster, self.tokens["failpoint-token"],
                                    self.tokens["agent-token"])
@@ -170,8 +172,12 @@ class ClusterOnPods:
     # ---- lifecycle ----------------------------------------------------------------------
 
     def start_cluster(self) -> None:
+        for removed in reap_interrupted_runs(self.cluster_pod_names()):
+            print(f"e2e-pods: removed {removed}, left by an interrupted run")
+        self.subnet = _free_subnet()
+        self.gateway = f"{self.subnet}.1"
         podman("network", "create", "--internal", "--subnet", f"{self.subnet}.0/24",
-               self.network)
+               "--label", f"{OWNER_LABEL}={self.owner}", self.network)
         data = {key: base64.b64encode(value.encode()).decode()
                 for key, value in self.tokens.items()}
         podman("secret", "rm", self.names.secret, check=False)  # left by an interrupted run
@@ -307,6 +313,10 @@ class ClusterOnPods:
 
     def _play(self, label: str, documents: Sequence[dict[str, Any]],
               ips: Sequence[str]) -> None:
+        for document in documents:
+            if document["kind"] == "Pod":
+                document["metadata"]["labels"] = {**document["metadata"]["labels"],
+                                                  OWNER_LABEL: self.owner}
         path = self.work / f"{label}.yaml"
         path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
         self._played.append(path)
