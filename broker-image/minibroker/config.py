@@ -157,6 +157,14 @@ _SOCKET_SERVER_DEFS = [
               "fetches by replica.fetch.response.max.bytes instead; minibroker's followers "
               "ask for replica.fetch.max.bytes per partition, and this bound covers them "
               "too, so that no fetch, from whoever claims to be a follower, holds more."),
+    ConfigDef("max.incremental.fetch.session.cache.slots", _non_negative_int, 1000, False,
+              "Incremental fetch sessions (KIP-227) the broker keeps, all clients together "
+              "(Kafka's default); a full Fetch past it gets no session when every cached one "
+              "is worth more (a follower's more than a consumer's), and goes on sessionless. "
+              "0 turns sessions off."),
+    ConfigDef("min.incremental.fetch.session.eviction.ms", _positive_int, 120000, False,
+              "A session unused this long may be evicted by any new one; younger sessions "
+              "only by a new session worth more (Kafka's default)."),
     ConfigDef("max.request.elements", _positive_int, 10000, False,
               "minibroker's own: array elements and tagged fields one request may hold, "
               "nested arrays included; a request with more closes its connection before it "

@@ -75,7 +75,7 @@ class CapturingLeader:
 
     async def request(self, request: Any, timeout: float | None = None) -> Any:
         self.sent.append(request)
-        return SimpleNamespace(responses=[])
+        return SimpleNamespace(error_code=ErrorCode.none, session_id=0, responses=[])
 
 
 ORDERS_ID = uuid.UUID(int=42)
@@ -117,3 +117,5 @@ async def test_the_follower_fetch_asks_the_leader_to_wait_for_replica_fetch_min_
     assert (request.replica_state.replica_id, request.replica_state.replica_epoch) == (3, 17)
     assert [(t.topic_id, [p.fetch_offset for p in t.partitions]) for t in request.topics] == \
         [(ORDERS_ID, [10])]
+    # The first fetch to a leader is full and asks for a session (KIP-227).
+    assert (request.session_id, request.session_epoch) == (0, 0)

@@ -229,7 +229,8 @@ TOPIC_IDS = {"orders": ORDERS_ID, "gone": uuid.UUID(int=7)}
 
 def fetch_request(version: int, offsets: dict[tuple[str, int], int], *, max_wait_ms: int = 0,
                   session_id: int = 0, session_epoch: int = -1, replica_id: int = -1,
-                  replica_epoch: int = -1, isolation_level: int = 0) -> Any:
+                  replica_epoch: int = -1, isolation_level: int = 0,
+                  forgotten: list[tuple[str, int]] = ()) -> Any:
     m = request_module(ApiKey.FETCH, version)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), offset in offsets.items():
@@ -243,7 +244,10 @@ def fetch_request(version: int, offsets: dict[tuple[str, int], int], *, max_wait
         m.FetchRequest, **replica,
         max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 24,
         isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch,
-        forgotten_topics_data=(), rack_id="",
+        forgotten_topics_data=tuple(
+            build(m.ForgottenTopic, topic=t, topic_id=TOPIC_IDS[t], partitions=(p,))
+            for t, p in forgotten),
+        rack_id="",
         topics=tuple(build(m.FetchTopic, topic=t, topic_id=TOPIC_IDS[t], partitions=tuple(ps))
                      for t, ps in by_topic.items()))
 
@@ -674,18 +678,50 @@ def test_fetch_waits_for_data_without_blocking_other_connections() -> None:
     run(scenario)
 
 
-def test_fetch_session_attempts_fall_back_to_full_fetches() -> None:
+@pytest.mark.parametrize("version", [7, 12, 15])
+def test_a_fetch_session_names_only_what_changed(version: int) -> None:
+    """KIP-227 on the wire: a full fetch opens a session; an incremental one naming nothing
+    reads the whole session and is answered with what changed only; a forgotten partition
+    is read no more; a wrong epoch or an unknown session is refused with no partition."""
+    o0, o1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
+
     async def scenario(broker: FakeBroker, port: int) -> None:
-        broker.logs[TopicPartition("orders", 0)].append(b"b0")
-        # A client asking to open a session (epoch 0) gets a full answer and no session.
-        opened = await call(port, fetch_request(12, {("orders", 0): 0}, session_epoch=0))
-        assert opened.session_id == 0
-        assert partitions_of(opened)[("orders", 0)].records == b"b0"
-        # An incremental fetch in a session we never created is refused.
-        incremental = await call(port, fetch_request(
-            12, {("orders", 0): 1}, session_id=77, session_epoch=1))
-        assert incremental.error_code == ErrorCode.fetch_session_id_not_found
-        assert incremental.responses == ()
+        broker.logs[o0].append(b"b0")
+        opened = await call(port, fetch_request(
+            version, {("orders", 0): 0, ("orders", 1): 0}, session_epoch=0, replica_id=2))
+        assert opened.error_code == ErrorCode.none and opened.session_id != 0
+        assert set(partitions_of(opened)) == {("orders", 0), ("orders", 1)}
+        session = opened.session_id
+        # The follower took b0 and asks from offset 1; nothing new: the leader reads both
+        # partitions (orders-1 at its cached position) and names neither.
+        quiet = await call(port, fetch_request(version, {("orders", 0): 1},
+                                               session_id=session, session_epoch=1))
+        assert (quiet.error_code, quiet.session_id, quiet.responses) == (
+            ErrorCode.none, session, ())
+        assert {(p.tp, p.fetch_offset) for p in broker.fetch_requests[-1].partitions} == {
+            (o0, 1), (o1, 0)}
+        # A record arrives in orders-1: an incremental fetch naming nothing gets it.
+        broker.logs[o1].append(b"c0")
+        moved = await call(port, fetch_request(version, {}, session_id=session,
+                                               session_epoch=2))
+        parts = partitions_of(moved)
+        assert set(parts) == {("orders", 1)}
+        assert (parts[("orders", 1)].records, parts[("orders", 1)].high_watermark) == (b"c0", 1)
+        # Forgotten, orders-1 is read no more.
+        await call(port, fetch_request(version, {}, session_id=session, session_epoch=3,
+                                       forgotten=[("orders", 1)]))
+        assert [p.tp for p in broker.fetch_requests[-1].partitions] == [o0]
+        stale = await call(port, fetch_request(version, {}, session_id=session,
+                                               session_epoch=3))
+        assert (stale.error_code, stale.responses) == (
+            ErrorCode.invalid_fetch_session_epoch, ())
+        unknown = await call(port, fetch_request(version, {}, session_id=session + 1,
+                                                 session_epoch=1))
+        assert unknown.error_code == ErrorCode.fetch_session_id_not_found
+        # A sessionless fetch (epoch -1, what librdkafka sends) opens nothing.
+        sessionless = await call(port, fetch_request(version, {("orders", 0): 0}))
+        assert sessionless.session_id == 0
+        assert partitions_of(sessionless)[("orders", 0)].records == b"b0"
 
     run(scenario)
 

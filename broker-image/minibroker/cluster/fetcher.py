@@ -3,8 +3,10 @@
 Each fetcher first truncates newly followed partitions (OffsetForLeaderEpoch, or the
 pre-KIP-101 high-watermark rule), then long-polls the leader with ``replica_id`` set and
 ``fetch_offset`` = our LEO, appends what comes back and takes the HW from the response.
-The decisions themselves live in ``ReplicaManager``/``Partition``; this module only moves
-bytes, so the same rules also run in the step-by-step ``minibroker.sim``.
+Fetches go in an incremental fetch session (KIP-227, ``fetch_session_handler``): after the
+first, they name only what changed. The decisions themselves live in
+``ReplicaManager``/``Partition``; this module only moves bytes, so the same rules also
+run in the step-by-step ``minibroker.sim``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
 from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i64
 
+from minibroker.cluster.fetch_session_handler import FetchSessionHandler
 from minibroker.cluster.replica_manager import ReplicaManager
 from minibroker.cluster.types import ErrorCode, FetchResult, TopicPartition
 from minibroker.network.client import KafkaConnection
@@ -58,6 +61,10 @@ class ReplicaFetcher:
         self.partitions: set[TopicPartition] = set()
         self._wakeup = asyncio.Event()
         self._conn: KafkaConnection | None = None
+        self._session = FetchSessionHandler()
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        """The id each topic had when this fetcher last named it (a forgotten partition
+        is named by that id, even after its topic is gone from the image)."""
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
 
     def add(self, tp: TopicPartition) -> None:
@@ -142,17 +149,22 @@ class ReplicaFetcher:
         states = {tp: self._rm.follower_states[tp] for tp in ready}
         # Fetch v15: topics by id, and the follower's broker epoch (KIP-903), so that the
         # leader can refuse a fetch this broker's previous incarnation left in flight.
-        ids = {topic: uuid.UUID(self._rm.image.topics[topic].topic_id)
-               for topic in {tp.topic for tp in ready}}
-        names = {topic_id: topic for topic, topic_id in ids.items()}
-        by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
-        for fp in self._rm.build_follower_fetch(ready, self._max_bytes):
-            by_topic.setdefault(fp.tp.topic, []).append(fetch_req.FetchPartition(
+        for topic in {tp.topic for tp in ready}:
+            self._topic_ids[topic] = uuid.UUID(self._rm.image.topics[topic].topic_id)
+        plan = self._session.build({
+            (self._topic_ids[fp.tp.topic], fp.tp.partition): fp
+            for fp in self._rm.build_follower_fetch(ready, self._max_bytes)})
+        by_topic: dict[uuid.UUID, list[fetch_req.FetchPartition]] = {}
+        for (topic_id, _), fp in plan.partitions.items():
+            by_topic.setdefault(topic_id, []).append(fetch_req.FetchPartition(
                 partition=i32(fp.tp.partition),
                 current_leader_epoch=i32(fp.current_leader_epoch),
                 fetch_offset=i64(fp.fetch_offset),
                 log_start_offset=i64(fp.log_start_offset),
                 partition_max_bytes=i32(fp.max_bytes)))
+        forgotten: dict[uuid.UUID, list[i32]] = {}
+        for topic_id, index in plan.forgotten:
+            forgotten.setdefault(topic_id, []).append(i32(index))
         request = fetch_req.FetchRequest(
             replica_state=fetch_req.ReplicaState(
                 replica_id=BrokerId(self._rm.broker_id),
@@ -161,10 +173,23 @@ class ReplicaFetcher:
             min_bytes=i32(self._min_bytes),
             max_bytes=i32(self._max_bytes * max(len(ready), 1)),
             isolation_level=i8(0),
-            topics=tuple(fetch_req.FetchTopic(topic_id=ids[t], partitions=tuple(ps))
+            session_id=i32(plan.session_id),
+            session_epoch=i32(plan.epoch),
+            topics=tuple(fetch_req.FetchTopic(topic_id=t, partitions=tuple(ps))
                          for t, ps in by_topic.items()),
-            forgotten_topics_data=())
-        response = await conn.request(request, timeout=self._max_wait_ms / 1000 + 5)
+            forgotten_topics_data=tuple(
+                fetch_req.ForgottenTopic(topic_id=t, partitions=tuple(ps))
+                for t, ps in forgotten.items()))
+        try:
+            response = await conn.request(request, timeout=self._max_wait_ms / 1000 + 5)
+        except BaseException:
+            self._session.reset()  # the leader may or may not have taken this epoch
+            raise
+        if not self._session.handle_response(plan, response.error_code, response.session_id):
+            log.debug("Fetch session with leader %d: %s; the next fetch is full",
+                      self.leader_id, response.error_code.name)
+            return
+        names = {topic_id: topic for topic, topic_id in self._topic_ids.items()}
         await self._before_append()
         out_of_range: list[TopicPartition] = []
         backoff = False

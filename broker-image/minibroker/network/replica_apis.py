@@ -1,10 +1,12 @@
 """The APIs the ``ReplicaManager`` serves: Produce, Fetch, ListOffsets and
 OffsetForLeaderEpoch, which read and write the replicas (a partition unknown to the
-metadata image is answered here, without asking the core; sessionless fetches; acks=0)."""
+metadata image is answered here, without asking the core; fetch sessions, in
+``fetch_session``; acks=0)."""
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Protocol
@@ -23,6 +25,13 @@ from minibroker.cluster.types import (
 from minibroker.config import resolve
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.network.codec import ApiKey, Request
+from minibroker.network.fetch_session import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchPosition,
+    FetchSessionCache,
+    PartitionKey,
+)
 from minibroker.network.kafka_server import CloseConnection
 from minibroker.network.responses import (
     NO_NODE,
@@ -91,6 +100,13 @@ class ReplicaApis:
         config = broker.broker_config()
         self._fetch_max_bytes: int = resolve("fetch.max.bytes", config)
         self._message_max_bytes: int = resolve("message.max.bytes", config)
+        # Partitions unknown to the image a session may keep naming (Kafka keeps them, so
+        # that a follower that learnt of a topic before its leader keeps asking): bounded,
+        # so that a session cannot be grown without end by naming made-up topic ids.
+        self._max_unknown_in_session: int = resolve("max.request.elements", config)
+        self._sessions = FetchSessionCache(
+            resolve("max.incremental.fetch.session.cache.slots", config),
+            resolve("min.incremental.fetch.session.eviction.ms", config))
 
     # -- Produce -------------------------------------------------------------------------
 
@@ -157,50 +173,46 @@ class ReplicaApis:
     async def handle_fetch(self, request: Request) -> ResponsePayload:
         body = request.body
         m = response_module(ApiKey.FETCH, request.api_version)
-        # No fetch sessions (KIP-227): a full fetch gets session id 0, which tells the
-        # client no session was created; an incremental one is refused so it starts over.
-        if getattr(body, "session_epoch", -1) > 0:
-            return build(
-                m.FetchResponse,
-                throttle_time=NO_THROTTLE,
-                error_code=ErrorCode.fetch_session_id_not_found,
-                session_id=0,
-                responses=(),
-            )
-        image = self._broker.metadata_image()
         by_id = request.api_version >= 13  # v13+ (KIP-516) name topics by id
-        requested = _requested_partitions(body.topics, by_id)
+        # Fetch v15 (KIP-903) moved the follower's id into ReplicaState, with its broker
+        # epoch.
+        replica = getattr(body, "replica_state", None)
+        replica_id = replica.replica_id if replica is not None else body.replica_id
+        # Fetch sessions from v7 (KIP-227); an older fetch is sessionless.
+        context = self._sessions.new_context(
+            getattr(body, "session_id", INVALID_SESSION_ID),
+            getattr(body, "session_epoch", FINAL_EPOCH),
+            _requested_partitions(body.topics, by_id), _forgotten(body, by_id),
+            privileged=replica_id >= 0, now_ms=time.monotonic() * 1000)
+        if context.error != ErrorCode.none:
+            return _session_error(m, context.error)
+        image = self._broker.metadata_image()
         wanted: list[FetchPartition] = []
-        results: dict[tuple[Any, int], FetchResult] = {}
+        results: dict[PartitionKey, FetchResult] = {}
         keys: dict[str, Any] = {}  # a topic's name -> how this request names it
-        for key, partitions in requested.items():
+        for (key, index), position in context.partitions.items():
             if by_id:
                 known = image.topics_by_id.get(key)
                 name = known.name if known is not None else None
             else:
                 name = key
-            if name is not None:
+            tp = TopicPartition(name or "", index)
+            if name is not None and _partition_exists(image, tp):
                 keys[name] = key
-            for index, part in partitions.items():
-                tp = TopicPartition(name or "", index)
-                if name is not None and _partition_exists(image, tp):
-                    wanted.append(FetchPartition(
-                        tp=tp,
-                        fetch_offset=part.fetch_offset,
-                        current_leader_epoch=getattr(part, "current_leader_epoch", -1),
-                        log_start_offset=getattr(part, "log_start_offset", -1),
-                        max_bytes=part.partition_max_bytes,
-                    ))
-                else:
-                    results[key, index] = FetchResult(
-                        ErrorCode.unknown_topic_id if name is None
-                        else ErrorCode.unknown_topic_or_partition)
+                wanted.append(FetchPartition(
+                    tp=tp, fetch_offset=position.fetch_offset,
+                    current_leader_epoch=position.current_leader_epoch,
+                    log_start_offset=position.log_start_offset, max_bytes=position.max_bytes))
+            else:
+                results[key, index] = FetchResult(
+                    ErrorCode.unknown_topic_id if name is None
+                    else ErrorCode.unknown_topic_or_partition)
+        if context.session is not None and len(results) > self._max_unknown_in_session:
+            self._sessions.sessions.pop(context.session.id, None)
+            return _session_error(m, ErrorCode.fetch_session_id_not_found)
         if wanted or not results:
-            # Fetch v15 (KIP-903) moved the follower's id into ReplicaState, with its broker
-            # epoch.
-            replica = getattr(body, "replica_state", None)
             fetch = FetchRequestData(
-                replica_id=replica.replica_id if replica is not None else body.replica_id,
+                replica_id=replica_id,
                 max_wait_ms=int(body.max_wait.total_seconds() * 1000),
                 min_bytes=body.min_bytes,
                 # Kafka's fetch.max.bytes: what one answer may hold, whatever was asked.
@@ -212,20 +224,24 @@ class ReplicaApis:
             done = await completion(lambda complete: self._broker.fetch_messages(fetch, complete))
             for tp, result in done.items():
                 results[keys[tp.topic], tp.partition] = result
+        session_id, answered = context.respond(self._sessions, results,
+                                               time.monotonic() * 1000)
+        by_topic: dict[Any, list[Any]] = {}
+        for (key, index), result in answered.items():
+            by_topic.setdefault(key, []).append(_fetch_partition(m, index, result))
         return build(
             m.FetchResponse,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
-            session_id=0,
+            session_id=session_id,
             responses=tuple(
                 build(
                     m.FetchableTopicResponse,
                     topic=None if by_id else key,
                     topic_id=key if by_id else None,
-                    partitions=tuple(_fetch_partition(m, index, results[key, index])
-                                     for index in partitions),
+                    partitions=tuple(partitions),
                 )
-                for key, partitions in requested.items()
+                for key, partitions in by_topic.items()
             ),
         )
 
@@ -283,18 +299,35 @@ class ReplicaApis:
         return m.OffsetForLeaderEpochResponse(throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _requested_partitions(topics: Any, by_id: bool) -> dict[Any, dict[int, Any]]:
-    """A Fetch's partitions by topic (its name, or its id from v13), each once: Kafka's
+def _requested_partitions(topics: Any, by_id: bool) -> dict[PartitionKey, FetchPosition]:
+    """A Fetch's partitions keyed by (topic name, or id from v13; index), each once: Kafka's
     ``FetchRequest.fetchData`` is a map, where a partition named again replaces the first
     but keeps its place. Repeated, one partition's records would be answered as many times,
     far past fetch.max.bytes (9,000 copies of one partition holding 200 KB: a 144 KB
     request, a 1.8 GB answer)."""
-    requested: dict[Any, dict[int, Any]] = {}
+    requested: dict[PartitionKey, FetchPosition] = {}
     for topic in topics:
-        partitions = requested.setdefault(topic.topic_id if by_id else topic.topic, {})
+        key = topic.topic_id if by_id else topic.topic
         for part in topic.partitions:
-            partitions[part.partition] = part
+            requested[key, part.partition] = FetchPosition(
+                fetch_offset=part.fetch_offset,
+                current_leader_epoch=getattr(part, "current_leader_epoch", -1),
+                log_start_offset=getattr(part, "log_start_offset", -1),
+                max_bytes=part.partition_max_bytes)
     return requested
+
+
+def _session_error(m: ModuleType, error: ErrorCode) -> Any:
+    """Kafka's ``SessionErrorContext``: the error, no session, no partition."""
+    return build(m.FetchResponse, throttle_time=NO_THROTTLE, error_code=error,
+                 session_id=INVALID_SESSION_ID, responses=())
+
+
+def _forgotten(body: Any, by_id: bool) -> list[PartitionKey]:
+    """The partitions an incremental Fetch drops from its session (v7+)."""
+    return [(topic.topic_id if by_id else topic.topic, index)
+            for topic in getattr(body, "forgotten_topics_data", ())
+            for index in topic.partitions]
 
 
 def _more_than_one_batch(records: bytes) -> str | None:
