@@ -37,13 +37,14 @@ def images(engine: Engine) -> Engine:
 
 @pytest.fixture
 def containers(engine: Engine) -> Iterator[list[str]]:
-    """Names of containers a test starts; removed afterwards whatever happened."""
+    """Names of containers a test starts; removed afterwards whatever happened, with their
+    anonymous volumes (the broker image declares one)."""
     names: list[str] = []
     yield names
     # Killed at once: `rm -f` would first wait podman's 10 s stop timeout for each one
     # whose PID 1 ignores SIGTERM (docker's `rm -f` kills at once already).
     grace = ["-t", "0"] if Path(engine.name).name == "podman" else []
     for name in names:
-        engine.run("rm", "-f", *grace, name, check=False)
+        engine.run("rm", "-f", "-v", *grace, name, check=False)
 
 
