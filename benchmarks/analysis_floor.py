@@ -12,7 +12,9 @@ the job on one history and prints their wall times:
 
 The differences say what each part costs: parse - session is Spark's JSON reader, job - shuffle
 is every check and the report. Levels alternate round by round, because this machine's speed
-drifts by 10-25 % within minutes.
+drifts by 10-25 % within minutes. The medians are also given scaled to the reference machine
+(reference.py), and the reference loop's time at the start and the end goes with them (and
+into the ledger's row with --record).
 
     .venv/bin/python benchmarks/analysis_floor.py HISTORY [--rounds 2] [--record]
 """
@@ -30,6 +32,7 @@ from datetime import date
 from pathlib import Path
 
 from ledger import commit, machine
+from reference import AT, Reference
 
 LEVELS = ("session", "parse", "shuffle", "job")
 RESULTS = Path(__file__).parent / "results" / "analysis_floor.jsonl"
@@ -82,23 +85,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.level:
         run_level(args.history, args.level)
         return 0
+    reference = Reference.measure()
+    print(reference.start_line(), flush=True)
     times: dict[str, list[float]] = {level: [] for level in LEVELS}
     for round_ in range(args.rounds):
         for level in LEVELS:
             times[level].append(timed(args.history, level))
             print(f"round {round_ + 1}: {level:8} {times[level][-1]:7.1f} s", flush=True)
     median = {level: round(statistics.median(ts), 1) for level, ts in times.items()}
-    print(f"\n{'level':8} {'median s':>9}  {'of the job':>10}")
+    print(f"\n{'level':8} {'median s':>9} {AT:>9}  {'of the job':>10}")
     for level in LEVELS:
-        print(f"{level:8} {median[level]:9.1f}  {median[level] / median['job']:10.0%}")
+        print(f"{level:8} {median[level]:9.1f} {reference.duration(median[level]):9.1f}  "
+              f"{median[level] / median['job']:10.0%}")
     print(f"\nJSON reader (parse - session): {median['parse'] - median['session']:.1f} s; "
           f"checks and report (job - shuffle): {median['job'] - median['shuffle']:.1f} s")
+    print(reference.finish().end_line())
     if args.record:
         sizes = {name: (Path(args.history) / f"{name}.jsonl").stat().st_size
                  for name in ("sends", "reads")}
         row = {"history_bytes": sizes, "rounds": args.rounds,
                **{f"{k}_s": v for k, v in median.items()},
-               "commit": commit(), "date": date.today().isoformat(), "machine": machine()}
+               "commit": commit(), "date": date.today().isoformat(), "machine": machine(),
+               "reference": reference.record()}
         with RESULTS.open("a") as f:
             f.write(json.dumps(row) + "\n")
     return 0

@@ -7,8 +7,10 @@ of every stage that took any (Spark's REST API). Extra Spark settings compare co
     .venv/bin/python benchmarks/analysis_profile.py HISTORY [--conf KEY=VALUE ...]
 
 Timings on a shared machine drift by 10-15 % within an hour: compare configurations in runs
-taken side by side. Generate a history with `benchmarks/analysis_scale.py --keep` (or
-`write_scaled_history` of `benchmarks/scaled_history.py`).
+taken side by side. The wall time is also given scaled to the reference machine, with the
+reference loop's time before the job and after it (reference.py). Generate a history with
+`benchmarks/analysis_scale.py --keep` (or `write_scaled_history` of
+`benchmarks/scaled_history.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+
+from reference import AT, Reference
 
 from undertow_analysis.job import analyze
 from undertow_analysis.session import spark_session
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     conf = {"spark.driver.memory": args.driver_memory, "spark.ui.enabled": "true",
             "spark.ui.port": UI_PORT, **dict(c.split("=", 1) for c in args.conf)}
+    reference = Reference.measure()
+    print(reference.start_line(), flush=True)
     spark, _ = spark_session("local[*]", conf)
     spark.sparkContext.setLogLevel("ERROR")
     pid = spark.sparkContext._gateway.proc.pid
@@ -89,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out, ignore_errors=True)
     print(f"verdict {result['verdict']}, {result['counts']['attempted']:,} sends attempted")
     split = ", ".join(f"{kind} {seconds:.1f}" for kind, seconds in sorted(cpu.items()))
-    print(f"wall {wall:.1f} s; JVM CPU s: {split}")
+    print(f"wall {wall:.1f} s ({reference.duration(wall):.1f} s {AT}); JVM CPU s: {split}")
     for stage, tasks, seconds, name in stages:
         if seconds >= 0.05:
             print(f"  stage {stage:3} {tasks:4} tasks {seconds:7.1f} CPU s  {name[:60]}")
+    print(reference.finish().end_line())
     return 0
 
 

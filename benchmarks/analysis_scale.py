@@ -19,6 +19,10 @@ consumer group's checks too (one more scan of reads.jsonl and a shuffle of the r
 
     .venv/bin/python benchmarks/analysis_scale.py [--sizes 1000000,5000000] [--dir /tmp/x]
                                                   [--compare-events] [--group]
+
+Lines per second are also given scaled to the reference machine (column @1.47s), and the
+reference loop's time at the start and the end of the run is printed and goes into every row
+of the JSON list (reference.py).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+from reference import AT, Reference
 from scaled_history import write_scaled_history
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -100,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="undertow-scale-"))
     conf = [f"spark.driver.memory={args.driver_memory}"]
     rows = []
+    reference = Reference.measure()
+    print(reference.start_line())
     print(f"{'sends':>11} {'lines':>12} {'generate s':>10} {'analyse s':>9} "
-          f"{'lines/s':>10} {'sends/s':>9} {'peak RSS':>9}  counts")
+          f"{'lines/s':>10} {AT:>10} {'sends/s':>9} {'peak RSS':>9}  counts")
     for n in (int(s) for s in args.sizes.split(",")):
         history, out = scratch / f"history-{n}", scratch / f"out-{n}"
         start = time.monotonic()
@@ -116,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                      "analyse_s": round(elapsed, 1), "lines_per_s": round(lines / elapsed),
                      "peak_rss_mib": round(peak / 2**20)})
         print(f"{n:>11,} {lines:>12,} {generated:>10.1f} {elapsed:>9.1f} "
-              f"{lines / elapsed:>10,.0f} {n / elapsed:>9,.0f} {peak / 2**20:>6,.0f} MiB  {ok}",
+              f"{lines / elapsed:>10,.0f} {reference.rate(lines / elapsed):>10,.0f} "
+              f"{n / elapsed:>9,.0f} {peak / 2**20:>6,.0f} MiB  {ok}",
               flush=True)
         if args.compare_events:
             (history / "events.jsonl").rename(scratch / "events.jsonl")
@@ -134,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out)
     if not args.keep and args.dir is None:
         shutil.rmtree(scratch)
-    print(json.dumps(rows))
+    print(reference.finish().end_line())
+    print(json.dumps([{**row, "reference": reference.record()} for row in rows]))
     return 0
 
 

@@ -15,7 +15,10 @@ computed from the ledger, so measurements taken in several sittings add up. Runs
 verdict was not the expected one, or with records no event explains, are kept (without
 broker data) under ``--keep`` for inspection. ``--jobs 2`` runs
 two experiments at a time: twice the runs per hour on two cores, each run slower (the ledger
-records the load average each run started under).
+records the load average each run started under). Each run's row also carries the reference
+loop's time just before and just after the run (reference.py), and the summary its mean: the
+seconds a run are read against it (they are not scaled to it, as most of a run is its
+workload's fixed wall time).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ledger import commit, machine
+from reference import Reference, brief
 
 REPO = Path(__file__).resolve().parents[1]
 LEDGER = REPO / "benchmarks" / "results" / "reliability.jsonl"
@@ -44,6 +48,7 @@ def expectation(path: Path) -> str:
 
 
 def run_once(path: Path, keep: Path, index: int) -> dict:
+    reference = Reference.measure()
     with tempfile.TemporaryDirectory(prefix="undertow-reliability-") as out:
         load = os.getloadavg()[0]
         started = time.monotonic()
@@ -62,17 +67,21 @@ def run_once(path: Path, keep: Path, index: int) -> dict:
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(out, kept, ignore=shutil.ignore_patterns("cluster"))
             (kept / "output.txt").write_text(proc.stdout + proc.stderr)
+    reference.finish()
     return {"experiment": path.stem, "expect": expectation(path), "verdict": verdict,
             "seconds": round(seconds, 1), "load_before": round(load, 2), "commit": commit(),
             "t": round(time.time(), 1), "unexplained": unexplained, "mechanisms": mechanisms,
-            "machine": {k: v for k, v in machine().items() if k != "load"}}
+            "machine": {k: v for k, v in machine().items() if k != "load"},
+            "reference": reference.record()}
 
 
 def summary(ledger: Path, names: list[str], commits: list[str] | None = None) -> str:
     """Per experiment: runs as expected, mean and max seconds, runs under 2 minutes, the
-    mean load average they started under, the unexplained anomalous records (summed over the
-    runs that recorded them: runs of analyses with loss attribution) and the loss mechanisms
-    named; only runs at `commits` (prefixes) if given."""
+    mean load average they started under, the mean reference loop time around them (of the
+    runs that recorded it: the machine's speed their seconds are read against), the
+    unexplained anomalous records (summed over the runs that recorded them: runs of analyses
+    with loss attribution) and the loss mechanisms named; only runs at `commits` (prefixes)
+    if given."""
     runs: dict[str, list[dict]] = defaultdict(list)
     if ledger.exists():
         for line in ledger.read_text().splitlines():
@@ -81,7 +90,8 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
                 if not commits or any(entry["commit"].startswith(c) for c in commits):
                     runs[entry["experiment"]].append(entry)
     lines = [f"{'experiment':32} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6} "
-             f"{'<120 s':>7} {'load':>5} {'unexpl.':>7}  other verdicts; mechanisms"]
+             f"{'<120 s':>7} {'load':>5} {'ref s':>5} {'unexpl.':>7}  other verdicts; "
+             f"mechanisms"]
     for name in names:
         done = runs.get(name, [])
         if not done:
@@ -92,13 +102,16 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
         other = sorted({r["verdict"] for r in done if r["verdict"] != r["expect"]})
         quick = sum(s < 120 for s in seconds)
         load = sum(r["load_before"] for r in done) / len(done)
+        loops = [reading["loop_s"] for r in done if r.get("reference")
+                 for reading in (r["reference"]["start"], r["reference"]["end"]) if reading]
+        loop = f"{sum(loops) / len(loops):5.2f}" if loops else f"{'-':>5}"
         explained = [r for r in done if r.get("unexplained") is not None]
         unexplained = (f"{sum(r['unexplained'] for r in explained)}/{len(explained)}"
                        if explained else "-")
         mechanisms = sorted({m for r in explained for m in r.get("mechanisms", [])})
         lines.append(f"{name:32} {done[0]['expect']:6} {matched:>5}/{len(done):<6} "
                      f"{sum(seconds) / len(seconds):7.1f} {max(seconds):6.1f} "
-                     f"{quick:>3}/{len(done):<3} {load:5.1f} {unexplained:>7}  "
+                     f"{quick:>3}/{len(done):<3} {load:5.1f} {loop} {unexplained:>7}  "
                      f"{','.join(other)}; {','.join(mechanisms)}")
     return "\n".join(lines)
 
@@ -132,7 +145,8 @@ def main() -> int:
             with lock, args.ledger.open("a") as ledger:
                 ledger.write(json.dumps(entry) + "\n")
                 print(f"[{index}/{args.runs}] {entry['experiment']}: {entry['verdict']} "
-                      f"(expected {entry['expect']}) in {entry['seconds']} s", flush=True)
+                      f"(expected {entry['expect']}) in {entry['seconds']} s; "
+                      f"{brief(entry['reference'])}", flush=True)
 
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             runs = [pool.submit(record, index, path)

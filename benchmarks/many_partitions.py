@@ -13,7 +13,9 @@ RSS and the latency of a Metadata request on a fresh connection. Ends with a rou
 through a stock producer and consumer.
 
 Target (issue: a cluster a hostile or careless client cannot fence): 3,000 partitions
-stable for 5 minutes with no fence.
+stable for 5 minutes with no fence. The time to lead and replicate every partition is also
+given scaled to the reference machine, between the reference loop's time at the start and at
+the end (reference.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from ledger import commit, machine_line
+from reference import AT, Reference
 
 for folder in ("tests", "tests/minibroker"):  # the test helpers the benchmark shares
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / folder))
@@ -90,6 +93,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"commit {commit()}; {machine_line()}; {args.partitions} partitions, RF 3, "
           f"3 brokers", flush=True)
+    reference = Reference.measure()
+    print(reference.start_line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="undertow-many-") as work, \
             running_cluster(Path(work), 3) as cluster, Watcher(cluster) as watcher:
         started = time.monotonic()
@@ -120,7 +125,8 @@ def main() -> None:
     w = watcher.watch
     worst = max(gaps.values())
     print(f"{args.partitions} partitions: create {accepted:.1f} s, led and ISR 3 at "
-          f"{settled:.1f} s; fences during the run {len(fences)} "
+          f"{settled:.1f} s ({reference.duration(settled):.1f} s {AT}); fences during the run "
+          f"{len(fences)} "
           f"({len(fences) - fences_before} in the {args.stable_s:.0f} s window); longest "
           f"heartbeat gap {worst:.0f} ms, margin {SESSION_TIMEOUT_MS - worst:.0f} ms of "
           f"{SESSION_TIMEOUT_MS}; CPU while idle (cores) "
@@ -128,6 +134,7 @@ def main() -> None:
           f"{ {k: round(v / 1024) for k, v in sorted(w.peak_rss_kib.items())} }; worst "
           f"Metadata probe (s) { {k: round(v, 2) for k, v in sorted(w.worst_probe_s.items())} }"
           f"; round trip {'ok' if trip is None else trip}")
+    print(reference.finish().end_line())
     if fences or trip is not None:
         sys.exit(1)
 

@@ -20,7 +20,9 @@ corrupted frames, the requests held past 2 s by API, crashes (any process that e
 fences, peak RSS per process, the probe's worst latency per broker, the round trip, and
 every frame the broker did not treat as it owed (a valid request closed without an answer:
 a handler bug; its frame index and the seed rebuild it). ``--minutes`` stops sending when
-that much time is up, whatever N. Exits 1 if anything crashed, was fenced or failed.
+that much time is up, whatever N. Exits 1 if anything crashed, was fenced or failed. The
+reference loop's time (reference.py) is printed at the start and the end, and the frame rate
+scaled to the reference machine.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 
 from ledger import commit, machine_line
+from reference import AT, Reference
 
 for folder in ("tests", "tests/minibroker"):  # the test helpers the benchmark shares
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / folder))
@@ -58,6 +61,8 @@ def main() -> int:
     args = parser.parse_args()
     print(f"commit {commit()}; {machine_line()}; seed {args.seed}, {args.brokers} brokers, "
           f"{args.connections} connections each", flush=True)
+    reference = Reference.measure()
+    print(reference.start_line(), flush=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="protocol-fuzz-") as scratch:
         workdir = args.keep or Path(scratch)
@@ -71,7 +76,10 @@ def main() -> int:
     versions = per_api_versions(report.tally)
     print("versions covered: " + ", ".join(f"{api} v{min(v)}-{max(v)}"
                                             for api, v in sorted(versions.items())))
-    print(f"wall time {time.monotonic() - started:.0f} s")
+    rate = report.frames / report.seconds if report.seconds else 0.0
+    print(f"wall time {time.monotonic() - started:.0f} s; {reference.rate(rate):,.0f} frames/s "
+          f"{AT}")
+    print(reference.finish().end_line())
     return 1 if _failed(report) else 0
 
 

@@ -5,7 +5,9 @@ workload duration in virtual time.
     .venv/bin/python benchmarks/simulation_speed.py [EXPERIMENT ...] [--rounds N]
 
 Target (issue: deterministic simulation): acks1-leader-kill in 3 s of wall time or less. Each
-round runs in this process, one after another, on /dev/shm when the machine has it.
+round runs in this process, one after another, on /dev/shm when the machine has it. The
+median is also given scaled to the reference machine (column @1.47s, reference.py), with the
+reference loop's time at the start and the end.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 from ledger import REPO, commit, machine_line
+from reference import AT, Reference
 
 from undertow.sim.run import run_simulated, scratch_root, unsupported
 from undertow.spec import load_experiment
@@ -31,7 +34,10 @@ def main() -> None:
     args = parser.parse_args()
     paths = args.experiments or sorted((REPO / "experiments").glob("*.yaml"))
     print(f"commit {commit()}; {machine_line()}; {args.rounds} rounds each")
-    print(f"{'experiment':34s} {'virtual s':>9s} {'wall min':>8s} {'median':>7s} {'x':>5s}")
+    reference = Reference.measure()
+    print(reference.start_line())
+    print(f"{'experiment':34s} {'virtual s':>9s} {'wall min':>8s} {'median':>7s} {AT:>7s} "
+          f"{'x':>5s}")
     for path in paths:
         loaded = load_experiment(path)
         if unsupported(loaded):
@@ -46,9 +52,10 @@ def main() -> None:
                 walls.append(time.perf_counter() - started)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
-        virtual = loaded.experiment.spec.workload.duration
-        print(f"{path.stem:34s} {virtual:9.0f} {min(walls):8.2f} {statistics.median(walls):7.2f} "
-              f"{virtual / statistics.median(walls):5.0f}", flush=True)
+        virtual, median = loaded.experiment.spec.workload.duration, statistics.median(walls)
+        print(f"{path.stem:34s} {virtual:9.0f} {min(walls):8.2f} {median:7.2f} "
+              f"{reference.duration(median):7.2f} {virtual / median:5.0f}", flush=True)
+    print(reference.finish().end_line())
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ the workload's wait for the warm-up).
 
 `--against DIR` runs each mode a second time in each round from another checkout (a `git
 worktree` of the commit before a change), interleaved with this one's runs: a side-by-side
-comparison on one machine. The machine (CPU model, cores, memory, load) is printed first.
+comparison on one machine. The machine (CPU model, cores, memory, load) is printed first, with
+the reference loop's time (reference.py), and that time again at the end; the seconds are not
+scaled to it, as they mix the machine's work with fixed waits (in-flight sends' timeouts).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 
 from ledger import commit, machine_line
+from reference import Reference
 
 from undertow.spec import parse_duration
 
@@ -102,6 +105,8 @@ def main() -> None:
         parser.error(f"unknown modes {sorted(unknown)}; modes are {sorted(MODES)}")
     print(f"commit {commit()}, {time.strftime('%Y-%m-%d %H:%M:%S')}; seconds to the verdict")
     print(machine_line())
+    reference = Reference.measure()
+    print(reference.start_line())
     print(f"{'mode':<20} {'verdict':<7} {'sends':>7} {'from workload end':>18} "
           f"{'from last send':>15} {'from history close':>19} {'warm-up':>8} {'waited':>7} "
           f"{'run':>6} {'load':>5}")
@@ -125,6 +130,7 @@ def main() -> None:
               f"(range {min(times)}-{max(times)}, {len(times)} runs); from the last send "
               f"{statistics.median(sends):.1f} s ({min(sends)}-{max(sends)}); whole run "
               f"{statistics.median(runs):.1f} s")
+    print(reference.finish().end_line())
 
 
 def _blank(value: float | None) -> str:

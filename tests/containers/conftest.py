@@ -1,6 +1,7 @@
 """Real containers: the three images built by ``scripts/images.sh`` and run by the engine
-it picks (Docker, else podman). Every test here is marked ``containers`` and skipped, with
-the reason, where no container engine runs."""
+it picks (Docker, else podman). Every test here is marked ``containers``; they run in ``make
+e2e-pods`` (building the images takes minutes on a fresh machine, which ``make test`` does
+not spend) and are skipped, with the reason, where no container engine runs."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from container_helpers import REPO, Engine, mark_folder, probe_engine
+from container_helpers import REPO, Engine, e2e_marks, mark_folder, probe_engine
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The first test builds the images: minutes on a fresh machine.
-    mark_folder(items, Path(__file__).parent, pytest.mark.containers,
-                pytest.mark.timeout(1800))
+    mark_folder(items, Path(__file__).parent,
+                *e2e_marks(pytest.mark.containers, pytest.mark.timeout(1800)))
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+
+
+E2E_GATE = "UNDERTOW_E2E_PODS"
+"""Set to 1 by ``make e2e-pods``: the tests that build the images (minutes on a fresh
+machine) or play pods run there, not in ``make test``."""
+
+
+def e2e_marks(*marks: Any) -> list[Any]:
+    """``marks`` and, unless ``make e2e-pods`` runs, a skip that says how to run them."""
+    if os.environ.get(E2E_GATE) == "1":
+        return list(marks)
+    return [*marks, pytest.mark.skip(
+        reason=f"builds or runs the images: run with make e2e-pods ({E2E_GATE}=1)")]
 
 
 def mark_folder(items: list[Any], folder: Path, *marks: Any) -> None:

@@ -10,15 +10,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from container_helpers import REPO, Engine, mark_folder, probe_engine
+from container_helpers import REPO, Engine, e2e_marks, mark_folder, probe_engine
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    marks = [pytest.mark.pods, pytest.mark.timeout(1800)]
-    if os.environ.get("UNDERTOW_E2E_PODS") != "1":
-        marks.append(pytest.mark.skip(
-            reason="end to end on pods: run with make e2e-pods (UNDERTOW_E2E_PODS=1)"))
-    mark_folder(items, Path(__file__).parent, *marks)
+    mark_folder(items, Path(__file__).parent,
+                *e2e_marks(pytest.mark.pods, pytest.mark.timeout(1800)))
 
 
 @pytest.fixture(scope="session")

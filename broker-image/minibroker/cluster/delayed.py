@@ -157,5 +157,16 @@ class Purgatory:
                 if not ops:
                     del self._watchers[key]
 
+    def shutdown(self) -> None:
+        """Kafka's ``DelayedOperationPurgatory.shutdown``: the waiting operations are dropped,
+        their timers cancelled, none answered. The logs they would read are about to close,
+        and the connections they would answer close with the broker."""
+        for ops in self._watchers.values():
+            for op in ops:
+                if op.timer is not None:
+                    op.timer.cancel()
+                op.completed = True
+        self._watchers.clear()
+
     def watched(self) -> int:
         return len({id(op) for ops in self._watchers.values() for op in ops})

@@ -159,8 +159,12 @@ class ReplicaManager:
         self.close()
 
     def close(self) -> None:
-        """Release the logs without flushing them: a crash (``shutdown`` is the clean way)."""
+        """Release the logs without flushing them: a crash (``shutdown`` is the clean way).
+        The purgatories go first (Kafka's ReplicaManager.shutdown): a fetch expiring later
+        would read a closed log."""
         self._closed = True
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()
         self.log_manager.close()
 
     # ---- metadata: become leader / become follower -----------------------------------
