@@ -11,20 +11,14 @@ at the end. Target on a 2-core machine: 100,000 records/s with acks=all.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
+from bench_cluster import create_topic, running_cluster
 from confluent_kafka import Producer
 from ledger import commit, machine_line
 from reference import AT, Reference
-
-from minibroker.demo import free_base_port, wait_for_full_isr
-from minibroker.local_cluster import die_with_parent
 
 RECORD = b"x" * 100
 
@@ -62,30 +56,14 @@ def main() -> int:
     print(f"commit {commit()}; {machine_line()}")
     reference = Reference.measure()
     print(reference.start_line(), flush=True)
-    base = free_base_port()
-    bootstrap = f"127.0.0.1:{base + 1}"
-    with tempfile.TemporaryDirectory(prefix="minibroker-bench-") as data_dir:
-        cluster = subprocess.Popen(
-            [sys.executable, "-m", "minibroker", "cluster", "--brokers", "3", "--base-port",
-             str(base), "--data-dir", data_dir],
-            preexec_fn=die_with_parent, env={**os.environ, "MINIBROKER_LOG_LEVEL": "WARNING"},
-            stdout=subprocess.DEVNULL)
-        try:
-            for acks in ("all", "1"):
-                topic = f"bench-acks-{acks}"
-                while subprocess.run(
-                        [sys.executable, "-m", "minibroker", "--log-level", "ERROR", "topics",
-                         "create", "--bootstrap", bootstrap, "--topic", topic, "--partitions",
-                         "1", "--replication-factor", "3"], capture_output=True).returncode:
-                    time.sleep(0.2)
-                asyncio.run(wait_for_full_isr(("127.0.0.1", base + 1), topic=topic))
-                rate, p50, p99 = run(bootstrap, topic, acks, args.records)
-                print(f"acks={acks:<3} RF=3 {args.records} x 100 B: {rate:,.0f} records/s "
-                      f"({reference.rate(rate):,.0f} {AT}), p50 {p50:.1f} ms, p99 {p99:.1f} ms",
-                      flush=True)
-        finally:
-            cluster.terminate()
-            cluster.wait(15)
+    with running_cluster() as bootstrap:
+        for acks in ("all", "1"):
+            topic = f"bench-acks-{acks}"
+            create_topic(bootstrap, topic)
+            rate, p50, p99 = run(bootstrap, topic, acks, args.records)
+            print(f"acks={acks:<3} RF=3 {args.records} x 100 B: {rate:,.0f} records/s "
+                  f"({reference.rate(rate):,.0f} {AT}), p50 {p50:.1f} ms, p99 {p99:.1f} ms",
+                  flush=True)
     print(reference.finish().end_line())
     return 0
 
