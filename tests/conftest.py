@@ -1,8 +1,11 @@
 """Fixtures shared by the operator and container tests: kmock's Kubernetes emulator with
-the Undertow kinds, and a client of it."""
+the Undertow kinds, and a client of it; and a bound on an asyncio test's loop teardown."""
 
 from __future__ import annotations
 
+import asyncio
+import asyncio.runners
+import io
 import os
 import sys
 from pathlib import Path
@@ -60,3 +63,56 @@ def api(emulator: kmock.KubernetesEmulator) -> KubeApi:
 # Spark's Python workers run the Python of this test run (the explorer's tasks import
 # Undertow), whoever creates the session first.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+TASK_CANCELLATION_TIMEOUT_S = 5.0
+"""How long the tasks left on an asyncio test's loop have to end once cancelled."""
+
+
+def _cancel_all_tasks_within_a_bound(loop: asyncio.AbstractEventLoop) -> None:
+    """``asyncio.Runner.close``'s cancellation of the tasks left on a loop, with a bound.
+
+    pytest-asyncio closes each test's loop with ``asyncio.Runner``, which cancels every
+    task left on it and waits for all of them with no bound: one task that ignores its
+    cancellation (catches CancelledError and carries on: a component whose stop did not end
+    it) holds the teardown until pytest-timeout's global timeout, whose traceback shows
+    only the runner's wait. Here the wait ends after ``TASK_CANCELLATION_TIMEOUT_S``, and
+    the teardown fails naming each such task and where it stands; the loop is closed
+    regardless. pytest-asyncio offers no hook around the runner's close, and ``Runner.close``
+    calls this module function by name, so it is replaced for the session."""
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        return
+    for task in tasks:
+        task.cancel()
+    loop.run_until_complete(asyncio.wait(tasks, timeout=TASK_CANCELLATION_TIMEOUT_S))
+    stuck = [task for task in tasks if not task.done()]
+    if stuck:
+        pytest.fail(_ignored_cancellation(stuck), pytrace=False)
+    for task in tasks:  # as asyncio's own: a task that failed is reported, not lost
+        if not task.cancelled() and task.exception() is not None:
+            loop.call_exception_handler({
+                "message": "unhandled exception during asyncio.run() shutdown",
+                "exception": task.exception(), "task": task})
+
+
+def _ignored_cancellation(tasks: list[asyncio.Task]) -> str:
+    out = io.StringIO()
+    print(f"{len(tasks)} task(s) left on the test's event loop ignored their cancellation "
+          f"for {TASK_CANCELLATION_TIMEOUT_S:g} s at its teardown (whatever started them "
+          f"did not end them when it stopped):", file=out)
+    for task in tasks:
+        print(f"- {task.get_name()}: {task.get_coro()!r}", file=out)
+        task.print_stack(file=out)
+    return out.getvalue()
+
+
+_unbounded_cancel_all_tasks = asyncio.runners._cancel_all_tasks
+
+
+def pytest_configure() -> None:
+    asyncio.runners._cancel_all_tasks = _cancel_all_tasks_within_a_bound
+
+
+def pytest_unconfigure() -> None:
+    asyncio.runners._cancel_all_tasks = _unbounded_cancel_all_tasks

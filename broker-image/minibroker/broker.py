@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from minibroker.network.memory_pool import MemoryPool
 from minibroker.network.socket_config import SocketServerConfig
 from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
 from minibroker.rpc import RpcClient, RpcError
+from minibroker.shutdown import end_tasks
 from minibroker.storage.clean_shutdown import take_clean_shutdown, write_clean_shutdown
 from minibroker.storage.durability import DurabilityTracker
 
@@ -134,7 +135,9 @@ class BrokerServer:
                               memory_pool=memory_pool)
             for name in options.listeners}
         self.admin: AdminServer | None = None
-        self._tasks: list[asyncio.Task] = []
+        self.tasks: set[asyncio.Task] = set()
+        """Every task the broker has started and that has not ended (``_spawn``); empty
+        once ``stop`` returns."""
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -161,25 +164,39 @@ class BrokerServer:
             self.broker_id, self.incarnation_id, *self.advertised,
             listeners=self.advertised_listeners(),
             previous_broker_epoch=take_clean_shutdown(self.options.data_dir)))
-        self._tasks = [asyncio.create_task(self._metadata_loop())]
+        self._spawn(self._metadata_loop(), "metadata")
         log.info("Broker %d listening on %s:%d, advertised as %s:%d", self.broker_id, host,
                  self.kafka_server.port, *self.advertised)
 
     async def stop(self) -> None:
-        self.lifecycle.stop()
-        for task in self._tasks:
-            task.cancel()
+        """Shut the components down in turn, as Kafka's BrokerServer.shutdown does: here the
+        controller session and channel first, then the broker's own tasks, then the listeners
+        and the logs. Each step is bounded, so a controller that never answers, or a task
+        that ignores its cancellation, cannot hold the stop; a task still running when the
+        bound is up is logged by name, and the shutdown is then not recorded as clean (that
+        task may still change the logs)."""
+        await self.lifecycle.stop()
+        # Closed for good before the tasks are cancelled: an answer's callback that starts
+        # another call (AlterPartitionManager's next batch) fails at once, without reconnecting.
+        await self.controller.aclose()
+        clean = await end_tasks(self.tasks, f"broker {self.broker_id}")
         await self.fetchers.stop()
         await self.kafka_server.stop()
         for server in self.listener_servers.values():
             await server.stop()
-        self.controller.close()
         if self.admin is not None:
             self.admin.stop()
         self.group_coordinator.shutdown()
         self.replica_manager.shutdown()
-        if self.broker_epoch >= 0:  # every log is flushed: the shutdown was clean
+        if clean and self.broker_epoch >= 0:  # every log is flushed: the shutdown was clean
             write_clean_shutdown(self.options.data_dir, self.broker_epoch)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        """Start a task that ``stop`` will end: kept in ``tasks`` until it does (the loop
+        holds only a weak reference to a task)."""
+        task = self.loop.create_task(coroutine, name=f"broker-{self.broker_id}-{name}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     @property
     def broker_epoch(self) -> int:
@@ -229,7 +246,7 @@ class BrokerServer:
     def _transmit_alter_partitions(self, batch: list[AlterPartitionRequest],
                                    answered: Callable[[list[Answer] | None], None]) -> None:
         """AlterPartition over the controller RPC; its answers are applied on the loop."""
-        self.loop.create_task(self._alter_partitions(batch, answered))
+        self._spawn(self._alter_partitions(batch, answered), "alter-partitions")
 
     async def _alter_partitions(self, batch: list[AlterPartitionRequest],
                                 answered: Callable[[list[Answer] | None], None]) -> None:
@@ -332,7 +349,7 @@ class BrokerServer:
                                                 entries=entries, on_complete=on_complete)
 
         self.appends_held_by_stall += 1
-        self.loop.create_task(after_stall())
+        self._spawn(after_stall(), "append-after-disk-stall")
 
     def fetch_messages(self, request: FetchRequestData,
                        on_complete: Callable[[dict[TopicPartition, FetchResult]], None]) -> None:

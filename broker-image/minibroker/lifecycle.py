@@ -13,6 +13,11 @@ it does Kafka's.
 The broker epoch and fenced state are written here and read by the event loop (plain
 attribute reads); the metadata offset a heartbeat reports is read from the broker's current
 image the same way.
+
+``stop`` ends the thread within a bound whatever the controller does (as Kafka's
+``BrokerLifecycleManager.close`` shuts its event queue down): the thread's tasks are
+cancelled and awaited (``shutdown.end_tasks``), its controller connection closed for good,
+its loop stopped and closed, and the thread joined.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from minibroker.rpc import RpcClient, RpcError
+from minibroker.shutdown import STOP_TIMEOUT_S, end_tasks
 
 log = logging.getLogger("minibroker.broker")
 
 REGISTRATION_RETRY_S = 0.2
-STOP_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -64,30 +69,49 @@ class BrokerLifecycleManager:
         """From the controller at registration: the offset of the registration record."""
         self.fenced = True
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever,
-                                        name="broker-lifecycle", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="broker-lifecycle",
+                                        daemon=True)
         self._client: RpcClient | None = None
-        self._heartbeats: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        """The tasks on the thread's loop that ``_close`` ends (``_own``)."""
 
     async def start(self, registration: Registration) -> None:
         """Register (retrying until the controller answers), then heartbeat until ``stop``."""
         self._thread.start()
-        await asyncio.wrap_future(self._submit(self._register(registration)))
-        self._submit(self._start_heartbeats(registration)).result(STOP_TIMEOUT_S)
+        await asyncio.wrap_future(self._submit(self._register_then_heartbeat(registration)))
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
-    def stop(self) -> None:
-        """Stop heartbeating and close the controller connection; the controller fences this
-        broker when its session expires (or at once, after a clean shutdown's re-registration)."""
+    async def stop(self) -> None:
+        """Stop heartbeating, close the controller connection and end the thread, each within
+        a bound, so that a controller that never answers cannot hold the broker's stop; the
+        controller fences this broker when its session expires (or at once, after a clean
+        shutdown's re-registration). It waits without holding the broker's event loop: the
+        loop's other work (the Kafka listener's connections) still runs meanwhile."""
         if not self._thread.is_alive():
             return
-        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
-            self._submit(self._close()).result(STOP_TIMEOUT_S)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(STOP_TIMEOUT_S)
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await asyncio.wrap_future(self._submit(self._close()))
+        except TimeoutError:
+            log.error("The broker lifecycle thread did not close its tasks and controller "
+                      "connection within %.0f s; stopping its loop regardless", STOP_TIMEOUT_S)
+        with contextlib.suppress(RuntimeError):  # the loop has closed already
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(STOP_TIMEOUT_S)  # at once: its loop has nothing left to run
+        if self._thread.is_alive():
+            log.error("The broker lifecycle thread is still running %.0f s after its loop "
+                      "was stopped", STOP_TIMEOUT_S)
+
+    def _run(self) -> None:
+        """The thread: its loop until ``stop``, then the loop closed (its selector and
+        self-pipe freed; a broker restarted in one process does not leak them)."""
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
 
     def _submit(self, coroutine: Any) -> concurrent.futures.Future:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -97,17 +121,25 @@ class BrokerLifecycleManager:
             self._client = RpcClient(*self._controller, secret=self._secret)
         return self._client
 
-    async def _start_heartbeats(self, registration: Registration) -> None:
-        self._heartbeats = asyncio.get_running_loop().create_task(
-            self._heartbeat_loop(registration))
+    def _own(self, task: asyncio.Task | None) -> None:
+        """Keep ``task`` until it ends (the loop holds only a weak reference), for ``_close``."""
+        assert task is not None
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _register_then_heartbeat(self, registration: Registration) -> None:
+        self._own(asyncio.current_task())  # a stop during the start ends the registration
+        await self._register(registration)
+        self._own(asyncio.get_running_loop().create_task(
+            self._heartbeat_loop(registration), name="broker-heartbeat"))
 
     async def _close(self) -> None:
-        if self._heartbeats is not None:
-            self._heartbeats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeats
+        """On the thread's loop: end its tasks (the heartbeats, or a registration still
+        retrying), then close the controller connection for good. Half the stop's bound
+        each: both are bounded, so the stop's own bound is met."""
+        await end_tasks(self._tasks, "the broker lifecycle manager", STOP_TIMEOUT_S / 2)
         if self._client is not None:
-            self._client.close()
+            await self._client.aclose(STOP_TIMEOUT_S / 2)
 
     async def _register(self, registration: Registration) -> None:
         while True:

@@ -37,6 +37,7 @@ from minibroker.rpc_auth import (
     valid_nonce,
     verify,
 )
+from minibroker.shutdown import STOP_TIMEOUT_S, end_tasks
 
 log = logging.getLogger("minibroker.rpc")
 
@@ -255,7 +256,15 @@ def _request_object(line: bytes | None) -> dict[str, Any]:
 
 class RpcClient:
     """One authenticated connection, many concurrent calls; reconnects (and authenticates
-    again) on the next call after a failure."""
+    again) on the next call after a failure, until ``aclose``.
+
+    Its deadlines are ``asyncio.timeout``, never ``asyncio.wait_for``: before Python 3.12,
+    ``wait_for`` returns the answer (or raises ``RpcError``) when its caller is cancelled in
+    the same turn of the loop as the answer arrives or the connection drops, and the
+    cancellation is lost. The broker's metadata loop and heartbeats retry on ``RpcError``,
+    so a lost cancellation kept them calling the controller after the broker had stopped.
+    ``asyncio.timeout`` cancels through the task, which delivers a cancellation whatever
+    the awaited future holds."""
 
     def __init__(self, host: str, port: int, *, secret: bytes,
                  connect_timeout: float = 2.0) -> None:
@@ -268,19 +277,29 @@ class RpcClient:
         self._pending: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)  # 0 is the handshake's
         self._lock = asyncio.Lock()
+        self._closed = False
 
     async def _ensure_connected(self) -> asyncio.StreamWriter:
         async with self._lock:
+            self._raise_if_closed()
             if self._writer is None or self._writer.is_closing():
                 try:
-                    reader, writer = await asyncio.wait_for(self._open(),
-                                                            self._connect_timeout)
+                    async with asyncio.timeout(self._connect_timeout):
+                        reader, writer = await self._open()
                 except (TimeoutError, OSError, ValueError) as exc:
                     raise RpcError(f"cannot connect to {self.host}:{self.port}: "
                                    f"{exc or type(exc).__name__}") from exc
+                if self._closed:  # closed while connecting: the connection is not kept
+                    writer.close()
+                    self._raise_if_closed()
                 self._writer = writer
-                self._reader_task = asyncio.create_task(self._read_loop(reader, writer))
+                self._reader_task = asyncio.create_task(
+                    self._read_loop(reader, writer), name=f"rpc-reader-{self.host}:{self.port}")
             return self._writer
+
+    def _raise_if_closed(self) -> None:
+        if self._closed:
+            raise RpcError(f"the client of {self.host}:{self.port} is closed")
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         reader, writer = await asyncio.open_connection(self.host, self.port,
@@ -346,10 +365,11 @@ class RpcClient:
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            writer.write(json.dumps({"id": request_id, "method": method,
-                                     "params": params or {}}).encode() + b"\n")
-            await writer.drain()
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # a peer that reads nothing blocks drain()
+                writer.write(json.dumps({"id": request_id, "method": method,
+                                         "params": params or {}}).encode() + b"\n")
+                await writer.drain()
+                return await future
         except TimeoutError as exc:
             # A silent peer (a paused controller, a one-way partition): start afresh.
             self.close()
@@ -360,11 +380,22 @@ class RpcClient:
             self._pending.pop(request_id, None)
 
     def close(self) -> None:
+        """Drop the connection; the next call connects again."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
         if self._reader_task is not None:
             self._reader_task.cancel()
+
+    async def aclose(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Close for good, as its owner stops (Kafka's NodeToControllerChannelManager
+        ``shutdown``): calls in flight and every later one fail with ``RpcError`` instead of
+        connecting again, and the reader task has ended when this returns."""
+        self._closed = True
+        reader_task = self._reader_task
+        self.close()
+        if reader_task is not None:
+            await end_tasks([reader_task], f"the client of {self.host}:{self.port}", timeout)
 
 
 def _json_object(line: bytes) -> dict[str, Any]:

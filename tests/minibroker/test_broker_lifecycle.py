@@ -3,16 +3,21 @@ on the lifecycle thread (Kafka's BrokerLifecycleManager), so a loop held by requ
 metadata work for longer than the session timeout does not get the broker fenced.
 
 The controller is a process of its own (an in-process one would be held with the loop); the
-broker runs in this test's event loop, which the test then blocks outright."""
+broker runs in this test's event loop, which the test then blocks outright.
+
+A stop ends every task and thread the broker started before it returns, within a bound,
+whatever the controller does: its connection dropping as the broker stops, or the
+controller answering nothing at all."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ from ports import free_port
 from minibroker.broker import BrokerOptions, BrokerServer
 from minibroker.rpc import RpcClient, RpcError
 from minibroker.rpc_auth import new_secret
+from minibroker.shutdown import STOP_TIMEOUT_S
 
 pytestmark = pytest.mark.asyncio
 
@@ -31,8 +37,9 @@ HEARTBEAT_MS = 100
 SECRET = new_secret()
 
 
-@pytest_asyncio.fixture
-async def controller(tmp_path: Path) -> AsyncIterator[RpcClient]:
+@pytest.fixture
+def controller_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, int]]:
+    """The controller's process and port."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "minibroker", "controller", "--listen", f"127.0.0.1:{port}",
@@ -40,14 +47,30 @@ async def controller(tmp_path: Path) -> AsyncIterator[RpcClient]:
          "--config", f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}"],
         env={**os.environ, "MINIBROKER_CONTROLLER_SECRET": SECRET},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = RpcClient("127.0.0.1", port, secret=SECRET.encode())
+    try:
+        yield process, port
+    finally:
+        process.send_signal(signal.SIGCONT)  # a test may have stopped it
+        process.terminate()
+        process.wait(15)
+
+
+@pytest_asyncio.fixture
+async def controller(controller_process: tuple[subprocess.Popen, int]
+                     ) -> AsyncIterator[RpcClient]:
+    client = RpcClient("127.0.0.1", controller_process[1], secret=SECRET.encode())
     try:
         await _until(lambda: _call(client, "state"), "the controller to answer")
         yield client
     finally:
-        client.close()
-        process.terminate()
-        process.wait(15)
+        await client.aclose()
+
+
+def _broker(controller: RpcClient, tmp_path: Path) -> BrokerServer:
+    return BrokerServer(BrokerOptions(
+        broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", controller.port),
+        data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
+        config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)}))
 
 
 async def _call(client: RpcClient, method: str) -> dict[str, Any] | None:
@@ -82,10 +105,7 @@ async def _broker_entry(controller: RpcClient) -> dict[str, Any] | None:
 
 async def test_a_loop_held_past_the_session_timeout_does_not_fence_the_broker(
         controller: RpcClient, tmp_path: Path) -> None:
-    broker = BrokerServer(BrokerOptions(
-        broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", controller.port),
-        data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
-        config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)}))
+    broker = _broker(controller, tmp_path)
     await broker.start()
     try:
         await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
@@ -101,10 +121,7 @@ async def test_a_loop_held_past_the_session_timeout_does_not_fence_the_broker(
 
 async def test_a_stopped_broker_stops_heartbeating(controller: RpcClient,
                                                   tmp_path: Path) -> None:
-    broker = BrokerServer(BrokerOptions(
-        broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", controller.port),
-        data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
-        config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)}))
+    broker = _broker(controller, tmp_path)
     await broker.start()
     await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
     await broker.stop()
@@ -116,6 +133,48 @@ async def test_a_stopped_broker_stops_heartbeating(controller: RpcClient,
 
     await _until(fenced, "the controller to fence the stopped broker",
                  timeout=3 * SESSION_TIMEOUT_MS / 1000)
+
+
+async def test_a_stop_ends_the_brokers_tasks_when_the_controller_connection_drops_with_it(
+        controller: RpcClient, tmp_path: Path) -> None:
+    """The broker's controller connection drops in the same turn of the loop as its stop
+    begins (a controller failing over as the broker shuts down). The metadata loop's
+    cancellation then arrives together with the ``RpcError`` of its long poll; with
+    ``asyncio.wait_for`` (before Python 3.12) the error won, the loop took it for a failed fetch
+    and kept polling, and the stop returned with it still running (then the test's event
+    loop could not close)."""
+    before = asyncio.all_tasks()
+    broker = _broker(controller, tmp_path)
+    await broker.start()
+    await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+    broker.controller.close()
+    await broker.stop()
+    assert not _tasks_left(before)
+    assert not broker.tasks
+    assert not broker.lifecycle.running
+
+
+async def test_a_stop_is_bounded_when_the_controller_never_answers(
+        controller_process: tuple[subprocess.Popen, int], controller: RpcClient,
+        tmp_path: Path) -> None:
+    """The controller is stopped (SIGSTOP): its connections stay open and nothing on them is
+    ever answered. The heartbeat and the metadata poll in flight are cancelled, not waited
+    out, and the lifecycle thread ends."""
+    before = asyncio.all_tasks()
+    broker = _broker(controller, tmp_path)
+    await broker.start()
+    await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+    controller_process[0].send_signal(signal.SIGSTOP)
+    async with asyncio.timeout(STOP_TIMEOUT_S):
+        await broker.stop()
+    assert not _tasks_left(before)
+    assert not broker.lifecycle.running
+
+
+def _tasks_left(before: set[asyncio.Task]) -> list[str]:
+    """The tasks started since ``before`` that are still running, with where they stand."""
+    return [f"{task.get_name()} at {task.get_stack(limit=1)}"
+            for task in asyncio.all_tasks() - before - {asyncio.current_task()}]
 
 
 async def _unfenced_entry(controller: RpcClient) -> bool:

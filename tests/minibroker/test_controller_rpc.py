@@ -193,24 +193,33 @@ async def test_a_client_trusts_only_a_controller_that_proves_it_holds_the_secret
     assert received[1:] in ([], [b""])  # and nothing after the handshake
 
 
-async def test_requests_past_the_in_flight_cap_are_refused_at_once(
-        controller: ControllerServer) -> None:
-    """2,000 pipelined metadata polls on one connection: 8 (the cap) are answered after
-    their wait, every other one at once with an error; the connection stays usable."""
-    reader, writer = await authenticated(controller)
-    since = controller.controller.metadata_offset
-    writer.write(b"".join(json.dumps({"id": i, "method": "fetch_metadata", "params": {
-        "since": since, "wait_ms": 60_000}}).encode() + b"\n" for i in range(2000)))
-    await writer.drain()
-    answers = [await answer(reader) for _ in range(2000)]
-    served = [a["id"] for a in answers if "result" in a]
-    refused = [a for a in answers if "error" in a]
-    assert len(served) == 8 and len(refused) == 1992
-    assert all(a["error"].startswith("TooManyInFlightRequests") for a in refused)
-    assert controller.state()["rpc"]["refused_requests"] == 1992
-    await send(writer, {"id": "again", "method": "state"})
-    assert (await answer(reader))["result"]["rpc"]["connections"] == 1
-    writer.close()
+async def test_requests_past_the_in_flight_cap_are_refused_at_once(tmp_path: Path) -> None:
+    """2,000 pipelined metadata polls on one connection: 8 (the cap) wait, every other one is
+    refused at once with an error; the connection stays usable. The polls may wait a minute,
+    so the 8 end only when the metadata changes, whatever the machine's speed: none ends by
+    its wait while the rest are still being read (which would free a slot)."""
+    server = ControllerServer(tmp_path / "controller", {
+        "listener.name.controller.max.in.flight.requests.per.connection": "8",
+        "controller.metadata.max.wait.ms": "60000",
+    }, SECRET)
+    await server.start("127.0.0.1", 0, None)
+    try:
+        reader, writer = await authenticated(server)
+        since = server.controller.metadata_offset
+        writer.write(b"".join(json.dumps({"id": i, "method": "fetch_metadata", "params": {
+            "since": since, "wait_ms": 60_000}}).encode() + b"\n" for i in range(2000)))
+        await writer.drain()
+        refused = [await answer(reader) for _ in range(1992)]
+        assert all(a["error"].startswith("TooManyInFlightRequests") for a in refused)
+        assert server.state()["rpc"]["refused_requests"] == 1992
+        server.controller.register_broker(1, "inc-1", "127.0.0.1", 9001)
+        served = [await answer(reader) for _ in range(8)]
+        assert all("result" in a for a in served)
+        await send(writer, {"id": "again", "method": "state"})
+        assert (await answer(reader))["result"]["rpc"]["connections"] == 1
+        writer.close()
+    finally:
+        await server.stop()
 
 
 async def test_a_metadata_poll_waits_no_longer_than_the_bound(
@@ -229,6 +238,42 @@ async def test_a_metadata_poll_waits_no_longer_than_the_bound(
             await client.call("fetch_metadata", {"since": since, "wait_ms": "forever"})
     finally:
         client.close()
+
+
+async def test_a_call_cancelled_as_its_connection_drops_ends_cancelled() -> None:
+    """The caller is cancelled in the same turn of the loop as its connection drops (a
+    broker's stop cancelling its metadata poll as the controller connection goes). The call
+    ends cancelled, not with the lost connection's ``RpcError``: the broker's metadata loop
+    and heartbeats retry on that error, and would carry on after their stop."""
+    asked = asyncio.Event()
+
+    async def never_answers(_params: dict[str, Any]) -> None:
+        asked.set()
+        await asyncio.Event().wait()
+
+    server = RpcServer({"hold": never_answers}, secret=SECRET, limits=RpcLimits(
+        max_connections=4, max_in_flight_per_connection=4, max_request_bytes=4096))
+    await server.start("127.0.0.1", 0)
+    client = RpcClient("127.0.0.1", server.port, secret=SECRET)
+    try:
+        call = asyncio.create_task(client.call("hold", timeout=60))
+        await asyncio.wait_for(asked.wait(), 5)
+        client.close()
+        call.cancel()
+        await asyncio.wait([call], timeout=5)
+        assert call.cancelled(), call
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_a_closed_client_fails_its_calls_instead_of_connecting_again(
+        controller: ControllerServer) -> None:
+    client = RpcClient("127.0.0.1", controller.rpc.port, secret=SECRET)
+    assert "brokers" in await client.call("state")
+    await client.aclose()
+    with pytest.raises(RpcError, match="is closed"):
+        await client.call("state")
 
 
 async def test_connections_past_the_cap_are_refused(controller: ControllerServer) -> None:

@@ -36,6 +36,7 @@ from minibroker.network.connection_quotas import ConnectionQuotas
 from minibroker.network.memory_pool import MemoryPool
 from minibroker.network.receive import ConnectionIdle, RequestReceiver
 from minibroker.network.socket_config import SocketServerConfig
+from minibroker.shutdown import end_tasks
 
 __all__ = ["CLIENT_HOST", "LISTENER", "CloseConnection", "KafkaServer", "RequestHandler"]
 
@@ -92,13 +93,13 @@ class KafkaServer:
         return self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        """Stop accepting, then close every open connection."""
+        """Stop accepting, then close every open connection: its task is cancelled and
+        awaited within ``shutdown.STOP_TIMEOUT_S`` (one that ignored its cancellation is
+        logged and left, not waited for without end)."""
         if self._server is None:
             return
         self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        await end_tasks(self._connections, f"the {self.listener} listener")
         await self._server.wait_closed()
         self._server = None
 
