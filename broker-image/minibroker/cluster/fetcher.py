@@ -27,6 +27,7 @@ from minibroker.cluster.fetch_session_handler import FetchSessionHandler
 from minibroker.cluster.replica_manager import ReplicaManager
 from minibroker.cluster.types import ErrorCode, FetchResult, TopicPartition
 from minibroker.network.client import KafkaConnection
+from minibroker.shutdown import end_tasks
 
 log = logging.getLogger("minibroker.fetcher")
 
@@ -75,7 +76,9 @@ class ReplicaFetcher:
         self.partitions.discard(tp)
 
     async def stop(self) -> None:
-        self._task.cancel()
+        """Kafka's ShutdownableThread.shutdown: the fetch loop has ended when this returns
+        (within shutdown.STOP_TIMEOUT_S), so no answer is appended after the stop."""
+        await end_tasks([self._task], f"fetcher for leader {self.leader_id}")
         if self._conn is not None:
             self._conn.close()
 
