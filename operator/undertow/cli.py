@@ -13,7 +13,9 @@
 own process afterwards instead). It exits 0 when the verdict matches the experiment's
 ``expect``, 1 when it does not, and 2 on bad input or an error. An error is one line on
 stderr, whichever thread of the run it happened in (a history file that could not be
-written, above all); tracebacks are logged at ``--log-level DEBUG`` only.
+written, above all); tracebacks are logged at ``--log-level DEBUG`` only. ``explore``
+stopped by Ctrl-C (SIGINT) writes the best schedule each shrink had found so far and exits
+130, as a shell reports a command that SIGINT ended (128 + 2).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from undertow.runner.abort import RunAborted
 from undertow.spec import LoadedExperiment, SpecError, choose_seed, load_experiment, plan
 
 EXIT_AS_EXPECTED, EXIT_UNEXPECTED, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -211,8 +214,7 @@ def _verdict(report: dict, loaded: LoadedExperiment, out: Path) -> int:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from undertow.explore.command import explore
-    from undertow.explore.report import write_report
+    from undertow.explore.command import Interrupted, explore
 
     if args.runs < 1 or args.confirm < 0:
         print("undertow: --runs must be at least 1 and --confirm at least 0", file=sys.stderr)
@@ -222,21 +224,38 @@ def cmd_explore(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"explore-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.matrix:
         return _explore_matrix(args, loaded, out)
-    exploration = explore(loaded, out, runs=args.runs, master=args.master,
-                          first_seed=args.seed, confirm=args.confirm,
-                          on_progress=lambda line: print(line, flush=True))
-    summary = exploration.to_json()
-    _json, html = write_report(summary, out)
-    lossy = summary["verdicts"].get("loss", 0)
-    print(f"\n{lossy} of {args.runs} schedules lost acknowledged records "
-          f"({exploration.schedules_per_second:.2f} schedules/s). Report: {html}")
-    for m in summary["minimal"]:
-        confirmed = (f", reproduced {m['confirmed']} of {m['confirm_runs']} times on local "
-                     f"processes" if m["confirm_runs"] else "")
-        print(f"  {m['mechanism']}: {m['faults']} fault(s) in {m['file']}{confirmed}")
+    try:
+        exploration = explore(loaded, out, runs=args.runs, master=args.master,
+                              first_seed=args.seed, confirm=args.confirm,
+                              on_progress=lambda line: print(line, flush=True))
+    except Interrupted as stop:
+        print(f"\nundertow: explore stopped (Ctrl-C) while {stop.stage}", flush=True)
+        if stop.exploration is not None:
+            _explore_summary(stop.exploration.to_json(), out)
+        else:
+            print("  nothing written yet: Spark returns the schedules' outcomes all "
+                  "together, at the end")
+        return EXIT_INTERRUPTED
+    lossy = _explore_summary(exploration.to_json(), out)
     expected = loaded.experiment.spec.expect
     found = "loss" if lossy else "clean"
     return EXIT_AS_EXPECTED if found == expected else EXIT_UNEXPECTED
+
+
+def _explore_summary(summary: dict, out: Path) -> int:
+    """Write the report, print what it found and where; the number of lossy schedules."""
+    from undertow.explore.report import write_report
+
+    _json, html = write_report(summary, out)
+    lossy = summary["verdicts"].get("loss", 0)
+    print(f"\n{lossy} of {summary['runs']} schedules lost acknowledged records "
+          f"({summary['schedules_per_second']:.2f} schedules/s). Report: {html}")
+    for m in summary["minimal"]:
+        confirmed = (f", reproduced {m['confirmed']} of {m['confirm_runs']} times on local "
+                     f"processes" if m["confirm_runs"] else "")
+        shrunk = "" if m["shrunk"] else f" (from {m['found_faults']}, NOT fully shrunk)"
+        print(f"  {m['mechanism']}: {m['faults']} fault(s){shrunk} in {m['file']}{confirmed}")
+    return lossy
 
 
 def _explore_matrix(args: argparse.Namespace, loaded: LoadedExperiment, out: Path) -> int:
@@ -282,11 +301,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from undertow.cluster_view.kafka import KafkaAdminError, admin_client, view_from_admin
+    from undertow.cluster_view.kafka import KafkaAdminError, describe
     from undertow.cluster_view.table import render
 
     try:
-        view = view_from_admin(admin_client(args.bootstrap), args.topic)
+        view = describe(args.bootstrap, args.topic)
     except KafkaAdminError as exc:
         print(f"undertow: describe {args.bootstrap}: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from explore_experiments import TINY_ACKS1, TINY_CLUSTER
 
 from undertow.explore.command import explore
 from undertow.explore.draw import draw, experiment_with
@@ -22,31 +23,11 @@ from undertow.sim.run import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import check_history
 
-CLUSTER = {"apiVersion": "undertow.dev/v1alpha1", "kind": "BrokerCluster",
-           "metadata": {"name": "tiny"},
-           "spec": {"brokers": 3, "config": {
-               "min.insync.replicas": 1, "broker.session.timeout.ms": 1500,
-               "replica.lag.time.max.ms": 3000,
-               # A follower's fetch waits 500 ms on the leader: acks=1 records the followers
-               # have not fetched are always there when the leader dies.
-               "replica.fetch.min.bytes": 1048576, "replica.fetch.wait.max.ms": 500}}}
-EXPERIMENT = {"apiVersion": "undertow.dev/v1alpha1", "kind": "ChaosExperiment",
-              "metadata": {"name": "tiny-acks1"},
-              "spec": {"cluster": {"ref": "tiny"},
-                       "topic": {"name": "t", "partitions": 1, "replicationFactor": 3},
-                       "workload": {"producers": 1, "consumers": 1, "acks": 1, "rate": 100,
-                                    "duration": "6s"},
-                       "explore": {"kinds": ["kill"], "targets": [{"role": "leader"}],
-                                   "faults": {"min": 1, "max": 2},
-                                   "duration": {"min": "2s", "max": "3s"},
-                                   "gap": {"min": "500ms", "max": "1s"}},
-                       "expect": "loss"}}
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("explore") / "tiny.yaml"
-    path.write_text(yaml.safe_dump_all([CLUSTER, EXPERIMENT], sort_keys=False))
+    path.write_text(yaml.safe_dump_all([TINY_CLUSTER, TINY_ACKS1], sort_keys=False))
     return path
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from undertow.explore.draw import FixedFault, Schedule
-from undertow.explore.shrink import shrink, simpler_targets
+from undertow.explore.shrink import Step, shrink, simpler_targets
 from undertow.spec import SpecError, TargetSelector
 
 SELECTORS = [
@@ -154,6 +154,40 @@ def test_the_budget_stops_it_with_the_last_accepted_schedule() -> None:
     assert len(counted.asked) == 2
     assert len(result.faults) == 2, "two removals accepted, then the budget is spent"
     assert shrink(schedule, counted, 0) == schedule
+
+
+@settings(max_examples=100, deadline=None)
+@given(schedule=schedules, budget=st.integers(0, 60))
+def test_each_kept_edit_is_told_as_it_is_kept(schedule: Schedule, budget: int) -> None:
+    """`on_step` hears every schedule the shrink moves to, in order, with the tries spent:
+    its last is the result, so a shrink stopped early still has its best so far."""
+    predicate = _arbitrary(schedule)
+    steps: list[Step] = []
+    counted = Counted(predicate)
+    result = shrink(schedule, counted, budget, steps.append)
+    assert [predicate(step.schedule) for step in steps] == [True] * len(steps)
+    assert (steps[-1].schedule if steps else schedule) == result
+    tries = [step.tries for step in steps]
+    assert tries == sorted(set(tries)) and all(1 <= t <= len(counted.asked) for t in tries)
+    assert all(step.edit for step in steps)
+
+
+@settings(max_examples=100, deadline=None)
+@given(schedule=schedules)
+def test_a_schedule_comes_back_equal_from_json(schedule: Schedule) -> None:
+    """A Spark task sends its best schedule so far to the driver as JSON."""
+    assert Schedule.from_json(json.loads(json.dumps(schedule.to_json()))) == schedule
+
+
+def test_a_kept_edit_says_what_it_did() -> None:
+    schedule = Schedule((FixedFault("kill", TargetSelector(role="leader"), 3000, 4000),
+                         FixedFault("pause", TargetSelector(role="follower"), 5000, 2000)),
+                        seed=1, min_duration_ms=4000)
+    steps: list[Step] = []
+    shrink(schedule, lambda s: any(f.kind == "kill" for f in s.faults), 10, steps.append)
+    assert [(step.edit, step.schedule.describe()) for step in steps] == [
+        ("removed fault 2", "kill {role: leader} at 3s for 4s"),
+        ("moved every fault earlier", "kill {role: leader} at 0s for 4s")]
 
 
 def test_a_candidate_the_spec_rejects_does_not_fail() -> None:

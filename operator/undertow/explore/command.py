@@ -5,6 +5,11 @@ loss to a minimal experiment, optionally confirm it on real processes, and repor
       -> out/outcomes.jsonl        one line per schedule (seed, schedule, verdict, counts, ...)
       -> out/minimal/*.yaml        one minimal experiment per loss mechanism
       -> out/explore.json, out/explore.html
+
+While it shrinks, each kept edit is a line of progress (`progress`). Ctrl-C (SIGINT) raises
+`Interrupted` once the best schedule of each mechanism so far is written to
+``out/minimal/``, its comment saying how far its shrink got: minutes of shrinking are not
+lost to a user who cannot wait for the rest.
 """
 
 from __future__ import annotations
@@ -14,21 +19,24 @@ import io
 import json
 import logging
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from undertow.explore.draw import Schedule, draw, experiment_with
+from undertow.explore.progress import Best, Board, Listener, Sender, step_event
 from undertow.explore.robust import MISSES_ALLOWED, VARIANTS, loses_robustly
 from undertow.explore.runs import Outcome, dominant, simulate
 from undertow.explore.shrink import shrink
 from undertow.explore.space import FaultSpace
-from undertow.explore.spark import explore_session, in_parallel, outcomes
+from undertow.explore.spark import explore_session, in_parallel, interruptibly, outcomes
 from undertow.explore.write import write_experiment
 from undertow.sim.platform import NOMINAL, Timing
 from undertow.sim.run import run_simulated
@@ -43,6 +51,8 @@ each)."""
 ROBUST_CANDIDATES = 4
 """Lossy schedules of one mechanism tried, in turn, for one that loses under every timing
 variant before the simplest is shrunk at nominal timing."""
+CONFIRM_STOP_S = 60
+"""How long a confirmation run stopped by Ctrl-C may take to heal and stop its cluster."""
 SHRINK_EARLIEST_MS = 2000
 """No fault is moved before this by shrinking: real clients take a second or so to connect
 and send, so a minimal schedule whose fault must come in the workload's first milliseconds
@@ -65,11 +75,13 @@ class Minimal:
     nominal timing: only then is it likely to replay on real processes."""
     confirmed: list[str] = field(default_factory=list)
     """The mechanisms (or "clean"/"error") of each confirmation run on real processes."""
+    shrunk: bool = True
+    """False for the best schedule so far of a shrink Ctrl-C stopped."""
 
     def to_json(self) -> dict[str, Any]:
         reproduced = sum(m == self.mechanism for m in self.confirmed)
         return {"mechanism": self.mechanism, "found_seed": self.found_seed,
-                "found_faults": self.found_faults, "faults": self.faults,
+                "found_faults": self.found_faults, "faults": self.faults, "shrunk": self.shrunk,
                 "file": str(self.path), "sentences": self.sentences, "robust": self.robust,
                 "confirm_runs": len(self.confirmed), "confirmed": reproduced,
                 "confirm_outcomes": self.confirmed}
@@ -105,6 +117,17 @@ class Exploration:
                 "minimal": [m.to_json() for m in self.minimal]}
 
 
+class Interrupted(Exception):
+    """Ctrl-C (SIGINT) stopped `explore` while `stage`. `exploration` is what it had found
+    (None while the schedules ran: their outcomes come back all at once), with the minimal
+    experiments written, each `Minimal.shrunk` or not."""
+
+    def __init__(self, stage: str, exploration: Exploration | None = None) -> None:
+        super().__init__(f"interrupted while {stage}")
+        self.stage = stage
+        self.exploration = exploration
+
+
 def _trial(loaded: LoadedExperiment, schedule: Schedule, seed: int,
            timing: Timing = NOMINAL) -> Outcome:
     return simulate(experiment_with(loaded, schedule), seed, schedule.as_spec_faults(), timing)
@@ -125,7 +148,11 @@ def explore(loaded: LoadedExperiment, out: Path, *, runs: int, master: str | Non
     started = time.monotonic()
     # Sorted here, not by orderBy: a sort samples its input first, which would run
     # every schedule twice.
-    rows = sorted(outcomes(spark, seeds, run).collect(), key=lambda row: row.seed)
+    try:
+        rows = sorted(interruptibly(spark, lambda: outcomes(spark, seeds, run).collect()),
+                      key=lambda row: row.seed)
+    except KeyboardInterrupt:
+        raise Interrupted(f"running {runs} schedules") from None
     seconds = time.monotonic() - started
     found = [Outcome.from_json(row.asDict()) for row in rows]
     with (out / "outcomes.jsonl").open("w", encoding="utf-8") as f:
@@ -135,75 +162,158 @@ def explore(loaded: LoadedExperiment, out: Path, *, runs: int, master: str | Non
                               spark.sparkContext.master, found, [])
     on_progress(f"{runs} schedules in {seconds:.0f} s ({exploration.schedules_per_second:.2f}/s)"
                 f"; losses by mechanism: {exploration.losses_by_mechanism() or 'none'}")
-    exploration.minimal = _minimize(spark, loaded, space, found, out, budget, on_progress)
-    if confirm:
-        for minimal in exploration.minimal:
+    try:
+        _minimize(spark, loaded, space, found, out, budget, on_progress, exploration.minimal)
+    except KeyboardInterrupt:
+        raise Interrupted("shrinking", exploration) from None
+    try:
+        for minimal in exploration.minimal if confirm else []:
             on_progress(f"confirming {minimal.path.name} {confirm} times on local processes")
             minimal.confirmed = [confirm_once(minimal.path, out / "confirm" /
                                                f"{minimal.path.stem}-{i}")
                                  for i in range(confirm)]
+    except KeyboardInterrupt:
+        raise Interrupted("confirming", exploration) from None
     return exploration
 
 
 def _minimize(spark: Any, loaded: LoadedExperiment, space: FaultSpace, found: list[Outcome],
-              out: Path, budget: int, on_progress: Callable[[str], None]) -> list[Minimal]:
-    """Shrink one schedule of each mechanism, the mechanisms side by side: the simplest of
-    its first `ROBUST_CANDIDATES` (fewest faults, most records lost) that loses under every
-    timing variant, shrunk while it still does; else the simplest, at nominal timing."""
+              out: Path, budget: int, on_progress: Callable[[str], None],
+              minimal: list[Minimal]) -> None:
+    """Shrink one schedule of each mechanism, the mechanisms side by side, and append each
+    one's `Minimal` to ``minimal``: the simplest of its first `ROBUST_CANDIDATES` (fewest
+    faults, most records lost) that loses under every timing variant, shrunk while it still
+    does; else the simplest, at nominal timing. On Ctrl-C, the best schedule so far of each
+    mechanism not written yet is written (`Minimal.shrunk` False) before
+    `KeyboardInterrupt` goes on."""
     candidates: dict[str, list[Outcome]] = {}
     for o in sorted(found, key=lambda o: (o.faults, -o.lost, o.seed)):
         if o.mechanism is not None and len(candidates.setdefault(o.mechanism, [])) < \
                 ROBUST_CANDIDATES:
             candidates[o.mechanism].append(o)
     if not candidates:
-        return []
-    on_progress(f"shrinking {len(candidates)} mechanism(s): {', '.join(sorted(candidates))}")
+        return
+    mechanisms = sorted(candidates)
+    on_progress(f"shrinking {len(mechanisms)} mechanism(s): {', '.join(mechanisms)} (at most "
+                f"{budget} tries each, a line for each edit kept; Ctrl-C keeps the best "
+                f"schedules so far)")
+    board = Board({m: Best(candidates[m][0].seed, candidates[m][0].faults,
+                           _shrink_start(space, candidates[m][0].seed), budget=budget)
+                   for m in mechanisms}, on_progress)
+    try:
+        with Listener(spark, board) as sender, board.ticking():
+            shrunk = interruptibly(spark, lambda: in_parallel(
+                spark, [candidates[m] for m in mechanisms],
+                partial(_shrink_one, loaded, space, budget, sender)))
+        for mechanism, (seed, schedule, robust) in zip(mechanisms, shrunk, strict=True):
+            board.best[mechanism] = replace(board.best[mechanism], seed=seed, robust=robust,
+                                            schedule=schedule, finished=True)
+        for mechanism in mechanisms:
+            best = board.best[mechanism]
+            name = _minimal_name(loaded, mechanism)
+            sentences = _sentences(spark, experiment_with(loaded, best.schedule), best.seed,
+                                   out / "minimal" / f"{name}.run")
+            minimal.append(_write_minimal(loaded, out, mechanism, best, sentences))
+            on_progress(f"  {mechanism}: {best.found_faults} -> {minimal[-1].faults} fault(s)"
+                        f"{'' if best.robust else ' (nominal timing only)'}: "
+                        f"{minimal[-1].path}")
+    except KeyboardInterrupt:
+        written = {m.mechanism for m in minimal}
+        minimal += [_write_minimal(loaded, out, mechanism, best, None)
+                    for mechanism, best in board.snapshot().items() if mechanism not in written]
+        raise
 
-    def shrink_one(outcomes: list[Outcome]) -> tuple[Outcome, Schedule, bool]:
-        mechanism = outcomes[0].mechanism
-        assert mechanism is not None
+
+def _shrink_start(space: FaultSpace, seed: int) -> Schedule:
+    """The schedule of ``seed`` as a shrink starts from it: no fault to be moved before
+    `SHRINK_EARLIEST_MS`."""
+    return replace(draw(space, seed), earliest_ms=SHRINK_EARLIEST_MS)
+
+
+def _shrink_one(loaded: LoadedExperiment, space: FaultSpace, budget: int, sender: Sender,
+                outcomes: list[Outcome]) -> tuple[int, Schedule, bool]:
+    """One mechanism's shrink, in a Spark task: (the seed shrunk, the schedule it gave,
+    whether it lost under the timing variants). Each step is sent to the driver as it is
+    kept, and each simulation as it ends (`progress`)."""
+    mechanism = outcomes[0].mechanism
+    assert mechanism is not None
+
+    def tell(event: str, **fields: Any) -> None:
+        sender.send({"mechanism": mechanism, "event": event, **fields})
+
+    def trial(schedule: Schedule, seed: int, timing: Timing = NOMINAL) -> Outcome:
+        outcome = _trial(loaded, schedule, seed, timing)
+        tell("simulated")
+        return outcome
+
+    def shrunk(seed: int, start: Schedule, still_fails: Callable[[Schedule], bool],
+               robust: bool) -> tuple[int, Schedule, bool]:
+        tell("start", seed=seed, robust=robust, schedule=start.to_json())
+        schedule = shrink(start, still_fails, budget,
+                          lambda step: sender.send(step_event(mechanism, step)))
+        tell("done", schedule=schedule.to_json())
+        return seed, schedule, robust
+
+    try:
         for outcome in outcomes:
             seed = outcome.seed
 
             def fails(candidate: Schedule, seed: int = seed) -> bool:
-                return loses_robustly(
-                    lambda s, timing: _trial(loaded, s, seed, timing), candidate, mechanism)
+                return loses_robustly(lambda s, timing: trial(s, seed, timing), candidate,
+                                      mechanism)
 
-            start = replace(draw(space, seed), earliest_ms=SHRINK_EARLIEST_MS)
+            start = _shrink_start(space, seed)
+            tell("checking", seed=seed, faults=len(start.faults))
             if fails(start):
-                return outcome, shrink(start, fails, budget), True
-        outcome = outcomes[0]
-        return outcome, shrink(
-            replace(draw(space, outcome.seed), earliest_ms=SHRINK_EARLIEST_MS),
-            lambda c: _trial(loaded, c, outcome.seed).mechanism == mechanism, budget), False
+                return shrunk(seed, start, fails, True)
+        seed = outcomes[0].seed
+        return shrunk(seed, _shrink_start(space, seed),
+                      lambda c: trial(c, seed).mechanism == mechanism, False)
+    finally:
+        sender.close()
 
-    mechanisms = sorted(candidates)
-    shrunk = in_parallel(spark, [candidates[m] for m in mechanisms], shrink_one)
-    minimal = []
-    for mechanism, (origin, schedule, robust) in zip(mechanisms, shrunk, strict=True):
-        name = f"{loaded.experiment.metadata.name}-{mechanism.replace('_', '-')}"
-        path = out / "minimal" / f"{name}.yaml"
-        sentences = _sentences(experiment_with(loaded, schedule), origin.seed,
-                               out / "minimal" / f"{name}.run")
-        write_experiment(loaded, schedule, path, [
-            *_wrapped(f"{name}: found by `undertow explore` from {loaded.source} (seed "
-                      f"{origin.seed}, {origin.faults} faults), shrunk to "
-                      f"{len(schedule.faults)} while it still lost acknowledged records by "
-                      f"{mechanism}" + (" under the simulator's timing variants ("
-                                        f"{', '.join(v.name for v in VARIANTS)}; all but at "
-                                        f"most {MISSES_ALLOWED})" if robust
-                                        else " (at the simulator's nominal timing only: "
-                                        "no schedule found lost under its timing variants, "
-                                        "so real processes may not reproduce it)")
-                      + ". Expect: loss."),
-            "",
-            "What the analysis said of its simulated run:",
-            *[line for sentence in sentences for line in _wrapped(sentence)]])
-        minimal.append(Minimal(mechanism, origin.seed, origin.faults, schedule,
-                               len(schedule.faults), path, sentences, robust))
-        on_progress(f"  {mechanism}: {origin.faults} -> {len(schedule.faults)} fault(s)"
-                    f"{'' if robust else ' (nominal timing only)'}: {path}")
-    return minimal
+
+def _minimal_name(loaded: LoadedExperiment, mechanism: str) -> str:
+    return f"{loaded.experiment.metadata.name}-{mechanism.replace('_', '-')}"
+
+
+def _write_minimal(loaded: LoadedExperiment, out: Path, mechanism: str, best: Best,
+                   sentences: list[str] | None) -> Minimal:
+    """``out/minimal/NAME.yaml`` for ``best``, its comment saying what it shows and how far
+    its shrink got: all the way, or stopped by Ctrl-C (``sentences`` None: the analysis
+    did not explain its run either)."""
+    name = _minimal_name(loaded, mechanism)
+    path = out / "minimal" / f"{name}.yaml"
+    faults = len(best.schedule.faults)
+    found = (f"{name}: found by `undertow explore` from {loaded.source} (seed {best.seed}, "
+             f"{best.found_faults} faults), ")
+    if best.finished:
+        found += f"shrunk to {faults} while it still lost acknowledged records by {mechanism}"
+    else:
+        found += ("NOT FULLY SHRUNK: explore was stopped (Ctrl-C) "
+                  + (f"while shrinking it, at {faults} fault(s) (its last edit kept at try "
+                     f"{best.tries} of at most {best.budget})" if best.tries else
+                     "before its shrink kept any edit")
+                  + f". It lost acknowledged records by {mechanism}")
+    if best.robust:
+        found += (f" under the simulator's timing variants ({', '.join(v.name for v in VARIANTS)}"
+                  f"; all but at most {MISSES_ALLOWED})")
+    elif best.robust is None:
+        found += (" at the simulator's nominal timing (its shrink had not yet tried it under "
+                  "the timing variants, so real processes may not reproduce it)")
+    else:
+        found += (" (at the simulator's nominal timing only: no schedule found lost under its "
+                  "timing variants, so real processes may not reproduce it)")
+    comment = _wrapped(found + ". Expect: loss.")
+    if sentences is None:
+        comment += ["", "The analysis did not explain its simulated run: explore was stopped "
+                        "first."]
+    else:
+        comment += ["", "What the analysis said of its simulated run:",
+                    *[line for sentence in sentences for line in _wrapped(sentence)]]
+    write_experiment(loaded, best.schedule, path, comment)
+    return Minimal(mechanism, best.seed, best.found_faults, best.schedule, faults, path,
+                   sentences or [], bool(best.robust), shrunk=best.finished)
 
 
 def _wrapped(text: str) -> list[str]:
@@ -211,15 +321,18 @@ def _wrapped(text: str) -> list[str]:
     return textwrap.wrap(text, 92, break_on_hyphens=False) or [""]
 
 
-def _sentences(trial: LoadedExperiment, seed: int, work: Path) -> list[str]:
+def _sentences(spark: Any, trial: LoadedExperiment, seed: int, work: Path) -> list[str]:
     """The Spark analysis's attribution sentences of one simulated run, whose history and
     report stay in ``work``."""
     from undertow_analysis.job import run_analysis
 
     shutil.rmtree(work, ignore_errors=True)
     run_simulated(trial, work, seed=seed)
-    with contextlib.redirect_stdout(io.StringIO()):  # its one-screen summary
-        report = run_analysis(str(work / "history"), str(work))
+    # Its one-screen summary is not ours to print. The analysis waits in a thread of its own
+    # (`interruptibly`) but sys.stdout is every thread's: Ctrl-C leaves this block, which
+    # gives the interrupted explore its stdout back.
+    with contextlib.redirect_stdout(io.StringIO()):
+        report = interruptibly(spark, lambda: run_analysis(str(work / "history"), str(work)))
     return [incident["sentence"] for incident in report["explained"].get("incidents", [])
             if incident.get("sentence")]
 
@@ -228,10 +341,25 @@ def confirm_once(path: Path, out: Path) -> str:
     """One run of a minimal experiment on local processes; its dominant mechanism, "clean",
     or "error"."""
     shutil.rmtree(out, ignore_errors=True)
-    done = subprocess.run([sys.executable, "-m", "undertow", "run", str(path), "--out", str(out),
-                           "--no-analysis", "--no-progress"], capture_output=True, text=True)
-    if done.returncode != 0:
-        log.warning("confirmation run of %s failed: %s", path, done.stderr.strip()[-500:])
+    # A session of its own: Ctrl-C at the terminal reaches explore alone, which passes it on
+    # once (a second SIGINT could cut the run's own clean-up short).
+    with subprocess.Popen([sys.executable, "-m", "undertow", "run", str(path), "--out",
+                           str(out), "--no-analysis", "--no-progress"], text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=True) as run:
+        try:
+            _stdout, stderr = run.communicate()
+        except KeyboardInterrupt:
+            # `undertow run` heals every fault and stops its cluster on SIGINT: wait for
+            # that, rather than SIGKILL it as subprocess.run would and leave brokers running.
+            run.send_signal(signal.SIGINT)
+            try:
+                run.communicate(timeout=CONFIRM_STOP_S)
+            except subprocess.TimeoutExpired:
+                run.kill()
+            raise
+    if run.returncode != 0:
+        log.warning("confirmation run of %s failed: %s", path, stderr.strip()[-500:])
         return "error"
     summary = check_history(out / "history")
     return dominant(summary.mechanisms) or summary.verdict

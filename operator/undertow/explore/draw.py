@@ -51,6 +51,28 @@ class FixedFault:
             entry["gracePeriod"] = format_duration(self.grace_period_ms / 1000)
         return entry
 
+    def describe(self) -> str:
+        """One line as the experiment file says it, for progress: ``kill {role: leader}
+        at 4s for 2s``."""
+        target = ", ".join(f"{k}: {v}" for k, v in selector_yaml(self.target).items())
+        network = f" ({self.network or 'isolate'})" if self.kind == "partition" else ""
+        return f"{self.kind}{network} {{{target}}} at {_seconds(self.at_ms)} for " \
+               f"{_seconds(self.duration_ms)}"
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, the target as its normalised selector: `from_json` gives back an
+        equal fault (a Spark task's shrink reports its schedules to the driver so)."""
+        return {"kind": self.kind, "target": self.target.model_dump(mode="json",
+                                                                   exclude_none=True),
+                "at_ms": self.at_ms, "duration_ms": self.duration_ms, "network": self.network,
+                "grace_period_ms": self.grace_period_ms}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FixedFault:
+        return cls(data["kind"], TargetSelector.model_validate(data["target"]), data["at_ms"],
+                   data["duration_ms"], network=data["network"],
+                   grace_period_ms=data["grace_period_ms"])
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -76,6 +98,25 @@ class Schedule:
     def as_spec_faults(self) -> list[dict[str, Any]]:
         """The faults as an experiment's `faults:` list: JSON- and YAML-ready."""
         return [f.as_spec() for f in self.faults]
+
+    def describe(self) -> str:
+        """The faults on one line, for progress."""
+        return "; ".join(f.describe() for f in self.faults) or "no faults"
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field: `from_json` gives back an equal schedule."""
+        return {"faults": [f.to_json() for f in self.faults], "seed": self.seed,
+                "min_duration_ms": self.min_duration_ms, "earliest_ms": self.earliest_ms}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Schedule:
+        return cls(tuple(FixedFault.from_json(f) for f in data["faults"]), data["seed"],
+                   data["min_duration_ms"], data["earliest_ms"])
+
+
+def _seconds(ms: int) -> str:
+    """``8.528s``: easier to read in a line of progress than the file's ``8s528ms``."""
+    return f"{ms / 1000:g}s"
 
 
 def selector_yaml(selector: TargetSelector) -> dict[str, Any]:

@@ -66,6 +66,9 @@ def _minimal_row(m: dict[str, Any]) -> str:
     else:
         confirmed = "not run (<code>--confirm K</code>)"
     sentences = "".join(f"<li>{_e(s)}</li>" for s in m["sentences"][:3])
+    # A shrink stopped by Ctrl-C: the best schedule it had found.
+    partial = "" if m.get("shrunk", True) else " <small>(not fully shrunk)</small>"
     return (f"<tr><td>{_e(m['mechanism'])}</td><td><code>{_e(Path(m['file']).name)}</code></td>"
-            f"<td class=n>{m['found_faults']} &rarr; {m['faults']}</td><td>{confirmed}</td>"
+            f"<td class=n>{m['found_faults']} &rarr; {m['faults']}{partial}</td>"
+            f"<td>{confirmed}</td>"
             f"<td><ul>{sentences}</ul></td></tr>")

@@ -18,22 +18,35 @@ and starts over until no edit is kept (a fixpoint) or `budget` calls of `still_f
 spent. Every edit removes a fault or makes a number smaller, so it terminates; it is
 deterministic, and a candidate tried once is never run again (`still_fails` is assumed
 deterministic: the simulation is, per seed).
+
+Each kept edit is told to `on_step` (what it did, the schedule it gave, the calls spent so
+far): `undertow explore` shows it, and keeps it as the best so far should it be stopped.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from undertow.spec import SpecError, TargetSelector
 
 from .draw import FixedFault, Schedule
 
-__all__ = ["shrink", "simpler_targets"]
+__all__ = ["Step", "shrink", "simpler_targets"]
 
 Edit = Callable[[Schedule, int], list[Schedule]]
 """Candidates that simplify fault `i` of a schedule, the most preferred first."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kept edit: what it did (``removed fault 2``), the schedule it gave, and how many
+    calls of `still_fails` the shrink had spent then."""
+
+    edit: str
+    schedule: Schedule
+    tries: int
 
 
 class _Spent(Exception):
@@ -46,11 +59,13 @@ class _Shrinker:
     taken as one that does not fail."""
 
     def __init__(self, schedule: Schedule, still_fails: Callable[[Schedule], bool],
-                 budget: int) -> None:
+                 budget: int, on_step: Callable[[Step], None]) -> None:
         self.current = schedule
         self._still_fails = still_fails
+        self._budget = budget
         self._left = budget
         self._tried: dict[str, bool] = {}
+        self._on_step = on_step
 
     def _fails(self, candidate: Schedule) -> bool:
         key = json.dumps([candidate.seed, candidate.as_spec_faults()], sort_keys=True)
@@ -64,9 +79,10 @@ class _Shrinker:
                 self._tried[key] = False
         return self._tried[key]
 
-    def apply(self, edit: Edit) -> bool:
+    def apply(self, edit: Edit, says: str) -> bool:
         """Apply `edit` to each fault in turn, again and again while a candidate is
-        accepted; whether any was."""
+        accepted; whether any was. `says` names the edit to `on_step` (``{n}``: the
+        fault's number, from 1)."""
         accepted = False
         index = 0
         while index < len(self.current.faults):
@@ -74,23 +90,26 @@ class _Shrinker:
                 if self._fails(candidate):
                     self.current = candidate
                     accepted = True
+                    self._on_step(Step(says.format(n=index + 1), candidate,
+                                       self._budget - self._left))
                     break
             else:
                 index += 1
         return accepted
 
 
-def shrink(schedule: Schedule, still_fails: Callable[[Schedule], bool], budget: int) -> Schedule:
+def shrink(schedule: Schedule, still_fails: Callable[[Schedule], bool], budget: int,
+           on_step: Callable[[Step], None] = lambda _step: None) -> Schedule:
     """The simplest schedule reached from `schedule` by edits `still_fails` accepts, with at
     most `budget` calls of it. Never more faults, nor a longer total duration, than
     `schedule`; `schedule` itself when no edit is accepted."""
-    shrinker = _Shrinker(schedule, still_fails, budget)
+    shrinker = _Shrinker(schedule, still_fails, budget, on_step)
     try:
         progressed = True
         while progressed:
             progressed = False
-            for edit in (_remove, _shorten, _shift_all_earlier, _start_earlier, _narrow):
-                progressed = shrinker.apply(edit) or progressed
+            for edit, says in _EDITS:
+                progressed = shrinker.apply(edit, says) or progressed
     except _Spent:
         pass
     return shrinker.current
@@ -149,6 +168,16 @@ def _narrow(schedule: Schedule, index: int) -> list[Schedule]:
     fault = schedule.faults[index]
     return [_with(schedule, index, replace(fault, target=t))
             for t in simpler_targets(fault.target)]
+
+
+_EDITS: tuple[tuple[Edit, str], ...] = (
+    (_remove, "removed fault {n}"),
+    (_shorten, "shortened fault {n}"),
+    (_shift_all_earlier, "moved every fault earlier"),
+    (_start_earlier, "moved fault {n} earlier"),
+    (_narrow, "narrowed fault {n}'s target"),
+)
+"""The edits in the order `shrink` tries them, each with what it says in a `Step`."""
 
 
 def simpler_targets(selector: TargetSelector) -> list[TargetSelector]:

@@ -10,10 +10,13 @@ per core, not once per schedule.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -25,6 +28,7 @@ OUTCOME_SCHEMA = (
     "seed long, faults int, schedule string, verdict string, lost long, "
     "counts map<string,long>, mechanisms map<string,long>, mechanism string, "
     "seconds double, error string")
+T = TypeVar("T")
 TASKS_PER_CORE = 4
 """Seeds are cut into this many tasks per core: a slow schedule holds one core, not all."""
 
@@ -61,6 +65,7 @@ def outcomes(spark: SparkSession, seeds: list[int],
     slices = max(1, min(len(seeds), sc.defaultParallelism * TASKS_PER_CORE))
 
     def run_all(batch: Iterable[int]) -> Iterator[tuple[Any, ...]]:
+        _leave_sigint_to_the_driver()
         for seed in batch:
             yield _row(run(seed))
 
@@ -73,6 +78,51 @@ def in_parallel(spark: SparkSession, items: list[Any], work: Callable[[Any], Any
     side by side); results in the order of ``items``."""
     if not items:
         return []
+
+    def run(pair: tuple[int, Any]) -> tuple[int, Any]:
+        _leave_sigint_to_the_driver()
+        return pair[0], work(pair[1])
+
     done = spark.sparkContext.parallelize(list(enumerate(items)), len(items)).map(
-        lambda pair: (pair[0], work(pair[1]))).collect()
+        run).collect()
     return [result for _, result in sorted(done, key=lambda pair: pair[0])]
+
+
+def _leave_sigint_to_the_driver() -> None:
+    """Ignore SIGINT in this Spark task's Python worker. Ctrl-C at a terminal signals the
+    whole foreground process group, and PySpark's daemon gives each worker it forks
+    Python's own SIGINT handler back: the task would die of KeyboardInterrupt and Spark log
+    it, while the driver is cancelling the jobs anyway (`interruptibly`)."""
+    with contextlib.suppress(ValueError):  # not the worker's main thread: none reach it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def interruptibly(spark: SparkSession, work: Callable[[], T]) -> T:
+    """``work()`` (which runs Spark jobs) in a thread of its own while this one waits, so
+    that Ctrl-C (SIGINT) ends the wait at once with `KeyboardInterrupt` and cancels the jobs
+    (PySpark's SIGINT handler does; this does too, for a session created where that handler
+    could not be installed). Interrupted inside a Py4J call instead, the main thread would
+    leave py4j's "KeyboardInterrupt while sending command" and its traceback on stderr."""
+    outcome: list[tuple[bool, Any]] = []
+    thread = threading.Thread(target=lambda: outcome.append(_call(work)), daemon=True,
+                              name="undertow-explore-jobs")
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    except KeyboardInterrupt:
+        spark.sparkContext.setLogLevel("ERROR")  # not a WARN per killed task
+        spark.sparkContext.cancelAllJobs()
+        raise
+    [(ok, value)] = outcome
+    if not ok:
+        raise value
+    return value
+
+
+def _call(work: Callable[[], T]) -> tuple[bool, Any]:
+    """(True, result) or (False, the exception raised)."""
+    try:
+        return True, work()
+    except BaseException as exc:  # handed to the waiting thread, which raises it
+        return False, exc

@@ -1,0 +1,74 @@
+"""`undertow explore` stopped by Ctrl-C while it shrinks: it has shown each kept edit, and
+it keeps the best schedule so far as a minimal experiment that says it is not fully shrunk,
+names it, and exits 130, soon after the signal."""
+
+from __future__ import annotations
+
+import copy
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from explore_experiments import TINY_ACKS1, TINY_CLUSTER
+
+from undertow.cli import EXIT_INTERRUPTED
+from undertow.spec import load_experiment
+
+STOPS_WITHIN_S = 30
+"""From SIGINT to exit: the jobs cancelled, the files written (a loaded machine's JVM is
+slow to answer)."""
+
+
+def three_leader_kills(path: Path) -> Path:
+    """`TINY_ACKS1` with three faults a schedule: the shrink has edits to keep for a
+    while, the first (a removal) after a few simulations of under a second."""
+    experiment = copy.deepcopy(TINY_ACKS1)
+    experiment["spec"]["workload"]["duration"] = "8s"
+    experiment["spec"]["explore"].update(
+        targets=[{"role": "leader"}, {"role": "follower"}], faults={"min": 3, "max": 3},
+        duration={"min": "1s", "max": "2s"})
+    path.write_text(yaml.safe_dump_all([TINY_CLUSTER, experiment], sort_keys=False))
+    return path
+
+
+def test_ctrl_c_while_shrinking_keeps_the_best_schedule_so_far(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    explore = subprocess.Popen(
+        [sys.executable, "-m", "undertow", "explore", str(three_leader_kills(tmp_path / "e.yaml")),
+         "--runs", "1", "--master", "local[1]", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert explore.stdout is not None
+    seen = []
+    try:
+        for line in explore.stdout:
+            seen.append(line)
+            if ": try " in line:  # a kept edit: the shrink goes on after it
+                break
+        else:
+            raise AssertionError(f"no shrink step shown:\n{''.join(seen)}")
+        explore.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
+        rest, _ = explore.communicate(timeout=STOPS_WITHIN_S)
+        assert time.monotonic() - interrupted < STOPS_WITHIN_S
+    finally:
+        explore.kill()
+        explore.wait()
+    output = "".join(seen) + rest
+    assert explore.returncode == EXIT_INTERRUPTED, output
+
+    [step] = [line for line in seen if ": try " in line]
+    assert step.startswith("  acks1_before_replication: try ") and "fault(s) left: kill" in step
+    [kept] = (out / "minimal").glob("*.yaml")
+    assert "undertow: explore stopped (Ctrl-C) while shrinking" in rest
+    assert f"NOT fully shrunk) in {kept}" in rest, rest
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    comment = " ".join(line.lstrip("# ") for line in kept.read_text().splitlines()
+                       if line.startswith("#"))
+    assert "NOT FULLY SHRUNK: explore was stopped (Ctrl-C)" in comment
+    replay = load_experiment(kept)
+    assert replay.experiment.spec.expect == "loss"
+    assert 1 <= len(replay.experiment.spec.faults) < 3, "the kept removal, at least"
+    assert (out / "outcomes.jsonl").read_text().count("\n") == 1
