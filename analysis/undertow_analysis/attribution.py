@@ -265,33 +265,109 @@ def incidents(attributed: DataFrame) -> DataFrame:
                  F.slice(F.array_sort(F.collect_set("value")), 1, 5).alias("examples")))
 
 
+_MEMBERSHIP = ("become_leader", "become_follower")
+"""The events by which a broker takes part in a leader epoch (`dropped`)."""
+_HELD_PIECE = "struct<lo:bigint,hi:bigint,t_cut:double,t_held:double,t_from:double>"
+"""A run of offsets of a truncation that the broker wrote in one epoch (`dropped`)."""
+
+
 def dropped(events: DataFrame) -> DataFrame:
-    """The truncation events that dropped offsets, each with its `id` and `t_cut`: records
-    acknowledged at those offsets before t_cut were the truncated broker's to lose. That is
-    the start of the epoch it truncated for (the new leader's `become_leader`): a record
-    acknowledged at one of those offsets after it came from the new leader. A power loss
-    cuts what was written before it: there t_cut is the truncation itself."""
+    """The truncation events that dropped offsets, each with its `id` and `pieces`: its
+    offsets [to_offset, from_offset) in runs (lo, hi; hi exclusive) that the truncating broker
+    B wrote in one leader epoch, each with t_cut, t_held and t_from. At each offset of a
+    piece B cut the last record acknowledged there from t_from (null: any time) to t_cut, or
+    one it acknowledged itself after t_cut as a deposed leader, before t_held
+    (`checks.truncation_records` picks it).
+
+    Which epoch: B's log end when it became leader or follower of an epoch, or after it
+    truncated, is where it began to write in that epoch; so of those moves before the epoch
+    E it truncated for (the event's leader_epoch), the last epoch whose move left its log
+    ending at or below an offset is the one B wrote that offset in. A follower's fetch names
+    its leader epoch and a leader of another epoch refuses it (FENCED_LEADER_EPOCH, KIP-320),
+    so B wrote nothing of an epoch it never learned of, and an epoch it followed without
+    fetching (back from a kill just before the next election) left its log where it was.
+
+    t_cut is the start (the first `become_leader`) of the first epoch after that one: what
+    was acknowledged at the piece's offsets later was the next leaders' (a leader killed and
+    back only after the next election too truncates for that later epoch, and the records
+    the next leader acknowledged there are often still there). If B led the epoch, it wrote
+    the piece itself, from its `become_leader` (t_from), and a leader replaced while alive
+    (paused, or by a preferred election) still appends as the leader of its old epoch until
+    the metadata log tells it of a newer one, its acknowledgements reaching the producers
+    after that: t_held is the truncation. Unless it restarted after t_cut (a
+    `log_recovery`): the controller replaced it because it was dead, and it acknowledged
+    nothing after t_cut (t_held is t_cut, as for a follower, which acknowledges nothing).
+    Offsets no move places: t_cut is the start of E, t_held the truncation. A power loss
+    cuts what was written before it, whatever the epoch: one piece, t_cut and t_held the
+    truncation itself."""
     cuts = (of_type(events, "truncation").filter(F.col("from_offset") > F.col("to_offset"))
             .withColumn("id", F.xxhash64("node", "t", "topic", "partition", "from_offset",
                                          "to_offset")))
-    starts = F.broadcast(of_type(events, "become_leader").groupBy(
-        F.col("topic").alias("s_topic"), F.col("partition").alias("s_partition"),
-        F.col("leader_epoch").alias("s_epoch")).agg(F.min("t").alias("s_t")))
-    same_epoch = ((cuts["topic"] == starts["s_topic"])
-                  & (cuts["partition"] == starts["s_partition"])
-                  & (cuts["leader_epoch"] == starts["s_epoch"]))
-    t_cut = (F.when(F.col("reason") == "log_recovery", F.col("t"))
-             .otherwise(F.least(F.coalesce(F.col("s_t"), F.col("t")), F.col("t"))))
-    return (cuts.join(starts, same_epoch, "left")
-            .select(*cuts.columns, t_cut.alias("t_cut")))
+    # Per partition, its replicas' moves, truncations and restarts: few, broadcast.
+    moves = F.broadcast(of_type(events, *_MEMBERSHIP, "truncation", "log_recovery").groupBy(
+        F.col("topic").alias("h_topic"), F.col("partition").alias("h_partition")).agg(
+        F.collect_list(F.struct("t", "type", "broker", "leader_epoch", "log_end_offset",
+                                "to_offset")).alias("_moves")))
+    on = (cuts["topic"] == moves["h_topic"]) & (cuts["partition"] == moves["h_partition"])
+    t = F.col("t")
+    whole = F.array(F.struct(F.col("to_offset").alias("lo"), F.col("from_offset").alias("hi"),
+                             t.alias("t_cut"), t.alias("t_held"),
+                             F.lit(None).cast("double").alias("t_from")))
+    pieces = F.when(F.col("reason") == "log_recovery", whole).otherwise(
+        F.transform(_epoch_pieces(), _timed))
+    return (cuts.join(moves, on, "left")
+            .select(*cuts.columns, pieces.cast(f"array<{_HELD_PIECE}>").alias("pieces")))
+
+
+def _own_moves() -> Column:
+    """The truncating broker's moves (`dropped`'s `_moves`) up to its truncation."""
+    return F.filter(F.coalesce("_moves", F.array()),
+                    lambda m: (m["broker"] == F.col("broker")) & (m["t"] <= F.col("t")))
+
+
+def _epoch_pieces() -> Column:
+    """The truncation's offsets in runs written in one epoch (`dropped`), as lo, hi and
+    epoch (null where no move places them)."""
+    lo, hi, epoch = F.col("to_offset"), F.col("from_offset"), F.col("leader_epoch")
+    starts_at = F.filter(
+        F.transform(F.filter(_own_moves(), lambda m: (m["leader_epoch"] < epoch)
+                             & (m["type"] != "log_recovery")),
+                    lambda m: F.struct(m["leader_epoch"].alias("epoch"),
+                                       F.coalesce(m["to_offset"], m["log_end_offset"])
+                                       .alias("offset"))),
+        lambda s: s["offset"].isNotNull())
+    inside = F.transform(F.filter(starts_at, lambda s: (s["offset"] > lo) & (s["offset"] < hi)),
+                         lambda s: s["offset"])
+    bounds = F.array_sort(F.array_distinct(F.concat(F.array(lo), inside)))
+    ends = F.concat(F.slice(bounds, 2, F.size(bounds)), F.array(hi))
+    return F.zip_with(bounds, ends, lambda a, b: F.struct(
+        a.alias("lo"), b.alias("hi"),
+        F.array_max(F.transform(F.filter(starts_at, lambda s: s["offset"] <= a),
+                                lambda s: s["epoch"])).alias("epoch")))
+
+
+def _timed(piece: Column) -> Column:
+    """A piece of `_epoch_pieces` with its t_cut, t_held and t_from (`dropped`)."""
+    t, epoch, written = F.col("t"), F.col("leader_epoch"), piece["epoch"]
+    own = _own_moves()
+    later = F.filter(F.coalesce("_moves", F.array()), lambda m: (m["type"] == "become_leader")
+                     & (m["leader_epoch"] > F.coalesce(written, epoch - 1))
+                     & (m["leader_epoch"] <= epoch))
+    t_cut = F.least(F.coalesce(F.array_min(F.transform(later, lambda m: m["t"])), t), t)
+    led_at = F.array_min(F.transform(
+        F.filter(own, lambda m: (m["type"] == "become_leader") & (m["leader_epoch"] == written)),
+        lambda m: m["t"]))
+    restarted = F.exists(own, lambda m: (m["type"] == "log_recovery") & (m["t"] > t_cut))
+    t_held = F.when(written.isNotNull() & (led_at.isNull() | restarted), t_cut).otherwise(t)
+    return F.struct(piece["lo"].alias("lo"), piece["hi"].alias("hi"), t_cut.alias("t_cut"),
+                    t_held.alias("t_held"), led_at.alias("t_from"))
 
 
 def truncations(events: DataFrame) -> DataFrame:
     """Every truncation that dropped offsets (`dropped`): id, node, broker, topic,
-    partition, t, t_cut, leader_epoch, from_offset, to_offset, reason. (The records each
-    cut, and their fate, come from the one pass over the sends:
-    `checks.truncation_records`.)"""
-    return dropped(events).select("id", "node", "broker", "topic", "partition", "t", "t_cut",
+    partition, t, leader_epoch, from_offset, to_offset, reason. (The records each cut, and
+    their fate, come from the one pass over the sends: `checks.truncation_records`.)"""
+    return dropped(events).select("id", "node", "broker", "topic", "partition", "t",
                                   "leader_epoch", "from_offset", "to_offset", "reason")
 
 

@@ -364,14 +364,17 @@ TRUNCATION_BUCKET_BITS = 12
 
 
 def truncation_ranges(truncations: DataFrame) -> DataFrame:
-    """id, broker, tk, lo, hi (packed positions, hi exclusive), t (their `t_cut`) and t_trunc
-    (when the broker truncated) of truncation events (`attribution.dropped`), one row per
-    `TRUNCATION_BUCKET_BITS` bucket they touch."""
-    lo = packed_position(F.col("partition"), F.col("to_offset"))
-    hi = packed_position(F.col("partition"), F.col("from_offset"))
-    return truncations.select(
+    """id, broker, tk, lo, hi (packed positions, hi exclusive), t (their `t_cut`), t_from,
+    t_held and t_trunc (when the broker truncated) of the pieces of truncation events
+    (`attribution.dropped`), one row per `TRUNCATION_BUCKET_BITS` bucket a piece touches."""
+    piece = F.col("piece")
+    lo = packed_position(F.col("partition"), piece["lo"])
+    hi = packed_position(F.col("partition"), piece["hi"])
+    return truncations.select("id", "broker", "topic", "partition", "t",
+                              F.explode("pieces").alias("piece")).select(
         "id", "broker", topic_key(F.col("topic")).alias("tk"), lo.alias("lo"), hi.alias("hi"),
-        F.col("t_cut").alias("t"), F.col("t").alias("t_trunc"),
+        piece["t_cut"].alias("t"), piece["t_from"].alias("t_from"),
+        piece["t_held"].alias("t_held"), F.col("t").alias("t_trunc"),
         F.explode(F.sequence(F.shiftright(lo, TRUNCATION_BUCKET_BITS),
                              F.shiftright(hi - 1, TRUNCATION_BUCKET_BITS))).alias("bucket"))
 
@@ -379,10 +382,13 @@ def truncation_ranges(truncations: DataFrame) -> DataFrame:
 def acked_in_truncations(by_value: DataFrame, ranges: DataFrame) -> DataFrame:
     """id, broker, t_trunc, value, cut_at (struct tk, pos), t_acked, after_cut: per
     truncation (`truncation_ranges`), every send attempt acknowledged at one of its offsets
-    before the broker truncated: the candidates for the records it cut, which
-    `truncation_records` narrows to the ones the broker really held. `after_cut` marks
-    those acknowledged after `t_cut` (the new epoch's start): the new leader's records, or a
-    deposed leader's acknowledgements in its old epoch before it learned of the new one.
+    from its piece's t_from and before its t_held: the candidates for the records it cut,
+    which `truncation_records` narrows to the ones the broker really held. `after_cut`
+    marks those acknowledged after the piece's `t_cut` (the start of the epoch after the
+    one the broker wrote those offsets in): a deposed leader's acknowledgements in its old
+    epoch before it learned of the new one, or the new leader's records. What was
+    acknowledged there outside those bounds was never in the broker's log
+    (`attribution.dropped`).
 
     One more reader of `by_value`'s exchange, joined with the (broadcast) buckets of the
     truncations on a numeric key. Nothing here may become a filter below that exchange, which
@@ -399,7 +405,8 @@ def acked_in_truncations(by_value: DataFrame, ranges: DataFrame) -> DataFrame:
     r = F.broadcast(ranges)
     on = (acked["_bucket"].eqNullSafe(r["bucket"]) & acked["_tk"].eqNullSafe(r["tk"])
           & (acked["_pos"] >= r["lo"]) & (acked["_pos"] < r["hi"])
-          & (acked["_t"] < r["t_trunc"]))
+          & (acked["_t"] >= F.coalesce(r["t_from"], F.lit(-math.inf)))
+          & (acked["_t"] < r["t_held"]))
     return acked.join(r, on, "inner").select(
         "id", "broker", "t_trunc", "value",
         F.struct(acked["_tk"].alias("tk"), acked["_pos"].alias("pos")).alias("cut_at"),
@@ -413,16 +420,19 @@ def truncation_records(candidates: DataFrame, noteworthy: DataFrame) -> DataFram
 
     `candidates` are `acked_in_truncations`' rows and `noteworthy` the classified values of
     the pass (few). At each offset the record the broker held is the last acknowledged there
-    before the cut (an earlier one had been cut already), or after it one that is not in the
-    final log at that offset: a deposed leader's acknowledgement in its old epoch (the new
-    leader's records at those offsets stay there, and the truncated broker never held them:
-    its log diverged from theirs there). It was cut unless the final log still has it at that
+    before `t_cut`, the start of the epoch after the one it wrote that offset in (an earlier
+    one had been cut already; the ones acknowledged in the epochs it missed, as a leader
+    killed and back only after the next election misses one, were other leaders' and never
+    in its log: `attribution.dropped`), or after it one that is not in the final log at
+    that offset: a deposed leader's acknowledgement in its old epoch (the new leader's
+    records at those offsets stay there, and the truncated broker never held them: its log
+    diverged from theirs there). It was cut unless the final log still has it at that
     offset, which is so for every value not noteworthy (drained where it was acknowledged)
-    and for a noteworthy one drained there. A clean run's truncations cut none: their offsets
-    were rewritten by the new leader with other records, which `candidates` alone would
-    count. Each lost record counts as lost once, at the first truncation that cut it (by
-    time, then broker id: the order the report lists them in), so the column adds up to the
-    lost records truncations explain.
+    and for a noteworthy one drained there. A clean run's truncations cut none: their
+    offsets were rewritten by the new leader with other records, which `candidates` alone
+    would count. Each lost record counts as lost once, at the first truncation that cut it
+    (by time, then broker id: the order the report lists them in), so the column adds up to
+    the lost records truncations explain.
     """
     fate = noteworthy.select("value", F.col("lost").alias("_lost"),
                              F.col("drained_at").alias("_d1"), F.col("drained_last").alias("_d2"))

@@ -381,7 +381,7 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
                            "sentence": truncation_sentence(c, t0, group)} for c in cuts),
                          key=lambda c: (c["t"], c["node"]))
     for c in truncations:
-        del c["t"], c["t_cut"], c["id"]
+        del c["t"], c["id"]
     groups = sorted(({**g, "mechanism_name": MECHANISMS[g["mechanism"]],
                       "sentence": duplicate_sentence(g, t0)} for g in duplicates),
                     key=lambda g: (g["mechanism"] != "unexplained", g["first_t"], g["topic"],

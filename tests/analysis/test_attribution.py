@@ -145,6 +145,87 @@ def test_records_a_deposed_leader_acknowledged_before_it_learned_of_the_new_epoc
             before["dropper"], before["removals"]) == (10, 11, 1, 2, [1])
 
 
+def leader_killed_twice(h: HistoryBuilder, *, end: int) -> None:
+    """Broker 1, leader of epoch 0, is killed at 5.5 s; broker 2, elected at 6.0 s with its log
+    ending at 10, is killed in turn, and broker 3 elected at 8.5 s with its log ending at
+    `end` (epoch 2)."""
+    h.fault("kill", "broker-1", "inject", t=5.5, role="leader of t-0")
+    h.event("broker_fenced", t=6.0, node=C, topic=None, partition=None, broker=1,
+            broker_epoch=3, reason="session_expired")
+    elected(h, t=6.0, epoch=1, leader=2, previous=1, kind="clean",
+            reason="leader_fenced", isr=[2, 3], end=10)
+    h.fault("kill", "broker-2", "inject", t=7.5, role="leader of t-0")
+    h.event("broker_fenced", t=8.5, node=C, topic=None, partition=None, broker=2,
+            broker_epoch=4, reason="session_expired")
+    elected(h, t=8.5, epoch=2, leader=3, previous=2, kind="clean",
+            reason="leader_fenced", isr=[3], end=end)
+
+
+def returns_and_truncates(h: HistoryBuilder, broker: int, *, t: float, epoch: int,
+                          leader: int, from_offset: int, to_offset: int) -> None:
+    """`broker` restarts at `t` (its log loaded), follows `leader` in `epoch` and truncates."""
+    h.event("log_recovery", t=t, node=f"broker-{broker}", broker=broker,
+            log_end_offset=from_offset)
+    h.event("become_follower", t=t + 0.1, node=f"broker-{broker}", broker=broker,
+            leader_epoch=epoch, leader=leader, log_end_offset=from_offset,
+            high_watermark=to_offset)
+    h.event("truncation", t=t + 0.2, node=f"broker-{broker}", broker=broker,
+            leader_epoch=epoch, from_offset=from_offset, to_offset=to_offset,
+            reason="offset_for_leader_epoch")
+
+
+def test_a_leader_back_after_the_next_election_cut_its_own_records(spark, tmp_path):
+    """The common timing of a leader kill: broker 1 acknowledges p1-10..12 (acks=1) and is
+    killed; broker 2, elected with its log ending at 10, acknowledges p2-10..14 at the same
+    offsets, and is killed in turn before broker 1 is back; broker 3 (epoch 2) has all of
+    broker 2's records. Broker 1 returns as broker 3's follower, and its truncation names
+    epoch 2: it cut its own epoch-0 records, never broker 2's, which it never had (it missed
+    epoch 1) and which are still at those offsets."""
+    h = base(acks="1")
+    acked_on_broker_1(h, range(10, 13))
+    leader_killed_twice(h, end=15)
+    new_records(h, range(10, 15), t=7.0)
+    returns_and_truncates(h, 1, t=10.5, epoch=2, leader=3, from_offset=13, to_offset=10)
+    report = analyse(h, tmp_path)
+    assert report["counts"]["lost"] == 3
+    incident = only_incident(report)
+    assert (incident["mechanism"], incident["holder"], incident["dropper"],
+            incident["removals"]) == ("acks1_before_replication", 1, 2, [1])
+    (cut,) = report["explained"]["truncations"]
+    assert (cut["broker"], cut["acked"], cut["lost"], cut["lost_before"], cut["kept"]) == (
+        1, 3, 3, 0, 0)
+    assert report["explained"]["truncations_lost"] == report["counts"]["lost"]
+    assert cut["sentence"] == (
+        "at 10.7 s broker 1 truncated t-0 from 13 to 10 to the end of the leader's epoch "
+        "(OffsetForLeaderEpoch): it cut 3 records, 3 of them acknowledged: 3 lost for good "
+        "(no replica kept them).")
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert escape(cut["sentence"]) in html and "none of them acknowledged" not in html
+
+
+def test_each_returning_leader_cut_the_records_of_its_own_epoch(spark, tmp_path):
+    """As above, but broker 3 (epoch 2) had none of broker 2's records either: p1-10..12
+    (epoch 0) and p2-10..12 (epoch 1) are all lost. Broker 1, back first, cut only its own
+    three, though broker 2's were acknowledged later at the same offsets (and it was not
+    there to be a deposed leader: it had restarted); broker 2, back next, cut its three."""
+    h = base(acks="1")
+    acked_on_broker_1(h, range(10, 13))
+    leader_killed_twice(h, end=10)
+    for i in range(10, 13):
+        h.send(f"p2-{i}", t=7.0, offset=i)
+    for i in range(10, 15):
+        h.record(f"p3-{i}", 0, i, t=9.5)
+    returns_and_truncates(h, 1, t=10.5, epoch=2, leader=3, from_offset=13, to_offset=10)
+    returns_and_truncates(h, 2, t=11.5, epoch=2, leader=3, from_offset=13, to_offset=10)
+    report = analyse(h, tmp_path)
+    assert report["counts"]["lost"] == 6 and report["explained"]["unexplained"] == 0
+    assert sorted((i["holder"], i["holder_epoch"], i["lost"])
+                  for i in report["explained"]["incidents"]) == [(1, 0, 3), (2, 1, 3)]
+    assert [(c["broker"], c["acked"], c["lost"], c["lost_before"], c["kept"])
+            for c in report["explained"]["truncations"]] == [(1, 3, 3, 0, 0), (2, 3, 3, 0, 0)]
+    assert report["explained"]["truncations_lost"] == report["counts"]["lost"]
+
+
 def test_unclean_election(spark, tmp_path):
     h = base()
     acked_on_broker_1(h, range(10, 13))
