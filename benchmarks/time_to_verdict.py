@@ -15,7 +15,10 @@ verdict within 8 s of the workload's end for runs under 100k sends. It also prin
 from the last send's completion (the last acknowledgement or failure, or the workload's end
 if later): sends in flight when the workload ends can take seconds more under faults, and no
 verdict can come before their outcome is known, and the whole run's wall time (the price of
-the workload's wait for the warm-up).
+the workload's wait for the warm-up). Under each run, where the time after the workload went
+(the run's own phase record, timings.json: healing, last sends, recovery, drain, history,
+analysis; `undertow.runner.phases`), the analysis job's own time from its log, and the load
+average when the verdict came; at the end, each phase's median.
 
 `--against DIR` runs each mode a second time in each round from another checkout (a `git
 worktree` of the commit before a change), interleaved with this one's runs: a side-by-side
@@ -40,11 +43,14 @@ from pathlib import Path
 from ledger import commit, machine_line
 from reference import Reference
 
+from undertow.runner.phases import PHASES
+from undertow.runner.phases import read as read_phases
 from undertow.spec import parse_duration
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = {"prestart": "1", "after": "0"}
-PRESTART_LOG = re.compile(r"warmed up in ([\d.]+) s|history closed after ([\d.]+) s")
+PRESTART_LOG = re.compile(r"warmed up in ([\d.]+) s|history closed after ([\d.]+) s"
+                          r"|analysed in ([\d.]+) s")
 
 
 def run_once(experiment: Path, mode: str, checkout: Path = REPO) -> dict:
@@ -62,20 +68,22 @@ def run_once(experiment: Path, mode: str, checkout: Path = REPO) -> dict:
             [sys.executable, "-m", "undertow", "run", str(experiment), "--out", str(out),
              "--no-progress"],
             cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        verdict_at, output = None, []
+        verdict_at, output, load_at_verdict = None, [], None
         for line in proc.stdout:
             output.append(line)
             if verdict_at is None and line.startswith("VERDICT:"):
-                verdict_at = time.time()
+                verdict_at, load_at_verdict = time.time(), os.getloadavg()[0]
         if proc.wait() not in (0, 1) or verdict_at is None:
             raise RuntimeError(f"undertow run failed ({proc.returncode}):\n{''.join(output)}")
         meta = json.loads((out / "history" / "meta.json").read_text())
         report = json.loads((out / "report.json").read_text())
         log = out / "analysis.log"
-        warm_up = waited = None
+        warm_up = waited = job = None
         for match in PRESTART_LOG.finditer(log.read_text() if log.exists() else ""):
             warm_up = float(match[1]) if match[1] else warm_up
             waited = float(match[2]) if match[2] else waited
+            job = float(match[3]) if match[3] else job
+        phases = read_phases(out)  # None from a checkout that does not time its phases
         last_send = max(json.loads(line)["t_complete"]
                         for line in (out / "history" / "sends.jsonl").open())
     workload_end = meta["workload_start"] + parse_duration(meta["spec"]["workload"]["duration"])
@@ -85,7 +93,9 @@ def run_once(experiment: Path, mode: str, checkout: Path = REPO) -> dict:
             "after_workload_s": round(verdict_at - workload_end, 1),
             "after_last_send_s": round(verdict_at - max(last_send, workload_end), 1),
             "after_close_s": round(verdict_at - meta["end"], 1),
-            "warm_up_s": warm_up, "waited_s": waited, "load": round(load, 2)}
+            "warm_up_s": warm_up, "waited_s": waited, "job_s": job,
+            "phases": phases["phases"] if phases else None,
+            "load": round(load, 2), "load_at_verdict": round(load_at_verdict or load, 2)}
 
 
 def main() -> None:
@@ -122,6 +132,7 @@ def main() -> None:
                       f"{row['after_close_s']:>19} "
                       f"{_blank(row['warm_up_s']):>8} {_blank(row['waited_s']):>7} "
                       f"{row['run_s']:>6} {row['load']:>5}", flush=True)
+                print(f"{'':<20} {_phases_line(row)}", flush=True)
     for mode in dict.fromkeys(r["mode"] for r in rows):
         times = [r["after_workload_s"] for r in rows if r["mode"] == mode]
         sends = [r["after_last_send_s"] for r in rows if r["mode"] == mode]
@@ -130,7 +141,24 @@ def main() -> None:
               f"(range {min(times)}-{max(times)}, {len(times)} runs); from the last send "
               f"{statistics.median(sends):.1f} s ({min(sends)}-{max(sends)}); whole run "
               f"{statistics.median(runs):.1f} s")
+        timed = [r["phases"] for r in rows if r["mode"] == mode and r["phases"]]
+        if timed:
+            medians = {p: statistics.median(t.get(p, 0.0) for t in timed) for p in PHASES
+                       if any(p in t for t in timed)}
+            print(f"{mode}: median per phase after the workload: "
+                  + ", ".join(f"{p} {s:.1f} s" for p, s in medians.items()))
     print(reference.finish().end_line())
+
+
+def _phases_line(row: dict) -> str:
+    """Where the run's time after the workload went (its timings.json), with the analysis's
+    own job time (analysis.log) and the load average when the verdict came."""
+    phases = row["phases"]
+    if not phases:
+        return f"(no phase record) load at the verdict {row['load_at_verdict']}"
+    job = "" if row["job_s"] is None else f" (its job {row['job_s']} s)"
+    return ("phases: " + ", ".join(f"{p} {s:.1f} s" for p, s in phases.items()) + job
+            + f"; load at the verdict {row['load_at_verdict']}")
 
 
 def _blank(value: float | None) -> str:

@@ -12,6 +12,7 @@ there was no drain) is refused unless asked for; its report then says so first.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -39,7 +40,7 @@ from undertow_analysis import (
 from undertow_analysis.anomalies import FINDING, GROUP_KINDS, Group
 from undertow_analysis.grid import Grid, series_grid
 from undertow_analysis.io import History, child, delete, read_history, write_bytes
-from undertow_analysis.session import keeping_observations, spark_session
+from undertow_analysis.session import fresh_lambda_names, keeping_observations, spark_session
 
 VALUE_PART = "value"  # the scratch output's noteworthy values
 TRUNCATION_PART = "truncation"  # acknowledged records at the offsets of each truncation
@@ -78,20 +79,24 @@ def run_analysis(
     With `wait` (seconds) the history may still be being written (`prestart`): the session
     starts first and, on a local master, warms up on a tiny history shaped like the run's;
     then (`warm_file`, if given, created to say so) the job waits, up to `wait` seconds
-    after the call, for the run to close it. That
-    session is left to stop with this process, while the runner prints the verdict (the JVM
-    stops it when its gateway's pipe from this process closes)."""
+    after the call, for the run to close it. Once the summary is printed, the process
+    ends at once (`prestart.finish`: the call does not return), while the runner prints the
+    verdict; its session is left to stop with it (the JVM stops when its gateway's pipe from
+    this process closes)."""
     deadline = None if wait is None else time.monotonic() + wait
     spark, created = spark_session(master, conf, planned_sends=planned_sends)
     try:
         if deadline is not None:  # the tiny history of the warm-up is a local directory
             prestart.prepare(spark, history_uri, deadline, analyze=analyze, warm_file=warm_file,
                              warm=(master or "").startswith("local"))
+        closed = time.monotonic()
         result = analyze(spark, history_uri, out_uri, allow_incomplete=allow_incomplete)
     finally:
         if created and deadline is None:
             spark.stop()
     print(report.summary_text(result), flush=True)
+    if deadline is not None:
+        prestart.finish(closed)
     return result
 
 
@@ -104,6 +109,7 @@ def analyze(spark: SparkSession, history_uri: str, out_uri: str, *,
             f"history {history_uri} is incomplete: {history.meta.get('incomplete_reason')}; "
             f"records are missing from then on and there was no drain, so its counts say "
             f"little (analyse it anyway with --allow-incomplete)")
+    fresh_lambda_names(spark)  # the same history's queries compile to the same classes
     with keeping_observations(spark):
         return _analyze(spark, history, out_uri)
 
@@ -288,44 +294,82 @@ def _acks_one(meta: dict[str, Any]) -> bool:
 
 def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
              cut_records: dict[int, dict[str, int]], faults: list[dict[str, Any]], t0: float,
-             drain_short: list[dict[str, Any]]) -> dict[str, Any]:
+             drain_short: list[dict[str, Any]], cuts: Callable[[], list[dict[str, Any]]]
+             ) -> dict[str, Any]:
     """The loss incidents (of records and of committed offsets), the truncations and the
     duplicates (`attribution`, `offsets`, `explain`) of `anomaly_rows` (anomalies/); none
     without events.jsonl. A run with nothing to explain (no anomaly of a kind explained by
-    an incident, none by a retry, no committed offset lost) runs no attribution for it."""
+    an incident, none by a retry, no committed offset lost) runs no attribution for it.
+    `cuts`: the rows of the truncations (`attribution.truncations`), collected while the
+    checks ran (`_start_early`)."""
     if history.parsed["events"] is None:
         return explain.WITHOUT_EVENTS
     events = history.usable("events")
-    subjects = None
-    if _to_explain(counts, anomalies.INCIDENT):
-        subjects = attribution.subjects(anomaly_rows)
-
-    def incidents() -> list[dict[str, Any]]:
-        if subjects is None:
-            return []
-        attributed = attribution.attribute(subjects, events, _acks_one(history.meta))
-        return [r.asDict(recursive=True) for r in attribution.incidents(attributed).collect()]
-
-    def cuts() -> list[dict[str, Any]]:
-        none = dict.fromkeys(("acked", "lost", "lost_before", "kept"), 0)
-        return [{**r.asDict(), **cut_records.get(r["id"], none)}
-                for r in attribution.truncations(events).collect()]
-
-    def duplicates() -> list[dict[str, Any]]:
-        if not _to_explain(counts, anomalies.RETRY):
-            return []
-        return [r.asDict() for r in attribution.duplicate_groups(
-            anomaly_rows, events, bool(history.meta.get("idempotent"))).collect()]
-
-    def commits() -> list[dict[str, Any]]:
-        if not _to_explain(counts, anomalies.OFFSETS):
-            return []
-        return [r.asDict(recursive=True) for r in offsets.commit_losses(
-            anomaly_rows, events, groups.consumer_group(history.meta)).collect()]
-
-    found, cut, dups, lost_commits = _concurrently(incidents, cuts, duplicates, commits)
+    spark = events.sparkSession
+    # Each query is built here, one after the other, with its lambdas numbered from 1
+    # (`fresh_lambda_names`), and only collected in threads: built in the threads, their
+    # lambdas' names, and so their generated classes, would change from one analysis to
+    # the next with the threads' order.
+    queries: list[DataFrame | None] = []
+    for wanted, build in (
+            (_to_explain(counts, anomalies.INCIDENT), lambda: attribution.incidents(
+                attribution.attribute(attribution.subjects(anomaly_rows), events,
+                                      _acks_one(history.meta)))),
+            (_to_explain(counts, anomalies.RETRY), lambda: attribution.duplicate_groups(
+                anomaly_rows, events, bool(history.meta.get("idempotent")))),
+            (_to_explain(counts, anomalies.OFFSETS), lambda: offsets.commit_losses(
+                anomaly_rows, events, groups.consumer_group(history.meta)))):
+        fresh_lambda_names(spark)
+        queries.append(build() if wanted else None)
+    found, dups, lost_commits, cut_rows = _concurrently(
+        *(functools.partial(_rows, query, recursive=nested)
+          for query, nested in zip(queries, (True, False, True), strict=True)), cuts)
+    none = dict.fromkeys(("acked", "lost", "lost_before", "kept"), 0)
+    cut = [{**r, **cut_records.get(r["id"], none)} for r in cut_rows]
     return explain.explanations(found, cut, faults, t0, drain_short, dups, lost_commits,
                                 groups.consumer_group(history.meta))
+
+
+def _start_early(pool: ThreadPoolExecutor, history: History, cuts: DataFrame | None,
+                 group: Group | None) -> dict[str, Callable[[], Any]]:
+    """Start, in `pool`, the parts of the report that need the history alone, while the
+    one pass over sends and reads (`_check`) runs: the fault windows, the cluster's rows,
+    the timeline's marks, the truncations' rows (`cuts`, built by the caller) and the
+    count of the group lines. Each is mostly a job's fixed cost on the driver (planning,
+    code generation, scheduling), which the pass's tasks leave room for. Returns a wait for
+    each result, by name; the fault windows, the cluster's rows and the marks only when
+    meta.json alone gives the clock's zero and the run's end (`_clock_from_meta`), else the
+    caller computes them once the pass gave the first and last sends."""
+    started = {}
+    if cuts is not None:
+        started["cuts"] = pool.submit(_rows, cuts, recursive=False)
+    started["group lines"] = pool.submit(_count_group_lines, history, group)
+    clock = _clock_from_meta(history.meta)
+    if clock is not None:
+        t0, t_end = clock
+        width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
+        started["faults"] = pool.submit(_faults, history, t0, t_end)
+        started["cluster"] = pool.submit(_cluster, history, t0, width)
+        started["marks"] = pool.submit(_marks, history, t0)
+    return {name: future.result for name, future in started.items()}
+
+
+def _clock_from_meta(meta: dict[str, Any]) -> tuple[float, float] | None:
+    """The report's zero and the run's end (t0, t_end) as `_analyze` computes them, when
+    meta.json alone gives them (its workload_start or start, and its end): they do not
+    depend on the first and last sends then."""
+    known = [meta.get(k) for k in ("workload_start", "start")]
+    if meta.get("end") is None or not any(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in known):
+        return None
+    t0 = report.clock_zero(meta, None)
+    return t0, max(float(meta["end"]), t0)
+
+
+def _rows(query: DataFrame | None, *, recursive: bool) -> list[dict[str, Any]]:
+    """The rows of `query` as dicts (`recursive`: nested rows too); none for a query not
+    wanted."""
+    return [] if query is None else [r.asDict(recursive=recursive) for r in query.collect()]
 
 
 def _to_explain(counts: dict[str, int], how: str) -> bool:
@@ -377,43 +421,49 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     drain_short = report.drain_shortfalls(meta.get("drain"), topics.spec_topic(meta))
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
     scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
-    truncations = None
+    truncations = cuts = None
     if history.parsed["events"] is not None:
         truncations = attribution.dropped(history.usable("events"))
+        fresh_lambda_names(spark)  # a query of its own (`_explain`), built here, not in a thread
+        cuts = attribution.truncations(history.usable("events"))
     groups.consumer_group(meta)  # a consumer_group of another shape is bad input, said first
     group = groups.group_history(history)
-    try:
-        grid = _grid(history)
-        inconsistent_offsets = _check(history, grid, scratch, truncations, group)
-        written = spark.read.parquet(scratch)
-        series, latency, send_times = _series(written, history, grid)
-        values = written.filter(F.col("part") == VALUE_PART).drop(
-            *SERIES_COLUMNS, "id", "broker", "t_trunc", "cut_at", "after_cut", *GROUP_COLUMNS)
-        found = written.filter(F.col("part") == GROUP_PART).select("kind", *FINDING) \
-            if group is not None else None
-        counts = _counts(written, series, inconsistent_offsets, group is not None)
-        t0 = report.clock_zero(meta, send_times["first"])
-        t_end = max(_end(history, send_times["last"]) or t0, t0)
-        width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
-        # Without an anomaly anomalies/ is empty, and nothing needs naming.
-        anomalous = any(counts[name] for name in anomalies.COUNTS)
-        faults, names, (offline, isr), marks, cut_records, _ = _concurrently(
-            lambda: _faults(history, t0, t_end),
-            lambda: topics.topic_names(history, values) if anomalous else {},
-            lambda: _cluster(history, t0, width),
-            lambda: _marks(history, t0),
-            lambda: _truncation_records(written, values),
-            lambda: _count_group_lines(history, group))
-        _write_anomalies(spark, values, group, found, names, faults, t0, t_end,
-                         outputs["anomalies"], scratch)
-    finally:
-        delete(spark, scratch)
-        delete(spark, scratch + "-intervals.jsonl")
-    anomaly_rows = spark.read.parquet(outputs["anomalies"])
-    explained, (lost, other) = _concurrently(
-        lambda: _explain(history, anomaly_rows, counts, cut_records, faults, t0,
-                         drain_short),
-        lambda: _examples(anomaly_rows) if anomalous else ([], []))
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="undertow-early") as pool:
+        early = _start_early(pool, history, cuts, group)
+        try:
+            grid = _grid(history)
+            inconsistent_offsets = _check(history, grid, scratch, truncations, group)
+            written = spark.read.parquet(scratch)
+            series, latency, send_times = _series(written, history, grid)
+            values = written.filter(F.col("part") == VALUE_PART).drop(
+                *SERIES_COLUMNS, "id", "broker", "t_trunc", "cut_at", "after_cut",
+                *GROUP_COLUMNS)
+            found = written.filter(F.col("part") == GROUP_PART).select("kind", *FINDING) \
+                if group is not None else None
+            counts = _counts(written, series, inconsistent_offsets, group is not None)
+            t0 = report.clock_zero(meta, send_times["first"])
+            t_end = max(_end(history, send_times["last"]) or t0, t0)
+            width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
+            # Without an anomaly anomalies/ is empty, and nothing needs naming.
+            anomalous = any(counts[name] for name in anomalies.COUNTS)
+            faults, names, (offline, isr), marks, cut_records = _concurrently(
+                early.get("faults", lambda: _faults(history, t0, t_end)),
+                lambda: topics.topic_names(history, values) if anomalous else {},
+                early.get("cluster", lambda: _cluster(history, t0, width)),
+                early.get("marks", lambda: _marks(history, t0)),
+                lambda: _truncation_records(written, values))
+            _write_anomalies(spark, values, group, found, names, faults, t0, t_end,
+                             outputs["anomalies"], scratch)
+        finally:
+            delete(spark, scratch)
+            delete(spark, scratch + "-intervals.jsonl")
+        anomaly_rows = spark.read.parquet(outputs["anomalies"])
+        explained, (lost, other) = _concurrently(
+            lambda: _explain(history, anomaly_rows, counts, cut_records, faults, t0,
+                             drain_short, early.get("cuts", lambda: _rows(cuts, recursive=False))),
+            lambda: _examples(anomaly_rows) if anomalous else ([], []))
+        for wait in early.values():
+            wait()  # the group lines' count, which nothing above waited for
     result = report.build(
         meta, history=history.uri, outputs=outputs, counts=counts, series=series,
         latency=latency, t0=t0, t_end=t_end, last_read=send_times["last_read"],

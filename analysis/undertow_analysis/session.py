@@ -18,6 +18,12 @@ SESSION_DEFAULTS = {
     # One analysis generates about 210 classes; with Spark's 100 cached, every job compiled
     # them all again (210 compilations after a warm-up; 2 with room for them).
     "spark.sql.codegen.cache.maxEntries": "1000",
+    # The compiled classes are cached by their source, and a whole stage's class is named
+    # after the stage's number in its plan (GeneratedIteratorForCodegenStage7): the same
+    # stage numbered otherwise, in the real history's plan and in the warm-up's, or in the
+    # plans of two histories, was compiled again (12 of the 29 compilations left in the
+    # first analysis after a warm-up).
+    "spark.sql.codegen.useIdInClassName": "false",
 }
 SMALL_RUN_SENDS = 100_000
 """A run planning at most this many sends is small: its analysis is mostly one-time costs."""
@@ -47,8 +53,13 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None, *,
             # after it (acksall-leader-kill, 18k sends; a synthetic 100k: 30 %), same times.
             # Without C2 the code cache shrinks to 48 MB, which Spark's generated classes
             # filled after four analyses (the JIT then stops): keep the tiered 240 MB.
+            # Its methods are compiled after a tenth of the calls (CompileThresholdScaling):
+            # the warm-up's tiny history then has the JIT compile most of what the run's
+            # history runs hot, which the first analysis after it compiled instead (about
+            # 1.5 s less CPU in that analysis, side by side, for a warm-up no longer).
             defaults["spark.driver.extraJavaOptions"] += (
-                " -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+                " -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+                " -XX:CompileThresholdScaling=0.1")
     return {**defaults, **(conf or {})}
 
 
@@ -68,6 +79,25 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None, *,
     for key, value in session_conf(master, conf, planned_sends=planned_sends).items():
         builder = builder.config(key, value)
     return builder.getOrCreate(), True
+
+
+def fresh_lambda_names(spark: SparkSession) -> None:
+    """Number the lambda variables of the queries built next from 1 again.
+
+    PySpark names the variable of every Python lambda of a higher-order function
+    (`F.filter`, `F.transform`, `F.exists`) from one counter in the JVM, `x_1`, `x_2`, ...,
+    and whole-stage code generation writes that name into the generated source, which is the
+    key of Spark's cache of compiled classes. With the counter running on, no query with a
+    lambda ever met its compiled classes again: every analysis compiled them anew, the
+    warm-up's compilations were of no use to the run's analysis, and they were the largest
+    classes of the job (about 3,600 lines each, 0.2-1.3 s to compile). Restarting the count
+    where each query is built gives the same query the same names, and so the same source,
+    every time. A query's own lambdas stay distinct (the count is restarted between queries,
+    never inside one), and variables of two separate lambdas of one query may share a name,
+    as in SQL (`filter(a, x -> ...)`, `transform(b, x -> ...)`)."""
+    companion = getattr(spark._jvm.org.apache.spark.sql.internal,
+                        "UnresolvedNamedLambdaVariable$")
+    getattr(companion, "MODULE$").resetIdGenerator()
 
 
 EMPTY_RELATION_RULE = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"

@@ -75,7 +75,8 @@ def test_a_history_never_closed_is_a_clear_error_at_the_deadline(spark, tmp_path
 def test_a_small_planned_run_gets_a_jvm_for_small_jobs() -> None:
     small = session_conf("local[*]", planned_sends=SMALL_RUN_SENDS)
     assert small["spark.driver.extraJavaOptions"] == (
-        "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+        "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m "
+        "-XX:CompileThresholdScaling=0.1")
     for conf in (session_conf("local[*]", planned_sends=SMALL_RUN_SENDS + 1),
                  session_conf("local[*]")):
         assert conf["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"

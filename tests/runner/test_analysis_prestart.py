@@ -92,6 +92,17 @@ def test_the_prestarted_analysis_reports_what_undertow_analyze_does(tmp_path: Pa
     assert summary.strip() and summary in stdout
     assert stdout.endswith(f"\nVerdict: clean (expected clean: as expected). "
                            f"Report: {out / 'report.html'}\n")
+    # Under the summary, where the time after the workload went, down to the verdict; the
+    # analysis said how long its job took, and ended at once after it.
+    timings = json.loads((out / "timings.json").read_text())
+    assert list(timings["phases"]) == ["healing", "last sends", "recovery", "drain", "history",
+                                       "analysis"]
+    line = re.search(r"\ntime after the workload: healing [^\n]* = ([\d.]+) s \(cluster stop "
+                     r"[\d.]+ s, during the analysis\)\n", stdout)
+    assert line and stdout.index(summary) < line.start(), stdout
+    assert float(line[1]) == round(timings["total"], 1)
+    log = (out / "analysis.log").read_text()
+    assert re.search(r"analysed in [\d.]+ s; exiting", log), log
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])

@@ -89,6 +89,15 @@ def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
     leaders = {c["leader"] for c in lines(history / "cluster.jsonl") if c["partition"] == 0}
     assert len(leaders - {-1}) >= 2
 
+    # Where the time after the workload went, printed and beside the history (no analysis
+    # here: the record ends with the history's close).
+    timings = json.loads((out / "timings.json").read_text())
+    assert list(timings["phases"]) == ["healing", "last sends", "recovery", "drain", "history"]
+    assert all(0 <= s < 60 for s in timings["phases"].values())
+    assert abs(timings["total"] - sum(timings["phases"].values())) < 0.05
+    assert "cluster stop" in timings["beside"]
+    assert "time after the workload: healing " in output
+
 
 def test_bad_input_exits_2_naming_file_and_field(tmp_path: Path) -> None:
     experiment = write_experiment(tmp_path, "bad", "5q", "    []")

@@ -45,7 +45,8 @@ EXIT_WAIT_S = 10.0
 """How long a stopped analysis (and then its JVM) may take to exit before it is killed."""
 NICENESS = 10
 """The analysis process's niceness (its JVM inherits it): below the brokers', which start
-beside the warm-up."""
+beside the warm-up. The process sets itself back to 0 once the history is closed, where it
+may (`undertow_analysis.prestart.full_priority`)."""
 WARM_UP_GATE_S = 90.0
 """The longest the workload waits for the warm-up; past it, it starts all the same (a very
 slow machine: the verdict then comes later, as it did without the gate)."""
@@ -104,8 +105,9 @@ class AnalysisProcess:
                 env={**os.environ, "PYTHONPATH": pythonpath},
                 start_new_session=True)  # a Ctrl-C reaches the runner, which stops it
         # Below the brokers' priority (the JVM it starts inherits it): the warm-up must not
-        # take the CPU the experiment's timings rely on; once the run is over, nothing else
-        # competes and the niceness costs nothing.
+        # take the CPU the experiment's timings rely on. Once the history is closed the
+        # analysis takes niceness 0 back where it may: beside a busy neighbour, niceness 10
+        # would leave it a tenth of the CPU while the user waits for the verdict.
         os.setpriority(os.PRIO_PROCESS, popen.pid, NICENESS)
         return cls(popen, log_path, warm_file)
 

@@ -8,6 +8,9 @@
     -> stop the run-phase consumers -> drain every partition with a fresh consumer
     -> close the history -> stop the cluster -> analysis -> verdict vs. expectation
 
+Each step from the workload's end to the verdict is timed (`undertow.runner.phases`): the
+record is printed under the verdict and written to the run directory.
+
 Every way out (normal end, Ctrl-C, SIGTERM, an exception) goes through the same ``finally``
 blocks: faults recovered, workload stopped, platform stopped. The guardian process of the
 local platform covers the case where this process itself is killed.
@@ -40,6 +43,8 @@ from undertow.runner.events import EventCollector
 from undertow.runner.group_member import GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
+from undertow.runner.phases import PhaseClock, summary_line
+from undertow.runner.phases import write as write_timings
 from undertow.runner.sampler import ClusterSampler
 from undertow.runner.workload import Workload, WorkloadConfig, drain, outcomes_wait_s
 from undertow.spec import LoadedExperiment, PlannedFault, choose_seed, plan
@@ -60,6 +65,9 @@ class RunResult:
     expect: str
     report: dict[str, Any] | None
     history_dir: Path
+    timings: dict[str, Any] | None = None
+    """The phases after the workload (`undertow.runner.phases`); None when the run never
+    reached the workload's end."""
 
 
 def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
@@ -182,19 +190,43 @@ def run_experiment(
         abort.raise_if_set()
     log.info("Running %s (seed %d, %d planned faults) into %s", meta["experiment"], seed,
              len(planned), out)
+    phases = PhaseClock()
+    stopping = None
     try:
         with abort.catching_thread_exceptions(), sigterm_as_interrupt(), platform:
             try:
                 _run_phases(loaded, platform, history, abort, planned, seed, cfg, meta,
-                            on_progress, before_workload)
+                            on_progress, before_workload, phases)
             finally:  # before the cluster stops: the analysis waiting for it starts sooner
                 close_history(history, meta, abort, time.time())
+                phases.mark("history")
+                stopping = phases.now()
     finally:
         close_history(history, meta, abort, time.time())  # the platform did not start
+    if stopping is not None:
+        phases.time_beside("cluster stop", stopping)
     abort.raise_if_set()  # the last meta.json could not be written
-    report = analyze(out / "history", out) if analyze is not None else None
+    report = None
+    if analyze is not None:
+        report = analyze(out / "history", out)
+        phases.mark("analysis")
+    timings = _report_timings(phases, out)
     verdict = report["verdict"] if report else None
-    return RunResult(verdict, spec.expect, report, out / "history")
+    return RunResult(verdict, spec.expect, report, out / "history", timings)
+
+
+def _report_timings(phases: PhaseClock, out: Path) -> dict[str, Any] | None:
+    """Print the phases after the workload under the verdict and write them beside the
+    history; nothing for a run that stopped before its workload ended."""
+    if not phases.started:
+        return None
+    record = phases.record()
+    try:
+        write_timings(out, record)
+    except OSError as exc:  # the run and its verdict stand without it
+        log.warning("the phase timings could not be written: %s", exc)
+    print(summary_line(record), flush=True)
+    return record
 
 
 def first_meta(loaded: LoadedExperiment, seed: int, planned: list[PlannedFault],
@@ -234,7 +266,7 @@ def close_history(history: HistoryWriter, meta: dict[str, Any], abort: Abort,
 def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWriter,
                 abort: Abort, planned: list, seed: int, cfg: WorkloadConfig,
                 meta: dict[str, Any], on_progress: Callable[[dict[str, Any]], None],
-                before_workload: Callable[[], None]) -> None:
+                before_workload: Callable[[], None], phases: PhaseClock) -> None:
     spec = loaded.experiment.spec
     topic, rf = spec.topic.name, spec.topic.replication_factor
     _create_topic(platform, loaded)
@@ -251,7 +283,7 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
     events.start()
     sampler.start()
     try:
-        start = time.time()
+        start, started = time.time(), phases.now()
         meta["workload_start"] = start
         workload.start()
         nemesis.start(start)
@@ -264,16 +296,20 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
                              "acks_per_second": workload.stats.acks_per_second(),
                              "active_faults": nemesis.active(),
                              "partitions": sampler.latest})
-                if abort.wait(PROGRESS_S):
+                # The last beat ends with the workload, not up to a beat after it.
+                if abort.wait(min(PROGRESS_S, max(0.0, duration - elapsed))):
                     break
+            phases.start(started + duration)
         finally:
             for producer in workload.producers:
                 producer.stop()
             nemesis.stop(aborting=abort.is_set())
+        phases.mark("healing")
         abort.raise_if_set()
         on_progress({"phase": "healing", "partitions": sampler.latest})
         for producer in workload.producers:
             producer.join()
+        phases.mark("last sends")
         _settle(meta, "healed", lambda: _until(
             lambda: partitions_healthy(platform, topic, rf), HEAL_TIMEOUT_S,
             "every partition to have a leader and a full ISR after healing", abort))
@@ -281,6 +317,7 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
             _settle(meta, "committed", lambda: _until(
                 lambda: partitions_committed(platform, topic), COMMIT_TIMEOUT_S,
                 "every high watermark to reach its leader's log end", abort))
+        phases.mark("recovery")
         for consumer in workload.consumers:
             consumer.stop()
         if group_id is not None:
@@ -288,6 +325,7 @@ def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWr
         on_progress({"phase": "draining", "partitions": sampler.latest})
         drained = drain(platform.bootstrap, topic, spec.topic.partitions, history, abort,
                         DRAIN_TIMEOUT_S)
+        phases.mark("drain")
         abort.raise_if_set()
         meta["drain"] = {str(p): {"end": end, "read_to": pos}
                          for p, (end, pos) in drained.items()}
