@@ -62,7 +62,11 @@ def run_once(path: Path, keep: Path, index: int) -> dict:
         explained = (report or {}).get("explained") or {}
         unexplained = explained.get("unexplained")
         mechanisms = sorted({i["mechanism"] for i in explained.get("incidents", [])})
-        if proc.returncode != 0 or unexplained:
+        # The truncation table adds up when its lost column is the lost count: every lost
+        # record was cut by a truncation (a loss outside the table is unexplained).
+        lost = (report or {}).get("counts", {}).get("lost")
+        cut_lost = explained.get("truncations_lost")
+        if proc.returncode != 0 or unexplained or (lost and cut_lost != lost):
             kept = keep / f"{path.stem}-{index}"
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(out, kept, ignore=shutil.ignore_patterns("cluster"))
@@ -71,6 +75,7 @@ def run_once(path: Path, keep: Path, index: int) -> dict:
     return {"experiment": path.stem, "expect": expectation(path), "verdict": verdict,
             "seconds": round(seconds, 1), "load_before": round(load, 2), "commit": commit(),
             "t": round(time.time(), 1), "unexplained": unexplained, "mechanisms": mechanisms,
+            "lost": lost, "truncations_lost": cut_lost,
             "machine": {k: v for k, v in machine().items() if k != "load"},
             "reference": reference.record()}
 
@@ -80,8 +85,8 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
     mean load average they started under, the mean reference loop time around them (of the
     runs that recorded it: the machine's speed their seconds are read against), the
     unexplained anomalous records (summed over the runs that recorded them: runs of analyses
-    with loss attribution) and the loss mechanisms named; only runs at `commits` (prefixes)
-    if given."""
+    with loss attribution), the runs with losses whose truncation table adds up to the lost
+    count, and the loss mechanisms named; only runs at `commits` (prefixes) if given."""
     runs: dict[str, list[dict]] = defaultdict(list)
     if ledger.exists():
         for line in ledger.read_text().splitlines():
@@ -90,7 +95,8 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
                 if not commits or any(entry["commit"].startswith(c) for c in commits):
                     runs[entry["experiment"]].append(entry)
     lines = [f"{'experiment':32} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6} "
-             f"{'<120 s':>7} {'load':>5} {'ref s':>5} {'unexpl.':>7}  other verdicts; "
+             f"{'<120 s':>7} {'load':>5} {'ref s':>5} {'unexpl.':>7} {'cuts=lost':>9}  "
+             f"other verdicts; "
              f"mechanisms"]
     for name in names:
         done = runs.get(name, [])
@@ -109,9 +115,12 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
         unexplained = (f"{sum(r['unexplained'] for r in explained)}/{len(explained)}"
                        if explained else "-")
         mechanisms = sorted({m for r in explained for m in r.get("mechanisms", [])})
+        tallied = [r for r in done if r.get("truncations_lost") is not None and r.get("lost")]
+        adds_up = (f"{sum(r['truncations_lost'] == r['lost'] for r in tallied)}/{len(tallied)}"
+                   if tallied else "-")
         lines.append(f"{name:32} {done[0]['expect']:6} {matched:>5}/{len(done):<6} "
                      f"{sum(seconds) / len(seconds):7.1f} {max(seconds):6.1f} "
-                     f"{quick:>3}/{len(done):<3} {load:5.1f} {loop} {unexplained:>7}  "
+                     f"{quick:>3}/{len(done):<3} {load:5.1f} {loop} {unexplained:>7} {adds_up:>9}  "
                      f"{','.join(other)}; {','.join(mechanisms)}")
     return "\n".join(lines)
 
