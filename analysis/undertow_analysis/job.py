@@ -118,8 +118,8 @@ def _series(written: DataFrame, history: History, grid: Grid
             ) -> tuple[report.Series, list[tuple[int, int, float]], dict[str, Any]]:
     """The send series on `grid` (invocations and completions per bucket, the latency cells),
     the latency histogram, and the first invoke, the last completion and the last read, from
-    the series rows `_check` wrote; the malformed lines of sends and reads go to `history`.
-    Bounded by the grid (`grid.series_grid`: at most about 100,000 buckets and 1,000 cell
+    the series rows `_write_checked` wrote; the malformed lines of sends and reads go to
+    `history`. Bounded by the grid (`grid.series_grid`: at most about 100,000 buckets and 1,000 cell
     columns, each with a few dozen latency cells)."""
     rows = (written.filter(~F.col("part").isin(VALUE_PART, TRUNCATION_PART, GROUP_PART))
             .select(*SERIES_COLUMNS).collect())
@@ -170,27 +170,26 @@ def _faults(history: History, t0: float, t_end: float) -> list[dict[str, Any]]:
     ]
 
 
-def _check(history: History, grid: Grid, scratch: str, truncations: DataFrame | None,
-           group: Group | None) -> int:
-    """Run every record checker and the send series in one query: one parse, one shuffle.
+def _write_checked(written: DataFrame, inconsistent_obs: Observation, scratch: str) -> int:
+    """Run every record checker and the send series in one query (`checked`): one parse, one
+    shuffle.
 
     The query writes to `scratch` the noteworthy values (part VALUE_PART), the series rows
-    (parts "time", "latency", "cell" and "other", on `grid`), when there are `truncations`
+    (parts "time", "latency", "cell" and "other", on the grid), when there are truncations
     (events with an `id`) the acknowledged records at their offsets (part TRUNCATION_PART)
-    and, with a consumer `group`, the group checkers' findings (part GROUP_PART, from a scan
+    and, with a consumer group, the group checkers' findings (part GROUP_PART, from a scan
     of their own), all few, and returns the number of inconsistent offsets (an Observation
     of the few positions). Nothing is observed line by line or value by value: malformed
     lines are counted in the series, the other counts come from the written rows
     (`_counts`) and topic names from `topics.topic_names`.
     """
-    written, inconsistent_obs = checked(history, grid, truncations, group)
     written.write.mode("overwrite").parquet(scratch)
     return int(inconsistent_obs.get["inconsistent_offsets"])
 
 
 def checked(history: History, grid: Grid, truncations: DataFrame | None,
             group: Group | None) -> tuple[DataFrame, Observation]:
-    """The rows `_check` writes, and the Observation that counts the inconsistent offsets
+    """The rows `_write_checked` writes, and the Observation that counts the inconsistent offsets
     once they are written."""
     inconsistent_obs = Observation("undertow-inconsistent")
     by_value = checks.by_value(checks.events(history.lines("sends"), history.lines("reads")))
@@ -214,7 +213,7 @@ def checked(history: History, grid: Grid, truncations: DataFrame | None,
 
 def _counts(written: DataFrame, series: report.Series, inconsistent_offsets: int,
             grouped: bool) -> dict[str, int]:
-    """Every count of the report from the noteworthy values and the group findings `_check`
+    """Every count of the report from the noteworthy values and the group findings `_write_checked`
     wrote (one aggregation over both) and the number of send attempts in the series (see
     `checks.value_counts`); a history without a consumer group has no finding."""
     rows = written.filter(F.col("part").isin(VALUE_PART, GROUP_PART))
@@ -231,9 +230,9 @@ def _counts(written: DataFrame, series: report.Series, inconsistent_offsets: int
 def _write_anomalies(spark: SparkSession, values: DataFrame, group: Group | None,
                      found: DataFrame | None, names: dict[int, str], faults: list[dict[str, Any]],
                      t0: float, t_end: float, uri: str, scratch: str) -> None:
-    """anomalies/: the anomalous ones of the values `_check` wrote, one row per kind, with their
-    positions named, and the group findings it wrote (`found`), each with the fault active
-    when it was sent (a group finding: at its kind's `fault_at`).
+    """anomalies/: the anomalous ones of the values `_write_checked` wrote, one row per kind,
+    with their positions named, and the group findings it wrote (`found`), each with the
+    fault active when it was sent (a group finding: at its kind's `fault_at`).
 
     The fault intervals reach Spark as a JSON Lines file next to `scratch` rather than as
     Python rows: a soak has thousands, and Python rows would start a Python worker."""
@@ -333,7 +332,7 @@ def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
 def _start_early(pool: ThreadPoolExecutor, history: History, cuts: DataFrame | None,
                  group: Group | None) -> dict[str, Callable[[], Any]]:
     """Start, in `pool`, the parts of the report that need the history alone, while the
-    one pass over sends and reads (`_check`) runs: the fault windows, the cluster's rows,
+    one pass over sends and reads (`_write_checked`) runs: the fault windows, the cluster's rows,
     the timeline's marks, the truncations' rows (`cuts`, built by the caller) and the
     count of the group lines. Each is mostly a job's fixed cost on the driver (planning,
     code generation, scheduling), which the pass's tasks leave room for. Returns a wait for
@@ -408,6 +407,15 @@ def _count_group_lines(history: History, group: Group | None) -> None:
         history.valid("groups").agg(F.count("*")).collect()
 
 
+def _concurrently_started(call: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """Start `call(*args)` in a thread of its own and return the wait for its result: a
+    Spark action the driver need not watch while it builds the next queries."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="undertow-job")
+    future = pool.submit(call, *args)
+    pool.shutdown(wait=False)
+    return future.result
+
+
 def _concurrently(*calls: Callable[[], Any]) -> list[Any]:
     """The results of independent Spark actions on small data, run from threads at once:
     each is mostly the driver's fixed cost of a job (planning, code generation, scheduling),
@@ -421,18 +429,23 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     drain_short = report.drain_shortfalls(meta.get("drain"), topics.spec_topic(meta))
     outputs = {name: child(out_uri, name) for name in ("report.json", "report.html", "anomalies")}
     scratch = child(out_uri, "scratch")  # Spark ignores paths named _*
-    truncations = cuts = None
-    if history.parsed["events"] is not None:
-        truncations = attribution.dropped(history.usable("events"))
-        fresh_lambda_names(spark)  # a query of its own (`_explain`), built here, not in a thread
-        cuts = attribution.truncations(history.usable("events"))
+    truncations = attribution.dropped(history.usable("events")) \
+        if history.parsed["events"] is not None else None
     groups.consumer_group(meta)  # a consumer_group of another shape is bad input, said first
     group = groups.group_history(history)
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="undertow-early") as pool:
+    grid = _grid(history)
+    # Every query is built in this thread, one after the other, each with its lambdas
+    # numbered from 1 (`fresh_lambda_names`); only their actions run in the pool's.
+    checking = _concurrently_started(_write_checked, *checked(history, grid, truncations, group),
+                                     scratch)
+    cuts = None
+    if truncations is not None:
+        fresh_lambda_names(spark)  # a query of its own (`_explain`)
+        cuts = attribution.truncations(history.usable("events"))
+    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="undertow-early") as pool:
         early = _start_early(pool, history, cuts, group)
         try:
-            grid = _grid(history)
-            inconsistent_offsets = _check(history, grid, scratch, truncations, group)
+            inconsistent_offsets = checking()
             written = spark.read.parquet(scratch)
             series, latency, send_times = _series(written, history, grid)
             values = written.filter(F.col("part") == VALUE_PART).drop(
@@ -446,35 +459,44 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
             width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
             # Without an anomaly anomalies/ is empty, and nothing needs naming.
             anomalous = any(counts[name] for name in anomalies.COUNTS)
-            faults, names, (offline, isr), marks, cut_records = _concurrently(
+            cut_records = _concurrently_started(_truncation_records, written, values)
+            faults, names, (offline, isr), marks = _concurrently(
                 early.get("faults", lambda: _faults(history, t0, t_end)),
                 lambda: topics.topic_names(history, values) if anomalous else {},
                 early.get("cluster", lambda: _cluster(history, t0, width)),
-                early.get("marks", lambda: _marks(history, t0)),
-                lambda: _truncation_records(written, values))
+                early.get("marks", lambda: _marks(history, t0)))
             _write_anomalies(spark, values, group, found, names, faults, t0, t_end,
                              outputs["anomalies"], scratch)
+            cut_records = cut_records()  # before the scratch it reads is deleted
         finally:
             delete(spark, scratch)
             delete(spark, scratch + "-intervals.jsonl")
         anomaly_rows = spark.read.parquet(outputs["anomalies"])
-        explained, (lost, other) = _concurrently(
+
+        def reported() -> tuple[dict[str, Any], list[dict], list[dict], bytes]:
+            """The report but its explanations, with the earliest lost records and the
+            timeline, drawn while the explanations are queried."""
+            for wait in early.values():
+                wait()  # the group lines' count, which `history.malformed` needs
+            lost, other = _examples(anomaly_rows) if anomalous else ([], [])
+            result = report.build(
+                meta, history=history.uri, outputs=outputs, counts=counts, series=series,
+                latency=latency, t0=t0, t_end=t_end, last_read=send_times["last_read"],
+                faults=faults, offline=offline, first_lost=lost[0] if lost else None,
+                malformed=history.malformed(), drain_short=drain_short)
+            png = plots.timeline_png(
+                series=series, t0=t0, t_end=t_end, clock=result.get("clock"), isr=isr,
+                isr_width=width, faults=result["faults"],
+                unavailable=result["unavailable_windows"],
+                lost_t=[r["t_acked"] - t0 for r in lost if r["t_acked"] is not None],
+                events=marks, brokers=_brokers(meta))
+            return result, lost, other, png
+
+        explained, (result, lost, other, png) = _concurrently(
             lambda: _explain(history, anomaly_rows, counts, cut_records, faults, t0,
                              drain_short, early.get("cuts", lambda: _rows(cuts, recursive=False))),
-            lambda: _examples(anomaly_rows) if anomalous else ([], []))
-        for wait in early.values():
-            wait()  # the group lines' count, which nothing above waited for
-    result = report.build(
-        meta, history=history.uri, outputs=outputs, counts=counts, series=series,
-        latency=latency, t0=t0, t_end=t_end, last_read=send_times["last_read"],
-        faults=faults, offline=offline, explained=explained,
-        first_lost=lost[0] if lost else None, malformed=history.malformed(),
-        drain_short=drain_short)
-    png = plots.timeline_png(
-        series=series, t0=t0, t_end=t_end, clock=result.get("clock"), isr=isr,
-        isr_width=width, faults=result["faults"], unavailable=result["unavailable_windows"],
-        lost_t=[r["t_acked"] - t0 for r in lost if r["t_acked"] is not None],
-        events=marks, brokers=_brokers(meta))
+            reported)
+    result = report.explained(result, explained)
     write_bytes(spark, outputs["report.json"], report.to_json(result))
     write_bytes(spark, outputs["report.html"],
                 html.render(result, timeline_png=png, lost=lost, other=other).encode())

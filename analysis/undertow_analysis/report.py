@@ -336,15 +336,16 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
           counts: dict[str, int], series: Series, latency: list[tuple[int, int, float]],
           t0: float, t_end: float, last_read: float | None,
           faults: list[dict[str, Any]], offline: list[dict[str, Any]],
-          explained: dict[str, Any], first_lost: dict[str, Any] | None,
+          first_lost: dict[str, Any] | None,
           malformed: dict[str, Any], drain_short: list[dict[str, Any]]) -> dict[str, Any]:
     """report.json's content from what the job collected: `meta` (meta.json), the history's
     URI, the outputs' (by file name), the counts, the send series and latency histogram
     (`checks.send_series`), the run's start (t0, the zero of every time) and end, its last
     read, the
-    faults, the rows of `checks.offline_windows`, the explanations (`explain`), the
+    faults, the rows of `checks.offline_windows`, the
     earliest-sent lost record of anomalies/, the malformed lines (`History.malformed`) and
-    the drain's shortfalls (`drain_shortfalls`). The verdict is `anomalies.verdict`."""
+    the drain's shortfalls (`drain_shortfalls`). The verdict is `anomalies.verdict`. The
+    explanations come last (`explained`): the timeline is drawn while they are queried."""
     idempotent = bool(meta.get("idempotent", False))
     verdict = anomalies.verdict(counts, idempotent)
     summary, windows = _availability(series, t0, offline_windows(offline, t0), faults)
@@ -358,7 +359,7 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
         "availability": summary,
         "unavailable_windows": windows,
         "faults": faults,
-        "explained": explained,
+        "explained": None,
         "first_loss": first_lost and {**first_lost,
                                       "t_rel_s": round(first_lost["t_invoke"] - t0, 3)},
         "malformed": malformed,
@@ -375,6 +376,11 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
         "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
                     "anomalies": outputs["anomalies"]},
     })
+
+
+def explained(built: dict[str, Any], explanations: dict[str, Any]) -> dict[str, Any]:
+    """The report `build` made, with the explanations (`explain`) in place."""
+    return {**built, "explained": clean_json(explanations)}
 
 
 def clean_json(value: Any) -> Any:

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from undertow_analysis.jvm_lookups import remember_jvm_lookups
+
 SESSION_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -72,13 +74,16 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None, *,
     """
     active = SparkSession.getActiveSession()
     if active is not None:
+        remember_jvm_lookups(active)
         return active, False
     builder = SparkSession.builder.appName("undertow-analysis")
     if master:
         builder = builder.master(master)
     for key, value in session_conf(master, conf, planned_sends=planned_sends).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate(), True
+    spark = builder.getOrCreate()
+    remember_jvm_lookups(spark)
+    return spark, True
 
 
 def fresh_lambda_names(spark: SparkSession) -> None:
