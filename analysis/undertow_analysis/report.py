@@ -341,11 +341,10 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
     """report.json's content from what the job collected: `meta` (meta.json), the history's
     URI, the outputs' (by file name), the counts, the send series and latency histogram
     (`checks.send_series`), the run's start (t0, the zero of every time) and end, its last
-    read, the
-    faults, the rows of `checks.offline_windows`, the
-    earliest-sent lost record of anomalies/, the malformed lines (`History.malformed`) and
-    the drain's shortfalls (`drain_shortfalls`). The verdict is `anomalies.verdict`. The
-    explanations come last (`explained`): the timeline is drawn while they are queried."""
+    read, the faults, the rows of `checks.offline_windows`, the earliest-sent lost record of
+    anomalies/, the malformed lines (`History.malformed`) and the drain's shortfalls
+    (`drain_shortfalls`). The verdict is `anomalies.verdict`. The explanations come last
+    (`explained`): the timeline is drawn while they are queried."""
     idempotent = bool(meta.get("idempotent", False))
     verdict = anomalies.verdict(counts, idempotent)
     summary, windows = _availability(series, t0, offline_windows(offline, t0), faults)
