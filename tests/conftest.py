@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent / "runner"))
 from kube_helpers import NAMESPACE, serve_undertow_kinds
 
 from undertow.kube.api import KubeApi
+from undertow.platform.ports import PORT_RANGE_ENV, port_range
 
 
 @pytest_asyncio.fixture
@@ -58,6 +59,23 @@ kmock_parsing.parse_path = _parse_path
 @pytest.fixture
 def api(emulator: kmock.KubernetesEmulator) -> KubeApi:
     return KubeApi.for_server(str(emulator.url))
+
+
+def _worker_port_range() -> None:
+    """Each pytest-xdist worker takes its own slice of the ports below the ephemeral range,
+    so that one worker's experiment never takes a port another's stopped broker binds again
+    (undertow.platform.ports)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(
+        "PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or PORT_RANGE_ENV in os.environ:
+        return
+    low, high = port_range()
+    width = (high - low) // int(count)
+    start = low + int(worker.removeprefix("gw")) * width
+    os.environ[PORT_RANGE_ENV] = f"{start}-{start + width}"
+
+
+_worker_port_range()
 
 
 # Spark's Python workers run the Python of this test run (the explorer's tasks import
@@ -108,6 +126,14 @@ def _ignored_cancellation(tasks: list[asyncio.Task]) -> str:
 
 
 _unbounded_cancel_all_tasks = asyncio.runners._cancel_all_tasks
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with a ``long`` test first: pytest-xdist (``make test``) hands files to its
+    workers in this order, and a long file handed out last keeps one worker busy while the
+    others have nothing left to do."""
+    long_files = {item.path for item in items if item.get_closest_marker("long")}
+    items.sort(key=lambda item: item.path not in long_files)
 
 
 def pytest_configure() -> None:

@@ -17,6 +17,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -407,15 +408,6 @@ def _count_group_lines(history: History, group: Group | None) -> None:
         history.valid("groups").agg(F.count("*")).collect()
 
 
-def _concurrently_started(call: Callable[..., Any], *args: Any) -> Callable[[], Any]:
-    """Start `call(*args)` in a thread of its own and return the wait for its result: a
-    Spark action the driver need not watch while it builds the next queries."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="undertow-job")
-    future = pool.submit(call, *args)
-    pool.shutdown(wait=False)
-    return future.result
-
-
 def _concurrently(*calls: Callable[[], Any]) -> list[Any]:
     """The results of independent Spark actions on small data, run from threads at once:
     each is mostly the driver's fixed cost of a job (planning, code generation, scheduling),
@@ -435,17 +427,18 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
     group = groups.group_history(history)
     grid = _grid(history)
     # Every query is built in this thread, one after the other, each with its lambdas
-    # numbered from 1 (`fresh_lambda_names`); only their actions run in the pool's.
-    checking = _concurrently_started(_write_checked, *checked(history, grid, truncations, group),
-                                     scratch)
-    cuts = None
-    if truncations is not None:
-        fresh_lambda_names(spark)  # a query of its own (`_explain`)
-        cuts = attribution.truncations(history.usable("events"))
-    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="undertow-early") as pool:
-        early = _start_early(pool, history, cuts, group)
+    # numbered from 1 (`fresh_lambda_names`); only their actions run in the pool's: the main
+    # pass, the parts `_start_early` starts, and the truncations' records.
+    with ThreadPoolExecutor(max_workers=7, thread_name_prefix="undertow-job") as pool:
+        readers = [pool.submit(_write_checked, *checked(history, grid, truncations, group),
+                               scratch)]
         try:
-            inconsistent_offsets = checking()
+            cuts = None
+            if truncations is not None:
+                fresh_lambda_names(spark)  # a query of its own (`_explain`)
+                cuts = attribution.truncations(history.usable("events"))
+            early = _start_early(pool, history, cuts, group)
+            inconsistent_offsets = readers[0].result()
             written = spark.read.parquet(scratch)
             series, latency, send_times = _series(written, history, grid)
             values = written.filter(F.col("part") == VALUE_PART).drop(
@@ -459,7 +452,7 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
             width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
             # Without an anomaly anomalies/ is empty, and nothing needs naming.
             anomalous = any(counts[name] for name in anomalies.COUNTS)
-            cut_records = _concurrently_started(_truncation_records, written, values)
+            readers.append(pool.submit(_truncation_records, written, values))
             faults, names, (offline, isr), marks = _concurrently(
                 early.get("faults", lambda: _faults(history, t0, t_end)),
                 lambda: topics.topic_names(history, values) if anomalous else {},
@@ -467,8 +460,11 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
                 early.get("marks", lambda: _marks(history, t0)))
             _write_anomalies(spark, values, group, found, names, faults, t0, t_end,
                              outputs["anomalies"], scratch)
-            cut_records = cut_records()  # before the scratch it reads is deleted
+            cut_records = readers[1].result()
         finally:
+            # Whatever failed, the main pass and the truncations' records end before the
+            # scratch they write and read is deleted.
+            futures.wait(readers)
             delete(spark, scratch)
             delete(spark, scratch + "-intervals.jsonl")
         anomaly_rows = spark.read.parquet(outputs["anomalies"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from undertow_analysis.jvm_lookups import remember_jvm_lookups
@@ -72,7 +73,12 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None, *,
     Returns (session, created): the caller stops only a session it created. `master` None
     keeps the one spark-submit configured.
     """
+    # getActiveSession is per JVM thread: a session made by another thread (a test's
+    # fixture, `undertow run`'s pre-started analysis) is not active in this one, though
+    # getOrCreate returns it. The process's SparkContext says whether one exists at all.
     active = SparkSession.getActiveSession()
+    if active is None and SparkContext._active_spark_context is not None:
+        active = SparkSession.builder.getOrCreate()
     if active is not None:
         remember_jvm_lookups(active)
         return active, False

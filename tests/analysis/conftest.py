@@ -1,4 +1,4 @@
-"""One SparkSession for the whole folder (local[2], no UI, two shuffle partitions)."""
+"""One SparkSession for the whole folder, set as the job sets its own."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from undertow_analysis.session import SMALL_RUN_SENDS, session_conf
+
 # The scaled-history generator lives with the benchmarks, its main user; a test here checks
 # that the job finds exactly what it plants.
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
@@ -15,16 +17,17 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
 @pytest.fixture(scope="session")
 def spark():
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("undertow-analysis-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    """The job's own settings (session_conf, for a small run), with two shuffle partitions
+    and no UI: the tests' histories are tiny."""
+    builder = SparkSession.builder.master("local[2]").appName("undertow-analysis-tests")
+    conf = session_conf("local[2]", {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+    }, planned_sends=SMALL_RUN_SENDS)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

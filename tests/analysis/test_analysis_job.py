@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import sys
+import threading
 from html.parser import HTMLParser
 
 import pytest
@@ -112,6 +113,26 @@ def test_an_outage_is_unavailable_until_acknowledgements_complete_again(spark, t
     assert (fault["start_s"], fault["healed_s"], fault["end_s"]) == (4.0, 6.0, 6.8)
     html = (tmp_path / "out" / "report.html").read_text()
     assert "#1 kill broker-1" in html and "healed (s)" in html
+
+
+def test_a_job_that_fails_after_the_main_pass_started_leaves_no_scratch(
+        spark, tmp_path, monkeypatch):
+    """The main pass writes its scratch output while the truncations' query is built; when
+    that fails, the job waits for the pass and removes what it wrote."""
+    def broken(_events):
+        raise RuntimeError("planted: the truncations' query failed")
+
+    monkeypatch.setattr("undertow_analysis.job.attribution.truncations", broken)
+    planted = planted_history()
+    planted.events = []  # an events.jsonl, however empty: the truncations are queried
+    history = planted.write(tmp_path / "history")
+    with pytest.raises(RuntimeError, match="planted"):
+        run_analysis(str(history), str(tmp_path / "out"))
+    # The job returned only once nothing of it ran on: no thread of its pool is left.
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("undertow-job")]
+    leftovers = [p.name for p in (tmp_path / "out").glob("*")] \
+        if (tmp_path / "out").exists() else []
+    assert not [name for name in leftovers if name.startswith("scratch")], leftovers
 
 
 def test_report_json_on_disk_is_the_returned_report(planted):

@@ -19,6 +19,8 @@ from undertow_analysis.job import analyze
 from undertow_history import checker
 from undertow_history.checker import Summary, check_history
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 C = "controller"
 

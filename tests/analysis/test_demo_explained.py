@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -23,6 +23,8 @@ from undertow.sim.run import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import check_history
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:

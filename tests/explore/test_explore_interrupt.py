@@ -11,11 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from explore_experiments import TINY_ACKS1, TINY_CLUSTER
 
 from undertow.cli import EXIT_INTERRUPTED
 from undertow.spec import load_experiment
+
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
 
 STOPS_WITHIN_S = 30
 """From SIGINT to exit: the jobs cancelled, the files written (a loaded machine's JVM is

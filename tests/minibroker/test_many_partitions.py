@@ -17,6 +17,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from fuzz_cluster import running_cluster
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 PARTITIONS = 1000
 SESSION_TIMEOUT_MS = 3000  # minibroker's default broker.session.timeout.ms
 

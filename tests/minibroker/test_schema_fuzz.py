@@ -22,6 +22,8 @@ from schema_fuzz import MAX_REQUEST_ELEMENTS, Expect, FrameGenerator, advertised
 
 from minibroker.network.codec import ApiKey, KafkaProtocolError, parse_request
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 SEED = 20_000
 FRAMES = 20_000
 RSS_BOUND_MIB = 200  # an idle broker holds about 55 MiB

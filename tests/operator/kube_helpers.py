@@ -33,8 +33,11 @@ NAMESPACE = "chaos"
 AGENT_TOKEN = "agent-secret"
 
 
-async def eventually(probe: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll ``probe`` (sync, run in a thread) until it returns something truthy."""
+async def eventually(probe: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
+    """Poll ``probe`` (sync, run in a thread) until it returns something truthy. The bound
+    is generous: it ends a test that hangs, and a test that passes waits only as long as
+    the operator takes (seconds quiet, 15-20 s seen on a 2-core machine with pytest's four
+    workers and the operator's loop sharing it)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:

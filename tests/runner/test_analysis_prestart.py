@@ -27,6 +27,8 @@ from undertow.runner.analysis_process import (
 from undertow.runner.run import max_run_duration_s
 from undertow.spec import LoadedExperiment, load_experiment
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[2]
 
 def start_run(tmp_path: Path, duration: str, *extra: str) -> tuple[subprocess.Popen, Path, str]:

@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from small_experiment import small_experiment
+
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
 
 RANDOM_FAULTS = """\
     - random:

@@ -19,6 +19,8 @@ from undertow.sim.run import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import Summary, check_history
 
+pytestmark = pytest.mark.long  # run first (tests/conftest.py)
+
 EXPERIMENTS = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
 MECHANISMS = {
     "acks1-leader-kill": "acks1_before_replication",

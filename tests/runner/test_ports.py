@@ -1,0 +1,22 @@
+"""reserve_ports keeps to UNDERTOW_PORT_RANGE, and a malformed range names the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from undertow.platform.ports import PORT_RANGE_ENV, port_range, reserve_ports
+
+
+def test_ports_come_from_the_range_the_environment_gives(monkeypatch):
+    monkeypatch.setenv(PORT_RANGE_ENV, "23000-23100")
+    assert port_range() == (23000, 23100)
+    ports = reserve_ports(8)
+    assert len(set(ports)) == 8
+    assert all(23000 <= port < 23100 for port in ports)
+
+
+@pytest.mark.parametrize("text", ["23000", "a-b", "30000-20000", "80-2000"])
+def test_a_malformed_range_is_refused_by_name(monkeypatch, text):
+    monkeypatch.setenv(PORT_RANGE_ENV, text)
+    with pytest.raises(ValueError, match=PORT_RANGE_ENV):
+        port_range()
