@@ -1,0 +1,274 @@
+"""TCP between simulated hosts, in memory: the asyncio streams the broker's own servers and
+clients use, delivered over links with a latency that faults can block.
+
+The broker opens connections with ``asyncio.open_connection`` and serves with
+``asyncio.start_server``; in simulation the same code gets the same ``StreamReader`` and
+``StreamWriter`` from ``VirtualNetwork.open_connection`` and ``start_server``, over a
+transport that hands each write to the peer's protocol one link latency later, on the
+virtual clock (``virtual_loop.VirtualTimeLoop``).
+
+What TCP does that faults rely on:
+- bytes of one direction arrive in order, once;
+- a link blocked as iptables' DROP blocks it holds the bytes, which arrive after it
+  heals (TCP retransmits them), so the application's own timeouts fire meanwhile;
+- connecting to an address nothing listens on is refused one latency later, and connecting
+  over a blocked link waits until it heals (the SYN is retransmitted);
+- ``close`` ends the peer's stream after the bytes already written (FIN); a host that dies
+  (``reset_host``) resets its connections, whose peers read ``ConnectionResetError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Address = tuple[str, int]
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None] | None]
+STREAM_LIMIT = 2 ** 16  # asyncio's default StreamReader limit
+
+
+@dataclass
+class _Link:
+    """One direction between two hosts: blocked or not, and what waits for it to heal."""
+
+    blocked: bool = False
+    waiting: list[Callable[[], None]] = field(default_factory=list)
+
+
+class VirtualTransport(asyncio.Transport):
+    """One end of a simulated TCP connection."""
+
+    def __init__(self, network: VirtualNetwork, local: Address, remote: Address,
+                 protocol: asyncio.Protocol) -> None:
+        super().__init__()
+        self._network = network
+        self._local, self._remote = local, remote
+        self._protocol = protocol
+        self.peer: VirtualTransport | None = None
+        self._closing = False
+        self._lost = False
+        self._reading_paused = False
+        self._inbox: list[Callable[[], None]] = []  # deliveries held while reading is paused
+        self._last_arrival = 0.0  # bytes of a direction arrive in order
+
+    # -- asyncio.Transport ------------------------------------------------------------------
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": self._remote, "sockname": self._local}.get(name, default)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or not data:
+            return
+        payload = bytes(data)
+        self._send(lambda peer: peer._arrive(lambda: peer._protocol.data_received(payload)))
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self._send(lambda peer: peer._arrive(peer._eof))
+
+    def close(self) -> None:
+        """FIN after what was written: the peer reads the rest, then the end of its stream."""
+        if self._closing:
+            return
+        self._closing = True
+        self._send(lambda peer: peer._arrive(peer._eof))
+        self._network.loop.call_soon(self._connection_lost, None)
+
+    def abort(self) -> None:
+        """RST: the peer's stream fails with ConnectionResetError, unread bytes or not."""
+        if self._lost:
+            return
+        self._closing = True
+        self._send(lambda peer: peer._connection_lost(
+            ConnectionResetError(f"connection reset by {self._local[0]}:{self._local[1]}")))
+        self._network.loop.call_soon(self._connection_lost, None)
+
+    def pause_reading(self) -> None:
+        self._reading_paused = True
+
+    def resume_reading(self) -> None:
+        self._reading_paused = False
+        inbox, self._inbox = self._inbox, []
+        for deliver in inbox:
+            self._arrive(deliver)
+
+    def is_reading(self) -> bool:
+        return not self._reading_paused
+
+    def get_write_buffer_size(self) -> int:
+        return 0  # a write leaves at once: the link, not a buffer, holds the bytes
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """Nothing is buffered here (``get_write_buffer_size``)."""
+
+    # -- delivery ---------------------------------------------------------------------------
+
+    def _send(self, deliver: Callable[[VirtualTransport], None]) -> None:
+        peer = self.peer
+        if peer is None:
+            return
+        self._network.deliver(self._local[0], self._remote[0],
+                              lambda: deliver(peer) if not peer._lost else None, self)
+
+    def _arrive(self, deliver: Callable[[], None]) -> None:
+        if self._lost:
+            return
+        if self._reading_paused:
+            self._inbox.append(deliver)
+        else:
+            deliver()
+
+    def _eof(self) -> None:
+        keep_open = self._protocol.eof_received()
+        if not keep_open:
+            self._closing = True
+            self._connection_lost(None)
+
+    def _connection_lost(self, error: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = self._closing = True
+        self._network.forget(self)
+        self._protocol.connection_lost(error)
+
+
+class VirtualServer:
+    """What ``VirtualNetwork.start_server`` returns, as ``asyncio.Server`` is used."""
+
+    def __init__(self, network: VirtualNetwork, address: Address) -> None:
+        self._network = network
+        self.address = address
+        self._closed = asyncio.Event()
+
+    def close(self) -> None:
+        """Stop accepting; connections already made stay, as with a real listener."""
+        self._network.unlisten(self.address, self)
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def __aenter__(self) -> VirtualServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+class VirtualNetwork:
+    """Hosts, their listeners and the directed links between them, on one virtual loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, latency_s: float = 0.001) -> None:
+        self.loop = loop
+        self.latency_s = latency_s
+        self._listeners: dict[Address, tuple[VirtualServer, Handler]] = {}
+        self._links: dict[tuple[str, str], _Link] = {}
+        # Per host, in the order made (a dict, not a set: resets run in a fixed order).
+        self._transports: dict[str, dict[VirtualTransport, None]] = {}
+        self._ports: dict[str, int] = {}
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def block(self, src: str, dst: str) -> None:
+        """Drop what ``src`` sends to ``dst`` (iptables DROP): held, then resent on heal."""
+        self._link(src, dst).blocked = True
+
+    def heal(self, src: str, dst: str) -> None:
+        link = self._link(src, dst)
+        link.blocked = False
+        waiting, link.waiting = link.waiting, []
+        for resend in waiting:
+            resend()
+
+    def reset_host(self, host: str) -> None:
+        """The host died: every connection of its resets (its peers read the reset once it
+        reaches them), and its listeners are gone."""
+        for transport in list(self._transports.get(host, {})):
+            transport.abort()
+        for address, (server, _) in list(self._listeners.items()):
+            if address[0] == host:
+                server.close()
+
+    # -- sockets ----------------------------------------------------------------------------
+
+    async def start_server(self, handler: Handler, host: str, port: int) -> VirtualServer:
+        address = (host, port)
+        if address in self._listeners:
+            raise OSError(98, f"[Errno 98] address already in use: {host}:{port}")
+        server = VirtualServer(self, address)
+        self._listeners[address] = (server, handler)
+        return server
+
+    async def open_connection(self, host: str, port: int, *, local_host: str,
+                              limit: int = STREAM_LIMIT
+                              ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect from ``local_host`` (the simulated host the caller runs on)."""
+        await self._crossed(local_host, host)  # the SYN
+        listener = self._listeners.get((host, port))
+        if listener is None:
+            raise ConnectionRefusedError(111, f"Connect call failed ('{host}', {port})")
+        await self._crossed(host, local_host)  # the SYN-ACK
+        listener = self._listeners.get((host, port))
+        if listener is None:
+            raise ConnectionRefusedError(111, f"Connect call failed ('{host}', {port})")
+        _, handler = listener
+        local = (local_host, self._ephemeral_port(local_host))
+        client, client_protocol, reader = self._end(local, (host, port), limit)
+        accepted, accepted_protocol, _ = self._end((host, port), local, limit, handler)
+        client.peer, accepted.peer = accepted, client
+        accepted_protocol.connection_made(accepted)  # starts the server's handler
+        client_protocol.connection_made(client)
+        return reader, asyncio.StreamWriter(client, client_protocol, reader, self.loop)
+
+    def _end(self, local: Address, remote: Address, limit: int, handler: Handler | None = None
+             ) -> tuple[VirtualTransport, asyncio.StreamReaderProtocol, asyncio.StreamReader]:
+        reader = asyncio.StreamReader(limit=limit, loop=self.loop)
+        protocol = asyncio.StreamReaderProtocol(reader, handler, loop=self.loop)
+        transport = VirtualTransport(self, local, remote, protocol)
+        self._transports.setdefault(local[0], {})[transport] = None
+        return transport, protocol, reader
+
+    # -- links ------------------------------------------------------------------------------
+
+    def deliver(self, src: str, dst: str, deliver: Callable[[], None],
+                sender: VirtualTransport) -> None:
+        """``deliver`` at ``dst`` one latency from now, after what ``sender`` sent before,
+        or once the link heals."""
+        link = self._link(src, dst)
+        if link.blocked:
+            link.waiting.append(lambda: self.deliver(src, dst, deliver, sender))
+            return
+        arrival = max(self.loop.time() + self.latency_s, sender._last_arrival)
+        sender._last_arrival = arrival
+        self.loop.call_at(arrival, deliver)
+
+    async def _crossed(self, src: str, dst: str) -> None:
+        """One packet from ``src`` to ``dst``: a latency, after the link heals."""
+        link = self._link(src, dst)
+        while link.blocked:
+            healed: asyncio.Future[None] = self.loop.create_future()
+            link.waiting.append(lambda healed=healed: healed.done() or healed.set_result(None))
+            await healed
+        await asyncio.sleep(self.latency_s)
+
+    def _link(self, src: str, dst: str) -> _Link:
+        return self._links.setdefault((src, dst), _Link())
+
+    def _ephemeral_port(self, host: str) -> int:
+        self._ports[host] = self._ports.get(host, 32767) + 1
+        return self._ports[host]
+
+    def unlisten(self, address: Address, server: VirtualServer) -> None:
+        if self._listeners.get(address, (None,))[0] is server:
+            del self._listeners[address]
+
+    def forget(self, transport: VirtualTransport) -> None:
+        self._transports.get(transport.get_extra_info("sockname")[0], {}).pop(transport, None)

@@ -1,0 +1,169 @@
+"""The virtual-time event loop and its in-memory TCP: asyncio code unchanged (sleep,
+wait_for, to_thread, start_server/open_connection streams) runs on a virtual clock, at once,
+in the same order every time, with the TCP behaviour that faults rely on."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from undertow.sim.virtual_loop import SimulationStalled, VirtualTimeLoop
+from undertow.sim.virtual_streams import VirtualNetwork
+
+LATENCY = 0.001
+
+
+def run(main: Callable[[VirtualTimeLoop], Awaitable[Any]]) -> Any:
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(main(loop))
+    finally:
+        loop.close()
+
+
+def test_an_hour_of_sleep_passes_at_once_and_exactly():
+    async def main(loop):
+        await asyncio.sleep(3600)
+        return loop.time()
+
+    started = time.monotonic()
+    assert run(main) == 3600.0
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_timeout_fires_at_its_virtual_time():
+    async def main(loop):
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(10), 2.5)
+        return loop.time()
+
+    assert run(main) == 2.5
+
+
+def trace() -> list[tuple[float, str]]:
+    """Tasks that sleep and hand work to each other; what each did and when."""
+    async def main(loop):
+        seen: list[tuple[float, str]] = []
+        queue: asyncio.Queue[int] = asyncio.Queue()
+
+        async def producer(name: str, period: float) -> None:
+            for i in range(20):
+                await asyncio.sleep(period)
+                await queue.put(i)
+                seen.append((loop.time(), f"{name} put {i}"))
+
+        async def consumer() -> None:
+            for _ in range(40):
+                item = await queue.get()
+                await asyncio.sleep(0.0003)
+                seen.append((loop.time(), f"got {item}"))
+
+        await asyncio.gather(producer("a", 0.007), producer("b", 0.011), consumer())
+        return seen
+
+    return run(main)
+
+
+def test_the_same_code_runs_the_same_way_every_time():
+    first = trace()
+    assert len(first) == 80
+    assert [trace() for _ in range(3)] == [first] * 3
+    assert [t for t, _ in first] == sorted(t for t, _ in first)
+
+
+def test_waiting_on_what_never_comes_is_said_not_hung():
+    async def main(loop):
+        await loop.create_future()
+
+    with pytest.raises(SimulationStalled, match="no callback is ready and no timer"):
+        run(main)
+
+
+def test_blocking_calls_run_inline_and_take_no_virtual_time():
+    def boom() -> None:
+        raise OSError("disk")
+
+    async def main(loop):
+        await asyncio.sleep(1)
+        result = await asyncio.to_thread(sum, [1, 2, 3])
+        with pytest.raises(OSError, match="disk"):
+            await asyncio.to_thread(boom)
+        return result, loop.time()
+
+    assert run(main) == (6, 1.0)
+
+
+async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(100):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+
+
+def test_a_stream_round_trip_takes_its_latencies_in_order():
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        await net.start_server(echo, "broker-1", 9092)
+        reader, writer = await net.open_connection("broker-1", 9092, local_host="client")
+        connected = loop.time()
+        assert writer.get_extra_info("peername") == ("broker-1", 9092)
+        for part in (b"one ", b"two ", b"three"):
+            writer.write(part)
+        data = await reader.readexactly(13)
+        return connected, data, loop.time()
+
+    connected, data, done = run(main)
+    assert data == b"one two three"
+    assert connected == pytest.approx(2 * LATENCY)  # SYN, SYN-ACK
+    assert done == pytest.approx(4 * LATENCY)  # there and back
+
+
+def test_nothing_listening_refuses_the_connection():
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        with pytest.raises(ConnectionRefusedError):
+            await net.open_connection("broker-9", 9092, local_host="client")
+        return loop.time()
+
+    assert run(main) == pytest.approx(LATENCY)
+
+
+def test_a_blocked_link_holds_the_bytes_until_it_heals():
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        await net.start_server(echo, "broker-1", 9092)
+        reader, writer = await net.open_connection("broker-1", 9092, local_host="client")
+        net.block("client", "broker-1")
+        writer.write(b"ping")
+        with pytest.raises(TimeoutError):  # the application's timeout fires meanwhile
+            await asyncio.wait_for(reader.readexactly(4), 0.5)
+        loop.call_later(1.0, net.heal, "client", "broker-1")
+        data = await reader.readexactly(4)
+        return data, loop.time()
+
+    data, at = run(main)
+    assert data == b"ping"
+    assert at == pytest.approx(2 * LATENCY + 0.5 + 1.0 + 2 * LATENCY)
+
+
+def test_a_dead_host_resets_its_connections_and_a_close_ends_the_stream():
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        await net.start_server(echo, "broker-1", 9092)
+        reader, writer = await net.open_connection("broker-1", 9092, local_host="client")
+        writer.write(b"last words")
+        writer.close()
+        closed = await reader.read()  # as asyncio's: closing our end ends what we read
+        reader2, _ = await net.open_connection("broker-1", 9092, local_host="client")
+        net.reset_host("broker-1")
+        with pytest.raises(ConnectionResetError):
+            await reader2.read(1)
+        with pytest.raises(ConnectionRefusedError):  # its listener went with it
+            await net.open_connection("broker-1", 9092, local_host="client")
+        return closed
+
+    assert run(main) == b""
