@@ -5,7 +5,9 @@ manager has its own event queue thread and its own controller channel, so neithe
 request on the request-handler threads nor the metadata publisher delays a heartbeat. The
 broker's event loop plays those threads' part in minibroker (the network thread, the request
 handlers, the replica fetchers and the metadata publisher all run on it), so the heartbeat
-gets a thread, an event loop and a controller connection of its own. Python's interpreter
+gets a thread, an event loop and a controller connection of its own (``event_queue``'s
+``ThreadEventQueue``; in simulation, where every node runs on one virtual-time loop, the
+node's loop stands for the thread). Python's interpreter
 lock hands the thread a turn every ``sys.getswitchinterval()`` (5 ms) whatever the event
 loop is doing; only stopping the whole process (SIGSTOP, a kill) stops the heartbeats, as
 it does Kafka's.
@@ -23,14 +25,12 @@ its loop stopped and closed, and the thread joined.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from minibroker import environment
 from minibroker.rpc import RpcClient, RpcError
 from minibroker.shutdown import STOP_TIMEOUT_S, end_tasks
 
@@ -68,21 +68,20 @@ class BrokerLifecycleManager:
         self.broker_epoch = -1
         """From the controller at registration: the offset of the registration record."""
         self.fenced = True
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="broker-lifecycle",
-                                        daemon=True)
+        # A thread of its own in a broker process; the node's loop in simulation.
+        self._queue = environment.current().event_queue("broker-lifecycle")
         self._client: RpcClient | None = None
         self._tasks: set[asyncio.Task] = set()
         """The tasks on the thread's loop that ``_close`` ends (``_own``)."""
 
     async def start(self, registration: Registration) -> None:
         """Register (retrying until the controller answers), then heartbeat until ``stop``."""
-        self._thread.start()
-        await asyncio.wrap_future(self._submit(self._register_then_heartbeat(registration)))
+        self._queue.start()
+        await self._queue.submit(self._register_then_heartbeat(registration))
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return self._queue.running
 
     async def stop(self) -> None:
         """Stop heartbeating, close the controller connection and end the thread, each within
@@ -90,31 +89,16 @@ class BrokerLifecycleManager:
         controller fences this broker when its session expires (or at once, after a clean
         shutdown's re-registration). It waits without holding the broker's event loop: the
         loop's other work (the Kafka listener's connections) still runs meanwhile."""
-        if not self._thread.is_alive():
+        if not self._queue.running:
             return
         try:
             async with asyncio.timeout(STOP_TIMEOUT_S):
-                await asyncio.wrap_future(self._submit(self._close()))
+                await self._queue.submit(self._close())
         except TimeoutError:
-            log.error("The broker lifecycle thread did not close its tasks and controller "
-                      "connection within %.0f s; stopping its loop regardless", STOP_TIMEOUT_S)
-        with contextlib.suppress(RuntimeError):  # the loop has closed already
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(STOP_TIMEOUT_S)  # at once: its loop has nothing left to run
-        if self._thread.is_alive():
-            log.error("The broker lifecycle thread is still running %.0f s after its loop "
-                      "was stopped", STOP_TIMEOUT_S)
-
-    def _run(self) -> None:
-        """The thread: its loop until ``stop``, then the loop closed (its selector and
-        self-pipe freed; a broker restarted in one process does not leak them)."""
-        try:
-            self._loop.run_forever()
-        finally:
-            self._loop.close()
-
-    def _submit(self, coroutine: Any) -> concurrent.futures.Future:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+            log.error("The broker lifecycle manager did not close its tasks and controller "
+                      "connection within %.0f s; stopping its queue regardless",
+                      STOP_TIMEOUT_S)
+        await self._queue.stop()  # at once: its loop has nothing left to run
 
     def _rpc(self) -> RpcClient:
         if self._client is None:  # made on the lifecycle loop, whose connection it is

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from minibroker import environment
 from minibroker.rpc_auth import (
     AUTHENTICATE,
     CLIENT,
@@ -87,8 +88,8 @@ class RpcServer:
                        "refused_requests": 0}
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._serve, host, port,
-                                                  limit=self._limits.max_request_bytes)
+        self._server = await environment.current().start_server(
+            self._serve, host, port, limit=self._limits.max_request_bytes)
 
     @property
     def port(self) -> int:
@@ -302,8 +303,8 @@ class RpcClient:
             raise RpcError(f"the client of {self.host}:{self.port} is closed")
 
     async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        reader, writer = await asyncio.open_connection(self.host, self.port,
-                                                       limit=MAX_RESPONSE_LINE)
+        reader, writer = await environment.current().open_connection(
+            self.host, self.port, limit=MAX_RESPONSE_LINE)
         try:
             await self._authenticate(reader, writer)
         except BaseException:

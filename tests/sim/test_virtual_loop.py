@@ -18,11 +18,10 @@ LATENCY = 0.001
 
 
 def run(main: Callable[[VirtualTimeLoop], Awaitable[Any]]) -> Any:
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(main(loop))
-    finally:
-        loop.close()
+    """``main(loop)`` on a fresh virtual loop; as ``asyncio.run``, the tasks left are
+    cancelled and ended before the loop closes."""
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        return runner.run(main(runner.get_loop()))
 
 
 def test_an_hour_of_sleep_passes_at_once_and_exactly():
@@ -167,3 +166,50 @@ def test_a_dead_host_resets_its_connections_and_a_close_ends_the_stream():
         return closed
 
     assert run(main) == b""
+
+
+def test_the_broker_s_own_rpc_runs_on_the_virtual_network():
+    """minibroker.rpc unchanged (the controller channel with its handshake) between two
+    simulated hosts: a call, a partition the client's timeout sees, the call after it heals."""
+    from minibroker.environment import entered
+    from minibroker.rpc import RpcClient, RpcError, RpcLimits, RpcServer
+
+    secret = b"s" * 32
+
+    async def echo_params(params: dict) -> dict:
+        return {"echo": params, "at": asyncio.get_running_loop().time()}
+
+    async def controller(net: VirtualNetwork, started: asyncio.Future) -> None:
+        server = RpcServer({"echo": echo_params}, secret=secret, limits=RpcLimits(
+            max_connections=4, max_in_flight_per_connection=4, max_request_bytes=1 << 16))
+        await server.start("0.0.0.0", 9093)
+        started.set_result(server.port)
+
+    async def broker(net: VirtualNetwork, port: int) -> list:
+        client = RpcClient("controller", port, secret=secret)
+        seen = [await client.call("echo", {"n": 1})]
+        net.block("controller", "broker-1")
+        with pytest.raises(RpcError, match="timed out"):
+            await client.call("echo", {"n": 2}, timeout=3.0)
+        seen.append(asyncio.get_running_loop().time())
+        net.heal("controller", "broker-1")
+        seen.append(await client.call("echo", {"n": 3}))
+        await client.aclose()
+        return seen
+
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        started = loop.create_future()
+        with entered(net.environment("controller", wall_clock=loop.time)):
+            loop.create_task(controller(net, started))
+        port = await started
+        with entered(net.environment("broker-1", wall_clock=loop.time)):
+            task = loop.create_task(broker(net, port))
+        return port, await task
+
+    port, (first, timed_out_at, after) = run(main)
+    assert port == 9093
+    assert first["echo"] == {"n": 1} and after["echo"] == {"n": 3}
+    # Connect (2 latencies), the handshake (challenge, response, verdict), then the call.
+    assert first["at"] == pytest.approx(6 * LATENCY)
+    assert timed_out_at == pytest.approx(7 * LATENCY + 3.0)  # the answer's way back, + 3 s

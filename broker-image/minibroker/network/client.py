@@ -15,6 +15,7 @@ from typing import Any
 
 from kio.static.protocol import RequestPayload
 
+from minibroker import environment
 from minibroker.network.codec import (
     DEFAULT_MAX_REQUEST_SIZE,
     ApiKey,
@@ -73,7 +74,7 @@ class KafkaConnection:
         address = f"{host}:{port}"
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await environment.current().open_connection(host, port)
         except TimeoutError:
             raise KafkaRequestTimeout(f"connecting to {address} took over {timeout:g} s") from None
         except OSError as exc:

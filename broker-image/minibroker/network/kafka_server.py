@@ -25,6 +25,7 @@ from typing import Protocol
 
 from kio.static.protocol import ResponsePayload
 
+from minibroker import environment
 from minibroker.cluster.types import DEFAULT_LISTENER
 from minibroker.network.codec import (
     KafkaProtocolError,
@@ -84,7 +85,8 @@ class KafkaServer:
 
     async def start(self, host: str, port: int) -> None:
         """Listen on ``host:port`` (port 0 picks a free one; see ``port``)."""
-        self._server = await asyncio.start_server(self._serve_connection, host, port)
+        self._server = await environment.current().start_server(
+            self._serve_connection, host, port)
 
     @property
     def port(self) -> int:

@@ -5,8 +5,8 @@ metadata image is answered here, without asking the core; fetch sessions, in
 
 from __future__ import annotations
 
+import asyncio
 import struct
-import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Protocol
@@ -183,7 +183,7 @@ class ReplicaApis:
             getattr(body, "session_id", INVALID_SESSION_ID),
             getattr(body, "session_epoch", FINAL_EPOCH),
             _requested_partitions(body.topics, by_id), _forgotten(body, by_id),
-            privileged=replica_id >= 0, now_ms=time.monotonic() * 1000)
+            privileged=replica_id >= 0, now_ms=_now_ms())
         if context.error != ErrorCode.none:
             return _session_error(m, context.error)
         image = self._broker.metadata_image()
@@ -224,8 +224,7 @@ class ReplicaApis:
             done = await completion(lambda complete: self._broker.fetch_messages(fetch, complete))
             for tp, result in done.items():
                 results[keys[tp.topic], tp.partition] = result
-        session_id, answered = context.respond(self._sessions, results,
-                                               time.monotonic() * 1000)
+        session_id, answered = context.respond(self._sessions, results, _now_ms())
         by_topic: dict[Any, list[Any]] = {}
         for (key, index), result in answered.items():
             by_topic.setdefault(key, []).append(_fetch_partition(m, index, result))
@@ -378,3 +377,9 @@ def _fetch_partition(m: ModuleType, index: int, result: FetchResult) -> Any:
         preferred_read_replica=NO_NODE,
         records=result.records,
     )
+
+
+def _now_ms() -> float:
+    """The monotonic clock of the fetch sessions' ages (KIP-227's eviction): the loop's,
+    which is ``time.monotonic`` in a broker process and the virtual clock in simulation."""
+    return asyncio.get_running_loop().time() * 1000

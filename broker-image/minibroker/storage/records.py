@@ -9,12 +9,13 @@ Decoding individual records (``decode_records``) exists for tests and debugging 
 from __future__ import annotations
 
 import struct
-import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
+
+from minibroker import environment
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -248,7 +249,8 @@ def build_batch(
         raise ValueError("build_batch: a record batch needs at least one record")
     if keys is not None and len(keys) != len(values):
         raise ValueError(f"build_batch: {len(keys)} keys for {len(values)} values")
-    timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    timestamp = int(environment.current().wall_clock() * 1000) if timestamp_ms is None \
+        else timestamp_ms
     body = bytearray()
     for delta, value in enumerate(values):
         record = bytearray(b"\x00")  # attributes

@@ -24,9 +24,26 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from minibroker.environment import Environment
+from minibroker.event_queue import LoopEventQueue
+
 Address = tuple[str, int]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None] | None]
 STREAM_LIMIT = 2 ** 16  # asyncio's default StreamReader limit
+
+
+@dataclass(frozen=True)
+class VirtualSocket:
+    """What code asks of a socket (``getsockname``, ``setsockopt``: TCP_NODELAY) of an
+    address that has none."""
+
+    address: Address
+
+    def getsockname(self) -> Address:
+        return self.address
+
+    def setsockopt(self, *_option: object) -> None:
+        """Nothing to set: the in-memory link has no Nagle."""
 
 
 @dataclass
@@ -56,7 +73,8 @@ class VirtualTransport(asyncio.Transport):
     # -- asyncio.Transport ------------------------------------------------------------------
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": self._remote, "sockname": self._local}.get(name, default)
+        return {"peername": self._remote, "sockname": self._local,
+                "socket": VirtualSocket(self._local)}.get(name, default)
 
     def is_closing(self) -> bool:
         return self._closing
@@ -147,6 +165,10 @@ class VirtualServer:
         self.address = address
         self._closed = asyncio.Event()
 
+    @property
+    def sockets(self) -> list[VirtualSocket]:
+        return [VirtualSocket(self.address)]
+
     def close(self) -> None:
         """Stop accepting; connections already made stay, as with a real listener."""
         self._network.unlisten(self.address, self)
@@ -169,7 +191,7 @@ class VirtualNetwork:
     def __init__(self, loop: asyncio.AbstractEventLoop, latency_s: float = 0.001) -> None:
         self.loop = loop
         self.latency_s = latency_s
-        self._listeners: dict[Address, tuple[VirtualServer, Handler]] = {}
+        self._listeners: dict[Address, tuple[VirtualServer, Handler, int]] = {}
         self._links: dict[tuple[str, str], _Link] = {}
         # Per host, in the order made (a dict, not a set: resets run in a fixed order).
         self._transports: dict[str, dict[VirtualTransport, None]] = {}
@@ -193,18 +215,36 @@ class VirtualNetwork:
         reaches them), and its listeners are gone."""
         for transport in list(self._transports.get(host, {})):
             transport.abort()
-        for address, (server, _) in list(self._listeners.items()):
+        for address, (server, _, _) in list(self._listeners.items()):
             if address[0] == host:
                 server.close()
 
     # -- sockets ----------------------------------------------------------------------------
 
-    async def start_server(self, handler: Handler, host: str, port: int) -> VirtualServer:
-        address = (host, port)
+    def environment(self, host: str, wall_clock: Callable[[], float]) -> Environment:
+        """The network and wall clock of the node on ``host``, for
+        ``minibroker.environment.entered``, with its components' event queues on the
+        node's loop (``LoopEventQueue``). The node listens on its own host whatever
+        address it names (its config's 0.0.0.0 or 127.0.0.1), and connects from it."""
+        async def start_server(handler: Handler, _host: str | None, port: int,
+                               **options: Any) -> VirtualServer:
+            return await self.start_server(handler, host, port, **options)
+
+        async def open_connection(to_host: str, port: int, **options: Any
+                                  ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            return await self.open_connection(to_host, port, local_host=host, **options)
+
+        return Environment(start_server=start_server, open_connection=open_connection,
+                           wall_clock=wall_clock, event_queue=LoopEventQueue)
+
+    async def start_server(self, handler: Handler, host: str, port: int, *,
+                           limit: int = STREAM_LIMIT) -> VirtualServer:
+        """Listen on ``host:port`` (port 0: a free one, as the kernel picks)."""
+        address = (host, port or self._ephemeral_port(host))
         if address in self._listeners:
             raise OSError(98, f"[Errno 98] address already in use: {host}:{port}")
         server = VirtualServer(self, address)
-        self._listeners[address] = (server, handler)
+        self._listeners[address] = (server, handler, limit)
         return server
 
     async def open_connection(self, host: str, port: int, *, local_host: str,
@@ -219,10 +259,10 @@ class VirtualNetwork:
         listener = self._listeners.get((host, port))
         if listener is None:
             raise ConnectionRefusedError(111, f"Connect call failed ('{host}', {port})")
-        _, handler = listener
+        _, handler, server_limit = listener
         local = (local_host, self._ephemeral_port(local_host))
         client, client_protocol, reader = self._end(local, (host, port), limit)
-        accepted, accepted_protocol, _ = self._end((host, port), local, limit, handler)
+        accepted, accepted_protocol, _ = self._end((host, port), local, server_limit, handler)
         client.peer, accepted.peer = accepted, client
         accepted_protocol.connection_made(accepted)  # starts the server's handler
         client_protocol.connection_made(client)
