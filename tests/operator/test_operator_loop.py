@@ -415,7 +415,10 @@ async def test_a_failed_runner_job_is_healed_and_ends_failed_with_its_condition_
     assert warning == [("Warning", "RunnerFailed",
                         "Failed: the runner Job failed: Job has reached the specified "
                         "backoff limit")]
-    # Each phase change is an Event: it went through Healing before it failed.
-    assert [(kind, message.split(":")[0]) for kind, _, message in
-            experiment_events(emulator, "e4")] == [
+    # Each phase change is an Event: it went through Healing before it failed. A handler
+    # kopf retries (a status patch that timed out on a loaded machine) posts its Event
+    # again, as Kubernetes' event recorders do (at least once): one phase, one entry.
+    phases = [(kind, message.split(":")[0]) for kind, _, message in
+              experiment_events(emulator, "e4")]
+    assert [phase for i, phase in enumerate(phases) if i == 0 or phases[i - 1] != phase] == [
         ("Normal", "Running"), ("Normal", "Healing"), ("Warning", "Failed")]

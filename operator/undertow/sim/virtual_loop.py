@@ -23,13 +23,33 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-from collections.abc import Callable
-from typing import Any
+import enum
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from minibroker import environment
+from minibroker.environment import Environment
+
+T = TypeVar("T")
 
 
 class SimulationStalled(RuntimeError):
     """Every task waits, and on nothing that can come: no callback is ready and no timer
     is set. A real loop would block for ever here; a simulation says so instead."""
+
+
+class NodeState(enum.Enum):
+    RUNNING = "running"
+    PAUSED = "paused"  # SIGSTOP: its callbacks wait, in order, for SIGCONT
+    DEAD = "dead"  # SIGKILL: its callbacks never run again
+
+
+@dataclass
+class _Node:
+    state: NodeState = NodeState.RUNNING
+    held: list[tuple[Callable[..., Any], tuple[Any, ...], contextvars.Context]] = field(
+        default_factory=list)
 
 
 class _VirtualSelector:
@@ -53,11 +73,22 @@ class _VirtualSelector:
 
 
 class VirtualTimeLoop(asyncio.BaseEventLoop):
-    """An event loop on a virtual clock, in seconds from ``start``."""
+    """An event loop on a virtual clock, in seconds from ``start``, and the process of each
+    simulated node on it.
+
+    A node is the ``minibroker.environment`` its code runs in: every callback the loop runs
+    (a task's step, a timer, a future's done callback) runs in the context it was scheduled
+    from, which carries the environment of the node that scheduled it. So pausing a node
+    holds its callbacks until it resumes (they then run in their order, late, as a
+    SIGSTOPped process's timers fire after SIGCONT), and killing it drops them: its tasks
+    stop where they stand, running no ``finally``, as a killed process runs none."""
 
     def __init__(self, start: float = 0.0) -> None:
         super().__init__()
+        self._nodes: dict[int, _Node] = {}  # by id() of the node's Environment
+        self._node_environments: list[Environment] = []  # their ids stay theirs
         self._now = float(start)
+        self.set_task_factory(_task_factory)
         self._selector = _VirtualSelector(self)
         # Timers due within this of the clock run in the same iteration (asyncio's default is
         # the real clock's resolution); far below a millisecond, and above float rounding.
@@ -69,6 +100,65 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
     def advance_to(self, when: float) -> None:
         """Move the clock forward to ``when``; it never goes back."""
         self._now = max(self._now, when)
+
+    # -- the nodes' processes ----------------------------------------------------------------
+
+    def add_node(self, node: Environment) -> None:
+        """Run the callbacks scheduled in ``node``'s environment under its process state."""
+        self._node_environments.append(node)
+        self._nodes[id(node)] = _Node()
+
+    def pause(self, node: Environment) -> None:
+        state = self._nodes[id(node)]
+        if state.state is NodeState.RUNNING:
+            state.state = NodeState.PAUSED
+
+    def resume(self, node: Environment) -> None:
+        """SIGCONT: what the node's code was due to run while paused runs now, in order."""
+        state = self._nodes[id(node)]
+        if state.state is not NodeState.PAUSED:
+            return
+        state.state = NodeState.RUNNING
+        held, state.held = state.held, []
+        for callback, args, context in held:
+            super()._call_soon(self._gated, (callback, *args), context)
+
+    def kill(self, node: Environment) -> None:
+        """SIGKILL: the node's callbacks, held or to come, never run."""
+        state = self._nodes[id(node)]
+        state.state = NodeState.DEAD
+        state.held.clear()
+
+    def wind_down(self, bound_s: float = 60.0) -> None:
+        """After the run: every task left (a killed node's too) is cancelled and given
+        ``bound_s`` of virtual time to end, so that none runs its ``finally`` later, when
+        it is garbage-collected on a closed loop. What the run found is already known."""
+        for node in self._nodes.values():
+            node.state, node.held = NodeState.RUNNING, []
+        left = [task for task in asyncio.all_tasks(self) if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            self.run_until_complete(asyncio.wait(left, timeout=bound_s))
+
+    def _call_soon(self, callback: Callable[..., Any], args: Any,
+                   context: contextvars.Context | None) -> asyncio.Handle:
+        return super()._call_soon(self._gated, (callback, *args), context)
+
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        return super().call_at(when, self._gated, callback, *args, context=context)
+
+    def _gated(self, callback: Callable[..., Any], *args: Any) -> None:
+        """Run ``callback`` unless its node is paused (held) or dead (dropped); it runs in
+        the context it was scheduled from, so ``environment.current()`` is its node's."""
+        node = self._nodes.get(id(environment.current()))
+        if node is None or node.state is NodeState.RUNNING:
+            callback(*args)
+        elif node.state is NodeState.PAUSED:
+            node.held.append((callback, args, contextvars.copy_context()))
+
+    # -- asyncio's hooks -----------------------------------------------------------------
 
     def _process_events(self, event_list: list[Any]) -> None:
         """No real events: the in-memory network schedules its deliveries as callbacks."""
@@ -93,3 +183,24 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         except Exception as error:  # the caller awaits it, as it would from a thread
             future.set_exception(error)
         return future
+
+
+def run_simulation(main: Coroutine[Any, Any, T], start: float = 0.0) -> T:
+    """Run ``main`` on a new virtual loop, wind its nodes down and close it."""
+    loop = VirtualTimeLoop(start)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            loop.wind_down()
+        finally:
+            loop.close()
+
+
+def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any,
+                  context: contextvars.Context | None = None) -> asyncio.Task[Any]:
+    """asyncio's task, which does not warn when garbage-collected pending: a killed node's
+    tasks stay pending for ever, as a killed process's work stays undone."""
+    task = asyncio.Task(coro, loop=loop, context=context)
+    task._log_destroy_pending = False  # asyncio's own switch for this warning
+    return task

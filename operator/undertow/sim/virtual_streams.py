@@ -20,6 +20,7 @@ What TCP does that faults rely on:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,7 +98,8 @@ class VirtualTransport(asyncio.Transport):
             return
         self._closing = True
         self._send(lambda peer: peer._arrive(peer._eof))
-        self._network.loop.call_soon(self._connection_lost, None)
+        if not self._network.loop.is_closed():
+            self._network.loop.call_soon(self._connection_lost, None)
 
     def abort(self) -> None:
         """RST: the peer's stream fails with ConnectionResetError, unread bytes or not."""
@@ -130,7 +132,9 @@ class VirtualTransport(asyncio.Transport):
 
     def _send(self, deliver: Callable[[VirtualTransport], None]) -> None:
         peer = self.peer
-        if peer is None:
+        # After the run (the loop closed), a node's coroutines are closed as they are
+        # garbage-collected, and their finally blocks close their connections: nothing moves.
+        if peer is None or self._network.loop.is_closed():
             return
         self._network.deliver(self._local[0], self._remote[0],
                               lambda: deliver(peer) if not peer._lost else None, self)
@@ -288,7 +292,9 @@ class VirtualNetwork:
             return
         arrival = max(self.loop.time() + self.latency_s, sender._last_arrival)
         sender._last_arrival = arrival
-        self.loop.call_at(arrival, deliver)
+        # In no node's context: bytes on the wire arrive whatever their sender does meanwhile
+        # (paused, killed); the receiver's code that they wake runs in its own.
+        self.loop.call_at(arrival, deliver, context=contextvars.Context())
 
     async def _crossed(self, src: str, dst: str) -> None:
         """One packet from ``src`` to ``dst``: a latency, after the link heals."""
