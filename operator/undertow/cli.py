@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -315,6 +317,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Ctrl-C (and kill -INT) stops every command whatever the parent left: a shell starts a
+    # script's background jobs with SIGINT ignored, Python then raises no KeyboardInterrupt,
+    # and a run would go on with its faults injected instead of healing them and stopping.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     handler = logging.StreamHandler()
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     handler.setFormatter(OneLineLogs(

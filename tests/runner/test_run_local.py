@@ -120,7 +120,10 @@ def test_an_interrupted_run_heals_and_leaves_nothing_behind(tmp_path: Path, sig)
       at: 1s
       duration: 50s""")
     out = tmp_path / "out"
-    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis")
+    # Started with SIGINT ignored, as a shell starts a script's background job (and as a
+    # pytest-xdist worker may leave it): SIGINT must stop the run all the same.
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis",
+                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     faults = out / "history" / "faults.jsonl"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
