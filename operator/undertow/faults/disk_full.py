@@ -14,13 +14,11 @@ from __future__ import annotations
 import contextlib
 
 from undertow.faults.base import Fault, fault_unit
-from undertow.platform.base import Platform, wait_for
+from undertow.platform.base import Platform
 from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
 
 FAILPOINT = "disk-full"
-HALT_TIMEOUT_S = 10.0
-"""How long a broker with a failed log directory may take to halt (it waits 0.1 s)."""
 
 
 @fault_unit
@@ -48,10 +46,4 @@ class DiskFull(Fault):
     def clear(cls, platform: Platform, node: str) -> None:
         with contextlib.suppress(EndpointUnreachable):  # halted, or halting right now
             platform.clear_failpoint(node, FAILPOINT)
-            # A broker whose log directory failed halts a moment later whatever the disk
-            # does now (LogManager.handleLogDirFailure): wait for it to exit, so that the
-            # release below restarts it instead of finding it still running.
-            if platform.state(node).get("log_dir_offline"):
-                wait_for(lambda: not platform.is_running(node), HALT_TIMEOUT_S,
-                         f"{node} to halt on its failed log directory")
         platform.release(node)

@@ -55,6 +55,9 @@ FAILPOINT_TOKEN_ENV = "MINIBROKER_FAILPOINT_TOKEN"
 CONTROLLER_SECRET_FILE = "controller.secret"
 _NETNS_PORTS = {"broker": 9092, "controller": 9093, "metrics": 9100}
 
+HALT_TIMEOUT_S = 10.0
+"""How long a broker with a failed log directory may take to halt (it waits 0.1 s)."""
+
 
 def default_command() -> tuple[str, ...]:
     """The ``minibroker`` console script of this environment."""
@@ -363,10 +366,23 @@ class LocalPlatform(Platform):
             if self._state not in ("starting", "running"):
                 raise PlatformError(f"cannot restart {node}: the platform is {self._state}")
             process = self._process(node)
+            if process.running and self._halting(node):
+                # Its log directory failed (disk-full): it halts a moment later whatever
+                # is freed now (LogManager.handleLogDirFailure), so it is restarted after.
+                wait_for(lambda: not process.running, HALT_TIMEOUT_S,
+                         f"{node} to halt on its failed log directory")
             if process.running:
                 return
             process.kill()  # reap whatever exited on its own
             process.start()
+
+    def _halting(self, node: str) -> bool:
+        """The broker reports a failed log directory: it is about to halt."""
+        try:
+            return bool(AdminClient(self.admin_url(node), timeout_s=1.0).state().get(
+                "log_dir_offline"))
+        except EndpointError:  # gone already, or not answering: nothing to wait for
+            return False
 
     def await_serving(self, node: str) -> None:
         process, url = self._process(node), self.admin_url(node)
