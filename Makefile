@@ -16,11 +16,13 @@ install: $(STAMP)
 
 # Three pytest-xdist workers on any machine: the suite waits on brokers, clients and Spark
 # as much as it computes, and three kept two cores busier than two (911 s against 1,109 s,
-# 2026-11-28); a test file stays on one worker (module fixtures, its Spark session).
+# 2026-11-28); a test file stays on one worker (module fixtures, its Spark session). Files are
+# handed out in the suite's order, the long ones first (tests/conftest.py), not reordered by
+# their number of tests: pytest-xdist's default handed the two-test demo file out last.
 PYTEST_WORKERS ?= 3
 
 test: lint
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # ruff, then vulture for dead code (paths and the names it must not report: pyproject.toml).
 lint: $(STAMP)

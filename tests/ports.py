@@ -1,8 +1,12 @@
-"""Loopback ports for tests that start servers: one free port, or whether a set is free."""
+"""Loopback ports for tests that start servers: one free port, whether a set is free, a
+base port for a whole cluster."""
 
 from __future__ import annotations
 
+import random
 import socket
+
+from undertow.platform.ports import port_range
 
 
 def free_port() -> int:
@@ -21,3 +25,17 @@ def ports_free(ports: list[int]) -> bool:
             except OSError:
                 return False
     return True
+
+
+def free_base_port(nodes: int, metrics_offset: int = 100) -> int:
+    """A base port for `minibroker cluster --base-port`: BASE..BASE+nodes-1 (controller,
+    brokers) and BASE+metrics_offset.. (their metrics ports) all free, drawn from this
+    worker's slice of the ports (``UNDERTOW_PORT_RANGE``, tests/conftest.py) so that two
+    pytest-xdist workers never draw the same, nor a port the kernel hands out to clients."""
+    low, high = port_range()
+    for _ in range(100):
+        base = random.randrange(low, high - metrics_offset - nodes)
+        if ports_free([base + i for i in range(nodes)]
+                      + [base + metrics_offset + i for i in range(nodes)]):
+            return base
+    raise RuntimeError(f"no free port range of {nodes} nodes in {low}-{high}")

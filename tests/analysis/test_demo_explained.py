@@ -8,31 +8,64 @@ list the truncations the kills caused and show that none cut an acknowledged rec
 
 Neither test takes the job's word for the loss: each recounts, in plain Python from the
 history, the acknowledged values the drain never read, and requires the report's count.
+
+The acks=1 run also holds the analysis started with the run (the default): its report and
+summary are those `undertow analyze` gives for the same history, it waited for the history
+instead of warming up while the workload ran, and neither it nor its JVM outlived the run.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from PIL import Image
+from procs import analysis_processes
+
+from undertow.runner.analysis_process import PRESTART_ENV
+from undertow.spec import load_experiment
 
 pytestmark = pytest.mark.long  # run first (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(name: str, out: Path) -> dict:
+@dataclass(frozen=True)
+class DemoRun:
+    out: Path
+    stdout: str
+    mark: str
+    """UNDERTOW_TEST_MARK of the run's processes (tests/procs.py)."""
+
+    @property
+    def report(self) -> dict:
+        return json.loads((self.out / "report.json").read_text())
+
+
+def run(name: str, out: Path) -> DemoRun:
+    """`undertow run` of the experiment, as `make demo` runs it, its analysis started with it."""
+    mark = f"demo-{os.getpid()}-{time.monotonic_ns()}"
     done = subprocess.run(
         [sys.executable, "-m", "undertow", "run", str(REPO / "experiments" / f"{name}.yaml"),
          "--out", str(out), "--seed", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=400, start_new_session=True)
+        cwd=REPO, capture_output=True, text=True, timeout=400, start_new_session=True,
+        env={**os.environ, "UNDERTOW_TEST_MARK": mark, PRESTART_ENV: "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + broker_logs(out)
-    return json.loads((out / "report.json").read_text())
+    return DemoRun(out, done.stdout, mark)
+
+
+@pytest.fixture(scope="module")
+def acks1(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """One run of acks1-leader-kill for the tests of this file that read it."""
+    return run("acks1-leader-kill", tmp_path_factory.mktemp("acks1") / "out")
 
 
 def report_summary(out: Path) -> str:
@@ -78,10 +111,11 @@ def broker_logs(out: Path, lines: int = 40) -> str:
 
 
 @pytest.mark.slow
-def test_acks1_leader_kill_every_lost_record_is_explained_by_acks1(tmp_path: Path) -> None:
-    report = run("acks1-leader-kill", tmp_path / "out")
+def test_acks1_leader_kill_every_lost_record_is_explained_by_acks1(acks1: DemoRun,
+                                                                   tmp_path: Path) -> None:
+    report = acks1.report
     assert report["verdict"] == "loss"
-    assert report["counts"]["lost"] == recount_lost(tmp_path / "out") > 0
+    assert report["counts"]["lost"] == recount_lost(acks1.out) > 0
     explained = report["explained"]
     assert explained["events"] and explained["unexplained"] == 0
     incidents = explained["incidents"]
@@ -109,13 +143,50 @@ def test_acks1_leader_kill_every_lost_record_is_explained_by_acks1(tmp_path: Pat
     if CHROMIUM is None:
         pytest.skip("no headless Chromium to lay the page out (apt-get install "
                     "chromium-headless-shell)")
-    assert page_height(tmp_path / "out" / "report.html", tmp_path) < MAX_PAGE_PX
+    assert page_height(acks1.out / "report.html", tmp_path) < MAX_PAGE_PX
+
+
+@pytest.mark.slow
+def test_the_prestarted_analysis_reports_what_undertow_analyze_does(acks1: DemoRun,
+                                                                    tmp_path: Path) -> None:
+    out, stdout = acks1.out, acks1.stdout
+    assert analysis_processes(acks1.mark) == [], "the analysis or its JVM outlived the run"
+    log = (out / "analysis.log").read_text()
+    assert "warmed up in" in log and "history closed after" in log, log
+    # The workload waited for the warm-up: the analysis then waited for the history at
+    # least as long as the workload ran, instead of warming up while it ran.
+    waited = float(re.search(r"history closed after ([\d.]+) s of waiting", log)[1])
+    workload = load_experiment(REPO / "experiments" / "acks1-leader-kill.yaml")
+    assert waited >= workload.experiment.spec.workload.duration, log
+
+    again = tmp_path / "again"
+    standalone = subprocess.run(
+        [sys.executable, "-m", "undertow", "analyze", str(out / "history"), "--out", str(again)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, start_new_session=True)
+    assert standalone.returncode == 0, standalone.stdout + standalone.stderr
+    expected = json.loads((again / "report.json").read_text().replace(str(again), str(out)))
+    assert acks1.report == expected
+    # The runner prints the summary run_analysis printed in `undertow analyze`, then its line.
+    summary = standalone.stdout.replace(str(again), str(out))
+    assert summary.strip() and summary in stdout
+    assert stdout.endswith(f"\nVerdict: loss (expected loss: as expected). "
+                           f"Report: {out / 'report.html'}\n")
+    # Under the summary, where the time after the workload went, down to the verdict; the
+    # analysis said how long its job took, and ended at once after it.
+    timings = json.loads((out / "timings.json").read_text())
+    assert list(timings["phases"]) == ["healing", "last sends", "recovery", "drain", "history",
+                                       "analysis"]
+    line = re.search(r"\ntime after the workload: healing [^\n]* = ([\d.]+) s \(cluster stop "
+                     r"[\d.]+ s, during the analysis\)\n", stdout)
+    assert line and stdout.index(summary) < line.start(), stdout
+    assert float(line[1]) == round(timings["total"], 1)
+    assert re.search(r"analysed in [\d.]+ s; exiting", log), log
 
 
 @pytest.mark.slow
 def test_acksall_leader_kill_lists_truncations_that_cut_nothing_acknowledged(
         tmp_path: Path) -> None:
-    report = run("acksall-leader-kill", tmp_path / "out")
+    report = run("acksall-leader-kill", tmp_path / "out").report
     assert report["verdict"] == "clean"
     assert report["counts"]["lost"] == recount_lost(tmp_path / "out") == 0
     explained = report["explained"]

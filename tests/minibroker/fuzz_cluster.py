@@ -33,7 +33,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v1 import request as metadata_v1
 from kio.schema.metadata.v12 import request as metadata_v12
-from ports import ports_free
+from ports import free_base_port
 from schema_fuzz import Pools
 
 from minibroker.network.codec import ApiKey, decode_response, encode_request, response_schema
@@ -95,21 +95,11 @@ class Cluster:
         return found
 
 
-def _free_base_port(brokers: int) -> int:
-    for _ in range(100):
-        base = random.randrange(20000, 55000)
-        ports = [base + i for i in range(brokers + 1)] + [base + 100 + i
-                                                          for i in range(brokers + 1)]
-        if ports_free(ports):
-            return base
-    raise RuntimeError("no free port range for the cluster")
-
-
 @contextlib.contextmanager
 def running_cluster(workdir: Path, brokers: int, config: tuple[str, ...] = ()
                     ) -> Iterator[Cluster]:
     """A cluster in its own process group, each broker unfenced, stopped on exit."""
-    base = _free_base_port(brokers)
+    base = free_base_port(brokers + 1)
     log = workdir / "cluster.log"
     overrides = [arg for pair in (f"offsets.topic.replication.factor={min(brokers, 3)}",
                                   "offsets.topic.num.partitions=3", *config)

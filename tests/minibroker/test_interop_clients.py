@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import shutil
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as metadata_req
-from ports import ports_free
+from ports import free_base_port
 from processes import stop_group
 
 from minibroker.network.client import KafkaClientError, KafkaConnection
@@ -58,16 +57,6 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.base_port + i}" for i in range(1, BROKERS + 1))
-
-
-def _free_base_port() -> int:
-    """The cluster takes BASE..BASE+3 (controller, brokers) and BASE+100..BASE+103 (metrics)."""
-    for _ in range(50):
-        base = random.randrange(20000, 60000)
-        if ports_free([base + i for i in range(BROKERS + 1)]
-                       + [base + 100 + i for i in range(BROKERS + 1)]):
-            return base
-    raise RuntimeError("no free port range for the cluster")
 
 
 def _minibroker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -96,7 +85,7 @@ def running_cluster(workdir: Path, *config: str
                     ) -> Iterator[tuple[Cluster, subprocess.Popen[bytes]]]:
     """``minibroker cluster`` (with ``--config`` pairs) in its own process group, torn down
     with it."""
-    cluster = Cluster(_free_base_port(), workdir / "cluster.log")
+    cluster = Cluster(free_base_port(BROKERS + 1), workdir / "cluster.log")
     with cluster.log.open("w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "minibroker", "cluster", "--brokers", str(BROKERS),

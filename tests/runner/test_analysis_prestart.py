@@ -1,13 +1,13 @@
 """`undertow run` with its analysis started with the run (real brokers, real Spark): the
-report is the one `undertow analyze` writes for the same history, the summary the one it
-prints; the analysis process and its JVM never outlive the run, whether it ends, is
-interrupted or is killed; --no-analysis starts none."""
+analysis process and its JVM never outlive the run, whether it is interrupted or killed;
+--no-analysis starts none; the analysis waits as long as the run may last. (That a finished
+run's report and summary are those `undertow analyze` gives for its history is held on the
+acks=1 demo's run: tests/analysis/test_demo_explained.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import living_with_mark
+from procs import analysis_processes, living_with_mark
 from small_experiment import small_experiment
 
 from undertow.runner.analysis_process import (
@@ -26,8 +26,6 @@ from undertow.runner.analysis_process import (
 )
 from undertow.runner.run import max_run_duration_s
 from undertow.spec import LoadedExperiment, load_experiment
-
-pytestmark = pytest.mark.long  # run first (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,19 +43,6 @@ def start_run(tmp_path: Path, duration: str, *extra: str) -> tuple[subprocess.Po
     return proc, out, mark
 
 
-def analysis_processes(mark: str) -> list[int]:
-    """The marked analysis processes: `python -m undertow_analysis` and its JVM."""
-    found = []
-    for pid, _state in living_with_mark(mark):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"undertow_analysis" in cmdline or b"java" in cmdline:
-            found.append(pid)
-    return found
-
-
 def wait_until(condition, timeout: float, what: str) -> float:
     """Seconds until `condition()` held; fails the test after `timeout`."""
     started = time.monotonic()
@@ -66,45 +51,6 @@ def wait_until(condition, timeout: float, what: str) -> float:
             pytest.fail(f"not within {timeout:g} s: {what}")
         time.sleep(0.1)
     return time.monotonic() - started
-
-
-def test_the_prestarted_analysis_reports_what_undertow_analyze_does(tmp_path: Path) -> None:
-    proc, out, mark = start_run(tmp_path, "6s")
-    stdout, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stdout + stderr
-    assert analysis_processes(mark) == [], "the analysis or its JVM outlived the run"
-    log = (out / "analysis.log").read_text()
-    assert "warmed up in" in log and "history closed after" in log, log
-    # The workload waited for the warm-up: the analysis then waited for the history at
-    # least as long as the workload ran (6 s), instead of warming up while it ran.
-    waited = float(re.search(r"history closed after ([\d.]+) s of waiting", log)[1])
-    assert waited >= 6.0, log
-
-    again = tmp_path / "again"
-    standalone = subprocess.run(
-        [sys.executable, "-m", "undertow", "analyze", str(out / "history"), "--out", str(again)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, start_new_session=True)
-    assert standalone.returncode == 0, standalone.stdout + standalone.stderr
-    report = json.loads((out / "report.json").read_text())
-    expected = json.loads((again / "report.json").read_text().replace(str(again), str(out)))
-    assert report == expected
-    assert report["verdict"] == "clean" and report["counts"]["acked"] > 300
-    # The runner prints the summary run_analysis printed in `undertow analyze`, then its line.
-    summary = standalone.stdout.replace(str(again), str(out))
-    assert summary.strip() and summary in stdout
-    assert stdout.endswith(f"\nVerdict: clean (expected clean: as expected). "
-                           f"Report: {out / 'report.html'}\n")
-    # Under the summary, where the time after the workload went, down to the verdict; the
-    # analysis said how long its job took, and ended at once after it.
-    timings = json.loads((out / "timings.json").read_text())
-    assert list(timings["phases"]) == ["healing", "last sends", "recovery", "drain", "history",
-                                       "analysis"]
-    line = re.search(r"\ntime after the workload: healing [^\n]* = ([\d.]+) s \(cluster stop "
-                     r"[\d.]+ s, during the analysis\)\n", stdout)
-    assert line and stdout.index(summary) < line.start(), stdout
-    assert float(line[1]) == round(timings["total"], 1)
-    log = (out / "analysis.log").read_text()
-    assert re.search(r"analysed in [\d.]+ s; exiting", log), log
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])

@@ -25,7 +25,10 @@ from undertow.platform.local import LocalPlatform, LocalPlatformConfig
 
 pytestmark = needs_local_minibroker()
 
-FAST = {"broker.session.timeout.ms": "1500", "broker.heartbeat.interval.ms": "200"}
+# Heartbeats every 200 ms unfence the brokers soon after they start. Kafka's own session
+# timeout (9 s): what these tests hold is the cap, and a 1.5 s session fenced both brokers
+# while three test workers, the flood and the controller shared two cores.
+CLUSTER_CONFIG = {"broker.session.timeout.ms": "9000", "broker.heartbeat.interval.ms": "200"}
 FLOOD = 20_000
 CAP = 128  # listener.name.controller.max.in.flight.requests.per.connection's default
 MAX_WAIT_S = 2.0  # controller.metadata.max.wait.ms's default: a poll's longest wait
@@ -35,7 +38,8 @@ RSS_GROWTH_MAX_KIB = 24 << 10
 @pytest.fixture(scope="module")
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
     config = LocalPlatformConfig(workdir=tmp_path_factory.mktemp("auth"), brokers=2,
-                                 broker_config=FAST, controller_config=FAST)
+                                 broker_config=CLUSTER_CONFIG,
+                                 controller_config=CLUSTER_CONFIG)
     with LocalPlatform(config) as running:
         yield running
 

@@ -42,3 +42,16 @@ def netns_names() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                          check=False).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def analysis_processes(mark: str) -> list[int]:
+    """The marked analysis processes: `python -m undertow_analysis` and its JVM."""
+    found = []
+    for pid, _state in living_with_mark(mark):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"undertow_analysis" in cmdline or b"java" in cmdline:
+            found.append(pid)
+    return found
