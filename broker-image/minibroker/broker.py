@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minibroker import environment
 from minibroker.admin import AdminServer
 from minibroker.cluster.alter_partition_manager import AlterPartitionManager, Answer
 from minibroker.cluster.fetcher import ReplicaFetcher, ReplicaFetcherManager
@@ -93,7 +92,7 @@ class BrokerServer:
         self.options = options
         self.broker_id = options.broker_id
         self.loop = asyncio.get_running_loop()
-        self.incarnation_id = uuid.uuid4().hex
+        self.incarnation_id = environment.new_uuid().hex
         self.durability = DurabilityTracker()
         self.disk_stall = DiskStall(self.loop)
         self.appends_held_by_stall = 0
@@ -123,7 +122,7 @@ class BrokerServer:
         self.replica_manager.leadership_listeners.append(
             self.group_coordinator.on_leadership_change)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
-        apis = KafkaApis(self)
+        self.apis = apis = KafkaApis(self)
         # Every listener draws on the broker's one set of connection and memory bounds.
         socket_config = SocketServerConfig.from_config(config)
         quotas, memory_pool = (ConnectionQuotas(socket_config),
@@ -154,7 +153,7 @@ class BrokerServer:
                 actions={
                     ("POST", "/v1/failpoints/disk-stall"): self._stall,
                     ("DELETE", "/v1/failpoints/disk-stall"): lambda _b: self.disk_stall.clear(),
-                    ("POST", "/v1/failpoints/power-loss"): self._power_loss,
+                    ("POST", "/v1/failpoints/power-loss"): lambda _b: self.power_loss(),
                     ("POST", "/v1/failpoints/disk-full"): self._fill_disk,
                     ("DELETE", "/v1/failpoints/disk-full"): lambda _b: self.disk_full.clear(),
                 })
@@ -220,8 +219,9 @@ class BrokerServer:
         self.disk_stall.stall(int(body["duration_ms"]))
         return {"stalled_until_ms": body["duration_ms"]}
 
-    def _power_loss(self, _body: dict[str, Any]) -> None:
-        """The replicas' log end offsets are recorded first: the events file survives."""
+    def power_loss(self) -> None:
+        """The power-loss failpoint; never returns. The replicas' log end offsets are
+        recorded first: the events file survives."""
         self.replica_manager.record_power_loss()
         power_loss(self.durability)
 
@@ -239,7 +239,8 @@ class BrokerServer:
         for tp in list(self.replica_manager.follower_states):
             self.fetchers.unfollow(tp)
         log.critical("Shutdown broker because all log dirs in %s have failed", log_dir)
-        self.loop.call_later(LOG_DIR_FAILURE_HALT_DELAY_S, os._exit, LOG_DIR_FAILURE_EXIT_CODE)
+        self.loop.call_later(LOG_DIR_FAILURE_HALT_DELAY_S, environment.halt,
+                             LOG_DIR_FAILURE_EXIT_CODE)
 
     # ---- controller channel -------------------------------------------------------------
 

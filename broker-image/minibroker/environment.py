@@ -1,5 +1,5 @@
-"""Where a node's code meets the world: the network it listens and connects on, and the wall
-clock.
+"""Where a node's code meets the world: the network it listens and connects on, the wall
+clock, and randomness.
 
 A broker process runs on TCP and the system clock. The simulation runs the same code on an
 in-memory network and a virtual clock (``undertow.sim.virtual_streams``, ``virtual_loop``):
@@ -7,12 +7,20 @@ it enters a node's ``environment`` before it starts the node's tasks, which carr
 context variable: asyncio copies the context into every task a task creates), so no
 constructor threads it through. Kafka passes its ``Time`` the same way for the clock
 (``MockTime`` in its tests); the loop's own ``time()`` is the monotonic clock already.
+
+Randomness (member ids, topic and cluster ids, fetch session ids, nonces) comes from
+``new_uuid``, ``token_hex`` and ``random_source``: the operating system's in a process, a
+node's seeded ``random.Random`` in simulation, so that a seed gives the same run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import random
+import secrets
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,6 +43,12 @@ class Environment:
     open_connection: OpenConnection = asyncio.open_connection
     wall_clock: Callable[[], float] = time.time
     event_queue: Callable[[str], EventQueue] = ThreadEventQueue
+    rng: random.Random | None = None
+    """The node's random source in simulation; None: the operating system's."""
+    halt: Callable[[int], None] = os._exit
+    """Kafka's ``Exit.halt``: the node ends now with this status, running nothing more
+    (a power loss, a failed log directory). In simulation it kills the node and raises
+    ``NodeHalted`` through the code that called it."""
 
 
 REAL = Environment()
@@ -56,3 +70,37 @@ def entered(environment: Environment) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def new_uuid() -> uuid.UUID:
+    """A random (version 4) UUID from the node's source (``uuid.uuid4`` in a process)."""
+    rng = current().rng
+    return uuid.uuid4() if rng is None else uuid.UUID(int=rng.getrandbits(128), version=4)
+
+
+def token_hex(nbytes: int) -> str:
+    """``secrets.token_hex`` in a process; the node's source in simulation."""
+    rng = current().rng
+    return secrets.token_hex(nbytes) if rng is None else rng.randbytes(nbytes).hex()
+
+
+def random_source() -> random.Random:
+    """The node's random source for draws a component keeps making (fetch session ids)."""
+    rng = current().rng
+    return random.SystemRandom() if rng is None else rng
+
+
+def halt(status: int) -> None:
+    """End this node now (``Environment.halt``); never returns."""
+    current().halt(status)
+    raise AssertionError("Environment.halt returned")  # pragma: no cover
+
+
+class NodeHalted(BaseException):
+    """What a simulated node's ``halt`` raises through its code: the node is dead, and
+    nothing after the call may run (a ``BaseException``, as ``SystemExit``, so no
+    ``except Exception`` of the broker's catches it)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"halted with status {status}")
+        self.status = status

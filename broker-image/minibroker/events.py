@@ -25,12 +25,13 @@ import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs
+
+from minibroker import environment
 
 __all__ = [
     "EVENTS_FILE",
@@ -194,7 +195,7 @@ class ReplicationEventLog:
             pass
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("%s is unreadable (%s): starting a new events log", self.path, exc)
-        log_id = uuid.uuid4().hex
+        log_id = environment.new_uuid().hex
         header = (json.dumps({"log_id": log_id}) + "\n").encode()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

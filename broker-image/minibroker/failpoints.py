@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
+from minibroker import environment
 from minibroker.storage.durability import DurabilityTracker
 
 log = logging.getLogger("minibroker.failpoints")
@@ -90,4 +90,4 @@ def power_loss(durability: DurabilityTracker) -> None:
     """Drop unsynced writes and die now; never returns."""
     log.warning("Power loss: dropping unsynced writes and exiting")
     durability.simulate_power_loss()
-    os._exit(POWER_LOSS_EXIT_CODE)
+    environment.halt(POWER_LOSS_EXIT_CODE)

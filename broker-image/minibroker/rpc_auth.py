@@ -33,6 +33,8 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from minibroker import environment
+
 MECHANISM = "HMAC-SHA256"
 AUTHENTICATE = "authenticate"
 """The method of the client's proof (Kafka's SaslAuthenticate)."""
@@ -94,7 +96,7 @@ def load_secret(path: Path | None = None, env: Mapping[str, str] = os.environ) -
 
 
 def new_nonce() -> str:
-    return secrets.token_hex(16)
+    return environment.token_hex(16)
 
 
 def valid_nonce(value: object) -> bool:

@@ -16,112 +16,24 @@ from pathlib import Path
 from kio.schema.produce.v9 import request as produce_req
 from kio.static.primitive import i16, i32
 
-from minibroker.broker import BrokerOptions, BrokerServer
+from minibroker.cluster.log_dir_failure import LOG_DIR_FAILURE_EXIT_CODE
 from minibroker.cluster.types import ErrorCode
-from minibroker.controller.server import ControllerServer
-from minibroker.environment import Environment, entered
+from minibroker.environment import entered
+from minibroker.failpoints import POWER_LOSS_EXIT_CODE
 from minibroker.network.client import KafkaConnection
 from minibroker.storage.records import build_batch
 from minibroker.tools import create_topic, describe_partitions
-from undertow.sim.virtual_loop import VirtualTimeLoop, run_simulation
-from undertow.sim.virtual_streams import VirtualNetwork
+from undertow.sim.cluster import CONTROLLER, SimulatedCluster, broker_host, until
+from undertow.sim.virtual_loop import run_simulation
 
-SECRET = b"simulated-cluster-secret-32-byte"
-EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the simulation's time 0
 CONFIG = {"min.insync.replicas": "2", "broker.session.timeout.ms": "3000",
           "replica.lag.time.max.ms": "6000"}
 
 
-async def until(condition, timeout_s: float, what: str):
-    """Poll ``condition`` (a coroutine function) on the virtual clock; a poll that takes
-    over a second (a paused broker answers nothing) counts as not yet."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        try:
-            async with asyncio.timeout(1.0):
-                if found := await condition():
-                    return found
-        except (TimeoutError, OSError):
-            pass
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {timeout_s} s (virtual): {what}")
-        await asyncio.sleep(0.1)
-
-
-class SimulatedCluster:
-    """The real controller and brokers as nodes of the virtual loop, each in its own
-    environment (host, network, clock), killed, paused and restarted as processes are."""
-
-    def __init__(self, loop: VirtualTimeLoop, tmp: Path) -> None:
-        self.loop, self.tmp = loop, tmp
-        self.net = VirtualNetwork(loop, latency_s=0.001)
-        self.nodes: dict[str, Environment] = {}
-        self.brokers: dict[int, BrokerServer] = {}
-
-    def environment(self, host: str) -> Environment:
-        return self.net.environment(host, wall_clock=lambda: EPOCH + self.loop.time())
-
-    async def run_on(self, host: str, coroutine):
-        """Start ``host``'s new incarnation (a node of the loop) with ``coroutine``."""
-        node = self.nodes[host] = self.environment(host)
-        self.loop.add_node(node)
-        with entered(node):
-            return await self.loop.create_task(coroutine)
-
-    async def start(self) -> None:
-        await self.run_on("controller", self._controller())
-        for broker_id in (1, 2, 3):
-            await self.start_broker(broker_id)
-
-    async def _controller(self) -> ControllerServer:
-        server = ControllerServer(self.tmp / "controller", CONFIG, SECRET)
-        await server.start("0.0.0.0", 9093, None)
-        return server
-
-    async def start_broker(self, broker_id: int) -> None:
-        async def start() -> BrokerServer:
-            broker = BrokerServer(BrokerOptions(
-                broker_id=broker_id, listen=("0.0.0.0", 9092),
-                advertised=(f"broker-{broker_id}", 9092), controller=("controller", 9093),
-                data_dir=self.tmp / f"broker-{broker_id}", config=CONFIG,
-                controller_secret=SECRET))
-            await broker.start()
-            return broker
-
-        self.brokers[broker_id] = await self.run_on(f"broker-{broker_id}", start())
-
-    def kill(self, broker_id: int) -> None:
-        host = f"broker-{broker_id}"
-        self.loop.kill(self.nodes[host])
-        self.net.reset_host(host)
-
-
 async def scenario(tmp: Path) -> dict:
     loop = asyncio.get_running_loop()
-    net = VirtualNetwork(loop, latency_s=0.001)
-
-    def env(host: str):
-        return entered(net.environment(host, wall_clock=lambda: EPOCH + loop.time()))
-
-    async def start_controller() -> ControllerServer:
-        server = ControllerServer(tmp / "controller", CONFIG, SECRET)
-        await server.start("0.0.0.0", 9093, None)
-        return server
-
-    async def start_broker(broker_id: int) -> BrokerServer:
-        broker = BrokerServer(BrokerOptions(
-            broker_id=broker_id, listen=("0.0.0.0", 9092), advertised=(f"broker-{broker_id}", 9092),
-            controller=("controller", 9093), data_dir=tmp / f"broker-{broker_id}",
-            config=CONFIG, controller_secret=SECRET))
-        await broker.start()
-        return broker
-
-    with env("controller"):
-        controller = await loop.create_task(start_controller())
-    brokers = {}
-    for broker_id in (1, 2, 3):
-        with env(f"broker-{broker_id}"):
-            brokers[broker_id] = await loop.create_task(start_broker(broker_id))
+    cluster = SimulatedCluster(loop, tmp, CONFIG)
+    await cluster.start()
 
     async def client_work() -> dict:
         bootstrap = ("broker-1", 9092)
@@ -156,12 +68,14 @@ async def scenario(tmp: Path) -> dict:
         return {"before": before, "after": after, "base_offset": answer.base_offset,
                 "acked_after_s": acked_after, "at": loop.time()}
 
-    with env("client"):
+    with entered(cluster.environment("client")):
         result = await loop.create_task(client_work())
-    for broker_id, broker in brokers.items():
-        with env(f"broker-{broker_id}"):
+    for broker_id, broker in cluster.brokers.items():
+        with entered(cluster.nodes[broker_host(broker_id)]):
             await loop.create_task(broker.stop())
-    await controller.stop()
+    with entered(cluster.nodes[CONTROLLER]):
+        assert cluster.controller is not None
+        await loop.create_task(cluster.controller.stop())
     return result
 
 
@@ -188,7 +102,7 @@ async def fault_scenario(tmp: Path) -> dict:
     """Pause the leader past the session timeout, resume it; kill the next leader and
     restart it on its logs: each time the controller moves leadership and the ISR heals."""
     loop = asyncio.get_running_loop()
-    cluster = SimulatedCluster(loop, tmp)
+    cluster = SimulatedCluster(loop, tmp, CONFIG)
     await cluster.start()
     seen: dict = {}
 
@@ -203,16 +117,16 @@ async def fault_scenario(tmp: Path) -> dict:
 
         first = await until(lambda: _full_isr(("broker-1", 9092)), 30, "a full ISR")
         paused = first.leader
-        cluster.loop.pause(cluster.nodes[f"broker-{paused}"])
+        cluster.pause(broker_host(paused))
         paused_at = loop.time()
         moved = await until(lambda: _led_by_other(bootstrap_without(paused), paused), 30,
                             "a new leader while the old one is paused")
         seen["paused"], seen["moved_after_s"] = paused, loop.time() - paused_at
-        cluster.loop.resume(cluster.nodes[f"broker-{paused}"])
+        cluster.resume(broker_host(paused))
         await until(lambda: _full_isr(bootstrap_without(paused)), 60,
                     "the resumed broker back in the ISR")
         killed = moved.leader
-        cluster.kill(killed)
+        cluster.kill(broker_host(killed))
         after_kill = await until(lambda: _led_by_other(bootstrap_without(killed), killed), 30,
                                  "a new leader after the kill")
         seen["killed"], seen["after_kill"] = killed, after_kill
@@ -250,3 +164,61 @@ def test_a_simulated_run_is_the_same_every_time(tmp_path: Path) -> None:
     """The real brokers' scheduling, on the virtual clock, repeats exactly."""
     runs = [run_simulation(fault_scenario(tmp_path / str(i))) for i in range(2)]
     assert runs[0] == runs[1]
+
+
+async def produce(address: tuple[str, int], values: list[bytes]) -> ErrorCode:
+    conn = await KafkaConnection.connect(*address, client_id="sim-test")
+    try:
+        response = await conn.request(produce_req.ProduceRequest(
+            transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=5),
+            topic_data=(produce_req.TopicProduceData(name="t", partition_data=(
+                produce_req.PartitionProduceData(
+                    index=i32(0), records=build_batch(values)),)),)), timeout=10)
+    finally:
+        conn.close()
+    return response.responses[0].partition_responses[0].error_code
+
+
+async def disk_scenario(tmp: Path) -> dict:
+    """A full disk under the leader, then a power loss of the next one: each halts itself
+    through ``Environment.halt`` (a dead node here, ``os._exit`` in a process), the
+    controller moves leadership, and each restarts on what its disk kept."""
+    loop = asyncio.get_running_loop()
+    cluster = SimulatedCluster(loop, tmp, CONFIG)
+    await cluster.start()
+    seen: dict = {}
+
+    async def client() -> None:
+        await until(lambda: _created(("broker-1", 9092)), 30, "the topic to be created")
+        first = await until(lambda: _full_isr(("broker-1", 9092)), 30, "a full ISR")
+        full = first.leader
+        cluster.brokers[full].disk_full.fill(60_000)
+        seen["full_answer"] = await produce((broker_host(full), 9092), [b"a"])
+        other = ("broker-" + str(next(b for b in (1, 2, 3) if b != full)), 9092)
+        moved = await until(lambda: _led_by_other(other, full), 30, "a leader after the halt")
+        seen["full"], seen["full_status"] = full, cluster.halted.get(broker_host(full))
+        await cluster.start_broker(full)
+        await until(lambda: _full_isr(other), 60, "the restarted broker back in the ISR")
+        lost = moved.leader
+        cluster.power_loss(lost)
+        seen["lost_status"] = cluster.halted.get(broker_host(lost))
+        await cluster.start_broker(lost)
+        seen["healed"] = await until(lambda: _full_isr((broker_host(full), 9092)), 60,
+                                     "the broker back after its power loss")
+
+    with entered(cluster.environment("client")):
+        await loop.create_task(client())
+    return seen
+
+
+async def _created(bootstrap: tuple[str, int]) -> bool:
+    return await create_topic(bootstrap, "t", 1, 3, {}) == 0
+
+
+def test_a_full_disk_and_a_power_loss_halt_the_broker_as_its_process_would(
+        tmp_path: Path) -> None:
+    seen = run_simulation(disk_scenario(tmp_path))
+    assert seen["full_answer"] == ErrorCode.kafka_storage_error, seen
+    assert seen["full_status"] == LOG_DIR_FAILURE_EXIT_CODE
+    assert seen["lost_status"] == POWER_LOSS_EXIT_CODE
+    assert sorted(seen["healed"].isr) == [1, 2, 3]

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from minibroker import environment
 from minibroker.cluster.types import (
     NO_LEADER,
     BrokerEndpoint,
@@ -105,7 +105,7 @@ class QuorumController:
         self._events = events
         self.config = dict(config or {})
         self.data_dir = data_dir
-        self.cluster_id = uuid.uuid4().hex[:22]
+        self.cluster_id = environment.new_uuid().hex[:22]
         self.brokers: dict[int, BrokerRegistration] = {}
         self.topics: dict[str, TopicRecord] = {}
         self.metadata_offset = 0
@@ -479,7 +479,7 @@ class QuorumController:
                 replicas=replicas, isr=replicas, leader=replicas[0], leader_epoch=0,
                 partition_epoch=0,
             )
-        self.topics[name] = TopicRecord(name, uuid.uuid4().hex, dict(config), partitions)
+        self.topics[name] = TopicRecord(name, environment.new_uuid().hex, dict(config), partitions)
         log.info("Created topic %s with %d partitions, replication factor %d, config %s",
                  name, num_partitions, replication_factor, dict(config))
         self._commit()

@@ -124,11 +124,15 @@ class ControllerServer:
         if not isinstance(cluster_id, str):
             raise ValueError(f"cluster_id: expected a string, got {cluster_id!r}")
         wait_s = min(max(wait_ms, 0), self._max_wait_ms) / 1000
+        # asyncio.timeout, not wait_for: wait_for runs the wait as a task of its own, and a
+        # second cancel of this one (a shutdown cancels every task, and the connection's
+        # server cancels its requests') left the condition's lock released by the wait's
+        # task and again here.
         async with self._changed:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self.controller.metadata_offset > since),
-                    wait_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._changed.wait_for(
+                        lambda: self.controller.metadata_offset > since)
         answer = self.controller.metadata_since(since, cluster_id)
         if isinstance(answer, MetadataDelta):
             return {"delta": answer.changes.to_json()}

@@ -26,12 +26,12 @@ assignment can be added beside it.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from minibroker import environment
 from minibroker.cluster.types import ErrorCode, TopicPartition
 from minibroker.coordinator.records import OffsetAndMetadata, decode_assignment
 
@@ -301,7 +301,7 @@ class GroupMetadata:
 
     @staticmethod
     def generate_member_id(client_id: str, instance_id: str | None) -> str:
-        return f"{instance_id if instance_id is not None else client_id}-{uuid.uuid4()}"
+        return f"{instance_id if instance_id is not None else client_id}-{environment.new_uuid()}"
 
     def supports_protocols(self, protocol_type: str, protocols: set[str]) -> bool:
         if self.is_(GroupState.EMPTY):

@@ -34,6 +34,8 @@ class KafkaApis:
 
     def __init__(self, broker: BrokerApi) -> None:
         replicas, cluster, groups = ReplicaApis(broker), ClusterApis(broker), GroupApis(broker)
+        self.fetch_sessions = replicas.fetch_sessions
+        """The incremental fetch sessions this broker serves (KIP-227's FetchSessionCache)."""
         self._handlers = {
             ApiKey.PRODUCE: replicas.handle_produce,
             ApiKey.FETCH: replicas.handle_fetch,

@@ -21,6 +21,7 @@ import random
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
+from minibroker import environment
 from minibroker.cluster.types import ErrorCode, FetchResult
 
 INVALID_SESSION_ID = 0
@@ -140,7 +141,7 @@ class FetchSessionCache:
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}
-        self._rng = rng or random.SystemRandom()
+        self._rng = rng or environment.random_source()
 
     def new_context(self, session_id: int, epoch: int,
                     requested: dict[PartitionKey, FetchPosition],

@@ -104,7 +104,7 @@ class ReplicaApis:
         # that a follower that learnt of a topic before its leader keeps asking): bounded,
         # so that a session cannot be grown without end by naming made-up topic ids.
         self._max_unknown_in_session: int = resolve("max.request.elements", config)
-        self._sessions = FetchSessionCache(
+        self.fetch_sessions = FetchSessionCache(
             resolve("max.incremental.fetch.session.cache.slots", config),
             resolve("min.incremental.fetch.session.eviction.ms", config))
 
@@ -179,7 +179,7 @@ class ReplicaApis:
         replica = getattr(body, "replica_state", None)
         replica_id = replica.replica_id if replica is not None else body.replica_id
         # Fetch sessions from v7 (KIP-227); an older fetch is sessionless.
-        context = self._sessions.new_context(
+        context = self.fetch_sessions.new_context(
             getattr(body, "session_id", INVALID_SESSION_ID),
             getattr(body, "session_epoch", FINAL_EPOCH),
             _requested_partitions(body.topics, by_id), _forgotten(body, by_id),
@@ -208,7 +208,7 @@ class ReplicaApis:
                     ErrorCode.unknown_topic_id if name is None
                     else ErrorCode.unknown_topic_or_partition)
         if context.session is not None and len(results) > self._max_unknown_in_session:
-            self._sessions.sessions.pop(context.session.id, None)
+            self.fetch_sessions.sessions.pop(context.session.id, None)
             return _session_error(m, ErrorCode.fetch_session_id_not_found)
         if wanted or not results:
             fetch = FetchRequestData(
@@ -224,7 +224,7 @@ class ReplicaApis:
             done = await completion(lambda complete: self._broker.fetch_messages(fetch, complete))
             for tp, result in done.items():
                 results[keys[tp.topic], tp.partition] = result
-        session_id, answered = context.respond(self._sessions, results, _now_ms())
+        session_id, answered = context.respond(self.fetch_sessions, results, _now_ms())
         by_topic: dict[Any, list[Any]] = {}
         for (key, index), result in answered.items():
             by_topic.setdefault(key, []).append(_fetch_partition(m, index, result))

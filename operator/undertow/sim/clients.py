@@ -81,14 +81,13 @@ def error_name(code: int) -> str:
     return KafkaError(code).name().lstrip("_")
 
 
-class ClientEndpoint:
-    """The clients' side of the network: one process, the bootstrap brokers."""
+class Endpoint:
+    """What the client models send through: requests to brokers by address, each answered
+    or failed (``NetworkError``), with librdkafka's reconnect backoff per address. Two
+    transports: ``ClientEndpoint`` (the simulator's message network) and
+    ``undertow.sim.kafka_endpoint.KafkaEndpoint`` (the Kafka protocol to the real brokers)."""
 
-    def __init__(self, network: VirtualNetwork, process: Process, endpoint: str,
-                 bootstrap: list[tuple[str, int]]) -> None:
-        self.network = network
-        self.process = process
-        self.endpoint = endpoint
+    def __init__(self, bootstrap: list[tuple[str, int]]) -> None:
         self.bootstrap = bootstrap
         self._down: dict[tuple[str, int], tuple[float, float]] = {}
 
@@ -112,7 +111,33 @@ class ClientEndpoint:
                 self.connection_failed(address)
             on_answer(answer, error)
 
-        self.network.request(self.process, self.endpoint, address, message, answered,
+        self.exchange(address, message, timeout_ms, answered)
+
+    def exchange(self, address: tuple[str, int], message: Any, timeout_ms: float,
+                 on_answer: Callable[[Any, NetworkError | None], None]) -> None:
+        """Send ``message`` and call ``on_answer`` once, with its answer or its failure."""
+        raise NotImplementedError
+
+    def now_ms(self) -> float:
+        raise NotImplementedError
+
+    def later(self, delay_ms: float, callback: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+
+class ClientEndpoint(Endpoint):
+    """The clients' side of the simulator's network: one process, the bootstrap brokers."""
+
+    def __init__(self, network: VirtualNetwork, process: Process, endpoint: str,
+                 bootstrap: list[tuple[str, int]]) -> None:
+        super().__init__(bootstrap)
+        self.network = network
+        self.process = process
+        self.endpoint = endpoint
+
+    def exchange(self, address: tuple[str, int], message: Any, timeout_ms: float,
+                 on_answer: Callable[[Any, NetworkError | None], None]) -> None:
+        self.network.request(self.process, self.endpoint, address, message, on_answer,
                              timeout_ms)
 
     def now_ms(self) -> float:
@@ -125,7 +150,7 @@ class ClientEndpoint:
 class Metadata:
     """A client's metadata cache: each partition's leader and each broker's address."""
 
-    def __init__(self, client: ClientEndpoint, topic: str, first: int = 0) -> None:
+    def __init__(self, client: Endpoint, topic: str, first: int = 0) -> None:
         self._client = client
         self._topic = topic
         self._next = first
@@ -217,7 +242,7 @@ Submit = Callable[[dict[str, Any]], None]
 
 
 class SimProducer:
-    def __init__(self, index: int, client: ClientEndpoint, cfg: WorkloadConfig, submit: Submit,
+    def __init__(self, index: int, client: Endpoint, cfg: WorkloadConfig, submit: Submit,
                  clock_s: Callable[[], float]) -> None:
         self.name = f"p{index}"
         self._client = client
@@ -406,7 +431,7 @@ Read = Callable[[str, int, int, str, float], None]
 class SimConsumer:
     """``assign`` of every partition from its beginning; one fetch loop per partition."""
 
-    def __init__(self, name: str, client: ClientEndpoint, topic: str, partitions: int,
+    def __init__(self, name: str, client: Endpoint, topic: str, partitions: int,
                  on_read: Read, clock_s: Callable[[], float], first: int = 0) -> None:
         self.name = name
         self._client = client

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import enum
+import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from minibroker import environment
-from minibroker.environment import Environment
+from minibroker.environment import Environment, NodeHalted
 
 T = TypeVar("T")
 
@@ -88,6 +90,11 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         self._nodes: dict[int, _Node] = {}  # by id() of the node's Environment
         self._node_environments: list[Environment] = []  # their ids stay theirs
         self._now = float(start)
+        self._live_tasks: set[asyncio.Task[Any]] = set()
+        """Every task not yet done. asyncio keeps its tasks weakly: a killed node's task,
+        waiting on its node's futures, is cyclic garbage once its node is unreferenced,
+        and would be closed by the garbage collector on a later loop instead of ending in
+        ``wind_down``."""
         self.set_task_factory(_task_factory)
         self._selector = _VirtualSelector(self)
         # Timers due within this of the clock run in the same iteration (asyncio's default is
@@ -130,16 +137,32 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         state.held.clear()
 
     def wind_down(self, bound_s: float = 60.0) -> None:
-        """After the run: every task left (a killed node's too) is cancelled and given
-        ``bound_s`` of virtual time to end, so that none runs its ``finally`` later, when
-        it is garbage-collected on a closed loop. What the run found is already known."""
+        """After the run: every task left is cancelled and given ``bound_s`` of virtual time
+        to end (tasks started meanwhile, a server answering what it had read, in turn).
+        A killed node's tasks cannot end so: the wake-up of what they waited on was dropped
+        with the node. Their coroutines are closed here, with every node dead so that
+        nothing they schedule runs, instead of by the garbage collector on a closed or
+        another loop. What the run found is already known."""
         for node in self._nodes.values():
             node.state, node.held = NodeState.RUNNING, []
-        left = [task for task in asyncio.all_tasks(self) if not task.done()]
-        for task in left:
-            task.cancel()
-        if left:
-            self.run_until_complete(asyncio.wait(left, timeout=bound_s))
+        deadline = self.time() + bound_s
+        while (left := [task for task in self._live_tasks if not task.done()]) \
+                and self.time() < deadline:
+            for task in left:
+                if not task.cancelling():  # a second cancel would cut its cleanup short
+                    task.cancel()
+            self.run_until_complete(asyncio.wait(left, timeout=deadline - self.time()))
+        for node in self._nodes.values():
+            node.state = NodeState.DEAD
+        stuck, self._live_tasks = self._live_tasks, set()
+        quiet = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)  # a killed node's finally blocks say nothing
+        try:
+            for task in stuck:
+                with contextlib.suppress(RuntimeError):  # it awaited in its finally
+                    task.get_coro().close()
+        finally:
+            logging.disable(quiet)
 
     def _call_soon(self, callback: Callable[..., Any], args: Any,
                    context: contextvars.Context | None) -> asyncio.Handle:
@@ -159,6 +182,12 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
             node.held.append((callback, args, contextvars.copy_context()))
 
     # -- asyncio's hooks -----------------------------------------------------------------
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        """A node that halted itself (``minibroker.environment.halt``) ended the callback or
+        task that called it, as its process ended: no error of the run."""
+        if not isinstance(context.get("exception"), NodeHalted):
+            super().call_exception_handler(context)
 
     def _process_events(self, event_list: list[Any]) -> None:
         """No real events: the in-memory network schedules its deliveries as callbacks."""
@@ -197,10 +226,12 @@ def run_simulation(main: Coroutine[Any, Any, T], start: float = 0.0) -> T:
             loop.close()
 
 
-def _task_factory(loop: asyncio.AbstractEventLoop, coro: Any,
+def _task_factory(loop: VirtualTimeLoop, coro: Any,
                   context: contextvars.Context | None = None) -> asyncio.Task[Any]:
     """asyncio's task, which does not warn when garbage-collected pending: a killed node's
     tasks stay pending for ever, as a killed process's work stays undone."""
     task = asyncio.Task(coro, loop=loop, context=context)
     task._log_destroy_pending = False  # asyncio's own switch for this warning
+    loop._live_tasks.add(task)
+    task.add_done_callback(loop._live_tasks.discard)
     return task

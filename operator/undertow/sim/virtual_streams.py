@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,13 +190,22 @@ class VirtualServer:
         await self.wait_closed()
 
 
+@dataclass(frozen=True)
+class _Listener:
+    server: VirtualServer
+    handler: Handler
+    limit: int
+    context: contextvars.Context
+    """The listening node's context, in which its connections are served."""
+
+
 class VirtualNetwork:
     """Hosts, their listeners and the directed links between them, on one virtual loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, latency_s: float = 0.001) -> None:
         self.loop = loop
         self.latency_s = latency_s
-        self._listeners: dict[Address, tuple[VirtualServer, Handler, int]] = {}
+        self._listeners: dict[Address, _Listener] = {}
         self._links: dict[tuple[str, str], _Link] = {}
         # Per host, in the order made (a dict, not a set: resets run in a fixed order).
         self._transports: dict[str, dict[VirtualTransport, None]] = {}
@@ -219,17 +229,19 @@ class VirtualNetwork:
         reaches them), and its listeners are gone."""
         for transport in list(self._transports.get(host, {})):
             transport.abort()
-        for address, (server, _, _) in list(self._listeners.items()):
+        for address, listener in list(self._listeners.items()):
             if address[0] == host:
-                server.close()
+                listener.server.close()
 
     # -- sockets ----------------------------------------------------------------------------
 
-    def environment(self, host: str, wall_clock: Callable[[], float]) -> Environment:
+    def environment(self, host: str, wall_clock: Callable[[], float],
+                    rng: random.Random | None = None) -> Environment:
         """The network and wall clock of the node on ``host``, for
         ``minibroker.environment.entered``, with its components' event queues on the
-        node's loop (``LoopEventQueue``). The node listens on its own host whatever
-        address it names (its config's 0.0.0.0 or 127.0.0.1), and connects from it."""
+        node's loop (``LoopEventQueue``) and ``rng`` its random source. The node listens on
+        its own host whatever address it names (its config's 0.0.0.0 or 127.0.0.1), and
+        connects from it."""
         async def start_server(handler: Handler, _host: str | None, port: int,
                                **options: Any) -> VirtualServer:
             return await self.start_server(handler, host, port, **options)
@@ -239,7 +251,7 @@ class VirtualNetwork:
             return await self.open_connection(to_host, port, local_host=host, **options)
 
         return Environment(start_server=start_server, open_connection=open_connection,
-                           wall_clock=wall_clock, event_queue=LoopEventQueue)
+                           wall_clock=wall_clock, event_queue=LoopEventQueue, rng=rng)
 
     async def start_server(self, handler: Handler, host: str, port: int, *,
                            limit: int = STREAM_LIMIT) -> VirtualServer:
@@ -248,7 +260,9 @@ class VirtualNetwork:
         if address in self._listeners:
             raise OSError(98, f"[Errno 98] address already in use: {host}:{port}")
         server = VirtualServer(self, address)
-        self._listeners[address] = (server, handler, limit)
+        # The node that listens serves: its connections' handler tasks start in its context
+        # (a real loop's accept callback runs in the context start_server was called in).
+        self._listeners[address] = _Listener(server, handler, limit, contextvars.copy_context())
         return server
 
     async def open_connection(self, host: str, port: int, *, local_host: str,
@@ -263,12 +277,13 @@ class VirtualNetwork:
         listener = self._listeners.get((host, port))
         if listener is None:
             raise ConnectionRefusedError(111, f"Connect call failed ('{host}', {port})")
-        _, handler, server_limit = listener
         local = (local_host, self._ephemeral_port(local_host))
         client, client_protocol, reader = self._end(local, (host, port), limit)
-        accepted, accepted_protocol, _ = self._end((host, port), local, server_limit, handler)
+        accepted, accepted_protocol, _ = self._end((host, port), local, listener.limit,
+                                                   listener.handler)
         client.peer, accepted.peer = accepted, client
-        accepted_protocol.connection_made(accepted)  # starts the server's handler
+        # Starts the server's handler, in the listening node's context, not the caller's.
+        listener.context.copy().run(accepted_protocol.connection_made, accepted)
         client_protocol.connection_made(client)
         return reader, asyncio.StreamWriter(client, client_protocol, reader, self.loop)
 
@@ -313,7 +328,7 @@ class VirtualNetwork:
         return self._ports[host]
 
     def unlisten(self, address: Address, server: VirtualServer) -> None:
-        if self._listeners.get(address, (None,))[0] is server:
+        if (listener := self._listeners.get(address)) is not None and listener.server is server:
             del self._listeners[address]
 
     def forget(self, transport: VirtualTransport) -> None:
