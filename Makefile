@@ -16,13 +16,15 @@ install: $(STAMP)
 
 # Three pytest-xdist workers on any machine: the suite waits on brokers, clients and Spark
 # as much as it computes, and three kept two cores busier than two (911 s against 1,109 s,
-# 2026-11-28); a test file stays on one worker (module fixtures, its Spark session). Files are
-# handed out in the suite's order, the long ones first (tests/conftest.py), not reordered by
-# their number of tests: pytest-xdist's default handed the two-test demo file out last.
+# 2026-11-28); a test file stays on one worker (module fixtures, its Spark session).
+# pytest-xdist hands files out by their number of tests, which mixes the heavy files (whole
+# experiments, Spark, the library simulated) with light ones; handing the heavy ones out
+# first (--no-loadscope-reorder) ran them side by side and took 1,094-1,116 s against
+# 884-920 s (benchmarks/RESULTS.md, "make test").
 PYTEST_WORKERS ?= 3
 
 test: lint
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 # ruff, then vulture for dead code (paths and the names it must not report: pyproject.toml).
 lint: $(STAMP)

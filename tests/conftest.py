@@ -129,9 +129,9 @@ _unbounded_cancel_all_tasks = asyncio.runners._cancel_all_tasks
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files with a ``long`` test first: pytest-xdist (``make test``) hands files to its
-    workers in this order, and a long file handed out last keeps one worker busy while the
-    others have nothing left to do."""
+    """The files with a ``long`` test first. pytest-xdist (``make test``) hands files out by
+    their number of tests, most first, and in this order among files of the same number: a
+    long file handed out last keeps one worker busy while the others have nothing left."""
     long_files = {item.path for item in items if item.get_closest_marker("long")}
     items.sort(key=lambda item: item.path not in long_files)
 

@@ -1,15 +1,14 @@
-"""The demo's two experiments end to end, explanations included: `undertow run` on the local
-platform (real brokers, a real Kafka client, real leader kills, the real Spark job).
+"""acks1-leader-kill end to end, explanations included: `undertow run` on the local platform
+(real brokers, a real Kafka client, real leader kills, the real Spark job), as `make demo`
+runs it (test_demo_clean.py runs the other half of the demo).
 
-acks1-leader-kill loses records; every one of them must be attributed to an election that
-made a broker which had not fetched them leader (acks=1 before replication, as the
-experiment's comment says), none unexplained. acksall-leader-kill is clean; its report must
-list the truncations the kills caused and show that none cut an acknowledged record.
+It loses records; every one of them must be attributed to an election that made a broker
+which had not fetched them leader (acks=1 before replication, as the experiment's comment
+says), none unexplained. The test does not take the job's word for the loss: it recounts, in
+plain Python from the history, the acknowledged values the drain never read, and requires
+the report's count.
 
-Neither test takes the job's word for the loss: each recounts, in plain Python from the
-history, the acknowledged values the drain never read, and requires the report's count.
-
-The acks=1 run also holds the analysis started with the run (the default): its report and
+The same run also holds the analysis started with the run (the default): its report and
 summary are those `undertow analyze` gives for the same history, it waited for the history
 instead of warming up while the workload ran, and neither it nor its JVM outlived the run.
 """
@@ -17,73 +16,26 @@ instead of warming up while the workload ran, and neither it nor its JVM outlive
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from demo_runs import REPO, DemoRun, recount_lost, run
 from PIL import Image
 from procs import analysis_processes
 
-from undertow.runner.analysis_process import PRESTART_ENV
 from undertow.spec import load_experiment
 
 pytestmark = pytest.mark.long  # run first (tests/conftest.py)
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass(frozen=True)
-class DemoRun:
-    out: Path
-    stdout: str
-    mark: str
-    """UNDERTOW_TEST_MARK of the run's processes (tests/procs.py)."""
-
-    @property
-    def report(self) -> dict:
-        return json.loads((self.out / "report.json").read_text())
-
-
-def run(name: str, out: Path) -> DemoRun:
-    """`undertow run` of the experiment, as `make demo` runs it, its analysis started with it."""
-    mark = f"demo-{os.getpid()}-{time.monotonic_ns()}"
-    done = subprocess.run(
-        [sys.executable, "-m", "undertow", "run", str(REPO / "experiments" / f"{name}.yaml"),
-         "--out", str(out), "--seed", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=400, start_new_session=True,
-        env={**os.environ, "UNDERTOW_TEST_MARK": mark, PRESTART_ENV: "1"})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + broker_logs(out)
-    return DemoRun(out, done.stdout, mark)
 
 
 @pytest.fixture(scope="module")
 def acks1(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """One run of acks1-leader-kill for the tests of this file that read it."""
     return run("acks1-leader-kill", tmp_path_factory.mktemp("acks1") / "out")
-
-
-def report_summary(out: Path) -> str:
-    """The summary `undertow run` printed, as the analysis writes it from report.json."""
-    from undertow_analysis.report import summary_text
-
-    return summary_text(json.loads((out / "report.json").read_text()))
-
-
-def recount_lost(out: Path) -> int:
-    """Acknowledged values (some attempt `ok` in sends.jsonl) that no drain read returned:
-    the definition of `lost` in docs/design.md, counted without Spark."""
-    history = out / "history"
-    acked = {send["value"] for send in map(json.loads, (history / "sends.jsonl").open())
-             if send["status"] == "ok"}
-    drained = {read["value"] for read in map(json.loads, (history / "reads.jsonl").open())
-               if read["phase"] == "drain"}
-    return len(acked - drained)
 
 
 CHROMIUM = shutil.which("chromium-headless-shell") or shutil.which("chromium")
@@ -101,13 +53,6 @@ def page_height(html: Path, tmp: Path) -> int:
     ink = Image.open(shot).convert("L").point(lambda v: 255 if v < 250 else 0)
     box = ink.getbbox()
     return 0 if box is None else box[3]
-
-
-def broker_logs(out: Path, lines: int = 40) -> str:
-    """The end of every node's log, so that a failed run says what the cluster did."""
-    logs = sorted((out / "cluster" / "logs").glob("*.log"))
-    return "".join(f"\n--- {log.name} ---\n" + "\n".join(
-        log.read_text(errors="replace").splitlines()[-lines:]) for log in logs)
 
 
 @pytest.mark.slow
@@ -181,20 +126,3 @@ def test_the_prestarted_analysis_reports_what_undertow_analyze_does(acks1: DemoR
     assert line and stdout.index(summary) < line.start(), stdout
     assert float(line[1]) == round(timings["total"], 1)
     assert re.search(r"analysed in [\d.]+ s; exiting", log), log
-
-
-@pytest.mark.slow
-def test_acksall_leader_kill_lists_truncations_that_cut_nothing_acknowledged(
-        tmp_path: Path) -> None:
-    report = run("acksall-leader-kill", tmp_path / "out").report
-    assert report["verdict"] == "clean"
-    assert report["counts"]["lost"] == recount_lost(tmp_path / "out") == 0
-    explained = report["explained"]
-    assert explained["events"] and explained["incidents"] == []
-    assert explained["truncations_cut_acked"] == explained["truncations_lost"] == 0
-    assert all(c["acked"] == 0 and c["lost"] == 0 for c in explained["truncations"])
-    assert report_summary(tmp_path / "out").count("none of them acknowledged") == (
-        1 if explained["truncations"] else 0)
-    html = (tmp_path / "out" / "report.html").read_text()
-    assert "Loss incidents" in html
-    assert ("No replica truncated its log" in html) == (not explained["truncations"])
