@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from fault_checks import check_kind_heals
 from planned_faults import experiment, planned
 from processes import needs_local_minibroker
 
@@ -116,41 +117,14 @@ class Recorder:
         self.actions.append((fault.kind, fault.target, action))
 
 
-def leftovers(platform: LocalPlatform) -> list[str]:
-    """Whatever a fault may leave behind, read from the processes, the proxies and each
-    broker's own state: stopped or missing processes, blocked links, armed failpoints."""
-    left = [f"{node} paused" for node in platform.nodes if platform.is_paused(node)]
-    left += [f"{node} down" for node in platform.nodes if not platform.is_running(node)]
-    left += [f"{link} blocked" for link in sorted(platform.blocked_links)]
-    for node in platform.brokers:
-        if platform.is_running(node) and not platform.is_paused(node):
-            state = platform.state(node)
-            left += [f"{node} {flag}" for flag in ("disk_stalled", "disk_full") if state[flag]]
-    return left
-
-
 @pytest.mark.parametrize("heal", ["faults.heal", "time limit"])
 @pytest.mark.parametrize("kind", list(FAULT_UNITS))
 def test_every_kind_of_the_registry_heals_and_leaves_nothing_behind(
         healthy: LocalPlatform, kind: str, heal: str) -> None:
-    """Each registered kind on a follower, healed by the cluster-wide heal (which knows no
-    unit) or by the unit's own time limit: no stopped process, no process down, no
-    blocked link and no armed failpoint is left, and the follower rejoins the ISR."""
     follower = a_follower(healthy)
-    fault = build_fault(planned({"kind": kind, "target": FOLLOWER}), healthy,
-                        Nodes(follower), time_limit_s=60 if heal == "faults.heal" else 1.5)
-    fault.inject()
-    if kind != "pod-delete":  # the replacement starts at once: nothing to undo but waiting
-        assert leftovers(healthy), f"{kind} took no effect that this test could see"
-    if heal == "faults.heal":
-        faults.heal(healthy)
-    else:
-        wait_for(lambda: fault.state == "recovered", EFFECT_TIMEOUT_S,
-                 f"{kind}'s time limit to recover it")
-    assert leftovers(healthy) == []
-    wait_back_in_isr(healthy, follower)
-    fault.recover()  # the unit's own recovery after a heal: nothing left to do, no error
-    assert leftovers(healthy) == []
+    check_kind_heals(healthy, kind, heal, follower,
+                     lambda condition, timeout, what: wait_for(condition, timeout, what),
+                     lambda: wait_back_in_isr(healthy, follower), EFFECT_TIMEOUT_S)
 
 
 def test_kill_leader_elects_another_and_recover_restarts_into_the_isr(

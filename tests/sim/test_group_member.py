@@ -21,7 +21,7 @@ from undertow.sim.clients import ClientEndpoint, SimProducer
 from undertow.sim.group_member import SimGroupMember, range_assignment
 from undertow.sim.platform import SimPlatform
 from undertow.sim.process import Process
-from undertow.sim.run import seeded_uuids
+from undertow.sim.run import seeded_randomness
 
 TOPIC, GROUP = "t", "g"
 CONFIG = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "6000",
@@ -94,7 +94,7 @@ def world(tmp_path: Path, members: int = 3, *, commit: str = "auto",
           isolated: tuple[str, ...] = ()) -> Iterator[World]:
     """Three brokers, topic ``t`` (3 partitions, RF 3), one producer at 100 records/s and
     ``members`` members of group ``g``, started; ``isolated`` members on links of their own."""
-    with seeded_uuids(7):
+    with seeded_randomness(7):
         platform = SimPlatform(tmp_path / "cluster", 3, CONFIG, ephemeral_storage=False,
                                consumers=isolated)
         with platform:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from undertow.sim.virtual_loop import SimulationStalled, VirtualTimeLoop
+from undertow.sim.virtual_loop import SimulationStalled, SimulationTimeout, VirtualTimeLoop
 from undertow.sim.virtual_streams import VirtualNetwork
 
 LATENCY = 0.001
@@ -213,3 +213,58 @@ def test_the_broker_s_own_rpc_runs_on_the_virtual_network():
     # Connect (2 latencies), the handshake (challenge, response, verdict), then the call.
     assert first["at"] == pytest.approx(6 * LATENCY)
     assert timed_out_at == pytest.approx(7 * LATENCY + 3.0)  # the answer's way back, + 3 s
+
+
+def test_a_blocking_wait_runs_the_loop_from_outside_and_from_a_callback() -> None:
+    """``wait_until`` is what a simulated platform's blocking primitive stands on: from the
+    top it runs the loop until the condition holds; from a plain callback (a fault unit
+    called at its time) it runs the loop nested, the other tasks going on meanwhile."""
+    loop = VirtualTimeLoop()
+    try:
+        seen: dict[str, float] = {}
+
+        async def ticker() -> None:
+            for name in ("first", "second", "third"):
+                await asyncio.sleep(1.0)
+                seen[name] = loop.time()
+
+        task = loop.create_task(ticker())
+        loop.wait_until(lambda: "first" in seen, 10, "the first tick")
+        assert loop.time() == seen["first"] == 1.0
+
+        def fault_unit() -> None:  # at 1.5 s, waits for the third tick before returning
+            seen["unit_start"] = loop.time()
+            loop.wait_until(lambda: "third" in seen, 10, "the third tick")
+            seen["unit_end"] = loop.time()
+
+        loop.call_at(1.5, fault_unit)
+        # Due with it: the unit's nested wait runs it, from the iteration that ran the unit.
+        loop.call_at(1.5, lambda: seen.__setitem__("beside", loop.time()))
+        loop.run_until_complete(task)
+        assert seen == {"first": 1.0, "unit_start": 1.5, "beside": 1.5, "second": 2.0,
+                        "third": 3.0, "unit_end": 3.0}
+        with pytest.raises(SimulationTimeout, match=r"not within 2 s \(virtual\): nothing"):
+            loop.wait_until(lambda: False, 2, "nothing")
+        assert loop.time() == 5.0
+
+        async def in_a_task() -> None:
+            loop.wait_until(lambda: True, 1, "x")
+
+        with pytest.raises(RuntimeError, match="in a task: await"):
+            loop.run_until_complete(in_a_task())
+    finally:
+        loop.close()
+
+
+def test_a_nested_wait_may_run_what_its_iteration_had_left() -> None:
+    """Two callbacks due at once; the first waits for the second, which its nested wait
+    runs: the outer iteration then finds nothing left to run, and goes on."""
+    loop = VirtualTimeLoop()
+    try:
+        flag: list[float] = []
+        loop.call_at(1.0, lambda: loop.wait_until(lambda: bool(flag), 1, "the flag"))
+        loop.call_at(1.0, lambda: flag.append(loop.time()))
+        loop.run_until_complete(asyncio.sleep(2.0))
+        assert flag == [1.0] and loop.time() == 2.0
+    finally:
+        loop.close()

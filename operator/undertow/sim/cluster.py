@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from minibroker.broker import BrokerOptions, BrokerServer
 from minibroker.controller.server import ControllerServer
 from minibroker.environment import Environment, NodeHalted, entered
-from undertow.sim.virtual_loop import VirtualTimeLoop
+from undertow.sim.virtual_loop import SimulationTimeout, VirtualTimeLoop
 from undertow.sim.virtual_streams import VirtualNetwork
 
 T = TypeVar("T")
@@ -91,14 +91,22 @@ class SimulatedCluster:
             return await self.loop.create_task(coroutine)
 
     async def start(self) -> None:
-        self.controller = await self.run_on(CONTROLLER, self._start_controller())
+        await self.start_controller()
         for broker_id in self.broker_ids:
             await self.start_broker(broker_id)
 
-    async def _start_controller(self) -> ControllerServer:
-        server = ControllerServer(self.workdir / CONTROLLER, self.config, SECRET)
-        await server.start("0.0.0.0", CONTROLLER_PORT, None)
-        return server
+    async def start_controller(self) -> None:
+        """A new incarnation of the controller on its data directory."""
+        async def start() -> ControllerServer:
+            server = ControllerServer(self.workdir / CONTROLLER, self.config, SECRET)
+            await server.start("0.0.0.0", CONTROLLER_PORT, None)
+            return server
+
+        self.controller = await self.run_on(CONTROLLER, start())
+
+    def incarnation(self, host: str) -> int:
+        """How many times ``host`` has started."""
+        return self._incarnations.get(host, 0)
 
     async def start_broker(self, broker_id: int) -> None:
         """A new incarnation of the broker on its data directory (first start or restart)."""
@@ -150,7 +158,3 @@ async def until(condition: Callable[[], Awaitable[T | None]], timeout_s: float,
         if loop.time() > deadline:
             raise SimulationTimeout(f"not within {timeout_s:g} s (virtual): {what}")
         await asyncio.sleep(0.1)
-
-
-class SimulationTimeout(AssertionError):
-    """A wait of the simulation did not end within its bound."""

@@ -10,7 +10,8 @@ The phases of ``undertow.runner.run`` in virtual time, on a ``SimPlatform``:
 
 Everything runs in this thread on one event queue, so the same experiment and seed give the
 same history, byte for byte: every time in it is virtual (``VIRTUAL_EPOCH_S`` is time 0), and
-the ids the broker draws (cluster, topic, member ids) come from the seed (``seeded_uuids``).
+the ids the broker draws (cluster, topic, member ids) come from the seed
+(``seeded_randomness``).
 The fault units, the planner, the target resolution, the sampler's rows and the leader-epoch
 gate are the real runner's.
 """
@@ -22,11 +23,11 @@ import logging
 import random
 import shutil
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from minibroker.environment import Environment, entered
 from undertow.platform.base import CLIENT, PlatformError, consumer_endpoint
 from undertow.runner.abort import Abort
 from undertow.runner.events import to_event
@@ -79,17 +80,11 @@ def scratch_root() -> Path:
     return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
-@contextlib.contextmanager
-def seeded_uuids(seed: int) -> Iterator[None]:
-    """``uuid.uuid4`` draws from ``seed`` meanwhile: the cluster id, topic ids, events log ids
-    and group member ids the broker code draws are then the same in every run."""
-    rng = random.Random(seed)
-    original = uuid.uuid4
-    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        uuid.uuid4 = original  # type: ignore[assignment]
+def seeded_randomness(seed: int) -> contextlib.AbstractContextManager[None]:
+    """The broker code's random draws (``minibroker.environment``: the cluster id, topic ids,
+    events log ids and group member ids) come from ``seed`` meanwhile, in this thread only:
+    the same in every run."""
+    return entered(Environment(rng=random.Random(seed)))
 
 
 @contextlib.contextmanager
@@ -139,7 +134,7 @@ def run_simulated(
     history = HistoryWriter(out / "history", abort)
     cfg = workload_config(loaded)
     shutil.rmtree(out / "cluster", ignore_errors=True)
-    with seeded_uuids(seed):
+    with seeded_randomness(seed):
         platform = SimPlatform(
             out / "cluster", cluster.brokers, cluster.config.as_overrides(),
             ephemeral_storage=cluster.storage.type == "ephemeral",

@@ -25,6 +25,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import enum
+import heapq
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -39,6 +40,15 @@ T = TypeVar("T")
 class SimulationStalled(RuntimeError):
     """Every task waits, and on nothing that can come: no callback is ready and no timer
     is set. A real loop would block for ever here; a simulation says so instead."""
+
+
+MIN_SCHEDULED_TIMER_HANDLES = 100
+MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
+"""asyncio's thresholds (``base_events``) for sweeping cancelled timers out of the heap."""
+
+
+class SimulationTimeout(AssertionError):
+    """A wait of the simulation did not end within its bound."""
 
 
 class NodeState(enum.Enum):
@@ -136,6 +146,9 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         state.state = NodeState.DEAD
         state.held.clear()
 
+    def node_state(self, node: Environment) -> NodeState:
+        return self._nodes[id(node)].state
+
     def wind_down(self, bound_s: float = 60.0) -> None:
         """After the run: every task left is cancelled and given ``bound_s`` of virtual time
         to end (tasks started meanwhile, a server answering what it had read, in turn).
@@ -181,6 +194,84 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         elif node.state is NodeState.PAUSED:
             node.held.append((callback, args, contextvars.copy_context()))
 
+    # -- blocking waits -----------------------------------------------------------------
+
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Run the loop until ``condition()`` holds, checked after every iteration; raise
+        ``SimulationTimeout`` once ``timeout_s`` of virtual time pass first.
+
+        Callable from outside the loop and from inside one of its plain callbacks (not a
+        task: a task awaits). The latter is what a platform's blocking primitive needs when
+        a fault unit, a plain function called at its planned time, waits for a node to
+        serve: on a real platform it blocks its thread while the cluster runs on; here the
+        loop runs on, nested, until the wait is over (as ``nest_asyncio`` does, which is why
+        ``_run_once`` below tolerates a nested iteration that emptied its queue). Nested
+        waits end last-in first-out: a wait returns only once every wait that began inside
+        it has, so a condition must not depend on a wait that began after it."""
+        deadline = self.time() + timeout_s
+        if not self.is_running():
+            done = self.create_future()
+
+            def nested() -> None:
+                try:
+                    self._run_until(condition, deadline, timeout_s, what)
+                except BaseException as error:  # the caller's, as it would be raised there
+                    done.set_exception(error)
+                else:
+                    done.set_result(None)
+
+            self.call_soon(nested, context=contextvars.Context())
+            self.run_until_complete(done)
+            return
+        if asyncio.current_task(self) is not None:
+            raise RuntimeError(f"wait_until({what!r}) in a task: await the condition instead")
+        self._run_until(condition, deadline, timeout_s, what)
+
+    def _run_until(self, condition: Callable[[], bool], deadline: float, timeout_s: float,
+                   what: str) -> None:
+        wake = self.call_at(deadline, _at_deadline, context=contextvars.Context())
+        try:  # the clock stops at the deadline, not at whatever timer comes after it
+            while not condition():
+                if self.time() >= deadline:
+                    raise SimulationTimeout(f"not within {timeout_s:g} s (virtual): {what}")
+                self._run_once()
+        finally:
+            wake.cancel()
+
+    def _run_once(self) -> None:
+        """asyncio's ``BaseEventLoop._run_once`` (3.11), re-entrant: a callback that waits
+        (``wait_until``) runs iterations of its own, which may run callbacks this one
+        counted as ready."""
+        count = len(self._scheduled)
+        if count > MIN_SCHEDULED_TIMER_HANDLES and \
+                self._timer_cancelled_count / count > MIN_CANCELLED_TIMER_HANDLES_FRACTION:
+            for handle in self._scheduled:  # mostly cancelled: rebuild the heap without them
+                if handle._cancelled:
+                    handle._scheduled = False
+            self._scheduled = [h for h in self._scheduled if not h._cancelled]
+            heapq.heapify(self._scheduled)
+            self._timer_cancelled_count = 0
+        while self._scheduled and self._scheduled[0]._cancelled:
+            self._timer_cancelled_count -= 1
+            heapq.heappop(self._scheduled)._scheduled = False
+        timeout = None
+        if self._ready or self._stopping:
+            timeout = 0
+        elif self._scheduled:
+            timeout = max(0.0, self._scheduled[0]._when - self.time())
+        self._selector.select(timeout)  # moves the clock to the next timer
+        end_time = self.time() + self._clock_resolution
+        while self._scheduled and self._scheduled[0]._when < end_time:
+            handle = heapq.heappop(self._scheduled)
+            handle._scheduled = False
+            self._ready.append(handle)
+        for _ in range(len(self._ready)):
+            if not self._ready:  # a nested wait ran them
+                break
+            handle = self._ready.popleft()
+            if not handle._cancelled:
+                handle._run()
+
     # -- asyncio's hooks -----------------------------------------------------------------
 
     def call_exception_handler(self, context: dict[str, Any]) -> None:
@@ -212,6 +303,10 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         except Exception as error:  # the caller awaits it, as it would from a thread
             future.set_exception(error)
         return future
+
+
+def _at_deadline() -> None:
+    """A wait's own timer: it only wakes the loop."""
 
 
 def run_simulation(main: Coroutine[Any, Any, T], start: float = 0.0) -> T:
