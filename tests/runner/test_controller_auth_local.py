@@ -135,7 +135,9 @@ async def flood(address: tuple[str, int], secret: bytes, since: int) -> list[Any
     client = RpcClient(*address, secret=secret)
     try:
         return await asyncio.gather(*(
-            client.call("fetch_metadata", {"since": since, "wait_ms": 60_000}, timeout=30)
+            # The answers come in turn, each refusal drained before the next request is read:
+            # on two loaded cores the last of 20,000 took over 30 s.
+            client.call("fetch_metadata", {"since": since, "wait_ms": 60_000}, timeout=180)
             for _ in range(FLOOD)), return_exceptions=True)
     finally:
         client.close()
@@ -161,7 +163,8 @@ def test_a_flood_of_metadata_polls_is_refused_past_the_cap_and_fences_nobody(
     batches = math.ceil(flooded_s / MAX_WAIT_S) + 1
     assert CAP <= len(served) <= CAP * batches, (len(served), flooded_s)
     assert refused
-    assert all("TooManyInFlightRequests" in str(e) for e in refused)
+    assert {str(e).split(":")[0] for e in refused} == {"TooManyInFlightRequests"}, \
+        sorted({str(e) for e in refused})[:5]
     # The peak, not just what is left: the flood never made the controller grow much.
     assert memory_kib(pid, "VmHWM") - rss_before < RSS_GROWTH_MAX_KIB
     assert advertised(platform) == before  # same epochs, none fenced
