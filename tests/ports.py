@@ -6,14 +6,16 @@ from __future__ import annotations
 import random
 import socket
 
-from undertow.platform.ports import port_range
+from undertow.platform.ports import port_range, reserve_ports
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on (connections to it are refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on (connections to it are refused), from this
+    worker's slice of the ports below the kernel's ephemeral range (``UNDERTOW_PORT_RANGE``,
+    tests/conftest.py): a server started on it later cannot find it taken by another
+    test's outgoing connection, as a port the kernel hands out (bind to 0) can be."""
+    (port,) = reserve_ports(1)
+    return port
 
 
 def ports_free(ports: list[int]) -> bool:

@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,15 +18,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from ports import free_port
 
 TOKEN = "test-token"
 TOPIC = "orders"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
