@@ -8,7 +8,9 @@ the runner's process once the run is over: UNDERTOW_ANALYSIS_PRESTART=0).
 Each round runs FILE (default experiments/acksall-leader-kill.yaml) once per mode, the modes
 alternating, and prints per run the seconds from the workload's end (meta.json's
 `workload_start` plus the spec's duration) and from the history's close (meta.json's `end`,
-written last) to the moment the runner printed the verdict, read from its output as it comes.
+written last) to the moment the runner printed the verdict (the history checker's, the first
+VERDICT line; `undertow.runner.verdict`), read from its output as it comes, and (*report*)
+from the workload's end to the Spark report's summary (the last VERDICT line).
 For the pre-started analysis, it also prints what the analysis log says: when its session was
 ready, how long the warm-up took, and how long it then waited for the history. Target: the
 verdict within 8 s of the workload's end for runs under 100k sends. It also prints the time
@@ -17,7 +19,7 @@ if later): sends in flight when the workload ends can take seconds more under fa
 verdict can come before their outcome is known, and the whole run's wall time (the price of
 the workload's wait for the warm-up). Under each run, where the time after the workload went
 (the run's own phase record, timings.json: healing, last sends, recovery, drain, history,
-analysis; `undertow.runner.phases`), the analysis job's own time from its log, and the load
+verdict, report; `undertow.runner.phases`), the analysis job's own time from its log, and the load
 average when the verdict came; at the end, each phase's median.
 
 `--against DIR` runs each mode a second time in each round from another checkout (a `git
@@ -68,11 +70,13 @@ def run_once(experiment: Path, mode: str, checkout: Path = REPO) -> dict:
             [sys.executable, "-m", "undertow", "run", str(experiment), "--out", str(out),
              "--no-progress"],
             cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        verdict_at, output, load_at_verdict = None, [], None
+        verdict_at, report_at, output, load_at_verdict = None, None, [], None
         for line in proc.stdout:
             output.append(line)
-            if verdict_at is None and line.startswith("VERDICT:"):
-                verdict_at, load_at_verdict = time.time(), os.getloadavg()[0]
+            if line.startswith("VERDICT:"):  # the history checker's, then the report's
+                if verdict_at is None:
+                    verdict_at, load_at_verdict = time.time(), os.getloadavg()[0]
+                report_at = time.time()
         if proc.wait() not in (0, 1) or verdict_at is None:
             raise RuntimeError(f"undertow run failed ({proc.returncode}):\n{''.join(output)}")
         meta = json.loads((out / "history" / "meta.json").read_text())
@@ -91,6 +95,7 @@ def run_once(experiment: Path, mode: str, checkout: Path = REPO) -> dict:
             "verdict": report["verdict"], "sends": report["counts"]["attempted"],
             "run_s": round(verdict_at - started, 1),
             "after_workload_s": round(verdict_at - workload_end, 1),
+            "report_s": round(report_at - workload_end, 1),
             "after_last_send_s": round(verdict_at - max(last_send, workload_end), 1),
             "after_close_s": round(verdict_at - meta["end"], 1),
             "warm_up_s": warm_up, "waited_s": waited, "job_s": job,
@@ -119,7 +124,7 @@ def main() -> None:
     print(reference.start_line())
     print(f"{'mode':<20} {'verdict':<7} {'sends':>7} {'from workload end':>18} "
           f"{'from last send':>15} {'from history close':>19} {'warm-up':>8} {'waited':>7} "
-          f"{'run':>6} {'load':>5}")
+          f"{'run':>6} {'load':>5} {'report':>7}")
     checkouts = [REPO] + ([args.against.resolve()] if args.against else [])
     rows = []
     for _ in range(args.rounds):
@@ -131,16 +136,18 @@ def main() -> None:
                       f"{row['after_workload_s']:>18} {row['after_last_send_s']:>15} "
                       f"{row['after_close_s']:>19} "
                       f"{_blank(row['warm_up_s']):>8} {_blank(row['waited_s']):>7} "
-                      f"{row['run_s']:>6} {row['load']:>5}", flush=True)
+                      f"{row['run_s']:>6} {row['load']:>5} {row['report_s']:>7}", flush=True)
                 print(f"{'':<20} {_phases_line(row)}", flush=True)
     for mode in dict.fromkeys(r["mode"] for r in rows):
         times = [r["after_workload_s"] for r in rows if r["mode"] == mode]
         sends = [r["after_last_send_s"] for r in rows if r["mode"] == mode]
         runs = [r["run_s"] for r in rows if r["mode"] == mode]
+        reports = [r["report_s"] for r in rows if r["mode"] == mode]
         print(f"{mode}: from the workload's end, median {statistics.median(times):.1f} s "
               f"(range {min(times)}-{max(times)}, {len(times)} runs); from the last send "
-              f"{statistics.median(sends):.1f} s ({min(sends)}-{max(sends)}); whole run "
-              f"{statistics.median(runs):.1f} s")
+              f"{statistics.median(sends):.1f} s ({min(sends)}-{max(sends)}); the Spark "
+              f"report {statistics.median(reports):.1f} s ({min(reports)}-{max(reports)}); "
+              f"whole run {statistics.median(runs):.1f} s")
         timed = [r["phases"] for r in rows if r["mode"] == mode and r["phases"]]
         if timed:
             medians = {p: statistics.median(t.get(p, 0.0) for t in timed) for p in PHASES

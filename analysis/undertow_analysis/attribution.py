@@ -68,19 +68,6 @@ EXPLAINED_KINDS = tuple(k.name for k in _EXPLAINED)
 skipped)."""
 RETRIED_KINDS = tuple(k.name for k in explained_by(RETRY))
 """The anomaly kinds whose records duplicate groups explain (duplicate)."""
-MECHANISMS = {
-    "acks1_before_replication": "acks=1 before replication",
-    "unclean_election": "unclean election",
-    "high_watermark_truncation": "truncation to the high watermark (pre-KIP-101)",
-    "power_loss": "unflushed data lost to a power loss",
-    "disk_lost": "a log lost with its disk",
-    "coordinator_truncation": "a truncation of the group coordinator's log",
-    "deposed_leader": "a deposed leader's acknowledgements before it learned of the new epoch",
-    "retry_across_election": "a producer retry across a leader change",
-    "retry_after_timeout": "a producer retry after a request timeout",
-    "unexplained": "unexplained",
-}
-"""Mechanism code -> its name in Kafka's terms (the report's wording)."""
 
 _SUBJECT = ("value", "topic", "partition", "offset", "t", *EXPLAINED_KINDS)
 
@@ -122,8 +109,8 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
     the dropper's own truncation), restarted (the dropper restarted between the two: it
     registered again, or loaded a log that ends at or below the offset), removals (brokers
     that truncated it after the election and t), removal_t, removal_reason, and mechanism (a
-    code of `MECHANISMS`). `acks_one`: the producers used acks=1 (a clean election of a
-    replica that never had the record explains it only then).
+    code of `undertow_history.checker.MECHANISMS`). `acks_one`: the producers used acks=1 (a
+    clean election of a replica that never had the record explains it only then).
     """
     leaders = prefixed(of_type(events, "become_leader", "truncation"),
                        ("topic", "partition", "t", "type", "broker", "leader_epoch",

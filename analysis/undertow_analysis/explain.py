@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from undertow_analysis.attribution import MECHANISMS
 from undertow_analysis.report import fault_intervals, fault_label, shortfall_text
+from undertow_history.checker import MECHANISMS
 
 MAX_INCIDENTS = 100
 """Incidents kept in report.json (unexplained ones first, then in the order of the elections

@@ -47,7 +47,7 @@ def _first(cond: Column, *fields: str) -> Column:
 
 def commit_losses(anomalies: DataFrame, events: DataFrame, group: dict[str, Any] | None
                   ) -> DataFrame:
-    """Loss incidents of committed offsets: mechanism (a code of `attribution.MECHANISMS`),
+    """Loss incidents of committed offsets: mechanism (a code of `checker.MECHANISMS`),
     holder, holder_epoch, cause (its time t and `CAUSE`: what removed them), commits (how
     many `committed` lines found one lost), first_t and last_t (their acknowledgements), and
     up to 5 examples (t_commit, topic, partition, committed, returned, t_fetch), the first

@@ -87,7 +87,7 @@ class Summary:
     """The Spark job's answer on one history: report.json's verdict (`clean`, `anomalies` or
     `loss`), its anomaly counts (`COUNTS`: kind count -> number), its send totals (distinct
     values sent; of them acknowledged, failed definitively, indeterminate), and the loss
-    mechanisms (`attribution.MECHANISMS` codes) of the lost acknowledged records, each with
+    mechanisms (`MECHANISMS` codes) of the lost acknowledged records, each with
     how many it explains: {} when nothing is lost, or without events.jsonl (the job then
     explains nothing)."""
 
@@ -98,6 +98,22 @@ class Summary:
     failed: int
     indeterminate: int
     mechanisms: dict[str, int]
+
+
+MECHANISMS = {
+    "acks1_before_replication": "acks=1 before replication",
+    "unclean_election": "unclean election",
+    "high_watermark_truncation": "truncation to the high watermark (pre-KIP-101)",
+    "power_loss": "unflushed data lost to a power loss",
+    "disk_lost": "a log lost with its disk",
+    "coordinator_truncation": "a truncation of the group coordinator's log",
+    "deposed_leader": "a deposed leader's acknowledgements before it learned of the new epoch",
+    "retry_across_election": "a producer retry across a leader change",
+    "retry_after_timeout": "a producer retry after a request timeout",
+    "unexplained": "unexplained",
+}
+"""Mechanism code -> its name in Kafka's terms (the report's wording): the codes both the
+Spark job (`undertow_analysis.attribution`) and `check_history` give."""
 
 
 # ---- reading lines as Spark's JSON reader does (`undertow_analysis.io`) ---------------------

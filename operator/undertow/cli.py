@@ -10,8 +10,11 @@
 
 ``run`` starts its analysis with the run, so that Spark is up when the history is closed
 (`undertow.runner.analysis_process`; UNDERTOW_ANALYSIS_PRESTART=0 analyses in the runner's
-own process afterwards instead). It exits 0 when the verdict matches the experiment's
-``expect``, 1 when it does not, and 2 on bad input or an error. An error is one line on
+own process afterwards instead); the verdict comes first from the history checker, the
+moment the history closes, and the Spark report must agree with it
+(`undertow.runner.verdict`). It exits 0 when the verdict matches the experiment's
+``expect``, 1 when it does not, and 2 on bad input or an error (the report and the checker
+disagreeing among them). An error is one line on
 stderr, whichever thread of the run it happened in (a history file that could not be
 written, above all); tracebacks are logged at ``--log-level DEBUG`` only. ``explore``
 stopped by Ctrl-C (SIGINT) writes the best schedule each shrink had found so far and exits
@@ -191,10 +194,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if result.verdict is None:
             print(f"History written to {result.history_dir} (analysis skipped).")
             return EXIT_AS_EXPECTED
-        return _verdict(result.report or {}, loaded, out)
+        code = _verdict(result.report or {}, loaded, out)
+        return EXIT_ERROR if result.disagreement else code
 
 
 def _run_simulated(args: argparse.Namespace, loaded: LoadedExperiment, out: Path) -> int:
+    from undertow.runner.verdict import agreement_text, disagreement, first_verdict
     from undertow.sim.run import run_simulated
 
     with _analyzer(args, loaded, out) as (analyze, _warm):
@@ -204,7 +209,13 @@ def _run_simulated(args: argparse.Namespace, loaded: LoadedExperiment, out: Path
               f"{time.monotonic() - started:.1f} s; history in {result.history_dir}", flush=True)
         if analyze is None:
             return EXIT_AS_EXPECTED
-        return _verdict(analyze(result.history_dir, out), loaded, out)
+        first = first_verdict(result.history_dir, loaded.experiment.spec.expect)
+        report = analyze(result.history_dir, out)
+        difference = None if first is None else disagreement(first, report)
+        if first is not None:
+            print(agreement_text(difference), flush=True)
+        code = _verdict(report, loaded, out)
+        return EXIT_ERROR if difference else code
 
 
 def _verdict(report: dict, loaded: LoadedExperiment, out: Path) -> int:

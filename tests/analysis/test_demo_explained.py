@@ -27,6 +27,7 @@ from demo_runs import REPO, DemoRun, recount_lost, run
 from PIL import Image
 from procs import analysis_processes
 
+from undertow.runner.phases import to_verdict
 from undertow.spec import load_experiment
 
 pytestmark = pytest.mark.long  # run first (tests/conftest.py)
@@ -116,13 +117,24 @@ def test_the_prestarted_analysis_reports_what_undertow_analyze_does(acks1: DemoR
     assert summary.strip() and summary in stdout
     assert stdout.endswith(f"\nVerdict: loss (expected loss: as expected). "
                            f"Report: {out / 'report.html'}\n")
-    # Under the summary, where the time after the workload went, down to the verdict; the
-    # analysis said how long its job took, and ended at once after it.
+    # Before it, the history checker's verdict, printed the moment the history closed, which
+    # the report agreed with; under it, where the time after the workload went, down to the
+    # verdict and to the report; the analysis said how long its job took, and ended at once.
+    first = re.search(r"\nVERDICT: LOSS   \(expected loss: as expected\)\n  ([\d,]+) of "
+                      r"[\d,]+ acknowledged records lost: \1 by acks=1 before replication\n"
+                      r"  \(the history checker, in [\d.]+ s; the Spark analysis writes the "
+                      r"report and must agree\)\n\n", stdout)
+    assert first and int(first[1].replace(",", "")) == acks1.report["counts"]["lost"], stdout
+    assert first.end() <= stdout.index(summary), stdout
+    agreed = stdout.index("\n\nThe Spark report agrees with the history checker (verdict, "
+                          "anomaly counts, send totals, loss mechanisms).\n")
+    assert agreed > stdout.index(summary)
     timings = json.loads((out / "timings.json").read_text())
     assert list(timings["phases"]) == ["healing", "last sends", "recovery", "drain", "history",
-                                       "analysis"]
-    line = re.search(r"\ntime after the workload: healing [^\n]* = ([\d.]+) s \(cluster stop "
-                     r"[\d.]+ s, during the analysis\)\n", stdout)
-    assert line and stdout.index(summary) < line.start(), stdout
+                                       "verdict", "report"]
+    line = re.search(r"\ntime after the workload: healing [^\n]* = ([\d.]+) s \(the verdict "
+                     r"at ([\d.]+) s; cluster stop [\d.]+ s, during the report\)\n", stdout)
+    assert line and agreed < line.start(), stdout
     assert float(line[1]) == round(timings["total"], 1)
+    assert float(line[2]) == round(to_verdict(timings), 1) < float(line[1])
     assert re.search(r"analysed in [\d.]+ s; exiting", log), log

@@ -10,7 +10,7 @@ printed under the verdict and written to the run directory (TIMINGS_NAME), where
 `benchmarks/time_to_verdict.py` reads it.
 
 The phases follow one another, so their durations add up to the total; the cluster's stop
-runs beside the analysis (the analysis starts as soon as the history closes) and is shown
+runs beside the Spark analysis (which starts as soon as the history closes) and is shown
 apart from the sum.
 """
 
@@ -32,11 +32,13 @@ PHASES: Mapping[str, str] = {
                 "watermark reaches its leader's log end offset",
     "drain": "the run's consumers stop; a fresh consumer reads every partition to its end",
     "history": "the sampler and the event collector stop; the history is closed",
-    "analysis": "from the history's close to the verdict printed",
+    "verdict": "the history checker's verdict on the closed history, printed "
+               "(`undertow.runner.verdict`)",
+    "report": "the Spark analysis's report, from the verdict to its summary printed",
 }
 """Each phase after the workload, in order, and what it covers."""
-BESIDE = {"cluster stop": "the cluster stops, while the analysis runs (without an analysis, "
-                           "after the history's close)"}
+BESIDE = {"cluster stop": "the cluster stops, while the Spark analysis runs (without an "
+                           "analysis, after the history's close)"}
 """Measured too, but concurrent with the phases above: not part of their sum."""
 
 
@@ -88,13 +90,28 @@ class PhaseClock:
 
 
 def summary_line(record: Mapping[str, Any]) -> str:
-    """One line under the verdict, e.g. `time after the workload: healing 0.1 s, ...,
-    analysis 5.1 s = 11.7 s (cluster stop 1.2 s, during the analysis)`."""
-    parts = ", ".join(f"{p} {s:.1f} s" for p, s in record["phases"].items())
+    """One line under the report, e.g. `time after the workload: healing 0.1 s, ...,
+    verdict 0.9 s, report 8.2 s = 11.7 s (the verdict at 3.5 s; cluster stop 1.2 s, during
+    the report)`."""
+    phases = record["phases"]
+    parts = ", ".join(f"{p} {s:.1f} s" for p, s in phases.items())
+    notes = []
+    if "verdict" in phases:
+        notes.append(f"the verdict at {to_verdict(record):.1f} s")
     beside = ", ".join(f"{k} {s:.1f} s" for k, s in record.get("beside", {}).items())
-    when = "during the analysis" if "analysis" in record["phases"] else "after the history"
+    if beside:
+        notes.append(f"{beside}, " + ("during the report" if "report" in phases
+                                      else "after the history"))
     return (f"time after the workload: {parts} = {record['total']:.1f} s"
-            + (f" ({beside}, {when})" if beside else ""))
+            + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def to_verdict(record: Mapping[str, Any]) -> float:
+    """Seconds from the workload's end to the verdict printed: the phases up to `verdict`,
+    else (no checker's verdict) all of them."""
+    phases = list(record["phases"].items())
+    upto = next((i for i, (p, _s) in enumerate(phases) if p == "verdict"), len(phases) - 1)
+    return round(sum(s for _p, s in phases[:upto + 1]), 2)
 
 
 def write(out: Path, record: Mapping[str, Any]) -> Path:

@@ -6,7 +6,8 @@
     -> heal every fault -> wait for leaders and full ISRs (bounded)
     -> wait for every HW to reach its leader's LEO (bounded: the drain reads to the HW)
     -> stop the run-phase consumers -> drain every partition with a fresh consumer
-    -> close the history -> stop the cluster -> analysis -> verdict vs. expectation
+    -> close the history -> the history checker's verdict (`undertow.runner.verdict`)
+    -> stop the cluster -> the Spark report, which must agree with that verdict
 
 Each step from the workload's end to the verdict is timed (`undertow.runner.phases`): the
 record is printed under the verdict and written to the run directory.
@@ -46,6 +47,7 @@ from undertow.runner.nemesis import Nemesis
 from undertow.runner.phases import PhaseClock, summary_line
 from undertow.runner.phases import write as write_timings
 from undertow.runner.sampler import ClusterSampler
+from undertow.runner.verdict import agreement_text, disagreement, first_verdict
 from undertow.runner.workload import Workload, WorkloadConfig, drain, outcomes_wait_s
 from undertow.spec import LoadedExperiment, PlannedFault, choose_seed, plan
 
@@ -68,6 +70,9 @@ class RunResult:
     timings: dict[str, Any] | None = None
     """The phases after the workload (`undertow.runner.phases`); None when the run never
     reached the workload's end."""
+    disagreement: str | None = None
+    """Where the Spark report differs from the history checker's verdict printed first
+    (`undertow.runner.verdict`): a bug in one of them."""
 
 
 def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
@@ -192,6 +197,7 @@ def run_experiment(
              len(planned), out)
     phases = PhaseClock()
     stopping = None
+    first = None
     try:
         with abort.catching_thread_exceptions(), sigterm_as_interrupt(), platform:
             try:
@@ -201,18 +207,25 @@ def run_experiment(
                 close_history(history, meta, abort, time.time())
                 phases.mark("history")
                 stopping = phases.now()
+            if analyze is not None and abort.reason is None:  # before the cluster's stop
+                first = first_verdict(out / "history", spec.expect)
+                phases.mark("verdict")
+                stopping = phases.now()
     finally:
         close_history(history, meta, abort, time.time())  # the platform did not start
     if stopping is not None:
         phases.time_beside("cluster stop", stopping)
     abort.raise_if_set()  # the last meta.json could not be written
-    report = None
+    report, difference = None, None
     if analyze is not None:
         report = analyze(out / "history", out)
-        phases.mark("analysis")
+        phases.mark("report")
+        if first is not None:
+            difference = disagreement(first, report)
+            print(agreement_text(difference), flush=True)
     timings = _report_timings(phases, out)
     verdict = report["verdict"] if report else None
-    return RunResult(verdict, spec.expect, report, out / "history", timings)
+    return RunResult(verdict, spec.expect, report, out / "history", timings, difference)
 
 
 def _report_timings(phases: PhaseClock, out: Path) -> dict[str, Any] | None:
