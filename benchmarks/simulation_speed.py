@@ -22,7 +22,8 @@ from pathlib import Path
 from ledger import REPO, commit, machine_line
 from reference import AT, Reference
 
-from undertow.sim.run import run_simulated, scratch_root, unsupported
+from undertow.sim.platform import scratch_root
+from undertow.sim.world import run_simulated
 from undertow.spec import load_experiment
 
 
@@ -40,9 +41,6 @@ def main() -> None:
           f"{'x':>5s}")
     for path in paths:
         loaded = load_experiment(path)
-        if unsupported(loaded):
-            print(f"{path.stem:34s} not simulated: {unsupported(loaded)}")
-            continue
         walls = []
         for round_ in range(args.rounds):
             work = Path(tempfile.mkdtemp(prefix="undertow-bench-", dir=scratch_root()))

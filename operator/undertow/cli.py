@@ -159,10 +159,13 @@ def _analyzer(args: argparse.Namespace, loaded: LoadedExperiment, out: Path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from undertow.platform.base import Platform
     from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+    from undertow.runner.phases import summary_line
     from undertow.runner.preflight import InsufficientSpace, check_free_space, estimate
     from undertow.runner.progress import Progress
     from undertow.runner.run import run_experiment
+    from undertow.sim.platform import SimPlatform
 
     loaded = load_experiment(args.file, args.cluster_file)
     name = loaded.experiment.metadata.name
@@ -177,45 +180,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"undertow: {exc}", file=sys.stderr)
         return EXIT_ERROR
     out.mkdir(parents=True, exist_ok=True)
+    seed = choose_seed(loaded.experiment.spec) if args.seed is None else args.seed
     if args.platform == "sim":
-        return _run_simulated(args, loaded, out)
-    cluster = loaded.cluster.spec
-    config = cluster.config.as_overrides()
-    platform = LocalPlatform(LocalPlatformConfig(
-        workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
-        broker_config=config, controller_config=config,
-        ephemeral_storage=cluster.storage.type == "ephemeral",
-        consumers=loaded.experiment.spec.isolated_consumers()))
+        platform: Platform = SimPlatform.for_experiment(loaded, out / "cluster", seed)
+    else:
+        cluster = loaded.cluster.spec
+        config = cluster.config.as_overrides()
+        platform = LocalPlatform(LocalPlatformConfig(
+            workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
+            broker_config=config, controller_config=config,
+            ephemeral_storage=cluster.storage.type == "ephemeral",
+            consumers=loaded.experiment.spec.isolated_consumers()))
     # The verdict is printed inside: leaving waits for the analysis's JVM to exit.
-    with _analyzer(args, loaded, out) as (analyze, before_workload):
+    with _analyzer(args, loaded, out) as (analyze, warmed_up):
+        # In simulation the workload takes seconds of CPU, not its duration of wall time:
+        # it does not wait for the warm-up, which has nothing to compete with for long.
+        before_workload = warmed_up if args.platform == "local" else (lambda: None)
         with Progress(enabled=not args.no_progress, live=sys.stdout.isatty()) as progress:
-            result = run_experiment(loaded, platform, out, seed=args.seed, analyze=analyze,
+            result = run_experiment(loaded, platform, out, seed=seed, analyze=analyze,
                                     on_progress=progress, before_workload=before_workload)
+        if result.timings is not None:
+            print(summary_line(result.timings), flush=True)
         if result.verdict is None:
             print(f"History written to {result.history_dir} (analysis skipped).")
             return EXIT_AS_EXPECTED
         code = _verdict(result.report or {}, loaded, out)
         return EXIT_ERROR if result.disagreement else code
-
-
-def _run_simulated(args: argparse.Namespace, loaded: LoadedExperiment, out: Path) -> int:
-    from undertow.runner.verdict import agreement_text, disagreement, first_verdict
-    from undertow.sim.run import run_simulated
-
-    with _analyzer(args, loaded, out) as (analyze, _warm):
-        started = time.monotonic()
-        result = run_simulated(loaded, out, seed=args.seed, analyze=None)
-        print(f"Simulated {loaded.experiment.metadata.name} in "
-              f"{time.monotonic() - started:.1f} s; history in {result.history_dir}", flush=True)
-        if analyze is None:
-            return EXIT_AS_EXPECTED
-        first = first_verdict(result.history_dir, loaded.experiment.spec.expect)
-        report = analyze(result.history_dir, out)
-        difference = None if first is None else disagreement(first, report)
-        if first is not None:
-            print(agreement_text(difference), flush=True)
-        code = _verdict(report, loaded, out)
-        return EXIT_ERROR if difference else code
 
 
 def _verdict(report: dict, loaded: LoadedExperiment, out: Path) -> int:

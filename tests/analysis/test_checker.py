@@ -470,7 +470,7 @@ def as_dict(s: Summary) -> dict:
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory) -> Callable[[str], Path]:
     """Each experiment's history from the deterministic simulator (seed 1), made once."""
-    from undertow.sim.run import run_simulated
+    from undertow.sim.world import run_simulated
     from undertow.spec import load_experiment
 
     made: dict[str, Path] = {}

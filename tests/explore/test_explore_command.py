@@ -19,7 +19,7 @@ from undertow.explore.report import write_report
 from undertow.explore.runs import Outcome, simulate
 from undertow.explore.space import FaultSpace
 from undertow.explore.spark import explore_session
-from undertow.sim.run import run_simulated
+from undertow.sim.world import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import check_history
 

@@ -20,3 +20,16 @@ def test_a_malformed_range_is_refused_by_name(monkeypatch, text):
     monkeypatch.setenv(PORT_RANGE_ENV, text)
     with pytest.raises(ValueError, match=PORT_RANGE_ENV):
         port_range()
+
+
+def test_the_tests_free_port_never_gives_a_port_twice(monkeypatch):
+    """A cluster draws its ports one by one before any binds: a port given twice is a
+    broker that finds its own controller on its port (tests/ports.py)."""
+    import ports
+
+    monkeypatch.setenv(PORT_RANGE_ENV, "23200-23260")
+    monkeypatch.setattr(ports, "_HANDED_OUT", set())
+    drawn = [ports.free_port() for _ in range(30)]
+    assert len(set(drawn)) == 30 and all(23200 <= p < 23260 for p in drawn)
+    base = ports.free_base_port(2, metrics_offset=4)
+    assert not {base, base + 1, base + 4, base + 5} & set(drawn)

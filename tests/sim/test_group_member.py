@@ -19,9 +19,8 @@ from undertow.runner.run import partitions_healthy
 from undertow.runner.workload import WorkloadConfig
 from undertow.sim.clients import ClientEndpoint, SimProducer
 from undertow.sim.group_member import SimGroupMember, range_assignment
-from undertow.sim.platform import SimPlatform
+from undertow.sim.platform import SimPlatform, seeded_randomness
 from undertow.sim.process import Process
-from undertow.sim.run import seeded_randomness
 
 TOPIC, GROUP = "t", "g"
 CONFIG = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "6000",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from undertow.sim.run import run_simulated
+from undertow.sim.world import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import Summary, check_history
 

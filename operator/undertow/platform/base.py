@@ -16,12 +16,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from undertow.cluster_view import ClusterView, broker_report, view_from_states
 from undertow.platform.admin import AdminClient
 from undertow.platform.control import EndpointError
 from undertow.platform.errors import PlatformError
+
+if TYPE_CHECKING:
+    from undertow.runner.world import World
 
 log = logging.getLogger("undertow.platform")
 
@@ -128,6 +131,14 @@ class Platform(ABC):
     def __enter__(self) -> Platform:
         self.start()
         return self
+
+    def world(self) -> World:
+        """What a run needs on this platform besides its primitives
+        (`undertow.runner.world`): the wall clock, threads and stock Kafka clients, unless
+        the platform is simulated."""
+        from undertow.runner.world import RealWorld
+
+        return RealWorld(self)
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()

@@ -3,8 +3,12 @@
 Each planned fault waits for its start (an offset from the workload's start, or an event of
 the fault it follows in a sequence), resolves its targets from the controller's live
 metadata, injects one fault unit per target and lets the unit's time limit recover it
-(the unit heals itself even if this thread is gone). ``stop()`` recovers whatever is still
+(the unit heals itself even if the runner is gone). ``stop()`` recovers whatever is still
 in effect; it is called on every way out of a run.
+
+The waiting is callbacks on a `Scheduler` (threads on real platforms, the virtual loop in
+simulation), so that one nemesis serves every platform: the schedule a simulation explores
+is run by the code that runs it against real brokers.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from undertow.faults.base import Action, Fault, Nodes
 from undertow.faults.registry import build_fault
 from undertow.platform.base import CONTROLLER, Platform, broker_id_of
 from undertow.runner.history import HistoryWriter
+from undertow.runner.scheduler import Scheduler, ThreadScheduler
 from undertow.runner.targets import TargetError, resolve, role_label
 from undertow.spec.schedule import PlannedFault
 
@@ -28,6 +33,8 @@ ACTION_WORDS: dict[Action, str] = {"inject": "Injected", "heal": "Healing",
                                    "recover": "Recovered"}
 
 EVENT_POLL_S = 0.05
+STOP_WAIT_S = 30.0
+"""How long `stop` waits for injections under way before it recovers every unit."""
 
 
 @dataclass
@@ -46,39 +53,50 @@ class FaultRun:
 class Nemesis:
     def __init__(self, platform: Platform, plan: list[PlannedFault], topic: str,
                  history: HistoryWriter, seed: int, group_id: str | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
-        """``clock``: the time of the history's ``faults.jsonl`` lines (virtual in
-        simulation)."""
+                 clock: Callable[[], float] = time.time,
+                 scheduler: Scheduler | None = None) -> None:
+        """``clock``: the time of the history's ``faults.jsonl`` lines, ``scheduler``: when
+        the waits end (both virtual in simulation)."""
         self._platform = platform
         self._clock = clock
+        self._scheduler = scheduler or ThreadScheduler()
         self._topic = topic
         self._group_id = group_id
         self._history = history
         self._seed = seed
         self._runs = [FaultRun(p) for p in plan]
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
         self.start_time = 0.0
         self._lock = threading.Lock()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     def start(self, start_time: float) -> None:
+        """Schedule every planned fault from the workload's start, `start_time` (`clock`'s
+        reading)."""
         self.start_time = start_time
         for run in self._runs:
-            thread = threading.Thread(target=self._run, args=(run,), daemon=True,
-                                      name=f"fault-{run.planned.index}")
-            self._threads.append(thread)
-            thread.start()
+            planned = run.planned
+            name = f"fault-{planned.index}"
+            if planned.trigger is None:
+                assert planned.at is not None
+                delay = planned.at - (self._clock() - start_time)
+                self._scheduler.call_later(delay, lambda r=run: self._inject(r), name)
+            else:
+                deadline = self._scheduler.monotonic() + planned.trigger.timeout
+                self._scheduler.call_later(
+                    0.0, lambda r=run, d=deadline: self._await_trigger(r, d), name)
 
     def stop(self, *, aborting: bool = False) -> None:
-        """Stop scheduling and recover every fault still in effect (idempotent).
+        """Stop scheduling, let injections under way finish (at most STOP_WAIT_S), and
+        recover every fault still in effect (idempotent).
 
         ``aborting``: the run is stopping on a failure (its disk full, say), and the
         platform is stopped next, which ends every fault anyway; a recovery that fails then
         (a broker that cannot restart on that disk) is expected, and logged quietly.
         """
         self._stop.set()
+        self._scheduler.shutdown(STOP_WAIT_S)
         for run in self._runs:
             for unit in run.units:
                 try:
@@ -86,8 +104,6 @@ class Nemesis:
                 except Exception:
                     log.log(logging.INFO if aborting else logging.ERROR,
                             "Recovering %s failed", unit, exc_info=True)
-        for thread in self._threads:
-            thread.join(timeout=30)
 
     @property
     def stopped(self) -> bool:
@@ -103,39 +119,44 @@ class Nemesis:
 
     # ---- one planned fault ----------------------------------------------------------------
 
-    def _run(self, run: FaultRun) -> None:
+    def _await_trigger(self, run: FaultRun, deadline: float) -> None:
+        """A sequence step: inject `run` its delay after the event of the fault it follows,
+        checked every EVENT_POLL_S until `deadline` (`scheduler.monotonic`)."""
+        trigger = run.planned.trigger
+        assert trigger is not None
+        previous = self._runs[trigger.of]
+        name = f"fault-{run.planned.index}"
+        if self.stopped:
+            return
+        if previous.skipped is not None:
+            run.skipped = f"fault {trigger.of} was skipped"
+        elif self.event_check(trigger.event, previous)():
+            self._scheduler.call_later(trigger.delay, lambda: self._inject(run), name)
+        elif self._scheduler.monotonic() > deadline:
+            run.skipped = f"{trigger.event} of fault {trigger.of} did not come in time"
+            log.info("Fault %d skipped: %s", run.planned.index, run.skipped)
+        else:
+            self._scheduler.call_later(EVENT_POLL_S,
+                                       lambda: self._await_trigger(run, deadline), name)
+
+    def _inject(self, run: FaultRun) -> None:
+        if self.stopped:
+            return
         planned = run.planned
         try:
-            if not self._wait_for_start(run):
-                return
             self.inject(run)
-            self._watch_recovery(run)
         except Exception as exc:
             run.skipped = f"{type(exc).__name__}: {exc}"
             log.warning("Fault %d (%s) not injected: %s", planned.index, planned.kind, exc)
+            return
+        self._watch_recovery(run)
 
-    def _wait_for_start(self, run: FaultRun) -> bool:
-        planned = run.planned
-        if planned.trigger is None:
-            assert planned.at is not None
-            delay = self.start_time + planned.at - time.time()
-            return not self._stop.wait(max(delay, 0.0))
-        trigger = planned.trigger
-        previous = self._runs[trigger.of]
-        deadline = time.monotonic() + trigger.timeout
-        check = self.event_check(trigger.event, previous)
-        while not self._stop.is_set():
-            if previous.skipped is not None:
-                run.skipped = f"fault {trigger.of} was skipped"
-                return False
-            if check():
-                return not self._stop.wait(trigger.delay)
-            if time.monotonic() > deadline:
-                run.skipped = f"{trigger.event} of fault {trigger.of} did not come in time"
-                log.info("Fault %d skipped: %s", planned.index, run.skipped)
-                return False
-            time.sleep(EVENT_POLL_S)
-        return False
+    def _watch_recovery(self, run: FaultRun) -> None:
+        if all(u.state in ("recovered", "failed") for u in run.units):
+            run.recovered.set()
+        elif not self.stopped:
+            self._scheduler.call_later(EVENT_POLL_S, lambda: self._watch_recovery(run),
+                                       f"fault-{run.planned.index}")
 
     def event_check(self, event: str, previous: FaultRun) -> Callable[[], bool]:
         """Whether `event` of the fault `previous` has come (a sequence step's trigger)."""
@@ -193,13 +214,6 @@ class Nemesis:
                      unit, run.role, now - self.start_time)
 
         return listener
-
-    def _watch_recovery(self, run: FaultRun) -> None:
-        while not self._stop.is_set():
-            if all(u.state in ("recovered", "failed") for u in run.units):
-                run.recovered.set()
-                return
-            time.sleep(EVENT_POLL_S)
 
     # ---- events ------------------------------------------------------------------------
 

@@ -25,35 +25,31 @@ second, the run stops as on Ctrl-C, meta.json says the history is incomplete and
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from undertow.cluster_view.kafka import KafkaAdminError, admin_client, create_topic
 from undertow.platform.base import (
     Platform,
     PlatformError,
     consumer_endpoint,
     sigterm_as_interrupt,
-    wait_for,
 )
 from undertow.runner.abort import Abort, RunAborted
-from undertow.runner.events import EventCollector
 from undertow.runner.group_member import GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
-from undertow.runner.phases import PhaseClock, summary_line
+from undertow.runner.phases import PhaseClock
 from undertow.runner.phases import write as write_timings
 from undertow.runner.sampler import ClusterSampler
 from undertow.runner.verdict import agreement_text, disagreement, first_verdict
-from undertow.runner.workload import Workload, WorkloadConfig, drain, outcomes_wait_s
+from undertow.runner.workload import WorkloadConfig, outcomes_wait_s
+from undertow.runner.world import READY_TIMEOUT_S, World
 from undertow.spec import LoadedExperiment, PlannedFault, choose_seed, plan
 
 log = logging.getLogger("undertow.run")
 
-READY_TIMEOUT_S = 60.0
 HEAL_TIMEOUT_S = 45.0
 DRAIN_TIMEOUT_S = 60.0
 COMMIT_TIMEOUT_S = 15.0
@@ -132,13 +128,6 @@ def partitions_committed(platform: Platform, topic: str) -> bool:
         and p.high_watermark >= p.log_end_offsets[p.leader] for p in partitions)
 
 
-def _until(condition: Callable[[], bool], timeout: float, what: str, abort: Abort) -> None:
-    """Wait for `condition` (its errors count as not yet), or raise the run's failure as soon
-    as it is aborted."""
-    wait_for(lambda: abort.is_set() or condition(), timeout, what, ignore=(Exception,))
-    abort.raise_if_set()
-
-
 def _settle(meta: dict[str, Any], key: str, wait: Callable[[], None]) -> None:
     """One bounded wait after the faults: meta[key] says whether it was met; the drain goes
     ahead either way (an abort still stops the run)."""
@@ -150,20 +139,6 @@ def _settle(meta: dict[str, Any], key: str, wait: Callable[[], None]) -> None:
     except Exception as exc:
         meta[key] = False
         log.warning("%s; draining anyway", exc)
-
-
-def _create_topic(platform: Platform, loaded: LoadedExperiment) -> None:
-    """With a stock Kafka admin client, as on any Kafka; retried until the cluster serves."""
-    topic = loaded.experiment.spec.topic
-    admin = admin_client(platform.bootstrap)
-
-    def created() -> bool:
-        create_topic(admin, topic.name, topic.partitions, topic.replication_factor,
-                     topic.config.as_overrides())
-        return True
-
-    wait_for(created, READY_TIMEOUT_S, f"topic {topic.name} to be created", interval=0.5,
-             ignore=(KafkaAdminError,))
 
 
 def run_experiment(
@@ -188,7 +163,8 @@ def run_experiment(
     abort = Abort()
     history = HistoryWriter(out / "history", abort)
     cfg = workload_config(loaded)
-    meta = first_meta(loaded, seed, planned, cfg, time.time())
+    world = platform.world()
+    meta = first_meta(loaded, seed, planned, cfg, world.now(), **world.history_fields())
     history.write_meta(meta)
     if abort.reason is not None:  # not even meta.json could be written: nothing has started
         history.close()
@@ -201,10 +177,10 @@ def run_experiment(
     try:
         with abort.catching_thread_exceptions(), sigterm_as_interrupt(), platform:
             try:
-                _run_phases(loaded, platform, history, abort, planned, seed, cfg, meta,
-                            on_progress, before_workload, phases)
+                run_phases(world, loaded, platform, history, abort, planned, seed, cfg, meta,
+                           on_progress, before_workload, phases)
             finally:  # before the cluster stops: the analysis waiting for it starts sooner
-                close_history(history, meta, abort, time.time())
+                close_history(history, meta, abort, world.now())
                 phases.mark("history")
                 stopping = phases.now()
             if analyze is not None and abort.reason is None:  # before the cluster's stop
@@ -212,7 +188,7 @@ def run_experiment(
                 phases.mark("verdict")
                 stopping = phases.now()
     finally:
-        close_history(history, meta, abort, time.time())  # the platform did not start
+        close_history(history, meta, abort, world.now())  # the platform did not start
     if stopping is not None:
         phases.time_beside("cluster stop", stopping)
     abort.raise_if_set()  # the last meta.json could not be written
@@ -229,8 +205,9 @@ def run_experiment(
 
 
 def _report_timings(phases: PhaseClock, out: Path) -> dict[str, Any] | None:
-    """Print the phases after the workload under the verdict and write them beside the
-    history; nothing for a run that stopped before its workload ended."""
+    """Write the phases after the workload beside the history (`undertow run` prints them
+    under the verdict: `phases.summary_line`); nothing for a run that stopped before its
+    workload ended."""
     if not phases.started:
         return None
     record = phases.record()
@@ -238,7 +215,6 @@ def _report_timings(phases: PhaseClock, out: Path) -> dict[str, Any] | None:
         write_timings(out, record)
     except OSError as exc:  # the run and its verdict stand without it
         log.warning("the phase timings could not be written: %s", exc)
-    print(summary_line(record), flush=True)
     return record
 
 
@@ -276,68 +252,66 @@ def close_history(history: HistoryWriter, meta: dict[str, Any], abort: Abort,
     history.finish(meta)
 
 
-def _run_phases(loaded: LoadedExperiment, platform: Platform, history: HistoryWriter,
-                abort: Abort, planned: list, seed: int, cfg: WorkloadConfig,
-                meta: dict[str, Any], on_progress: Callable[[dict[str, Any]], None],
-                before_workload: Callable[[], None], phases: PhaseClock) -> None:
+def run_phases(world: World, loaded: LoadedExperiment, platform: Platform,
+               history: HistoryWriter, abort: Abort, planned: list[PlannedFault], seed: int,
+               cfg: WorkloadConfig, meta: dict[str, Any],
+               on_progress: Callable[[dict[str, Any]], None],
+               before_workload: Callable[[], None], phases: PhaseClock) -> None:
+    """The run from the topic's creation to the drain, in `world` (real or simulated); fills
+    in `meta` and marks `phases` as it goes."""
     spec = loaded.experiment.spec
     topic, rf = spec.topic.name, spec.topic.replication_factor
-    _create_topic(platform, loaded)
-    _until(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
-           "every partition to have a leader and a full ISR", abort)
+    world.create_topic(loaded, abort)
+    world.until(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
+                "every partition to have a leader and a full ISR", abort)
     on_progress({"phase": "starting"})
     before_workload()
     group_id = cfg.group.group_id if cfg.group is not None else None
-    workload = Workload(platform.bootstrap, cfg, history, abort, platform.bootstrap_for)
+    workload = world.workload(cfg, history, abort)
     sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe,
-                             group_id=group_id)
-    nemesis = Nemesis(platform, planned, topic, history, seed, group_id)
-    events = EventCollector(platform, history)
+                             group_id=group_id, clock=world.now, scheduler=world.scheduler())
+    nemesis = Nemesis(platform, planned, topic, history, seed, group_id, clock=world.now,
+                      scheduler=world.scheduler())
+    events = world.events(history)
     events.start()
     sampler.start()
     try:
-        start, started = time.time(), phases.now()
+        start, started = world.now(), phases.now()
         meta["workload_start"] = start
         workload.start()
         nemesis.start(start)
         duration = spec.workload.duration
         try:
-            while (elapsed := time.time() - start) < duration:
+            while (elapsed := world.now() - start) < duration:
                 on_progress({"phase": "faults", "elapsed": elapsed, "total": duration,
-                             "counts": dict(workload.stats.counts),
-                             "errors": dict(workload.stats.errors),
-                             "acks_per_second": workload.stats.acks_per_second(),
-                             "active_faults": nemesis.active(),
+                             **workload.progress(), "active_faults": nemesis.active(),
                              "partitions": sampler.latest})
                 # The last beat ends with the workload, not up to a beat after it.
-                if abort.wait(min(PROGRESS_S, max(0.0, duration - elapsed))):
+                if world.sleep(min(PROGRESS_S, max(0.0, duration - elapsed)), abort):
                     break
-            phases.start(started + duration)
+            # The wall clock's workload end: in simulation the virtual workload ran faster.
+            phases.start(min(started + duration, phases.now()))
         finally:
-            for producer in workload.producers:
-                producer.stop()
+            workload.stop_producers()
             nemesis.stop(aborting=abort.is_set())
         phases.mark("healing")
         abort.raise_if_set()
         on_progress({"phase": "healing", "partitions": sampler.latest})
-        for producer in workload.producers:
-            producer.join()
+        workload.await_outcomes()
         phases.mark("last sends")
-        _settle(meta, "healed", lambda: _until(
+        _settle(meta, "healed", lambda: world.until(
             lambda: partitions_healthy(platform, topic, rf), HEAL_TIMEOUT_S,
             "every partition to have a leader and a full ISR after healing", abort))
         if meta["healed"]:
-            _settle(meta, "committed", lambda: _until(
+            _settle(meta, "committed", lambda: world.until(
                 lambda: partitions_committed(platform, topic), COMMIT_TIMEOUT_S,
                 "every high watermark to reach its leader's log end", abort))
         phases.mark("recovery")
-        for consumer in workload.consumers:
-            consumer.stop()
+        workload.stop_consumers()
         if group_id is not None:
             meta["consumer_group"] = consumer_group(platform, group_id)
         on_progress({"phase": "draining", "partitions": sampler.latest})
-        drained = drain(platform.bootstrap, topic, spec.topic.partitions, history, abort,
-                        DRAIN_TIMEOUT_S)
+        drained = world.drain(cfg, history, abort, DRAIN_TIMEOUT_S)
         phases.mark("drain")
         abort.raise_if_set()
         meta["drain"] = {str(p): {"end": end, "read_to": pos}

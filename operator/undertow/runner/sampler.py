@@ -18,10 +18,13 @@ from typing import Any
 from undertow.cluster_view import PartitionView
 from undertow.platform.base import Platform
 from undertow.runner.history import HistoryWriter
+from undertow.runner.scheduler import Scheduler, ThreadScheduler
 
 log = logging.getLogger("undertow.sampler")
 
 INTERVAL_S = 0.25
+STOP_WAIT_S = 30.0
+"""How long `stop` waits for a round under way (a controller that answers slowly)."""
 
 
 def sample(platform: Platform, topic: str, group_id: str | None = None,
@@ -50,35 +53,44 @@ def to_sample(p: PartitionView, t: float) -> dict[str, Any]:
 
 
 class ClusterSampler:
-    """A background thread writing samples until stopped; keeps the latest for progress and
-    hands every round to `on_round(began, samples)` (the workload's leader-epoch gate)."""
+    """Writes a sample of every partition each INTERVAL_S until stopped, on a `Scheduler`
+    (a thread per round on real platforms, the virtual loop in simulation); keeps the latest
+    for progress and hands every round to `on_round(began, samples)` (the workload's
+    leader-epoch gate)."""
 
     def __init__(self, platform: Platform, topic: str, history: HistoryWriter,
                  on_round: Callable[[float, list[dict[str, Any]]], None] = lambda _t, _s: None,
-                 group_id: str | None = None) -> None:
+                 group_id: str | None = None, clock: Callable[[], float] = time.time,
+                 scheduler: Scheduler | None = None) -> None:
         self._platform = platform
         self._topic = topic
         self._group_id = group_id
         self._history = history
         self._on_round = on_round
+        self._clock = clock
+        self._scheduler = scheduler or ThreadScheduler()
         self._stop = threading.Event()
         self.latest: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """The first round now, on the caller's thread: the history has a sample from the
+        workload's first instant."""
+        self._round()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        self._scheduler.shutdown(STOP_WAIT_S)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started, began = time.monotonic(), time.time()
-            samples = sample(self._platform, self._topic, self._group_id)
-            for record in samples:
-                self._history.cluster_sample(record)
-            if samples:
-                self.latest = samples
-            self._on_round(began, samples)
-            self._stop.wait(max(INTERVAL_S - (time.monotonic() - started), 0.01))
+    def _round(self) -> None:
+        if self._stop.is_set():
+            return
+        started, began = self._scheduler.monotonic(), self._clock()
+        samples = sample(self._platform, self._topic, self._group_id, self._clock)
+        for record in samples:
+            self._history.cluster_sample(record)
+        if samples:
+            self.latest = samples
+        self._on_round(began, samples)
+        self._scheduler.call_later(
+            max(INTERVAL_S - (self._scheduler.monotonic() - started), 0.01), self._round,
+            "sampler")

@@ -178,6 +178,32 @@ class WorkloadStats:
             return float(len(self._recent_acks))
 
 
+class SendOutcomes:
+    """Where every send's outcome goes, in both worlds (`Workload`, `sim.world.SimWorkload`):
+    to the history and the progress counts, a definite failure held first by the leader-epoch
+    gate (`outcomes.LeaderEpochGate`: the sampler feeds it, the run closes it)."""
+
+    def __init__(self, history: HistoryWriter) -> None:
+        self._history = history
+        self.stats = WorkloadStats()
+        self.epoch_gate = LeaderEpochGate(self._record)
+
+    def submit(self, send: dict[str, Any]) -> None:
+        if send["status"] == "fail":
+            self.epoch_gate.hold(send)
+        else:
+            self._record(send)
+
+    def progress(self, acks_per_second: float) -> dict[str, Any]:
+        """The progress line's counts, errors and rate."""
+        return {"counts": dict(self.stats.counts), "errors": dict(self.stats.errors),
+                "acks_per_second": acks_per_second}
+
+    def _record(self, send: dict[str, Any]) -> None:
+        self._history.send(**send)
+        self.stats.record(send["status"], send["error"])
+
+
 class ConsumerWorker:
     """Reads every partition from the earliest offset with ``assign``, recording each record."""
 
@@ -287,10 +313,9 @@ class Workload:
         """``consumer_bootstrap(name)``: where consumer ``name`` connects, when consumers have
         links of their own (``Platform.bootstrap_for``); else ``bootstrap``."""
         own = consumer_bootstrap or (lambda _name: bootstrap)
-        self.stats = WorkloadStats()
-        self._history = history
-        self.epoch_gate = LeaderEpochGate(self._record_send)
-        self.producers = [ProducerWorker(i, bootstrap, cfg, self._submit, abort)
+        self.outcomes = SendOutcomes(history)
+        self.epoch_gate = self.outcomes.epoch_gate
+        self.producers = [ProducerWorker(i, bootstrap, cfg, self.outcomes.submit, abort)
                           for i in range(cfg.producers)]
         self.consumers: list[ConsumerWorker | GroupMember] = [
             GroupMember(f"c{i}", own(f"c{i}"), cfg.topic, cfg.group, history)
@@ -319,6 +344,22 @@ class Workload:
                 member.rejoin()
             turn += 1
 
+    def progress(self) -> dict[str, Any]:
+        return self.outcomes.progress(self.outcomes.stats.acks_per_second())
+
+    def stop_producers(self) -> None:
+        for producer in self.producers:
+            producer.stop()
+
+    def await_outcomes(self) -> None:
+        """Each producer flushes for at most `outcomes_wait_s` once stopped."""
+        for producer in self.producers:
+            producer.join()
+
+    def stop_consumers(self) -> None:
+        for consumer in self.consumers:
+            consumer.stop()
+
     def stop(self) -> None:
         """On every way out of a run: no more sends, no more reads (idempotent). Producers
         are not waited for: they finish their outstanding sends on their own, quickly when
@@ -329,12 +370,3 @@ class Workload:
         for consumer in self.consumers:
             consumer.stop()
 
-    def _submit(self, send: dict[str, Any]) -> None:
-        if send["status"] == "fail":
-            self.epoch_gate.hold(send)
-        else:
-            self._record_send(send)
-
-    def _record_send(self, send: dict[str, Any]) -> None:
-        self._history.send(**send)
-        self.stats.record(send["status"], send["error"])

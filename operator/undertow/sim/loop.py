@@ -80,3 +80,29 @@ class SimLoop:
         if not self.run_while_not(condition, timeout_ms):
             raise PlatformError(
                 f"timed out after {timeout_ms / 1000:g}s (virtual) waiting for {what}")
+
+
+class LoopScheduler:
+    """`undertow.runner.scheduler.Scheduler` on the virtual clock: the runner's callbacks
+    (the nemesis's) run on the loop, in virtual time, in the order the seed gives."""
+
+    def __init__(self, loop: SimLoop) -> None:
+        self._loop = loop
+        self._timers: list[SimTimer] = []
+        self._closed = False
+
+    def monotonic(self) -> float:
+        return self._loop.now_ms() / 1000
+
+    def call_later(self, delay_s: float, callback: Callable[[], None], name: str) -> None:
+        del name  # one thread: nothing to name
+        if not self._closed:
+            self._timers = [t for t in self._timers if not t.cancelled]
+            self._timers.append(self._loop.call_later(delay_s * 1000, callback))
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Nothing runs beside the caller: drop what is not yet due."""
+        del timeout_s
+        self._closed = True
+        for timer in self._timers:
+            timer.cancel()

@@ -10,11 +10,17 @@ its condition holds, in virtual time; a fault's time limit is a virtual timer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import contextlib
+import logging
+import random
+import shutil
+import tempfile
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from minibroker.environment import Environment, entered
 from undertow.platform.base import (
     CONTROLLER,
     Cancellable,
@@ -28,6 +34,10 @@ from undertow.platform.errors import PlatformError
 from undertow.sim.loop import SimLoop
 from undertow.sim.network import DEFAULT_LATENCY_MS, VirtualNetwork
 from undertow.sim.nodes import SimBroker, SimController, SimNode
+from undertow.spec import LoadedExperiment
+
+if TYPE_CHECKING:
+    from undertow.runner.world import World
 
 START_DELAY_MS = 250.0
 """From a restart to the new process serving: a local minibroker (re)starts, loads its logs
@@ -51,26 +61,119 @@ VIRTUAL_EPOCH_S = 1_767_225_600.0
 """Virtual time 0 on the history's clock: 2026-01-01T00:00:00Z."""
 
 
+def scratch_root() -> Path:
+    """Where throwaway simulated clusters and histories go: memory when the machine offers
+    it (/dev/shm), else the temporary directory."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
+def seeded_randomness(seed: int) -> contextlib.AbstractContextManager[None]:
+    """The broker code's random draws (``minibroker.environment``: the cluster id, topic ids,
+    events log ids and group member ids) come from ``seed`` meanwhile, in this thread only:
+    the same in every run."""
+    return entered(Environment(rng=random.Random(seed)))
+
+
+@contextlib.contextmanager
+def broker_logs(path: Path, clock: Callable[[], float]) -> Iterator[None]:
+    """The simulated nodes' logs (minibroker's loggers) go to ``path`` meanwhile, each line
+    stamped with the virtual time, as a real node's go to its own log file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(virtual).3f %(levelname)s %(name)s: %(message)s"))
+
+    def stamp(record: logging.LogRecord) -> bool:
+        record.virtual = clock()
+        return True
+
+    handler.addFilter(stamp)
+    logger = logging.getLogger("minibroker")
+    previous = logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate, level = previous
+        logger.setLevel(level)
+        handler.close()
+
+
 class SimPlatform(Platform):
     def __init__(self, root: Path, brokers: int, config: dict[str, str], *,
-                 ephemeral_storage: bool,
-                 on_event: Callable[[str, dict[str, Any]], None] = lambda _n, _e: None,
+                 ephemeral_storage: bool, seed: int = 0,
                  loop: SimLoop | None = None, consumers: tuple[str, ...] = (),
                  timing: Timing = NOMINAL) -> None:
-        """``consumers``: the workload consumers (``c1``) with links of their own, which a
-        partition can isolate (``consumer_endpoints``)."""
+        """``seed``: the broker code's random draws while the platform runs
+        (``seeded_randomness``); ``consumers``: the workload consumers (``c1``) with links of
+        their own, which a partition can isolate (``consumer_endpoints``)."""
         super().__init__()
+        self._root = root
+        self._seed = seed
         self._consumers = consumers  # consumer groups: the isolated consumers' own links
         self.loop = loop or SimLoop()
         self.timing = timing
         self.network = VirtualNetwork(self.loop, timing.latency_ms)
         self.ephemeral_storage = ephemeral_storage
         args = (self.loop, self.network)
-        self.controller = SimController(*args, root / CONTROLLER, config, on_event, self.clock)
-        self._brokers = {i: SimBroker(i, *args, root / f"broker-{i}", config, on_event,
+        self._held: list[tuple[str, dict[str, Any]]] = []
+        self._event_sink: Callable[[str, dict[str, Any]], None] = (
+            lambda node, raw: self._held.append((node, raw)))
+        self.controller = SimController(*args, root / CONTROLLER, config, self._on_event,
+                                        self.clock)
+        self._brokers = {i: SimBroker(i, *args, root / f"broker-{i}", config, self._on_event,
                                       self.clock)
                          for i in range(brokers)}
         self._starting: set[str] = set()
+        self._running: contextlib.ExitStack | None = None
+
+    @classmethod
+    def for_experiment(cls, loaded: LoadedExperiment, root: Path, seed: int,
+                       timing: Timing = NOMINAL) -> SimPlatform:
+        """The experiment's cluster in simulation, its nodes' data under ``root`` (emptied
+        first)."""
+        cluster = loaded.cluster.spec
+        shutil.rmtree(root, ignore_errors=True)
+        return cls(root, cluster.brokers, cluster.config.as_overrides(),
+                   ephemeral_storage=cluster.storage.type == "ephemeral", seed=seed,
+                   consumers=loaded.experiment.spec.isolated_consumers(), timing=timing)
+
+    def __enter__(self) -> SimPlatform:
+        """The platform starts with the seed's randomness in effect and its nodes' logs
+        going to ``nodes.log``, both until it stops."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(seeded_randomness(self._seed))
+            stack.enter_context(broker_logs(self._root / "nodes.log", self.clock))
+            self.start()
+            self._running = stack.pop_all()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            if self._running is not None:
+                self._running.close()
+
+    def record_events(self, sink: Callable[[str, dict[str, Any]], None]) -> None:
+        """From now on each node's event goes to ``sink(node, event)`` as it is logged; those
+        logged before (the cluster's start) go first, in their order."""
+        held, self._held = self._held, []
+        self._event_sink = sink
+        for node, raw in held:
+            sink(node, raw)
+
+    def _on_event(self, node: str, raw: dict[str, Any]) -> None:
+        self._event_sink(node, raw)
+
+    def world(self) -> World:
+        """Virtual time on this platform's loop, the client models (`sim.world`)."""
+        from undertow.sim.world import SimWorld
+
+        return SimWorld(self)
 
     def clock(self) -> float:
         """The history's clock: seconds, virtual."""

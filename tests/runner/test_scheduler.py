@@ -1,0 +1,72 @@
+"""The runner's schedulers (`undertow.runner.scheduler`): a callback runs once after its delay,
+each on its own thread on real platforms, in virtual-time order in simulation; `shutdown`
+drops what is not yet due and waits for what runs. (The nemesis and the sampler over them:
+test_faults_cluster, tests/sim.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from undertow.runner.scheduler import ThreadScheduler
+from undertow.sim.loop import LoopScheduler, SimLoop
+
+
+def test_a_thread_callback_runs_after_its_delay_on_a_thread_of_its_own() -> None:
+    scheduler = ThreadScheduler()
+    ran = threading.Event()
+    where: list[tuple[str, float]] = []
+    asked = time.monotonic()
+
+    def callback() -> None:
+        where.append((threading.current_thread().name, time.monotonic() - asked))
+        ran.set()
+
+    scheduler.call_later(0.2, callback, "fault-3")
+    assert ran.wait(10)
+    ((name, after),) = where
+    assert name == "fault-3" and after >= 0.2
+
+
+def test_a_slow_callback_delays_no_other() -> None:
+    scheduler = ThreadScheduler()
+    release, fast = threading.Event(), threading.Event()
+    scheduler.call_later(0.0, lambda: release.wait(10), "slow")
+    scheduler.call_later(0.05, fast.set, "fast")
+    assert fast.wait(5) and not release.is_set()
+    release.set()
+    scheduler.shutdown(10)
+
+
+def test_shutdown_drops_what_is_not_due_and_waits_for_what_runs() -> None:
+    scheduler = ThreadScheduler()
+    started, finished, late = threading.Event(), threading.Event(), threading.Event()
+
+    def running() -> None:
+        started.set()
+        time.sleep(0.3)
+        finished.set()
+
+    scheduler.call_later(0.0, running, "running")
+    scheduler.call_later(0.5, late.set, "not due")
+    assert started.wait(10)
+    scheduler.shutdown(10)
+    assert finished.is_set()
+    scheduler.call_later(0.0, late.set, "after shutdown")
+    assert not late.wait(1.0)
+
+
+def test_the_loop_scheduler_runs_callbacks_in_virtual_time_order() -> None:
+    loop = SimLoop()
+    scheduler = LoopScheduler(loop)
+    seen: list[tuple[str, float]] = []
+    scheduler.call_later(2.0, lambda: seen.append(("b", scheduler.monotonic())), "b")
+    scheduler.call_later(0.5, lambda: seen.append(("a", scheduler.monotonic())), "a")
+    scheduler.call_later(5.0, lambda: seen.append(("c", scheduler.monotonic())), "c")
+    loop.run_until(3000)
+    assert seen == [("a", 0.5), ("b", 2.0)]
+    scheduler.shutdown(0)
+    loop.run_until(10_000)
+    scheduler.call_later(0.0, lambda: seen.append(("d", 0.0)), "d")
+    loop.run_until(20_000)
+    assert seen == [("a", 0.5), ("b", 2.0)]
