@@ -16,6 +16,7 @@ node's seeded ``random.Random`` in simulation, so that a seed gives the same run
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import random
 import secrets
@@ -60,6 +61,14 @@ def current() -> Environment:
     """The environment of the node whose code is running (``REAL`` unless one was
     ``entered``)."""
     return _current.get() or REAL
+
+
+def context_of(environment: Environment) -> contextvars.Context:
+    """A context in which ``environment`` is current, for code scheduled from outside every
+    node (``loop.call_soon(callback, context=...)``): a simulated client's, say."""
+    context = contextvars.Context()
+    context.run(_current.set, environment)
+    return context
 
 
 @contextmanager

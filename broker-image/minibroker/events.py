@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -166,14 +165,16 @@ def parse_events_query(query: str) -> tuple[str | None, int]:
 class ReplicationEventLog:
     """One node's events file: ``emit`` appends, ``read`` pages through it by byte offset.
 
-    ``clock`` gives ``t`` (wall-clock seconds; ``minibroker.sim`` passes its manual clock so
-    that tests can assert events exactly), and ``on_event`` sees each event as written.
+    ``clock`` gives ``t`` (wall-clock seconds: by default the wall clock of the node's
+    environment when the log is made, the virtual one in simulation; ``minibroker.sim``
+    passes its manual clock so that tests can assert events exactly), and ``on_event`` sees
+    each event as written.
     """
 
-    def __init__(self, data_dir: Path, *, clock: Callable[[], float] = time.time,
+    def __init__(self, data_dir: Path, *, clock: Callable[[], float] | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = data_dir / EVENTS_FILE
-        self._clock = clock
+        self._clock = clock or environment.current().wall_clock
         self._on_event = on_event
         self._failing = False
         self.log_id, self._first_event_offset = self._open_or_create()

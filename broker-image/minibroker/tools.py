@@ -38,11 +38,22 @@ class PartitionDescription:
 
 async def create_topic(bootstrap: tuple[str, int], topic: str, partitions: int,
                        replication_factor: int, config: dict[str, str]) -> int:
+    failure = await request_topic(bootstrap, topic, partitions, replication_factor, config)
+    if failure is not None:
+        print(f"Error creating topic {topic}: {failure}", file=sys.stderr)
+        return 1
+    print(f"Created topic {topic}.")
+    return 0
+
+
+async def request_topic(bootstrap: tuple[str, int], topic: str, partitions: int,
+                        replication_factor: int, config: dict[str, str]) -> str | None:
+    """A CreateTopics request at ``bootstrap``: None once the topic is created, else why
+    not (``TOPIC_ALREADY_EXISTS: ...``, or the connection's error)."""
     try:
         conn = await KafkaConnection.connect(*bootstrap, client_id="minibroker-tools")
     except OSError as exc:
-        print(f"Error creating topic {topic}: {exc}", file=sys.stderr)
-        return 1
+        return str(exc)
     try:
         response = await conn.request(create_req.CreateTopicsRequest(
             topics=(create_req.CreatableTopic(
@@ -55,11 +66,8 @@ async def create_topic(bootstrap: tuple[str, int], topic: str, partitions: int,
         conn.close()
     result = response.topics[0]
     if result.error_code != ErrorCode.none:
-        print(f"Error creating topic {topic}: {result.error_code.name.upper()}: "
-              f"{result.error_message}", file=sys.stderr)
-        return 1
-    print(f"Created topic {topic}.")
-    return 0
+        return f"{result.error_code.name.upper()}: {result.error_message}"
+    return None
 
 
 async def describe_partitions(bootstrap: tuple[str, int],

@@ -25,10 +25,10 @@ recorded only), there are no transactional offset commits and no offset deletion
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Protocol
 
+from minibroker import environment
 from minibroker.cluster.partition import Partition
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.types import ErrorCode, MetadataImage, ProduceResult, TopicPartition
@@ -121,8 +121,10 @@ class GroupMetadataManager:
                  wall_clock_ms: Callable[[], float] | None = None) -> None:
         self.broker_id = broker_id
         self._scheduler = scheduler
-        # Record, commit and state timestamps are wall-clock time (the scheduler's is not).
-        self.now_ms = wall_clock_ms or (lambda: time.time() * 1000)
+        # Record, commit and state timestamps are wall-clock time (the scheduler's is not):
+        # the node environment's wall clock by default, virtual in simulation.
+        wall_clock = environment.current().wall_clock
+        self.now_ms = wall_clock_ms or (lambda: wall_clock() * 1000)
         self._config = config
         self._append = append
         self._local_partition = local_partition

@@ -18,7 +18,7 @@ import contextvars
 import shutil
 from collections.abc import Callable, Coroutine, Hashable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from minibroker.broker import BrokerServer
 from minibroker.environment import entered
@@ -34,6 +34,9 @@ from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
 from undertow.sim.cluster import SimulatedCluster, broker_host
 from undertow.sim.virtual_loop import NodeState, VirtualTimeLoop
+
+if TYPE_CHECKING:
+    from undertow.runner.world import World
 
 T = TypeVar("T")
 
@@ -62,6 +65,13 @@ class SimulatedPlatform(Platform):
         """The incarnation of each node that finished starting."""
         self._starting: set[str] = set()
         self._stopped = False
+
+    def world(self) -> World:
+        """Virtual time on this platform's loop, the client models over the Kafka protocol
+        (`sim.simulated_world`)."""
+        from undertow.sim.simulated_world import SimulatedWorld
+
+        return SimulatedWorld(self)
 
     def _run(self, coroutine: Coroutine[Any, Any, T], what: str,
              timeout_s: float = TIMEOUT_S) -> T:

@@ -2,7 +2,7 @@
 
 Every broker and the controller log their replication state changes (became leader,
 truncated, changed an ISR, elected a leader, fenced a broker, ...) to an events log on their
-own disk and serve it at ``/v1/events`` (minibroker's ``events`` module). This thread pulls
+own disk and serve it at ``/v1/events`` (minibroker's ``events`` module). The collector pulls
 each node's new events every half second and once more at the end, so that the history keeps
 what a node logged even when the node is later killed, or its pod deleted with its disk:
 only the events of the last half second before such a loss can be missed.
@@ -22,11 +22,14 @@ from typing import Any
 
 from undertow.platform.base import Platform, PlatformError
 from undertow.runner.history import HistoryWriter
+from undertow.runner.scheduler import Scheduler, ThreadScheduler
 from undertow_history.schema import EVENTS
 
 log = logging.getLogger("undertow.events")
 
 INTERVAL_S = 0.5
+STOP_WAIT_S = 30.0
+"""How long `stop` waits for a round under way."""
 MAX_PAGES = 20
 """Pages read from one node in one round (a node answers a few thousand events a page)."""
 
@@ -44,28 +47,32 @@ def to_event(node: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 class EventCollector:
-    """A background thread appending every node's new events to the history."""
+    """Appends every node's new events to the history each INTERVAL_S, on a `Scheduler`
+    (a thread per round on real platforms, the virtual loop in simulation)."""
 
-    def __init__(self, platform: Platform, history: HistoryWriter) -> None:
+    def __init__(self, platform: Platform, history: HistoryWriter,
+                 scheduler: Scheduler | None = None) -> None:
         self._platform = platform
         self._history = history
+        self._scheduler = scheduler or ThreadScheduler()
         self._cursors = {node: _Cursor() for node in platform.nodes}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._scheduler.call_later(INTERVAL_S, self._round, "events")
 
     def stop(self) -> None:
-        """Stop the thread, then read every node that answers one last time."""
+        """Stop the rounds, then read every node that answers one last time."""
         self._stop.set()
-        self._thread.join()
+        self._scheduler.shutdown(STOP_WAIT_S)
         self.collect()
 
-    def _run(self) -> None:
-        while not self._stop.wait(INTERVAL_S):
-            self.collect()
+    def _round(self) -> None:
+        if self._stop.is_set():
+            return
+        self.collect()
+        self._scheduler.call_later(INTERVAL_S, self._round, "events")
 
     def collect(self) -> None:
         """One round: every node's events since the last round."""
