@@ -9,8 +9,8 @@
     -> close the history -> the history checker's verdict (`undertow.runner.verdict`)
     -> stop the cluster -> the Spark report, which must agree with that verdict
 
-Each step from the workload's end to the verdict is timed (`undertow.runner.phases`): the
-record is printed under the verdict and written to the run directory.
+Each step from the workload's end to the report is timed (`undertow.runner.phases`): the
+record is written to the run directory (and `undertow run` prints it under the report).
 
 Every way out (normal end, Ctrl-C, SIGTERM, an exception) goes through the same ``finally``
 blocks: faults recovered, workload stopped, platform stopped. The guardian process of the
