@@ -6,7 +6,7 @@ Time is the loop's: a wait runs the loop's events until its condition holds, so 
 run, cluster, clients, nemesis and sampler, is one thread and one event queue, and the same
 seed gives the same history. The workload is the librdkafka-like client models
 (`sim.clients`, `sim.group_member`) in place of stock clients; the nodes hand their events
-to the history as they log them (`SimPlatform`'s `on_event`), so nothing collects them.
+to the history as they log them (`SimPlatform.record_events`), so nothing collects them.
 """
 
 from __future__ import annotations
