@@ -22,7 +22,7 @@ from pathlib import Path
 from ledger import REPO, commit, machine_line
 from reference import AT, Reference
 
-from undertow.sim.platform import scratch_root
+from undertow.sim.files import scratch_root
 from undertow.sim.world import run_simulated
 from undertow.spec import load_experiment
 

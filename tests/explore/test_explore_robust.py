@@ -9,7 +9,7 @@ from collections.abc import Callable
 from undertow.explore.draw import FixedFault, Schedule
 from undertow.explore.robust import VARIANTS, loses_robustly
 from undertow.explore.runs import Outcome
-from undertow.sim.platform import NOMINAL, Timing
+from undertow.sim.timing import NOMINAL, Timing
 from undertow.spec import TargetSelector
 
 SCHEDULE = Schedule((FixedFault("kill", TargetSelector(role="leader"), 2000, 3000),

@@ -242,8 +242,10 @@ def test_follower_truncation_rolls_back_the_producer_state(tmp_path: Path, mode:
     leader_state = list(sim.replica(new, TP).log.producer_state.last_entry(7).batches)
 
     sim.start(old)
-    assert list(sim.replica(old, TP).log.producer_state.last_entry(7).batches)[-1] == (
-        BatchMetadata(1, 1, 1, 1))  # before truncation: its own copy of the batch
+    if mode == "leader-epoch":  # before it asks the leader: its own copy of the batch
+        assert list(sim.replica(old, TP).log.producer_state.last_entry(7).batches)[-1] == (
+            BatchMetadata(1, 1, 1, 1))
+    # (high-watermark: it truncated as it became a follower, at its start)
     sim.truncate_followers(old)
     assert list(sim.replica(old, TP).log.producer_state.last_entry(7).batches) == [
         BatchMetadata(0, 0, 0, 0)]

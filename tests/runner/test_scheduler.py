@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from undertow.runner.scheduler import ThreadScheduler
 from undertow.sim.loop import LoopScheduler, SimLoop
 
@@ -54,6 +56,34 @@ def test_shutdown_drops_what_is_not_due_and_waits_for_what_runs() -> None:
     assert finished.is_set()
     scheduler.call_later(0.0, late.set, "after shutdown")
     assert not late.wait(1.0)
+
+
+def test_a_shutdown_while_a_callback_is_being_scheduled_waits_for_its_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's end (the drain) shut the scheduler down while the nemesis scheduled a
+    callback: it joined a timer not yet started ("cannot join thread before it is
+    started"). Here the shutdown comes in that window every time."""
+    scheduler = ThreadScheduler()
+    failures: list[BaseException] = []
+    start = threading.Timer.start
+
+    def shutdown() -> None:
+        try:
+            scheduler.shutdown(5)
+        except BaseException as exc:
+            failures.append(exc)
+
+    stopping = threading.Thread(target=shutdown)
+
+    def start_late(timer: threading.Timer) -> None:
+        stopping.start()
+        stopping.join(0.2)  # the shutdown runs now, or waits for the scheduler's lock
+        start(timer)
+
+    monkeypatch.setattr(threading.Timer, "start", start_late)
+    scheduler.call_later(0.0, lambda: None, "nemesis")
+    stopping.join(5)
+    assert not stopping.is_alive() and failures == []
 
 
 def test_the_loop_scheduler_runs_callbacks_in_virtual_time_order() -> None:

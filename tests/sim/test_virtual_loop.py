@@ -168,6 +168,53 @@ def test_a_dead_host_resets_its_connections_and_a_close_ends_the_stream():
     assert run(main) == b""
 
 
+def test_a_parcels_connection_carries_objects_in_order_through_blocks_and_resets():
+    """A client model's connection carries decoded requests and the handlers' responses:
+    in order, a latency each way, held by a blocked link, failed by a reset; the listener's
+    end is the broker's ``RequestChannel`` (``channel_of``)."""
+    from minibroker.network.channel import REQUEST_CHANNEL, channel_of
+    from minibroker.network.codec import ApiKey, Request
+
+    served: list[Any] = []
+
+    async def respond(reader, writer):
+        channel = channel_of(reader, writer, None, None)  # type: ignore[arg-type]
+        while (request := await channel.receive()) is not None:
+            served.append(request.body)
+            channel.send(request, f"answer to {request.body}")  # type: ignore[arg-type]
+
+    def request(correlation_id: int, body: str) -> Request:
+        return Request(ApiKey.METADATA, 12, correlation_id, "client", body)
+
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        await net.start_server(respond, "broker-1", 9092)
+        _, writer = await net.open_connection("broker-1", 9092, local_host="client",
+                                              parcels=True)
+        channel = writer.get_extra_info(REQUEST_CHANNEL)
+        sent = loop.time()
+        for i, body in enumerate(("one", "two")):
+            channel.post(request(i, body))
+        answers = [await channel.next(), await channel.next()]
+        round_trip = loop.time() - sent
+        net.block("client", "broker-1")
+        channel.post(request(2, "three"))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(channel.next(), 0.5)
+        net.heal("client", "broker-1")
+        answers.append(await channel.next())
+        channel.post(request(3, "four"))
+        net.reset_host("broker-1")
+        with pytest.raises(ConnectionResetError):
+            await channel.next()
+        return answers, round_trip
+
+    answers, round_trip = run(main)
+    assert answers == [(0, "answer to one"), (1, "answer to two"), (2, "answer to three")]
+    assert served == ["one", "two", "three"]  # "four" met the reset
+    assert round_trip == pytest.approx(2 * LATENCY)
+
+
 def test_the_broker_s_own_rpc_runs_on_the_virtual_network():
     """minibroker.rpc unchanged (the controller channel with its handshake) between two
     simulated hosts: a call, a partition the client's timeout sees, the call after it heals."""

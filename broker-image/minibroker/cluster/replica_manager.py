@@ -270,6 +270,11 @@ class ReplicaManager:
             self.follower_states.pop(tp, None)
             if reg.leader >= 0:
                 self.follower_states[tp] = FollowerState(reg.leader, reg.leader_epoch)
+                if self._log_config(tp.topic).truncation_mode == "high-watermark":
+                    # Kafka 0.10.2's ReplicaManager.makeFollowers truncates to the HW here,
+                    # before the fetcher starts: it needs nothing from the leader, which
+                    # may be dead (hw-truncation-double-crash.yaml).
+                    self._truncate_to_high_watermark(tp)
                 self._fetcher_manager.follow(tp, reg.leader)
             changed = True
         else:
@@ -441,21 +446,27 @@ class ReplicaManager:
         """The next step of a follower's truncation, before it may fetch.
 
         None when the partition needs no (more) truncation. With
-        ``replication.truncation.mode=high-watermark`` (before KIP-101) the follower truncates
-        to its HW at once and None follows. Otherwise (current leader epoch, our latest epoch)
-        for the OffsetForLeaderEpoch request whose answer goes to `on_epoch_answer`.
+        ``replication.truncation.mode=high-watermark`` (before KIP-101) the follower truncated
+        to its HW when it became one (``_apply_partition``), and None follows. Otherwise
+        (current leader epoch, our latest epoch) for the OffsetForLeaderEpoch request whose
+        answer goes to `on_epoch_answer`.
         """
         state = self.follower_states.get(tp)
         if state is None or not state.needs_truncation:
             return None
         partition = self.partitions[tp]
         if self._log_config(tp.topic).truncation_mode == "high-watermark":
-            partition.truncate_to(partition.high_watermark, TruncationReason.HIGH_WATERMARK,
-                                  "pre-KIP-101 rule: truncate to the high watermark")
-            state.needs_truncation = False
+            self._truncate_to_high_watermark(tp)  # switched to the old rule meanwhile
             return None
         latest = partition.leader_epoch_cache.latest_epoch
         return partition.leader_epoch, -1 if latest is None else latest
+
+    def _truncate_to_high_watermark(self, tp: TopicPartition) -> None:
+        """The pre-KIP-101 rule: a new follower cuts its log to its own HW."""
+        partition = self.partitions[tp]
+        partition.truncate_to(partition.high_watermark, TruncationReason.HIGH_WATERMARK,
+                              "pre-KIP-101 rule: truncate to the high watermark")
+        self.follower_states[tp].needs_truncation = False
 
     def on_epoch_answer(self, tp: TopicPartition, leader_epoch: int, end_offset: int) -> None:
         """Truncate per the leader's answer (KIP-101/279); the next `truncation_request` says

@@ -27,15 +27,11 @@ from kio.static.protocol import ResponsePayload
 
 from minibroker import environment
 from minibroker.cluster.types import DEFAULT_LISTENER
-from minibroker.network.codec import (
-    KafkaProtocolError,
-    Request,
-    encode_response,
-    parse_request,
-)
+from minibroker.network.channel import channel_of
+from minibroker.network.codec import KafkaProtocolError, Request
 from minibroker.network.connection_quotas import ConnectionQuotas
 from minibroker.network.memory_pool import MemoryPool
-from minibroker.network.receive import ConnectionIdle, RequestReceiver
+from minibroker.network.receive import ConnectionIdle
 from minibroker.network.socket_config import SocketServerConfig
 from minibroker.shutdown import end_tasks
 
@@ -135,14 +131,13 @@ class KafkaServer:
     async def _process_requests(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
     ) -> None:
-        receiver = RequestReceiver(reader, self._config, self.memory_pool)
+        channel = channel_of(reader, writer, self._config, self.memory_pool)
         idle_s = self._config.connections_max_idle_ms / 1000
         while True:
             try:
-                async with receiver.receive() as frame:
-                    if frame is None:
-                        return
-                    request = parse_request(frame, self._config.max_request_elements)
+                request = await channel.receive()
+                if request is None:
+                    return
             except ConnectionIdle as exc:
                 log.debug("closing connection from %s: %s", peer, exc)
                 return
@@ -151,8 +146,8 @@ class KafkaServer:
                 return
             try:
                 response = await self._handler.handle(request)
-                data = None if response is None else encode_response(request.correlation_id,
-                                                                     response)
+                if response is not None:
+                    channel.send(request, response)
             except CloseConnection as exc:
                 log.info("closing connection from %s after %s: %s", peer, request.name, exc)
                 return
@@ -163,8 +158,7 @@ class KafkaServer:
                     exc_info=True,
                 )
                 return
-            if data is not None:
-                writer.write(data)
+            if response is not None:
                 try:
                     async with asyncio.timeout(idle_s):
                         await writer.drain()

@@ -38,7 +38,7 @@ from undertow.explore.shrink import shrink
 from undertow.explore.space import FaultSpace
 from undertow.explore.spark import explore_session, in_parallel, interruptibly, outcomes
 from undertow.explore.write import write_experiment
-from undertow.sim.platform import NOMINAL, Timing
+from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.world import run_simulated
 from undertow.spec import LoadedExperiment
 from undertow_history.checker import check_history

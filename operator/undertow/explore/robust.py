@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from undertow.sim.platform import NOMINAL, Timing
+from undertow.sim.timing import NOMINAL, Timing
 
 from .draw import Schedule
 from .runs import Outcome

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from undertow.sim.platform import NOMINAL, Timing, scratch_root
+from undertow.sim.files import scratch_root
+from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.world import run_simulated
 from undertow.spec import LoadedExperiment
 from undertow_history.checker import check_history

@@ -3,7 +3,7 @@ nodes run minibroker's own servers on one virtual-time loop.
 
 A thin adapter: a kill is the node's SIGKILL on the loop (its callbacks dropped, its
 connections reset), a graceful kill runs the broker's own ``stop`` first; a restart is a
-new incarnation on the same data directory ``START_DELAY_S`` later; a pause holds the
+new incarnation on the same data directory ``Timing.start_delay_ms`` later; a pause holds the
 node's callbacks; a partition blocks links of the virtual network; the failpoints are the
 broker's own (``DiskStall``, ``DiskFull``, ``power_loss``, which halts the node);
 ``state`` and ``events`` read what the node's admin endpoint would serve. A primitive that
@@ -14,6 +14,7 @@ fault units of ``undertow.faults`` run on it unchanged, called from the loop's t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import shutil
 from collections.abc import Callable, Coroutine, Hashable
@@ -33,16 +34,16 @@ from undertow.platform.base import (
 from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
 from undertow.sim.cluster import SimulatedCluster, broker_host
+from undertow.sim.files import broker_logs
+from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.virtual_loop import NodeState, VirtualTimeLoop
+from undertow.spec import LoadedExperiment
 
 if TYPE_CHECKING:
     from undertow.runner.world import World
 
 T = TypeVar("T")
 
-START_DELAY_S = 0.25
-"""From a restart to the new process starting: a local minibroker (re)starts, loads its
-logs and registers in about 0.25 s (as ``sim/platform.py``'s ``START_DELAY_MS``)."""
 TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 """A graceful stop's bound, as a pod's termination grace period bounds a SIGTERM."""
@@ -52,19 +53,51 @@ FAILPOINTS = ("disk-stall", "disk-full", "power-loss")
 class SimulatedPlatform(Platform):
     def __init__(self, root: Path, brokers: int, config: dict[str, str], *,
                  ephemeral_storage: bool, consumers: tuple[str, ...] = (),
-                 seed: int = 0, loop: VirtualTimeLoop | None = None) -> None:
+                 seed: int = 0, loop: VirtualTimeLoop | None = None,
+                 timing: Timing = NOMINAL) -> None:
         """``consumers``: the workload consumers (``c1``) with links of their own, which a
-        partition can isolate (``consumer_endpoints``)."""
+        partition can isolate (``consumer_endpoints``); ``timing``: how long a restart and
+        a link take (``sim.timing``)."""
         super().__init__()
         self.loop = loop or VirtualTimeLoop()
+        self.timing = timing
         self.cluster = SimulatedCluster(self.loop, root, config, tuple(range(brokers)),
-                                        seed=seed)
+                                        latency_s=timing.latency_ms / 1000, seed=seed)
+        self._root = root
+        self._logs: contextlib.ExitStack | None = None
         self.ephemeral_storage = ephemeral_storage
         self._consumers = consumers
         self._serving: dict[str, int] = {}
         """The incarnation of each node that finished starting."""
         self._starting: set[str] = set()
         self._stopped = False
+
+    @classmethod
+    def for_experiment(cls, loaded: LoadedExperiment, root: Path, seed: int,
+                       timing: Timing = NOMINAL) -> SimulatedPlatform:
+        """The experiment's cluster in simulation, its nodes' data under ``root`` (emptied
+        first)."""
+        cluster = loaded.cluster.spec
+        shutil.rmtree(root, ignore_errors=True)
+        return cls(root, cluster.brokers, cluster.config.as_overrides(),
+                   ephemeral_storage=cluster.storage.type == "ephemeral", seed=seed,
+                   consumers=loaded.experiment.spec.isolated_consumers(), timing=timing)
+
+    def __enter__(self) -> SimulatedPlatform:
+        """The nodes' log lines go to ``nodes.log`` under the root, stamped with virtual
+        time, until the platform stops."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(broker_logs(self._root / "nodes.log", self.loop.time))
+            self.start()
+            self._logs = stack.pop_all()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            if self._logs is not None:
+                self._logs.close()
 
     def world(self) -> World:
         """Virtual time on this platform's loop, the client models over the Kafka protocol
@@ -186,7 +219,8 @@ class SimulatedPlatform(Platform):
 
             task.add_done_callback(started)
 
-        self.loop.call_later(START_DELAY_S, start, context=contextvars.Context())
+        self.loop.call_later(self.timing.start_delay_ms / 1000, start,
+                             context=contextvars.Context())
 
     def await_serving(self, node: str) -> None:
         self.loop.wait_until(lambda: self.is_running(node), TIMEOUT_S, f"{node} to serve")

@@ -55,11 +55,11 @@ class ThreadScheduler:
 
         timer = threading.Timer(max(delay_s, 0.0), run)
         timer.daemon, timer.name = True, name
-        with self._lock:
+        with self._lock:  # started inside, or a shutdown meanwhile would join it unstarted
             if self._closed:
                 return
             self._timers.add(timer)
-        timer.start()
+            timer.start()
 
     def shutdown(self, timeout_s: float) -> None:
         with self._lock:

@@ -2,10 +2,13 @@
 
 ``clients.py``'s producer and consumer speak in small messages (``("produce", ...)``,
 ``("fetch", FetchRequestData)``); here each becomes the Kafka request a librdkafka client
-sends, through the broker's own listener, codec and API handlers, and the response becomes
-the answer the model reads. The bytes travel the virtual network of the node's environment
-(``minibroker.environment``), so partitions, pauses and kills reach the clients as they
-reach a stock client: a refused connect, a connection reset, a request that times out.
+sends, through the broker's own listener and API handlers, and the response becomes the
+answer the model reads. Requests and responses travel the virtual network of the node's
+environment (``minibroker.environment``) as objects, the request as the broker's codec
+decodes it (``virtual_streams.ParcelChannel``: the codec's encoding and decoding cost a
+third of a run, and the codec has tests of its own), so partitions, pauses and kills reach
+the clients as they reach a stock client: a refused connect, a connection reset, a request
+that times out.
 
 **Connections.** One per broker, as librdkafka keeps one: requests are written as they are
 made (up to the model's ``max.in.flight``) and answered in order, since the broker mutes a
@@ -54,16 +57,11 @@ from minibroker.cluster.types import (
     TopicImage,
     TopicPartition,
 )
-from minibroker.network.codec import (
-    DEFAULT_MAX_REQUEST_SIZE,
-    KafkaProtocolError,
-    decode_response,
-    encode_request,
-    read_frame,
-    response_schema,
-)
+from minibroker.network.channel import REQUEST_CHANNEL
+from minibroker.network.codec import ApiKey, KafkaProtocolError, Request
 from undertow.sim.clients import Endpoint
 from undertow.sim.network import NetworkError
+from undertow.sim.virtual_streams import ParcelChannel
 
 CLIENT_ID = "undertow-sim"
 TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's transaction.timeout.ms
@@ -305,7 +303,8 @@ class _Connection:
         self.address = address
         self._on_closed = on_closed
         self._writer: asyncio.StreamWriter | None = None
-        self._unsent: list[bytes] = []
+        self._channel: ParcelChannel | None = None
+        self._unsent: list[Request] = []
         self._pending: deque[tuple[int, _Exchange, OnAnswer, asyncio.TimerHandle]] = deque()
         self._next_id = 0
         self._closed = False
@@ -314,11 +313,13 @@ class _Connection:
     def send(self, exchange: _Exchange, timeout_ms: float, on_answer: OnAnswer) -> None:
         correlation_id = self._next_id
         self._next_id += 1
-        frame = encode_request(exchange.request, correlation_id, CLIENT_ID)
-        if self._writer is None:
-            self._unsent.append(frame)
+        request = exchange.request
+        parcel = Request(ApiKey(request.__api_key__), request.__version__, correlation_id,
+                         CLIENT_ID, request)
+        if self._channel is None:
+            self._unsent.append(parcel)
         else:
-            self._writer.write(frame)
+            self._channel.post(parcel)
         if exchange.decode is None:  # acks=0: done once written, no response comes
             asyncio.get_running_loop().call_soon(on_answer, None, None)
             return
@@ -329,23 +330,23 @@ class _Connection:
     async def _run(self) -> None:
         host, port = self.address
         try:
-            reader, self._writer = await environment.current().open_connection(host, port)
+            _, self._writer = await environment.current().open_connection(host, port,
+                                                                          parcels=True)
         except OSError:
             self.fail("refused")
             return
-        for frame in self._unsent:
-            self._writer.write(frame)
+        self._channel = self._writer.get_extra_info(REQUEST_CHANNEL)
+        for parcel in self._unsent:
+            self._channel.post(parcel)
         self._unsent.clear()
         try:
             while self._pending or not self._closed:
-                frame = await read_frame(reader, DEFAULT_MAX_REQUEST_SIZE)
-                if frame is None or not self._pending:
+                answer = await self._channel.next()
+                if answer is None or not self._pending:
                     break
                 correlation_id, exchange, on_answer, timer = self._pending.popleft()
                 timer.cancel()
-                request = exchange.request
-                received, response = decode_response(
-                    frame, response_schema(request.__api_key__, request.__version__))
+                received, response = answer
                 if received != correlation_id:
                     raise KafkaProtocolError(f"response carries correlation id {received}")
                 assert exchange.decode is not None

@@ -22,8 +22,7 @@ from typing import Any
 
 from undertow.sim.loop import SimLoop, SimTimer
 from undertow.sim.process import Process
-
-DEFAULT_LATENCY_MS = 1.0
+from undertow.sim.timing import DEFAULT_LATENCY_MS
 
 
 class NetworkError(Exception):

@@ -11,12 +11,9 @@ its condition holds, in virtual time; a fault's time limit is a virtual timer.
 from __future__ import annotations
 
 import contextlib
-import logging
 import random
 import shutil
-import tempfile
-from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,41 +28,19 @@ from undertow.platform.base import (
 )
 from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
+from undertow.sim.files import broker_logs
 from undertow.sim.loop import SimLoop
-from undertow.sim.network import DEFAULT_LATENCY_MS, VirtualNetwork
+from undertow.sim.network import VirtualNetwork
 from undertow.sim.nodes import SimBroker, SimController, SimNode
+from undertow.sim.timing import NOMINAL, Timing
 from undertow.spec import LoadedExperiment
 
 if TYPE_CHECKING:
     from undertow.runner.world import World
 
-START_DELAY_MS = 250.0
-"""From a restart to the new process serving: a local minibroker (re)starts, loads its logs
-and registers in about 0.25 s (measured on local processes: a pod-delete or a power loss
-healed, then its `log_recovery` event)."""
-
-
-@dataclass(frozen=True)
-class Timing:
-    """The simulation's few physical constants. The nominal ones are a quiet machine's; the
-    explorer runs a schedule under others too (``undertow.explore.robust``), because real
-    processes on a loaded machine restart and answer more slowly."""
-
-    start_delay_ms: float = START_DELAY_MS
-    latency_ms: float = DEFAULT_LATENCY_MS
-
-
-NOMINAL = Timing()
 TIMEOUT_S = 60.0
 VIRTUAL_EPOCH_S = 1_767_225_600.0
 """Virtual time 0 on the history's clock: 2026-01-01T00:00:00Z."""
-
-
-def scratch_root() -> Path:
-    """Where throwaway simulated clusters and histories go: memory when the machine offers
-    it (/dev/shm), else the temporary directory."""
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
 def seeded_randomness(seed: int) -> contextlib.AbstractContextManager[None]:
@@ -73,33 +48,6 @@ def seeded_randomness(seed: int) -> contextlib.AbstractContextManager[None]:
     events log ids and group member ids) come from ``seed`` meanwhile, in this thread only:
     the same in every run."""
     return entered(Environment(rng=random.Random(seed)))
-
-
-@contextlib.contextmanager
-def broker_logs(path: Path, clock: Callable[[], float]) -> Iterator[None]:
-    """The simulated nodes' logs (minibroker's loggers) go to ``path`` meanwhile, each line
-    stamped with the virtual time, as a real node's go to its own log file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(virtual).3f %(levelname)s %(name)s: %(message)s"))
-
-    def stamp(record: logging.LogRecord) -> bool:
-        record.virtual = clock()
-        return True
-
-    handler.addFilter(stamp)
-    logger = logging.getLogger("minibroker")
-    previous = logger.propagate, logger.level
-    logger.addHandler(handler)
-    logger.propagate = False
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate, level = previous
-        logger.setLevel(level)
-        handler.close()
 
 
 class SimPlatform(Platform):

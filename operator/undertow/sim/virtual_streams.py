@@ -15,6 +15,13 @@ What TCP does that faults rely on:
   over a blocked link waits until it heals (the SYN is retransmitted);
 - ``close`` ends the peer's stream after the bytes already written (FIN); a host that dies
   (``reset_host``) resets its connections, whose peers read ``ConnectionResetError``.
+
+A connection opened with ``parcels=True`` carries objects instead of bytes, in the same
+order, with the same latency, blocking and resets: the client models' requests as the
+broker's codec would decode them (``codec.Request``) and the handlers' responses as they
+return them, through the listener's ``RequestChannel`` (``ParcelChannel``). Encoding and
+decoding them was a third of a simulated run's time; the broker's own connections
+(fetchers, the controller channel) send bytes.
 """
 
 from __future__ import annotations
@@ -22,12 +29,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kio.static.protocol import ResponsePayload
+
 from minibroker.environment import Environment
 from minibroker.event_queue import LoopEventQueue
+from minibroker.network.channel import REQUEST_CHANNEL
+from minibroker.network.codec import Request
 
 Address = tuple[str, int]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None] | None]
@@ -56,27 +68,85 @@ class _Link:
     waiting: list[Callable[[], None]] = field(default_factory=list)
 
 
+class ParcelChannel:
+    """The objects arriving at one end of a ``parcels`` connection; at the listener's end,
+    its ``RequestChannel`` (``minibroker.network.channel``)."""
+
+    def __init__(self, transport: VirtualTransport) -> None:
+        self._transport = transport
+        self._arrived: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._end: Exception | None = None
+        self._ended = False
+
+    async def next(self) -> Any:
+        """The next object; None once the peer closed; raises ``ConnectionResetError``
+        once the connection was reset, whatever had arrived (as a stream's read does)."""
+        while True:
+            if self._end is not None:
+                raise self._end
+            if self._arrived:
+                return self._arrived.popleft()
+            if self._ended:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def post(self, parcel: Any) -> None:
+        self._transport.send_parcel(parcel)
+
+    async def receive(self) -> Request | None:
+        request: Request | None = await self.next()
+        return request
+
+    def send(self, request: Request, response: ResponsePayload) -> None:
+        self.post((request.correlation_id, response))
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def arrive(self, parcel: Any) -> None:
+        self._arrived.append(parcel)
+        self._wake()
+
+    def end(self, error: Exception | None) -> None:
+        self._ended = True
+        if error is not None and self._end is None:
+            self._end = error
+        self._wake()
+
+
 class VirtualTransport(asyncio.Transport):
     """One end of a simulated TCP connection."""
 
     def __init__(self, network: VirtualNetwork, local: Address, remote: Address,
-                 protocol: asyncio.Protocol) -> None:
+                 protocol: asyncio.Protocol, parcels: bool = False) -> None:
         super().__init__()
         self._network = network
         self._local, self._remote = local, remote
         self._protocol = protocol
+        self.channel = ParcelChannel(self) if parcels else None
         self.peer: VirtualTransport | None = None
         self._closing = False
         self._lost = False
         self._reading_paused = False
         self._inbox: list[Callable[[], None]] = []  # deliveries held while reading is paused
         self._last_arrival = 0.0  # bytes of a direction arrive in order
+        self._in_flight: deque[Callable[[], None]] = deque()
+        """What this end sent that has not arrived, in order: each arrival timer delivers the
+        oldest, since timers due at the same instant run in no set order (asyncio's heap
+        compares their times only)."""
 
     # -- asyncio.Transport ------------------------------------------------------------------
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": self._remote, "sockname": self._local,
-                "socket": VirtualSocket(self._local)}.get(name, default)
+                "socket": VirtualSocket(self._local),
+                REQUEST_CHANNEL: self.channel}.get(name, default)
 
     def is_closing(self) -> bool:
         return self._closing
@@ -86,6 +156,11 @@ class VirtualTransport(asyncio.Transport):
             return
         payload = bytes(data)
         self._send(lambda peer: peer._arrive(lambda: peer._protocol.data_received(payload)))
+
+    def send_parcel(self, parcel: Any) -> None:
+        if not self._closing:
+            self._send(lambda peer: peer._arrive(
+                lambda: peer.channel.arrive(parcel) if peer.channel is not None else None))
 
     def can_write_eof(self) -> bool:
         return True
@@ -149,6 +224,8 @@ class VirtualTransport(asyncio.Transport):
             deliver()
 
     def _eof(self) -> None:
+        if self.channel is not None:
+            self.channel.end(None)
         keep_open = self._protocol.eof_received()
         if not keep_open:
             self._closing = True
@@ -159,6 +236,8 @@ class VirtualTransport(asyncio.Transport):
             return
         self._lost = self._closing = True
         self._network.forget(self)
+        if self.channel is not None:
+            self.channel.end(error)
         self._protocol.connection_lost(error)
 
 
@@ -266,9 +345,10 @@ class VirtualNetwork:
         return server
 
     async def open_connection(self, host: str, port: int, *, local_host: str,
-                              limit: int = STREAM_LIMIT
+                              limit: int = STREAM_LIMIT, parcels: bool = False
                               ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Connect from ``local_host`` (the simulated host the caller runs on)."""
+        """Connect from ``local_host`` (the simulated host the caller runs on); with
+        ``parcels``, a connection that carries objects (``ParcelChannel``)."""
         await self._crossed(local_host, host)  # the SYN
         listener = self._listeners.get((host, port))
         if listener is None:
@@ -278,20 +358,22 @@ class VirtualNetwork:
         if listener is None:
             raise ConnectionRefusedError(111, f"Connect call failed ('{host}', {port})")
         local = (local_host, self._ephemeral_port(local_host))
-        client, client_protocol, reader = self._end(local, (host, port), limit)
+        client, client_protocol, reader = self._end(local, (host, port), limit,
+                                                    parcels=parcels)
         accepted, accepted_protocol, _ = self._end((host, port), local, listener.limit,
-                                                   listener.handler)
+                                                   listener.handler, parcels)
         client.peer, accepted.peer = accepted, client
         # Starts the server's handler, in the listening node's context, not the caller's.
         listener.context.copy().run(accepted_protocol.connection_made, accepted)
         client_protocol.connection_made(client)
         return reader, asyncio.StreamWriter(client, client_protocol, reader, self.loop)
 
-    def _end(self, local: Address, remote: Address, limit: int, handler: Handler | None = None
+    def _end(self, local: Address, remote: Address, limit: int, handler: Handler | None = None,
+             parcels: bool = False
              ) -> tuple[VirtualTransport, asyncio.StreamReaderProtocol, asyncio.StreamReader]:
         reader = asyncio.StreamReader(limit=limit, loop=self.loop)
         protocol = asyncio.StreamReaderProtocol(reader, handler, loop=self.loop)
-        transport = VirtualTransport(self, local, remote, protocol)
+        transport = VirtualTransport(self, local, remote, protocol, parcels)
         self._transports.setdefault(local[0], {})[transport] = None
         return transport, protocol, reader
 
@@ -307,9 +389,11 @@ class VirtualNetwork:
             return
         arrival = max(self.loop.time() + self.latency_s, sender._last_arrival)
         sender._last_arrival = arrival
+        sender._in_flight.append(deliver)
         # In no node's context: bytes on the wire arrive whatever their sender does meanwhile
         # (paused, killed); the receiver's code that they wake runs in its own.
-        self.loop.call_at(arrival, deliver, context=contextvars.Context())
+        self.loop.call_at(arrival, lambda: sender._in_flight.popleft()(),
+                          context=contextvars.Context())
 
     async def _crossed(self, src: str, dst: str) -> None:
         """One packet from ``src`` to ``dst``: a latency, after the link heals."""

@@ -11,6 +11,7 @@ to the history as they log them (`SimPlatform.record_events`), so nothing collec
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ from undertow.runner.workload import WorkloadConfig
 from undertow.runner.world import READY_TIMEOUT_S, Collector
 from undertow.sim.clients import ClientEndpoint
 from undertow.sim.loop import LoopScheduler
-from undertow.sim.platform import NOMINAL, SimPlatform, Timing
+from undertow.sim.platform import SimPlatform
 from undertow.sim.process import Process
+from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.workload import SimWorkload, drain, holds
 from undertow.spec import LoadedExperiment, choose_seed
 
@@ -127,10 +129,24 @@ class SimWorld:
         return self._loop.run_while_not(condition, timeout_s * 1000)
 
 
+SIMULATOR = "UNDERTOW_SIMULATOR"
+"""Which simulated cluster `run_simulated` runs, while both exist: ``copies`` (the default:
+`SimPlatform`, the simulator's own broker, controller and fetcher around the broker's core)
+or ``servers`` (`SimulatedPlatform`, minibroker's own servers). docs/simulation.md, step 11."""
+
+
 def run_simulated(loaded: LoadedExperiment, out: Path, *, seed: int | None = None,
                   timing: Timing = NOMINAL) -> RunResult:
     """`run_experiment` of `loaded` on its simulated cluster (under `out`/cluster), without
     an analysis: the history in `out`/history."""
     seed = choose_seed(loaded.experiment.spec) if seed is None else seed
+    simulator = os.environ.get(SIMULATOR, "copies")
+    if simulator == "servers":
+        from undertow.platform.simulated import SimulatedPlatform
+
+        return run_experiment(loaded, SimulatedPlatform.for_experiment(
+            loaded, out / "cluster", seed, timing), out, seed=seed)
+    if simulator != "copies":
+        raise ValueError(f"{SIMULATOR}={simulator!r}: expected copies or servers")
     platform = SimPlatform.for_experiment(loaded, out / "cluster", seed, timing)
     return run_experiment(loaded, platform, out, seed=seed)

@@ -1,0 +1,44 @@
+"""Where a simulation's files go: its nodes' data directories and histories on scratch
+space, its nodes' log lines in one file stamped with virtual time."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+def scratch_root() -> Path:
+    """Where throwaway simulated clusters and histories go: memory when the machine offers
+    it (/dev/shm), else the temporary directory."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
+@contextlib.contextmanager
+def broker_logs(path: Path, clock: Callable[[], float]) -> Iterator[None]:
+    """The simulated nodes' logs (minibroker's loggers) go to ``path`` meanwhile, each line
+    stamped with the virtual time, as a real node's go to its own log file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(virtual).3f %(levelname)s %(name)s: %(message)s"))
+
+    def stamp(record: logging.LogRecord) -> bool:
+        record.virtual = clock()
+        return True
+
+    handler.addFilter(stamp)
+    logger = logging.getLogger("minibroker")
+    previous = logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate, level = previous
+        logger.setLevel(level)
+        handler.close()
