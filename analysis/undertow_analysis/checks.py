@@ -14,6 +14,9 @@ count as one; with a handful of topics the odds are about 1e-19.
 The anomaly kinds are the table `anomalies.KINDS`: `classify`, `value_counts` and
 `value_anomalies` apply every row of it with a check of one value (`anomalies.VALUE_KINDS`);
 the consumer group's checkers are `groups`'.
+
+Long (about 570 lines) because the per-value aggregation is one Spark plan: the checks share
+its intermediate DataFrames, and splitting them would hide which joins each one reuses.
 """
 
 from __future__ import annotations

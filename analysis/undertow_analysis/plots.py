@@ -17,6 +17,9 @@ Four panels over one x axis, seconds since the report's t = 0 (`report.clock`):
 
 The figure is FIGURE_WIDTH inches at DPI, the width report.html shows it at, and no text is
 smaller than MIN_FONT points (a point is DPI / 72 pixels there).
+
+Long (about 520 lines): four panels sharing one axis, one clock and one legend; each panel
+is a function of its own.
 """
 
 from __future__ import annotations

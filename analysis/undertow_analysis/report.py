@@ -3,6 +3,9 @@ the text summary.
 
 Everything here is plain Python over bounded data (aggregated counts, fault lists, windows):
 the large joins happen in checks.py.
+
+Long (about 520 lines) because report.json has many sections; each is one small function
+here, in the order the page shows them.
 """
 
 from __future__ import annotations

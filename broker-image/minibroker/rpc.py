@@ -289,7 +289,7 @@ class RpcClient:
                         reader, writer = await self._open()
                 except (TimeoutError, OSError, ValueError) as exc:
                     raise RpcError(f"cannot connect to {self.host}:{self.port}: "
-                                   f"{exc or type(exc).__name__}") from exc
+                                   f"{str(exc) or type(exc).__name__}") from exc
                 if self._closed:  # closed while connecting: the connection is not kept
                     writer.close()
                     self._raise_if_closed()

@@ -165,7 +165,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from undertow.runner.preflight import InsufficientSpace, check_free_space, estimate
     from undertow.runner.progress import Progress
     from undertow.runner.run import run_experiment
-    from undertow.sim.platform import SimPlatform
+    from undertow.sim.world import simulated_platform
 
     loaded = load_experiment(args.file, args.cluster_file)
     name = loaded.experiment.metadata.name
@@ -182,7 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     seed = choose_seed(loaded.experiment.spec) if args.seed is None else args.seed
     if args.platform == "sim":
-        platform: Platform = SimPlatform.for_experiment(loaded, out / "cluster", seed)
+        platform: Platform = simulated_platform(loaded, out / "cluster", seed)
     else:
         cluster = loaded.cluster.spec
         config = cluster.config.as_overrides()

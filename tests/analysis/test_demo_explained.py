@@ -66,11 +66,23 @@ def test_acks1_leader_kill_every_lost_record_is_explained_by_acks1(acks1: DemoRu
     assert explained["events"] and explained["unexplained"] == 0
     incidents = explained["incidents"]
     assert len(incidents) == explained["incident_count"] >= 1
-    assert {i["mechanism"] for i in incidents} == {"acks1_before_replication"}
+    # Most by acks=1 before replication; at times a few by a deposed leader: when a killed
+    # broker returns, the controller may move leadership back to it (auto.leader.rebalance),
+    # and the live leader it replaces acknowledges for some milliseconds more with acks=1.
+    lost_by: dict[str, int] = {}
+    for i in incidents:
+        lost_by[i["mechanism"]] = lost_by.get(i["mechanism"], 0) + i["lost"]
+    assert set(lost_by) <= {"acks1_before_replication", "deposed_leader"}, lost_by
+    assert lost_by["acks1_before_replication"] > lost_by.get("deposed_leader", 0), lost_by
     counts = report["counts"]
     assert sum(i["lost"] for i in incidents) == counts["lost"] > 0
     assert sum(i["misplaced"] for i in incidents) == counts["misplaced"]
     for incident in incidents:
+        if incident["mechanism"] == "deposed_leader":
+            # Its holder led the epoch before the election that replaced it, alive.
+            assert incident["election"]["previous_leader"] == incident["holder"]
+            assert incident["election"]["kind"] == "preferred", incident
+            continue
         # The new leader's log ended at or before the first record it dropped, the holder
         # was the leader the kill took away, and the holder truncated them on its return.
         assert incident["dropper_end"] <= incident["first_offset"]
@@ -121,10 +133,14 @@ def test_the_prestarted_analysis_reports_what_undertow_analyze_does(acks1: DemoR
     # the report agreed with; under it, where the time after the workload went, down to the
     # verdict and to the report; the analysis said how long its job took, and ended at once.
     first = re.search(r"\nVERDICT: LOSS   \(expected loss: as expected\)\n  ([\d,]+) of "
-                      r"[\d,]+ acknowledged records lost: \1 by acks=1 before replication\n"
+                      r"[\d,]+ acknowledged records lost: ([\d,]+) by acks=1 before "
+                      r"replication(?:, ([\d,]+) by a deposed leader's acknowledgements before "
+                      r"it learned of the new epoch)?\n"
                       r"  \(the history checker, in [\d.]+ s; the Spark analysis writes the "
                       r"report and must agree\)\n\n", stdout)
-    assert first and int(first[1].replace(",", "")) == acks1.report["counts"]["lost"], stdout
+    assert first, stdout
+    lost, by_acks1, by_deposed = (int((n or "0").replace(",", "")) for n in first.groups())
+    assert lost == by_acks1 + by_deposed == acks1.report["counts"]["lost"], stdout
     assert first.end() <= stdout.index(summary), stdout
     agreed = stdout.index("\n\nThe Spark report agrees with the history checker (verdict, "
                           "anomaly counts, send totals, loss mechanisms).\n")

@@ -276,6 +276,25 @@ async def test_a_closed_client_fails_its_calls_instead_of_connecting_again(
         await client.call("state")
 
 
+async def test_a_controller_too_slow_to_greet_is_named_with_the_timeout() -> None:
+    """A connection whose handshake does not come within the connect timeout says so (the
+    message once ended in an empty string: a TimeoutError prints as nothing)."""
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = RpcClient("127.0.0.1", port, secret=SECRET, connect_timeout=0.2)
+    try:
+        with pytest.raises(RpcError, match=rf"^cannot connect to 127.0.0.1:{port}: TimeoutError$"):
+            await client.call("state")
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+
+
 async def test_connections_past_the_cap_are_refused(controller: ControllerServer) -> None:
     held = [await connect(controller) for _ in range(4)]
     reader, writer = await asyncio.open_connection("127.0.0.1", controller.rpc.port)

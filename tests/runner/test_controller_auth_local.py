@@ -131,8 +131,10 @@ def test_the_runs_secret_opens_the_channel(platform: LocalPlatform) -> None:
 
 
 async def flood(address: tuple[str, int], secret: bytes, since: int) -> list[Any]:
-    """FLOOD metadata polls pipelined on one connection, each asking to wait a minute."""
-    client = RpcClient(*address, secret=secret)
+    """FLOOD metadata polls pipelined on one connection, each asking to wait a minute. The
+    connection and its handshake may take a loaded machine past the client's default 2 s
+    (one refusal of a make test read "cannot connect"): what is measured is the cap."""
+    client = RpcClient(*address, secret=secret, connect_timeout=60)
     try:
         return await asyncio.gather(*(
             # The answers come in turn, each refusal drained before the next request is read:

@@ -67,6 +67,19 @@ def trace() -> list[tuple[float, str]]:
     return run(main)
 
 
+def test_timers_due_at_the_same_instant_run_in_the_order_they_were_set():
+    """What one end of a connection sends at one instant arrives in order: its deliveries
+    are timers due at the same time (asyncio's own heap leaves such ties in no set order)."""
+    async def main(loop):
+        ran: list[int] = []
+        for i in range(50):
+            loop.call_at(1.0, ran.append, i)
+        await asyncio.sleep(2)
+        return ran
+
+    assert run(main) == list(range(50))
+
+
 def test_the_same_code_runs_the_same_way_every_time():
     first = trace()
     assert len(first) == 80

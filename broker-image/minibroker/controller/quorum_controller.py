@@ -7,6 +7,11 @@ that tests can drive it step by step; ``controller.server`` puts it on the netwo
 change is persisted (fsync) before the caller is answered, so a controller restart loses
 nothing. Fencing, unfencing, the ISR changes fencing makes and every election are also
 recorded as replication events (``minibroker.events``).
+
+Long (about 650 lines) as Kafka's ``QuorumController`` is: one state machine whose every
+change (registration, heartbeat, fencing, AlterPartition, topic creation, producer ids) is
+applied and persisted in one place; the rules it applies live beside it
+(``partition_change``, ``elr``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ controller listener with SASL, KIP-631; ``minibroker.rpc_auth``): a fresh one pe
 ``workdir/controller.secret`` (``--out DIR``: ``DIR/cluster/controller.secret``), mode 0600,
 which the controller and the brokers find through ``$MINIBROKER_CONTROLLER_SECRET_FILE``,
 never on a command line.
+
+Long (about 510 lines): the ``Platform`` primitives over processes, one short method each;
+the proxies, the namespaces and the guardian live in modules of their own.
 """
 
 from __future__ import annotations

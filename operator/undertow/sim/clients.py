@@ -30,6 +30,9 @@ The model follows the settings ``undertow.runner.workload`` gives confluent-kafk
   epoch; OFFSET_OUT_OF_RANGE resets to the log start (``auto.offset.reset=earliest``).
 
 Every client runs on the ``client`` endpoint's process, which no fault kills.
+
+Long (about 550 lines): the librdkafka behaviours above, each a few methods of the producer's
+or the consumer's model, which share the metadata and connection handling.
 """
 
 from __future__ import annotations

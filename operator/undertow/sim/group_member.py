@@ -70,6 +70,9 @@ members' heartbeats keep the phase their assignment gave them).
 
 Every callback runs on the member's client process; a new consumer (``rejoin``) and each
 phase of its membership discard the answers meant for the ones before.
+
+Long (about 830 lines): librdkafka's group member is one state machine (``rdkafka_cgrp.c``
+is some 6,000 lines); each item above is a few methods of it here.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ simulation checks the replication rules, the wire protocol has its own tests.
 
 Metadata crosses the network as JSON (``to_json``/``from_json``), as the real RPC does, so
 no broker shares an object with the controller.
+
+Long (about 770 lines), and going: three copies of the broker's own classes, which
+``sim/cluster.py``'s real servers replace (docs/simulation.md, step 12).
 """
 
 from __future__ import annotations

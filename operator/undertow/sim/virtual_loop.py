@@ -107,6 +107,9 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         ``wind_down``."""
         self.set_task_factory(_task_factory)
         self._selector = _VirtualSelector(self)
+        self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []
+        """The timers (``call_at``), in place of asyncio's ``_scheduled``."""
+        self._timer_order = 0
         # Timers due within this of the clock run in the same iteration (asyncio's default is
         # the real clock's resolution); far below a millisecond, and above float rounding.
         self._clock_resolution = 1e-7
@@ -183,7 +186,16 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
-        return super().call_at(when, self._gated, callback, *args, context=context)
+        """asyncio's ``call_at``, on a heap of (when, order, timer): timers due at the same
+        instant run in the order they were set (asyncio's heap compares their times only,
+        and leaves such ties in no set order), and the heap compares tuples in C, not
+        ``TimerHandle.__lt__`` in Python (a fifth of the loop's own time)."""
+        self._check_closed()
+        timer = asyncio.TimerHandle(when, self._gated, (callback, *args), self, context)
+        self._timer_order += 1
+        heapq.heappush(self._timers, (when, self._timer_order, timer))
+        timer._scheduled = True
+        return timer
 
     def _gated(self, callback: Callable[..., Any], *args: Any) -> None:
         """Run ``callback`` unless its node is paused (held) or dead (dropped); it runs in
@@ -242,27 +254,28 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         """asyncio's ``BaseEventLoop._run_once`` (3.11), re-entrant: a callback that waits
         (``wait_until``) runs iterations of its own, which may run callbacks this one
         counted as ready."""
-        count = len(self._scheduled)
+        timers = self._timers
+        count = len(timers)
         if count > MIN_SCHEDULED_TIMER_HANDLES and \
                 self._timer_cancelled_count / count > MIN_CANCELLED_TIMER_HANDLES_FRACTION:
-            for handle in self._scheduled:  # mostly cancelled: rebuild the heap without them
+            for _, _, handle in timers:  # mostly cancelled: rebuild the heap without them
                 if handle._cancelled:
                     handle._scheduled = False
-            self._scheduled = [h for h in self._scheduled if not h._cancelled]
-            heapq.heapify(self._scheduled)
+            timers = self._timers = [t for t in timers if not t[2]._cancelled]
+            heapq.heapify(timers)
             self._timer_cancelled_count = 0
-        while self._scheduled and self._scheduled[0]._cancelled:
+        while timers and timers[0][2]._cancelled:
             self._timer_cancelled_count -= 1
-            heapq.heappop(self._scheduled)._scheduled = False
+            heapq.heappop(timers)[2]._scheduled = False
         timeout = None
         if self._ready or self._stopping:
             timeout = 0
-        elif self._scheduled:
-            timeout = max(0.0, self._scheduled[0]._when - self.time())
+        elif timers:
+            timeout = max(0.0, timers[0][0] - self.time())
         self._selector.select(timeout)  # moves the clock to the next timer
         end_time = self.time() + self._clock_resolution
-        while self._scheduled and self._scheduled[0]._when < end_time:
-            handle = heapq.heappop(self._scheduled)
+        while timers and timers[0][0] < end_time:
+            handle = heapq.heappop(timers)[2]
             handle._scheduled = False
             self._ready.append(handle)
         for _ in range(len(self._ready)):
@@ -289,6 +302,7 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
 
     def close(self) -> None:
         super().close()
+        self._timers.clear()
         self._selector.close()
 
     def run_in_executor(self, executor: concurrent.futures.Executor | None,

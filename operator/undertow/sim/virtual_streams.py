@@ -136,10 +136,6 @@ class VirtualTransport(asyncio.Transport):
         self._reading_paused = False
         self._inbox: list[Callable[[], None]] = []  # deliveries held while reading is paused
         self._last_arrival = 0.0  # bytes of a direction arrive in order
-        self._in_flight: deque[Callable[[], None]] = deque()
-        """What this end sent that has not arrived, in order: each arrival timer delivers the
-        oldest, since timers due at the same instant run in no set order (asyncio's heap
-        compares their times only)."""
 
     # -- asyncio.Transport ------------------------------------------------------------------
 
@@ -387,13 +383,13 @@ class VirtualNetwork:
         if link.blocked:
             link.waiting.append(lambda: self.deliver(src, dst, deliver, sender))
             return
+        # In order: never before what this end sent earlier, and at the same instant after
+        # it (the loop runs timers due together in the order they were set).
         arrival = max(self.loop.time() + self.latency_s, sender._last_arrival)
         sender._last_arrival = arrival
-        sender._in_flight.append(deliver)
         # In no node's context: bytes on the wire arrive whatever their sender does meanwhile
         # (paused, killed); the receiver's code that they wake runs in its own.
-        self.loop.call_at(arrival, lambda: sender._in_flight.popleft()(),
-                          context=contextvars.Context())
+        self.loop.call_at(arrival, deliver, context=contextvars.Context())
 
     async def _crossed(self, src: str, dst: str) -> None:
         """One packet from ``src`` to ``dst``: a latency, after the link heals."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from undertow.platform.base import CLIENT, PlatformError, consumer_endpoint
+from undertow.platform.base import CLIENT, Platform, PlatformError, consumer_endpoint
 from undertow.runner.abort import Abort
 from undertow.runner.events import to_event
 from undertow.runner.history import HistoryWriter
@@ -130,23 +130,30 @@ class SimWorld:
 
 
 SIMULATOR = "UNDERTOW_SIMULATOR"
-"""Which simulated cluster `run_simulated` runs, while both exist: ``copies`` (the default:
-`SimPlatform`, the simulator's own broker, controller and fetcher around the broker's core)
-or ``servers`` (`SimulatedPlatform`, minibroker's own servers). docs/simulation.md, step 11."""
+"""Which simulated cluster `simulated_platform` makes, while both exist: ``copies`` (the
+default: `SimPlatform`, the simulator's own broker, controller and fetcher around the
+broker's core) or ``servers`` (`SimulatedPlatform`, minibroker's own servers).
+docs/simulation.md, step 11."""
 
 
-def run_simulated(loaded: LoadedExperiment, out: Path, *, seed: int | None = None,
-                  timing: Timing = NOMINAL) -> RunResult:
-    """`run_experiment` of `loaded` on its simulated cluster (under `out`/cluster), without
-    an analysis: the history in `out`/history."""
-    seed = choose_seed(loaded.experiment.spec) if seed is None else seed
-    simulator = os.environ.get(SIMULATOR, "copies")
+def simulated_platform(loaded: LoadedExperiment, root: Path, seed: int,
+                       timing: Timing = NOMINAL, simulator: str | None = None) -> Platform:
+    """The experiment's cluster in simulation (nodes' data under ``root``), on
+    ``simulator``, by default the one ``UNDERTOW_SIMULATOR`` names."""
+    simulator = simulator or os.environ.get(SIMULATOR, "copies")
     if simulator == "servers":
         from undertow.platform.simulated import SimulatedPlatform
 
-        return run_experiment(loaded, SimulatedPlatform.for_experiment(
-            loaded, out / "cluster", seed, timing), out, seed=seed)
+        return SimulatedPlatform.for_experiment(loaded, root, seed, timing)
     if simulator != "copies":
         raise ValueError(f"{SIMULATOR}={simulator!r}: expected copies or servers")
-    platform = SimPlatform.for_experiment(loaded, out / "cluster", seed, timing)
+    return SimPlatform.for_experiment(loaded, root, seed, timing)
+
+
+def run_simulated(loaded: LoadedExperiment, out: Path, *, seed: int | None = None,
+                  timing: Timing = NOMINAL, simulator: str | None = None) -> RunResult:
+    """`run_experiment` of `loaded` on its simulated cluster (under `out`/cluster), without
+    an analysis: the history in `out`/history."""
+    seed = choose_seed(loaded.experiment.spec) if seed is None else seed
+    platform = simulated_platform(loaded, out / "cluster", seed, timing, simulator)
     return run_experiment(loaded, platform, out, seed=seed)
