@@ -37,7 +37,6 @@ from undertow.sim.cluster import SimulatedCluster, broker_host
 from undertow.sim.files import broker_logs
 from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.virtual_loop import NodeState, VirtualTimeLoop
-from undertow.spec import LoadedExperiment
 
 if TYPE_CHECKING:
     from undertow.runner.world import World
@@ -71,17 +70,6 @@ class SimulatedPlatform(Platform):
         """The incarnation of each node that finished starting."""
         self._starting: set[str] = set()
         self._stopped = False
-
-    @classmethod
-    def for_experiment(cls, loaded: LoadedExperiment, root: Path, seed: int,
-                       timing: Timing = NOMINAL) -> SimulatedPlatform:
-        """The experiment's cluster in simulation, its nodes' data under ``root`` (emptied
-        first)."""
-        cluster = loaded.cluster.spec
-        shutil.rmtree(root, ignore_errors=True)
-        return cls(root, cluster.brokers, cluster.config.as_overrides(),
-                   ephemeral_storage=cluster.storage.type == "ephemeral", seed=seed,
-                   consumers=loaded.experiment.spec.isolated_consumers(), timing=timing)
 
     def __enter__(self) -> SimulatedPlatform:
         """The nodes' log lines go to ``nodes.log`` under the root, stamped with virtual

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import shutil
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,6 @@ from undertow.sim.loop import SimLoop
 from undertow.sim.network import VirtualNetwork
 from undertow.sim.nodes import SimBroker, SimController, SimNode
 from undertow.sim.timing import NOMINAL, Timing
-from undertow.spec import LoadedExperiment
 
 if TYPE_CHECKING:
     from undertow.runner.world import World
@@ -77,17 +75,6 @@ class SimPlatform(Platform):
                          for i in range(brokers)}
         self._starting: set[str] = set()
         self._running: contextlib.ExitStack | None = None
-
-    @classmethod
-    def for_experiment(cls, loaded: LoadedExperiment, root: Path, seed: int,
-                       timing: Timing = NOMINAL) -> SimPlatform:
-        """The experiment's cluster in simulation, its nodes' data under ``root`` (emptied
-        first)."""
-        cluster = loaded.cluster.spec
-        shutil.rmtree(root, ignore_errors=True)
-        return cls(root, cluster.brokers, cluster.config.as_overrides(),
-                   ephemeral_storage=cluster.storage.type == "ephemeral", seed=seed,
-                   consumers=loaded.experiment.spec.isolated_consumers(), timing=timing)
 
     def __enter__(self) -> SimPlatform:
         """The platform starts with the seed's randomness in effect and its nodes' logs

@@ -12,11 +12,13 @@ to the history as they log them (`SimPlatform.record_events`), so nothing collec
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from undertow.platform.base import CLIENT, Platform, PlatformError, consumer_endpoint
+from undertow.platform.simulated import SimulatedPlatform
 from undertow.runner.abort import Abort
 from undertow.runner.events import to_event
 from undertow.runner.history import HistoryWriter
@@ -141,13 +143,18 @@ def simulated_platform(loaded: LoadedExperiment, root: Path, seed: int,
     """The experiment's cluster in simulation (nodes' data under ``root``), on
     ``simulator``, by default the one ``UNDERTOW_SIMULATOR`` names."""
     simulator = simulator or os.environ.get(SIMULATOR, "copies")
+    platform: type[SimPlatform] | type[SimulatedPlatform]
     if simulator == "servers":
-        from undertow.platform.simulated import SimulatedPlatform
-
-        return SimulatedPlatform.for_experiment(loaded, root, seed, timing)
-    if simulator != "copies":
+        platform = SimulatedPlatform
+    elif simulator == "copies":
+        platform = SimPlatform
+    else:
         raise ValueError(f"{SIMULATOR}={simulator!r}: expected copies or servers")
-    return SimPlatform.for_experiment(loaded, root, seed, timing)
+    cluster = loaded.cluster.spec
+    shutil.rmtree(root, ignore_errors=True)  # the nodes' data start empty
+    return platform(root, cluster.brokers, cluster.config.as_overrides(),
+                    ephemeral_storage=cluster.storage.type == "ephemeral", seed=seed,
+                    consumers=loaded.experiment.spec.isolated_consumers(), timing=timing)
 
 
 def run_simulated(loaded: LoadedExperiment, out: Path, *, seed: int | None = None,
