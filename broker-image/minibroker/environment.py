@@ -42,6 +42,10 @@ class Environment:
 
     start_server: StartServer = asyncio.start_server
     open_connection: OpenConnection = asyncio.open_connection
+    open_object_connection: OpenConnection | None = None
+    """A connection that carries Kafka requests and responses as decoded objects
+    (``network.channel.REQUEST_CHANNEL``): the simulator's in-memory network has them;
+    None where connections carry bytes only (TCP)."""
     wall_clock: Callable[[], float] = time.time
     event_queue: Callable[[str], EventQueue] = ThreadEventQueue
     rng: random.Random | None = None

@@ -228,6 +228,50 @@ def test_a_parcels_connection_carries_objects_in_order_through_blocks_and_resets
     assert round_trip == pytest.approx(2 * LATENCY)
 
 
+def test_the_broker_s_kafka_connection_carries_objects_on_the_virtual_network(monkeypatch):
+    """A follower's ``KafkaConnection`` in a simulated host sends its request as the
+    object the listener's handlers take, and reads the object they return: the codec is
+    not called either way, and a reset still fails the request as a lost socket does."""
+    from kio.schema.api_versions.v3 import request as versions_req
+
+    from minibroker.environment import entered
+    from minibroker.network import channel as channel_module
+    from minibroker.network.channel import channel_of
+    from minibroker.network.client import KafkaConnection, KafkaConnectionError
+
+    def no_codec(*_args: object) -> None:
+        raise AssertionError("the codec ran on an object connection")
+
+    for name in ("encode_request", "decode_response", "encode_response", "parse_request"):
+        monkeypatch.setattr(channel_module, name, no_codec)
+    served: list[Any] = []
+
+    async def respond(reader, writer):
+        channel = channel_of(reader, writer, None, None)  # type: ignore[arg-type]
+        while (request := await channel.receive()) is not None:
+            served.append((request.api_key, request.correlation_id, request.client_id))
+            channel.send(request, f"versions for {request.client_id}")  # type: ignore[arg-type]
+
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        await net.start_server(respond, "broker-1", 9092)
+        with entered(net.environment("broker-2", wall_clock=loop.time)):
+            conn = await KafkaConnection.connect("broker-1", 9092, client_id="replica-2")
+        body = versions_req.ApiVersionsRequest(client_software_name="minibroker",
+                                               client_software_version="0")
+        answers = [await conn.request(body), await conn.request(body)]
+        net.reset_host("broker-1")
+        with pytest.raises(KafkaConnectionError):
+            await conn.request(body)
+        return answers, conn.closed
+
+    answers, closed = run(main)
+    assert answers == ["versions for replica-2"] * 2
+    assert [(key.name, cid, client) for key, cid, client in served] == [
+        ("API_VERSIONS", 0, "replica-2"), ("API_VERSIONS", 1, "replica-2")]
+    assert closed
+
+
 def test_the_broker_s_own_rpc_runs_on_the_virtual_network():
     """minibroker.rpc unchanged (the controller channel with its handshake) between two
     simulated hosts: a call, a partition the client's timeout sees, the call after it heals."""

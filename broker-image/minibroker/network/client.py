@@ -2,8 +2,10 @@
 
 Used by the follower fetcher and the CLI tools. One request in flight at a time (callers
 are serialised by a lock), correlation ids checked, header versions taken from the kio
-payload class. Any failure leaves the connection closed, because a late or partial
-response would otherwise be read as the answer to the next request.
+payload class. The requests travel through a ``channel.ClientChannel``: frames on TCP, the
+decoded objects themselves where the world's connections carry them (the simulator's).
+Any failure leaves the connection closed, because a late or partial response would
+otherwise be read as the answer to the next request.
 """
 
 from __future__ import annotations
@@ -16,14 +18,12 @@ from typing import Any
 from kio.static.protocol import RequestPayload
 
 from minibroker import environment
+from minibroker.network.channel import ClientChannel, client_channel_of
 from minibroker.network.codec import (
     DEFAULT_MAX_REQUEST_SIZE,
     ApiKey,
     KafkaProtocolError,
-    decode_response,
-    encode_request,
-    read_frame,
-    response_schema,
+    Request,
 )
 
 __all__ = ["KafkaClientError", "KafkaConnection", "KafkaConnectionError", "KafkaRequestTimeout"]
@@ -52,11 +52,10 @@ class KafkaConnection:
         client_id: str | None,
         max_response_size: int,
     ) -> None:
-        self._reader = reader
         self._writer = writer
+        self._channel: ClientChannel = client_channel_of(reader, writer, max_response_size)
         self.address = address
         self.client_id = client_id
-        self._max_response_size = max_response_size
         self._correlation_ids = itertools.count()
         self._lock = asyncio.Lock()
         self._closed = False
@@ -72,9 +71,11 @@ class KafkaConnection:
         max_response_size: int = DEFAULT_MAX_REQUEST_SIZE,
     ) -> KafkaConnection:
         address = f"{host}:{port}"
+        world = environment.current()
+        open_connection = world.open_object_connection or world.open_connection
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await environment.current().open_connection(host, port)
+                reader, writer = await open_connection(host, port)
         except TimeoutError:
             raise KafkaRequestTimeout(f"connecting to {address} took over {timeout:g} s") from None
         except OSError as exc:
@@ -101,17 +102,15 @@ class KafkaConnection:
                 raise KafkaConnectionError(f"{name} to {self.address}: connection is closed")
             correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
             expects_response = not (request.__api_key__ == ApiKey.PRODUCE and request.acks == 0)
+            sent = Request(ApiKey(request.__api_key__), request.__version__, correlation_id,
+                           self.client_id, request)
             try:
                 async with asyncio.timeout(timeout):
-                    self._writer.write(encode_request(request, correlation_id, self.client_id))
+                    self._channel.send_request(sent)
                     await self._writer.drain()
                     if not expects_response:
                         return None
-                    frame = await read_frame(self._reader, self._max_response_size)
-                if frame is None:
-                    raise KafkaProtocolError("connection closed by the broker")
-                response_type = response_schema(request.__api_key__, request.__version__)
-                received_id, response = decode_response(frame, response_type)
+                    received_id, response = await self._channel.receive_response(sent)
                 if received_id != correlation_id:
                     raise KafkaProtocolError(
                         f"response carries correlation id {received_id}",

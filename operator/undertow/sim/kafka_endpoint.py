@@ -330,8 +330,9 @@ class _Connection:
     async def _run(self) -> None:
         host, port = self.address
         try:
-            _, self._writer = await environment.current().open_connection(host, port,
-                                                                          parcels=True)
+            open_connection = environment.current().open_object_connection
+            assert open_connection is not None, "a simulated host's network carries objects"
+            _, self._writer = await open_connection(host, port)
         except OSError:
             self.fail("refused")
             return

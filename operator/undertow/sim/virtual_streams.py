@@ -19,9 +19,12 @@ What TCP does that faults rely on:
 A connection opened with ``parcels=True`` carries objects instead of bytes, in the same
 order, with the same latency, blocking and resets: the client models' requests as the
 broker's codec would decode them (``codec.Request``) and the handlers' responses as they
-return them, through the listener's ``RequestChannel`` (``ParcelChannel``). Encoding and
-decoding them was a third of a simulated run's time; the broker's own connections
-(fetchers, the controller channel) send bytes.
+return them, through the listener's ``RequestChannel`` and the client's ``ClientChannel``
+(``ParcelChannel``): the client models' connections and the broker's own Kafka connections
+(``KafkaConnection``: the follower fetchers) are of this kind (``Environment``'s
+``open_object_connection``). Encoding and decoding them was a third of a simulated run's
+time. The controller channel's JSON lines (``minibroker.rpc``) and everything else travel
+as bytes.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from kio.static.protocol import ResponsePayload
 from minibroker.environment import Environment
 from minibroker.event_queue import LoopEventQueue
 from minibroker.network.channel import REQUEST_CHANNEL
-from minibroker.network.codec import Request
+from minibroker.network.codec import KafkaProtocolError, Request
 
 Address = tuple[str, int]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None] | None]
@@ -104,6 +107,18 @@ class ParcelChannel:
 
     def send(self, request: Request, response: ResponsePayload) -> None:
         self.post((request.correlation_id, response))
+
+    # -- a client's ``ClientChannel`` (``minibroker.network.client.KafkaConnection``) ------
+
+    def send_request(self, request: Request) -> None:
+        self.post(request)
+
+    async def receive_response(self, request: Request) -> tuple[int, ResponsePayload]:
+        del request  # the response arrives as the handler returned it
+        answer: tuple[int, ResponsePayload] | None = await self.next()
+        if answer is None:
+            raise KafkaProtocolError("connection closed by the broker")
+        return answer
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -325,7 +340,13 @@ class VirtualNetwork:
                                   ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
             return await self.open_connection(to_host, port, local_host=host, **options)
 
+        async def open_object_connection(to_host: str, port: int, **options: Any
+                                         ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            return await self.open_connection(to_host, port, local_host=host, parcels=True,
+                                              **options)
+
         return Environment(start_server=start_server, open_connection=open_connection,
+                           open_object_connection=open_object_connection,
                            wall_clock=wall_clock, event_queue=LoopEventQueue, rng=rng)
 
     async def start_server(self, handler: Handler, host: str, port: int, *,
