@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,9 @@ from kio.schema.api_versions.v3 import request as api_versions_req
 from kio.schema.api_versions.v3 import response as api_versions_resp
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v1 import request as metadata_v1
+from kio.schema.metadata.v12 import response as metadata_v12_resp
 from kio.schema.offset_fetch.v8 import request as offset_fetch_req
+from kio.schema.types import BrokerId
 
 from minibroker.cluster.types import MetadataImage, TopicImage
 from minibroker.config import ConfigError, parse_overrides
@@ -160,6 +163,45 @@ def test_a_request_in_progress_is_not_idle() -> None:
         conn.close()
 
     serve({"connections.max.idle.ms": "200"}, scenario, Answers(delay=0.4))
+
+
+class LargeAnswers(Answers):
+    """Answers of 1 MB each (a Metadata response with a long cluster id): a few fill a slow
+    reader's socket."""
+
+    async def handle(self, request: Request) -> metadata_v12_resp.MetadataResponse:
+        return metadata_v12_resp.MetadataResponse(
+            throttle_time=datetime.timedelta(0), brokers=(), cluster_id="x" * (1 << 20),
+            controller_id=BrokerId(0), topics=())
+
+
+def test_an_answer_left_unread_closes_the_connection_after_connections_max_idle_ms(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A peer that sends requests and never reads their answers: once the answers fill the
+    socket and the listener's buffer, the listener waits for the peer to read, and closes
+    the connection after connections.max.idle.ms (its later requests are never read)."""
+
+    async def scenario(server: KafkaServer) -> None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a slow reader's window
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+        _, writer = await asyncio.open_connection(sock=sock)
+        for correlation_id in range(40):
+            writer.write(encode_request(API_VERSIONS, correlation_id, "never-reads"))
+        await writer.drain()
+        deadline = time.monotonic() + 10
+        while server.quotas.total and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert server.quotas.total == 0
+        writer.close()
+
+    with caplog.at_level(logging.INFO, logger=SERVER_LOG):
+        serve({"connections.max.idle.ms": "500"}, scenario, LargeAnswers())
+    (closing,) = [r.getMessage() for r in caplog.records if r.name == SERVER_LOG]
+    assert closing.startswith("closing connection from 127.0.0.1:")
+    assert closing.endswith(": the answer to API_VERSIONS v3 left unread for 500 ms "
+                            "(connections.max.idle.ms)")
 
 
 # -- socket.request.read.timeout.ms -----------------------------------------------------

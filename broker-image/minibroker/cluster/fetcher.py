@@ -32,6 +32,7 @@ from minibroker.shutdown import end_tasks
 log = logging.getLogger("minibroker.fetcher")
 
 RETRY_BACKOFF_S = 0.1
+READ_UNCOMMITTED = i8(0)
 MAX_TRUNCATION_ROUNDS = 16
 """OffsetForLeaderEpoch rounds for one partition before the fetcher backs off and says so.
 KIP-279 needs one round per epoch the follower has and the leader lacks; a follower that
@@ -57,7 +58,10 @@ class ReplicaFetcher:
         self._before_append = before_append
         self._max_wait_ms = max_wait_ms
         self._max_bytes = max_bytes
-        self._min_bytes = min_bytes
+        # The fields every Fetch repeats, made once (kio's typed ints check their range).
+        self._replica_id = BrokerId(replica_manager.broker_id)
+        self._max_wait = datetime.timedelta(milliseconds=max_wait_ms)
+        self._min_bytes = i32(min_bytes)
         self._broker_epoch = broker_epoch
         self.partitions: set[TopicPartition] = set()
         self._wakeup = asyncio.Event()
@@ -170,12 +174,11 @@ class ReplicaFetcher:
             forgotten.setdefault(topic_id, []).append(i32(index))
         request = fetch_req.FetchRequest(
             replica_state=fetch_req.ReplicaState(
-                replica_id=BrokerId(self._rm.broker_id),
-                replica_epoch=i64(self._broker_epoch())),
-            max_wait=datetime.timedelta(milliseconds=self._max_wait_ms),
-            min_bytes=i32(self._min_bytes),
+                replica_id=self._replica_id, replica_epoch=i64(self._broker_epoch())),
+            max_wait=self._max_wait,
+            min_bytes=self._min_bytes,
             max_bytes=i32(self._max_bytes * max(len(ready), 1)),
-            isolation_level=i8(0),
+            isolation_level=READ_UNCOMMITTED,
             session_id=i32(plan.session_id),
             session_epoch=i32(plan.epoch),
             topics=tuple(fetch_req.FetchTopic(topic_id=t, partitions=tuple(ps))
@@ -219,7 +222,7 @@ class ReplicaFetcher:
         offsets = []
         for timestamp in (-2, -1):
             response = await conn.request(list_req.ListOffsetsRequest(
-                replica_id=i32(self._rm.broker_id), isolation_level=i8(0),
+                replica_id=i32(self._rm.broker_id), isolation_level=READ_UNCOMMITTED,
                 topics=(list_req.ListOffsetsTopic(name=tp.topic, partitions=(
                     list_req.ListOffsetsPartition(
                         partition_index=i32(tp.partition),

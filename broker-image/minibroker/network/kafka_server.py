@@ -158,7 +158,9 @@ class KafkaServer:
                     exc_info=True,
                 )
                 return
-            if response is not None:
+            # Wait for the peer to read only when the answer is still buffered: an empty
+            # buffer is never paused, and the wait's timer would cost every answer.
+            if response is not None and writer.transport.get_write_buffer_size():
                 try:
                     async with asyncio.timeout(idle_s):
                         await writer.drain()

@@ -64,6 +64,10 @@ from undertow.sim.network import NetworkError
 from undertow.sim.virtual_streams import ParcelChannel
 
 CLIENT_ID = "undertow-sim"
+SESSIONLESS = i32(0)  # KIP-227: a fetch outside any session
+FINAL_EPOCH = i32(-1)
+NO_EPOCH = i32(-1)
+NO_LOG_START = i64(-1)
 TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's transaction.timeout.ms
 
 Address = tuple[str, int]
@@ -147,13 +151,14 @@ def _fetch(data: FetchRequestData) -> _Exchange:
     for fp in data.partitions:
         by_topic.setdefault(fp.tp.topic, []).append(fetch_req.FetchPartition(
             partition=i32(fp.tp.partition), current_leader_epoch=i32(fp.current_leader_epoch),
-            fetch_offset=i64(fp.fetch_offset), last_fetched_epoch=i32(-1),
-            log_start_offset=i64(-1), partition_max_bytes=i32(fp.max_bytes)))
+            fetch_offset=i64(fp.fetch_offset), last_fetched_epoch=NO_EPOCH,
+            log_start_offset=NO_LOG_START, partition_max_bytes=i32(fp.max_bytes)))
     request = fetch_req.FetchRequest(
         cluster_id=None, replica_id=i32(data.replica_id),
         max_wait=datetime.timedelta(milliseconds=data.max_wait_ms),
         min_bytes=i32(data.min_bytes), max_bytes=i32(data.max_bytes),
-        isolation_level=i8(data.isolation_level), session_id=i32(0), session_epoch=i32(-1),
+        isolation_level=i8(data.isolation_level), session_id=SESSIONLESS,
+        session_epoch=FINAL_EPOCH,
         topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps))
                      for t, ps in by_topic.items()),
         forgotten_topics_data=(), rack_id="")

@@ -422,7 +422,10 @@ class VirtualNetwork:
         await asyncio.sleep(self.latency_s)
 
     def _link(self, src: str, dst: str) -> _Link:
-        return self._links.setdefault((src, dst), _Link())
+        link = self._links.get((src, dst))
+        if link is None:
+            link = self._links[src, dst] = _Link()
+        return link
 
     def _ephemeral_port(self, host: str) -> int:
         self._ports[host] = self._ports.get(host, 32767) + 1
