@@ -59,13 +59,16 @@ from minibroker.cluster.types import (
 )
 from minibroker.network.channel import REQUEST_CHANNEL
 from minibroker.network.codec import ApiKey, KafkaProtocolError, Request
+from minibroker.network.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
 from undertow.sim.clients import Endpoint
 from undertow.sim.network import NetworkError
 from undertow.sim.virtual_streams import ParcelChannel
 
 CLIENT_ID = "undertow-sim"
-SESSIONLESS = i32(0)  # KIP-227: a fetch outside any session
-FINAL_EPOCH = i32(-1)
+# KIP-227's sessionless fetch, in the broker's own constants (made once: kio's typed ints
+# check their range on every call).
+SESSIONLESS_ID = i32(INVALID_SESSION_ID)
+SESSIONLESS_EPOCH = i32(FINAL_EPOCH)
 NO_EPOCH = i32(-1)
 NO_LOG_START = i64(-1)
 TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's transaction.timeout.ms
@@ -157,8 +160,8 @@ def _fetch(data: FetchRequestData) -> _Exchange:
         cluster_id=None, replica_id=i32(data.replica_id),
         max_wait=datetime.timedelta(milliseconds=data.max_wait_ms),
         min_bytes=i32(data.min_bytes), max_bytes=i32(data.max_bytes),
-        isolation_level=i8(data.isolation_level), session_id=SESSIONLESS,
-        session_epoch=FINAL_EPOCH,
+        isolation_level=i8(data.isolation_level), session_id=SESSIONLESS_ID,
+        session_epoch=SESSIONLESS_EPOCH,
         topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps))
                      for t, ps in by_topic.items()),
         forgotten_topics_data=(), rack_id="")
