@@ -131,7 +131,8 @@ def test_pause_and_kill_reach_the_recorded_broker_and_not_a_grep_for_it(
     agent.start()
     try:
         assert agent.pause(30) == [target.process.pid]
-        assert target.state() == "T" and state(debugging_grep.pid) == "S"
+        # The grep is running or sleeping (S, or D for a moment on a busy disk), not stopped.
+        assert target.state() == "T" and state(debugging_grep.pid) in {"R", "S", "D"}
         assert agent.resume() == [target.process.pid]
         assert agent.kill(30) == [target.process.pid]
         assert target.process.wait(5) == -signal.SIGKILL
