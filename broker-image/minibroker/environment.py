@@ -75,6 +75,12 @@ def context_of(environment: Environment) -> contextvars.Context:
     return context
 
 
+def environment_in(context: contextvars.Context) -> Environment | None:
+    """The environment current in ``context`` (None: no node's), read without entering it:
+    what a simulated loop asks of each callback before it runs it."""
+    return context.get(_current)
+
+
 @contextmanager
 def entered(environment: Environment) -> Iterator[None]:
     """Run what the block starts (its tasks, and theirs) in ``environment``."""

@@ -195,6 +195,47 @@ def test_many_requests_on_one_connection_are_answered_in_order() -> None:
     assert [r.client_id for r in handler.handled] == ["t"] * 50
 
 
+def test_a_connection_s_buffered_requests_take_turns_with_other_connections() -> None:
+    """One request of a connection per turn of the loop while more of its requests are
+    buffered, as a Processor polls its channels: a request that arrives on another
+    connection while the first of five pipelined ones is served is not served after all
+    five. (Without the turn the five run in one step: their frames are in the reader's
+    buffer, and nothing in reading or answering them waits.)"""
+    served: list[str | None] = []
+    single: list[asyncio.StreamWriter] = []
+
+    class SendsTheOtherOnTheFirst(ApiVersionsOnly):
+        async def handle(self, request: Request) -> api_versions_resp.ApiVersionsResponse:
+            served.append(f"{request.client_id}-{request.correlation_id}")
+            if served == ["pipelining-0"]:
+                single[0].write(encode_request(API_VERSIONS, 0, "single"))
+            return await super().handle(request)
+
+    async def main() -> None:
+        server = KafkaServer(SendsTheOtherOnTheFirst())
+        await server.start("127.0.0.1", 0)
+        try:
+            _, single_writer = await asyncio.open_connection("127.0.0.1", server.port)
+            single.append(single_writer)
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"".join(encode_request(API_VERSIONS, i, "pipelining")
+                                  for i in range(5)))
+            for _ in range(5):
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                await reader.readexactly(size)
+            await asyncio.wait_for(_until(lambda: len(served) == 6), 10)
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+    assert served.index("single-0") < 5, served
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
 def test_stop_closes_open_connections() -> None:
     async def scenario(server: KafkaServer, _handler: ApiVersionsOnly) -> None:
         port = server.port

@@ -372,3 +372,77 @@ def test_a_nested_wait_may_run_what_its_iteration_had_left() -> None:
         assert flag == [1.0] and loop.time() == 2.0
     finally:
         loop.close()
+
+
+def test_a_paused_node_s_cancelled_timer_stays_cancelled_when_it_resumes() -> None:
+    """SIGSTOP holds what falls due; SIGCONT runs it in order. A timeout's timer due while
+    paused, behind the wake-up of the task it guards, is cancelled by that task as it leaves
+    the timeout: it must not fire after all (asyncio's ``Timeout._on_timeout`` asserts it is
+    still entered), and the task's own context is its own, not a copy."""
+    from minibroker.environment import Environment, context_of, entered
+
+    loop = VirtualTimeLoop()
+    node = Environment()
+    loop.add_node(node)
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    answer = loop.create_future()
+    seen: dict[str, Any] = {}
+
+    async def guarded() -> None:
+        async with asyncio.timeout(2.5):  # due at 2.5 s, while the node is paused
+            seen["answer"] = await answer  # answered at 2 s, while paused
+        seen["left"] = loop.time()
+
+    try:
+        with entered(node):
+            task = loop.create_task(guarded())
+        loop.call_at(1.0, loop.pause, node)
+        loop.call_at(2.0, answer.set_result, "ok", context=context_of(Environment()))
+        loop.call_at(3.0, loop.resume, node)
+        loop.run_until_complete(task)
+        loop.run_until_complete(asyncio.sleep(1.0))  # past the timer's time, and resumed
+        assert seen == {"answer": "ok", "left": 3.0}
+        assert errors == []
+    finally:
+        loop.close()
+
+
+def test_a_connection_s_buffered_requests_take_turns_with_other_connections() -> None:
+    """The listener serves one request of a connection per turn of the loop while more of
+    its requests are buffered, as a Processor polls its channels: a client that pipelines
+    five requests does not keep another's one waiting behind all five."""
+    from kio.schema.api_versions.v3 import request as versions_req
+
+    from minibroker.environment import entered
+    from minibroker.network.channel import REQUEST_CHANNEL
+    from minibroker.network.codec import ApiKey, Request
+    from minibroker.network.kafka_server import KafkaServer
+
+    served: list[tuple[str, int]] = []
+
+    class Handler:
+        async def handle(self, request: Request) -> Any:
+            served.append((request.client_id or "", request.correlation_id))
+            return "answer"
+
+    body = versions_req.ApiVersionsRequest(client_software_name="x", client_software_version="0")
+
+    async def main(loop):
+        net = VirtualNetwork(loop, LATENCY)
+        server = KafkaServer(Handler())  # type: ignore[arg-type]
+        with entered(net.environment("broker-1", wall_clock=loop.time)):
+            await server.start("broker-1", 9092)
+        writers = [(await net.open_connection("broker-1", 9092, local_host=client,
+                                              parcels=True))[1]
+                   for client in ("pipelining", "single")]
+        channels = [writer.get_extra_info(REQUEST_CHANNEL) for writer in writers]
+        for correlation_id in range(5):
+            channels[0].send_request(Request(ApiKey.API_VERSIONS, 3, correlation_id,
+                                             "pipelining", body))
+        channels[1].send_request(Request(ApiKey.API_VERSIONS, 3, 0, "single", body))
+        await asyncio.sleep(1.0)
+
+    run(main)
+    assert served == [("pipelining", 0), ("single", 0), ("pipelining", 1), ("pipelining", 2),
+                      ("pipelining", 3), ("pipelining", 4)]

@@ -16,6 +16,7 @@ import datetime
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from kio.schema.fetch.v15 import request as fetch_req
 from kio.schema.list_offsets.v7 import request as list_req
@@ -156,31 +157,37 @@ class ReplicaFetcher:
         states = {tp: self._rm.follower_states[tp] for tp in ready}
         # Fetch v15: topics by id, and the follower's broker epoch (KIP-903), so that the
         # leader can refuse a fetch this broker's previous incarnation left in flight.
+        topic_ids = self._topic_ids
         for topic in {tp.topic for tp in ready}:
-            self._topic_ids[topic] = uuid.UUID(self._rm.image.topics[topic].topic_id)
+            topic_id = self._rm.image.topics[topic].topic_id
+            known = topic_ids.get(topic)
+            if known is None or str(known) != topic_id:
+                topic_ids[topic] = uuid.UUID(topic_id)
         plan = self._session.build({
-            (self._topic_ids[fp.tp.topic], fp.tp.partition): fp
+            (topic_ids[fp.tp.topic], fp.tp.partition): fp
             for fp in self._rm.build_follower_fetch(ready, self._max_bytes)})
+        # The partitions' numbers are the follower's own state, in range: ``cast`` types
+        # them without kio's range check (the codec's struct packing is the bound).
         by_topic: dict[uuid.UUID, list[fetch_req.FetchPartition]] = {}
         for (topic_id, _), fp in plan.partitions.items():
             by_topic.setdefault(topic_id, []).append(fetch_req.FetchPartition(
-                partition=i32(fp.tp.partition),
-                current_leader_epoch=i32(fp.current_leader_epoch),
-                fetch_offset=i64(fp.fetch_offset),
-                log_start_offset=i64(fp.log_start_offset),
-                partition_max_bytes=i32(fp.max_bytes)))
+                partition=cast(i32, fp.tp.partition),
+                current_leader_epoch=cast(i32, fp.current_leader_epoch),
+                fetch_offset=cast(i64, fp.fetch_offset),
+                log_start_offset=cast(i64, fp.log_start_offset),
+                partition_max_bytes=cast(i32, fp.max_bytes)))
         forgotten: dict[uuid.UUID, list[i32]] = {}
         for topic_id, index in plan.forgotten:
-            forgotten.setdefault(topic_id, []).append(i32(index))
+            forgotten.setdefault(topic_id, []).append(cast(i32, index))
         request = fetch_req.FetchRequest(
             replica_state=fetch_req.ReplicaState(
-                replica_id=self._replica_id, replica_epoch=i64(self._broker_epoch())),
+                replica_id=self._replica_id, replica_epoch=cast(i64, self._broker_epoch())),
             max_wait=self._max_wait,
             min_bytes=self._min_bytes,
-            max_bytes=i32(self._max_bytes * max(len(ready), 1)),
+            max_bytes=cast(i32, self._max_bytes * max(len(ready), 1)),
             isolation_level=READ_UNCOMMITTED,
-            session_id=i32(plan.session_id),
-            session_epoch=i32(plan.epoch),
+            session_id=cast(i32, plan.session_id),
+            session_epoch=cast(i32, plan.epoch),
             topics=tuple(fetch_req.FetchTopic(topic_id=t, partitions=tuple(ps))
                          for t, ps in by_topic.items()),
             forgotten_topics_data=tuple(
@@ -195,7 +202,7 @@ class ReplicaFetcher:
             log.debug("Fetch session with leader %d: %s; the next fetch is full",
                       self.leader_id, response.error_code.name)
             return
-        names = {topic_id: topic for topic, topic_id in self._topic_ids.items()}
+        names = {topic_id: topic for topic, topic_id in topic_ids.items()}
         await self._before_append()
         out_of_range: list[TopicPartition] = []
         backoff = False

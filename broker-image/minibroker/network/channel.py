@@ -52,6 +52,11 @@ class RequestChannel(Protocol):
         """Queue ``response`` to ``request`` on the connection (the caller drains)."""
         ...
 
+    def buffered(self) -> bool:
+        """Whether the next request (or part of it) has already arrived, so that
+        ``receive`` would not wait for the peer."""
+        ...
+
 
 class FrameChannel:
     """Kafka's wire format on a stream: the production channel."""
@@ -69,6 +74,9 @@ class FrameChannel:
 
     def send(self, request: Request, response: ResponsePayload) -> None:
         self._writer.write(encode_response(request.correlation_id, response))
+
+    def buffered(self) -> bool:
+        return self._receiver.buffered()
 
 
 def channel_of(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

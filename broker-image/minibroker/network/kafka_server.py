@@ -169,6 +169,8 @@ class KafkaServer:
                              "%d ms (connections.max.idle.ms)", peer, request.name,
                              self._config.connections_max_idle_ms)
                     return
-            # The next request waits a turn of the loop, whatever is already buffered: one
-            # request per connection per turn, as a Processor polls its channels.
-            await asyncio.sleep(0)
+            # A next request already buffered waits a turn of the loop: one request per
+            # connection per turn, as a Processor polls its channels. One not yet arrived
+            # waits for the peer anyway, and the turn would cost every request.
+            if channel.buffered():
+                await asyncio.sleep(0)

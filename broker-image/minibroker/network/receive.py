@@ -43,6 +43,11 @@ class RequestReceiver:
         self._config = config
         self._pool = pool
 
+    def buffered(self) -> bool:
+        """Whether bytes of the next frame are already in the reader's buffer (asyncio's
+        ``StreamReader`` keeps them in ``_buffer``, and offers no public count)."""
+        return bool(self._reader._buffer)
+
     @asynccontextmanager
     async def receive(self) -> AsyncIterator[bytes | None]:
         """The next frame (None: the peer closed between frames), its bytes counted in the

@@ -31,8 +31,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from minibroker import environment
-from minibroker.environment import Environment, NodeHalted
+from minibroker.environment import Environment, NodeHalted, environment_in
 
 T = TypeVar("T")
 
@@ -60,8 +59,30 @@ class NodeState(enum.Enum):
 @dataclass
 class _Node:
     state: NodeState = NodeState.RUNNING
-    held: list[tuple[Callable[..., Any], tuple[Any, ...], contextvars.Context]] = field(
-        default_factory=list)
+    held: list[asyncio.Handle] = field(default_factory=list)
+    """The handles due while paused, themselves: one cancelled meanwhile (a timeout's
+    timer, once the task it guarded finished first) stays cancelled."""
+
+
+class _NodeHandle(asyncio.Handle):
+    """asyncio's handle, run only while the node it was scheduled from runs
+    (``VirtualTimeLoop._admits``)."""
+
+    __slots__ = ()
+
+    def _run(self) -> None:
+        if self._loop._admits(self):
+            super()._run()
+
+
+class _NodeTimerHandle(asyncio.TimerHandle):
+    """asyncio's timer handle, run only while the node it was set from runs."""
+
+    __slots__ = ()
+
+    def _run(self) -> None:
+        if self._loop._admits(self):
+            super()._run()
 
 
 class _VirtualSelector:
@@ -140,8 +161,7 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
             return
         state.state = NodeState.RUNNING
         held, state.held = state.held, []
-        for callback, args, context in held:
-            super()._call_soon(self._gated, (callback, *args), context)
+        self._ready.extend(handle for handle in held if not handle._cancelled)
 
     def kill(self, node: Environment) -> None:
         """SIGKILL: the node's callbacks, held or to come, never run."""
@@ -182,7 +202,10 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
 
     def _call_soon(self, callback: Callable[..., Any], args: Any,
                    context: contextvars.Context | None) -> asyncio.Handle:
-        return super()._call_soon(self._gated, (callback, *args), context)
+        """asyncio's ``_call_soon``, with a handle its node's state gates."""
+        handle = _NodeHandle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
@@ -191,20 +214,22 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         and leaves such ties in no set order), and the heap compares tuples in C, not
         ``TimerHandle.__lt__`` in Python (a fifth of the loop's own time)."""
         self._check_closed()
-        timer = asyncio.TimerHandle(when, self._gated, (callback, *args), self, context)
+        timer = _NodeTimerHandle(when, callback, args, self, context)
         self._timer_order += 1
         heapq.heappush(self._timers, (when, self._timer_order, timer))
         timer._scheduled = True
         return timer
 
-    def _gated(self, callback: Callable[..., Any], *args: Any) -> None:
-        """Run ``callback`` unless its node is paused (held) or dead (dropped); it runs in
-        the context it was scheduled from, so ``environment.current()`` is its node's."""
-        node = self._nodes.get(id(environment.current()))
+    def _admits(self, handle: asyncio.Handle) -> bool:
+        """Whether ``handle`` runs now: yes unless the node it was scheduled from (its
+        context's environment, so ``environment.current()`` is that node's when it runs) is
+        paused (then it is held, itself, until SIGCONT) or dead (then it is dropped)."""
+        node = self._nodes.get(id(environment_in(handle._context)))
         if node is None or node.state is NodeState.RUNNING:
-            callback(*args)
-        elif node.state is NodeState.PAUSED:
-            node.held.append((callback, args, contextvars.copy_context()))
+            return True
+        if node.state is NodeState.PAUSED:
+            node.held.append(handle)
+        return False
 
     # -- blocking waits -----------------------------------------------------------------
 

@@ -108,6 +108,9 @@ class ParcelChannel:
     def send(self, request: Request, response: ResponsePayload) -> None:
         self.post((request.correlation_id, response))
 
+    def buffered(self) -> bool:
+        return bool(self._arrived)
+
     # -- a client's ``ClientChannel`` (``minibroker.network.client.KafkaConnection``) ------
 
     def send_request(self, request: Request) -> None:
