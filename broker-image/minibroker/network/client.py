@@ -96,14 +96,13 @@ class KafkaConnection:
     async def request(self, request: RequestPayload, *, timeout: float = 30.0) -> Any:
         """Send ``request`` and return its response payload (None for an acks=0 produce,
         which gets no response)."""
-        name = f"{type(request).__name__} v{request.__version__}"
         async with self._lock:
             if self._closed:
-                raise KafkaConnectionError(f"{name} to {self.address}: connection is closed")
+                raise KafkaConnectionError(
+                    f"{_name(request)} to {self.address}: connection is closed")
             correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
             expects_response = not (request.__api_key__ == ApiKey.PRODUCE and request.acks == 0)
-            sent = Request(ApiKey(request.__api_key__), request.__version__, correlation_id,
-                           self.client_id, request)
+            sent = Request.of(request, correlation_id, self.client_id)
             try:
                 async with asyncio.timeout(timeout):
                     self._channel.send_request(sent)
@@ -121,9 +120,13 @@ class KafkaConnection:
                 raise
             except TimeoutError:
                 self.close()
-                raise KafkaRequestTimeout(
-                    f"{name} to {self.address}: no response within {timeout:g} s") from None
+                raise KafkaRequestTimeout(f"{_name(request)} to {self.address}: no response "
+                                          f"within {timeout:g} s") from None
             except (OSError, KafkaProtocolError) as exc:
                 self.close()
-                raise KafkaConnectionError(f"{name} to {self.address}: {exc}") from exc
+                raise KafkaConnectionError(f"{_name(request)} to {self.address}: {exc}") from exc
             return response
+
+
+def _name(request: RequestPayload) -> str:
+    return f"{type(request).__name__} v{request.__version__}"

@@ -154,6 +154,16 @@ class Request:
     def name(self) -> str:
         return f"{self.api_key.name} v{self.api_version}"
 
+    @classmethod
+    def of(cls, body: Any, correlation_id: int, client_id: str | None) -> Request:
+        """A client's request of ``body`` (a kio request payload), as sent."""
+        return cls(_API_KEYS[body.__api_key__], body.__version__, correlation_id, client_id,
+                   body)
+
+
+_API_KEYS = {int(key): key for key in ApiKey}
+"""``ApiKey`` by number, without the enum's call (a client's every request names one)."""
+
 
 PREFIX_CUT = "connection closed inside a frame's size prefix"
 

@@ -28,7 +28,7 @@ import datetime
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.find_coordinator.v4 import request as find_req
@@ -58,7 +58,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.network.channel import REQUEST_CHANNEL
-from minibroker.network.codec import ApiKey, KafkaProtocolError, Request
+from minibroker.network.codec import KafkaProtocolError, Request
 from minibroker.network.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
 from undertow.sim.clients import Endpoint
 from undertow.sim.network import NetworkError
@@ -119,10 +119,13 @@ def _init_producer_id() -> _Exchange:
 
 
 def _produce(acks: int, timeout_ms: int, tp: TopicPartition, records: bytes) -> _Exchange:
+    # The model's own numbers, in range: typed without kio's range check (as the fetcher's).
     request = produce_req.ProduceRequest(
-        transactional_id=None, acks=i16(acks), timeout=datetime.timedelta(milliseconds=timeout_ms),
+        transactional_id=None, acks=cast(i16, acks),
+        timeout=datetime.timedelta(milliseconds=timeout_ms),
         topic_data=(produce_req.TopicProduceData(name=tp.topic, partition_data=(
-            produce_req.PartitionProduceData(index=i32(tp.partition), records=records),)),))
+            produce_req.PartitionProduceData(index=cast(i32, tp.partition),
+                                             records=records),)),))
 
     def decode(response: Any) -> ProduceResult:
         answer = response.responses[0].partition_responses[0]
@@ -153,14 +156,15 @@ def _fetch(data: FetchRequestData) -> _Exchange:
     by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
     for fp in data.partitions:
         by_topic.setdefault(fp.tp.topic, []).append(fetch_req.FetchPartition(
-            partition=i32(fp.tp.partition), current_leader_epoch=i32(fp.current_leader_epoch),
-            fetch_offset=i64(fp.fetch_offset), last_fetched_epoch=NO_EPOCH,
-            log_start_offset=NO_LOG_START, partition_max_bytes=i32(fp.max_bytes)))
+            partition=cast(i32, fp.tp.partition),
+            current_leader_epoch=cast(i32, fp.current_leader_epoch),
+            fetch_offset=cast(i64, fp.fetch_offset), last_fetched_epoch=NO_EPOCH,
+            log_start_offset=NO_LOG_START, partition_max_bytes=cast(i32, fp.max_bytes)))
     request = fetch_req.FetchRequest(
-        cluster_id=None, replica_id=i32(data.replica_id),
+        cluster_id=None, replica_id=cast(i32, data.replica_id),
         max_wait=datetime.timedelta(milliseconds=data.max_wait_ms),
-        min_bytes=i32(data.min_bytes), max_bytes=i32(data.max_bytes),
-        isolation_level=i8(data.isolation_level), session_id=SESSIONLESS_ID,
+        min_bytes=cast(i32, data.min_bytes), max_bytes=cast(i32, data.max_bytes),
+        isolation_level=cast(i8, data.isolation_level), session_id=SESSIONLESS_ID,
         session_epoch=SESSIONLESS_EPOCH,
         topics=tuple(fetch_req.FetchTopic(topic=t, partitions=tuple(ps))
                      for t, ps in by_topic.items()),
@@ -321,9 +325,7 @@ class _Connection:
     def send(self, exchange: _Exchange, timeout_ms: float, on_answer: OnAnswer) -> None:
         correlation_id = self._next_id
         self._next_id += 1
-        request = exchange.request
-        parcel = Request(ApiKey(request.__api_key__), request.__version__, correlation_id,
-                         CLIENT_ID, request)
+        parcel = Request.of(exchange.request, correlation_id, CLIENT_ID)
         if self._channel is None:
             self._unsent.append(parcel)
         else:

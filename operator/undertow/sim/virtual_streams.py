@@ -152,7 +152,8 @@ class VirtualTransport(asyncio.Transport):
         self._closing = False
         self._lost = False
         self._reading_paused = False
-        self._inbox: list[Callable[[], None]] = []  # deliveries held while reading is paused
+        # Deliveries held while reading is paused: (what arrived, its argument).
+        self._inbox: list[tuple[Callable[[VirtualTransport, Any], None], Any]] = []
         self._last_arrival = 0.0  # bytes of a direction arrive in order
 
     # -- asyncio.Transport ------------------------------------------------------------------
@@ -168,26 +169,24 @@ class VirtualTransport(asyncio.Transport):
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or not data:
             return
-        payload = bytes(data)
-        self._send(lambda peer: peer._arrive(lambda: peer._protocol.data_received(payload)))
+        self._send(VirtualTransport._data_arrived, bytes(data))
 
     def send_parcel(self, parcel: Any) -> None:
         if not self._closing:
-            self._send(lambda peer: peer._arrive(
-                lambda: peer.channel.arrive(parcel) if peer.channel is not None else None))
+            self._send(VirtualTransport._parcel_arrived, parcel)
 
     def can_write_eof(self) -> bool:
         return True
 
     def write_eof(self) -> None:
-        self._send(lambda peer: peer._arrive(peer._eof))
+        self._send(VirtualTransport._eof)
 
     def close(self) -> None:
         """FIN after what was written: the peer reads the rest, then the end of its stream."""
         if self._closing:
             return
         self._closing = True
-        self._send(lambda peer: peer._arrive(peer._eof))
+        self._send(VirtualTransport._eof)
         if not self._network.loop.is_closed():
             self._network.loop.call_soon(self._connection_lost, None)
 
@@ -196,8 +195,8 @@ class VirtualTransport(asyncio.Transport):
         if self._lost:
             return
         self._closing = True
-        self._send(lambda peer: peer._connection_lost(
-            ConnectionResetError(f"connection reset by {self._local[0]}:{self._local[1]}")))
+        self._send(VirtualTransport._reset, ConnectionResetError(
+            f"connection reset by {self._local[0]}:{self._local[1]}"))
         self._network.loop.call_soon(self._connection_lost, None)
 
     def pause_reading(self) -> None:
@@ -206,8 +205,8 @@ class VirtualTransport(asyncio.Transport):
     def resume_reading(self) -> None:
         self._reading_paused = False
         inbox, self._inbox = self._inbox, []
-        for deliver in inbox:
-            self._arrive(deliver)
+        for arrived, argument in inbox:
+            self._arrive(arrived, argument)
 
     def is_reading(self) -> bool:
         return not self._reading_paused
@@ -220,24 +219,38 @@ class VirtualTransport(asyncio.Transport):
 
     # -- delivery ---------------------------------------------------------------------------
 
-    def _send(self, deliver: Callable[[VirtualTransport], None]) -> None:
+    def _send(self, arrived: Callable[[VirtualTransport, Any], None],
+              argument: Any = None) -> None:
+        """``arrived(peer, argument)`` at the peer one latency from now (``_arrive``)."""
         peer = self.peer
         # After the run (the loop closed), a node's coroutines are closed as they are
         # garbage-collected, and their finally blocks close their connections: nothing moves.
         if peer is None or self._network.loop.is_closed():
             return
-        self._network.deliver(self._local[0], self._remote[0],
-                              lambda: deliver(peer) if not peer._lost else None, self)
+        self._network.deliver(self._local[0], self._remote[0], self,
+                              peer._arrive, arrived, argument)
 
-    def _arrive(self, deliver: Callable[[], None]) -> None:
+    def _arrive(self, arrived: Callable[[VirtualTransport, Any], None], argument: Any) -> None:
+        """What the peer sent arrives: nothing once this end is gone; held while reading is
+        paused, but for a reset, which ends the connection whatever is unread."""
         if self._lost:
             return
-        if self._reading_paused:
-            self._inbox.append(deliver)
+        if self._reading_paused and arrived is not VirtualTransport._reset:
+            self._inbox.append((arrived, argument))
         else:
-            deliver()
+            arrived(self, argument)
 
-    def _eof(self) -> None:
+    def _data_arrived(self, data: bytes) -> None:
+        self._protocol.data_received(data)
+
+    def _parcel_arrived(self, parcel: Any) -> None:
+        if self.channel is not None:
+            self.channel.arrive(parcel)
+
+    def _reset(self, error: ConnectionResetError) -> None:
+        self._connection_lost(error)
+
+    def _eof(self, _argument: None = None) -> None:
         if self.channel is not None:
             self.channel.end(None)
         keep_open = self._protocol.eof_received()
@@ -399,13 +412,13 @@ class VirtualNetwork:
 
     # -- links ------------------------------------------------------------------------------
 
-    def deliver(self, src: str, dst: str, deliver: Callable[[], None],
-                sender: VirtualTransport) -> None:
-        """``deliver`` at ``dst`` one latency from now, after what ``sender`` sent before,
-        or once the link heals."""
+    def deliver(self, src: str, dst: str, sender: VirtualTransport,
+                deliver: Callable[..., None], *args: Any) -> None:
+        """``deliver(*args)`` at ``dst`` one latency from now, after what ``sender`` sent
+        before, or once the link heals."""
         link = self._link(src, dst)
         if link.blocked:
-            link.waiting.append(lambda: self.deliver(src, dst, deliver, sender))
+            link.waiting.append(lambda: self.deliver(src, dst, sender, deliver, *args))
             return
         # In order: never before what this end sent earlier, and at the same instant after
         # it (the loop runs timers due together in the order they were set).
@@ -413,7 +426,7 @@ class VirtualNetwork:
         sender._last_arrival = arrival
         # In no node's context: bytes on the wire arrive whatever their sender does meanwhile
         # (paused, killed); the receiver's code that they wake runs in its own.
-        self.loop.call_at(arrival, deliver, context=contextvars.Context())
+        self.loop.call_at(arrival, deliver, *args, context=contextvars.Context())
 
     async def _crossed(self, src: str, dst: str) -> None:
         """One packet from ``src`` to ``dst``: a latency, after the link heals."""
