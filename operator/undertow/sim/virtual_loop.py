@@ -64,47 +64,6 @@ class _Node:
     timer, once the task it guarded finished first) stays cancelled."""
 
 
-class _NodeHandle(asyncio.Handle):
-    """asyncio's handle, run only while the node it was scheduled from runs
-    (``VirtualTimeLoop._admits``)."""
-
-    __slots__ = ()
-
-    def _run(self) -> None:
-        if self._loop._admits(self):
-            super()._run()
-
-
-class _NodeTimerHandle(asyncio.TimerHandle):
-    """asyncio's timer handle, run only while the node it was set from runs."""
-
-    __slots__ = ()
-
-    def _run(self) -> None:
-        if self._loop._admits(self):
-            super()._run()
-
-
-class _VirtualSelector:
-    """What ``BaseEventLoop._run_once`` calls ``select`` on: moves the clock instead of
-    waiting."""
-
-    def __init__(self, loop: VirtualTimeLoop) -> None:
-        self._loop = loop
-
-    def select(self, timeout: float | None) -> list[Any]:
-        if timeout is None:
-            raise SimulationStalled(
-                f"at t={self._loop.time():.6f} s (virtual) no callback is ready and no timer "
-                f"is set: every task waits on something that never comes")
-        if timeout > 0:
-            self._loop.advance_to(self._loop.time() + timeout)
-        return []
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
 class VirtualTimeLoop(asyncio.BaseEventLoop):
     """An event loop on a virtual clock, in seconds from ``start``, and the process of each
     simulated node on it.
@@ -127,7 +86,6 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         and would be closed by the garbage collector on a later loop instead of ending in
         ``wind_down``."""
         self.set_task_factory(_task_factory)
-        self._selector = _VirtualSelector(self)
         self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []
         """The timers (``call_at``), in place of asyncio's ``_scheduled``."""
         self._timer_order = 0
@@ -137,10 +95,6 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
 
     def time(self) -> float:
         return self._now
-
-    def advance_to(self, when: float) -> None:
-        """Move the clock forward to ``when``; it never goes back."""
-        self._now = max(self._now, when)
 
     # -- the nodes' processes ----------------------------------------------------------------
 
@@ -200,13 +154,6 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         finally:
             logging.disable(quiet)
 
-    def _call_soon(self, callback: Callable[..., Any], args: Any,
-                   context: contextvars.Context | None) -> asyncio.Handle:
-        """asyncio's ``_call_soon``, with a handle its node's state gates."""
-        handle = _NodeHandle(callback, args, self, context)
-        self._ready.append(handle)
-        return handle
-
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
                 context: contextvars.Context | None = None) -> asyncio.TimerHandle:
         """asyncio's ``call_at``, on a heap of (when, order, timer): timers due at the same
@@ -214,22 +161,11 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         and leaves such ties in no set order), and the heap compares tuples in C, not
         ``TimerHandle.__lt__`` in Python (a fifth of the loop's own time)."""
         self._check_closed()
-        timer = _NodeTimerHandle(when, callback, args, self, context)
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
         self._timer_order += 1
         heapq.heappush(self._timers, (when, self._timer_order, timer))
         timer._scheduled = True
         return timer
-
-    def _admits(self, handle: asyncio.Handle) -> bool:
-        """Whether ``handle`` runs now: yes unless the node it was scheduled from (its
-        context's environment, so ``environment.current()`` is that node's when it runs) is
-        paused (then it is held, itself, until SIGCONT) or dead (then it is dropped)."""
-        node = self._nodes.get(id(environment_in(handle._context)))
-        if node is None or node.state is NodeState.RUNNING:
-            return True
-        if node.state is NodeState.PAUSED:
-            node.held.append(handle)
-        return False
 
     # -- blocking waits -----------------------------------------------------------------
 
@@ -267,11 +203,12 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
     def _run_until(self, condition: Callable[[], bool], deadline: float, timeout_s: float,
                    what: str) -> None:
         wake = self.call_at(deadline, _at_deadline, context=contextvars.Context())
+        run_once = self._run_once
         try:  # the clock stops at the deadline, not at whatever timer comes after it
             while not condition():
-                if self.time() >= deadline:
+                if self._now >= deadline:
                     raise SimulationTimeout(f"not within {timeout_s:g} s (virtual): {what}")
-                self._run_once()
+                run_once()
         finally:
             wake.cancel()
 
@@ -292,23 +229,34 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         while timers and timers[0][2]._cancelled:
             self._timer_cancelled_count -= 1
             heapq.heappop(timers)[2]._scheduled = False
-        timeout = None
-        if self._ready or self._stopping:
-            timeout = 0
-        elif timers:
-            timeout = max(0.0, timers[0][0] - self.time())
-        self._selector.select(timeout)  # moves the clock to the next timer
-        end_time = self.time() + self._clock_resolution
+        # Where a real loop would select() until its next timer, the clock moves to it.
+        if not self._ready and not self._stopping:
+            if not timers:
+                raise SimulationStalled(
+                    f"at t={self._now:.6f} s (virtual) no callback is ready and no timer is "
+                    f"set: every task waits on something that never comes")
+            self._now = max(self._now, timers[0][0])
+        end_time = self._now + self._clock_resolution
         while timers and timers[0][0] < end_time:
             handle = heapq.heappop(timers)[2]
             handle._scheduled = False
             self._ready.append(handle)
-        for _ in range(len(self._ready)):
-            if not self._ready:  # a nested wait ran them
+        # Each callback runs unless the node it was scheduled from (its context's
+        # environment, so ``environment.current()`` is that node's when it runs) is paused
+        # (then the handle itself is held until SIGCONT) or dead (then it is dropped).
+        nodes = self._nodes
+        ready = self._ready
+        for _ in range(len(ready)):
+            if not ready:  # a nested wait ran them
                 break
-            handle = self._ready.popleft()
-            if not handle._cancelled:
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            node = nodes.get(id(environment_in(handle._context)))
+            if node is None or node.state is NodeState.RUNNING:
                 handle._run()
+            elif node.state is NodeState.PAUSED:
+                node.held.append(handle)
 
     # -- asyncio's hooks -----------------------------------------------------------------
 
@@ -328,7 +276,6 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
     def close(self) -> None:
         super().close()
         self._timers.clear()
-        self._selector.close()
 
     def run_in_executor(self, executor: concurrent.futures.Executor | None,
                         func: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
