@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,10 @@ MAX_TRUNCATION_ROUNDS = 16
 """OffsetForLeaderEpoch rounds for one partition before the fetcher backs off and says so.
 KIP-279 needs one round per epoch the follower has and the leader lacks; a follower that
 asks the same question again and again (as the no-op truncation bug did) must not spin."""
+
+
+_topic_uuid = functools.lru_cache(maxsize=1024)(uuid.UUID)
+"""A topic id as the image holds it (a string), parsed once: every fetch names its topics."""
 
 
 class ReplicaFetcher:
@@ -159,10 +164,7 @@ class ReplicaFetcher:
         # leader can refuse a fetch this broker's previous incarnation left in flight.
         topic_ids = self._topic_ids
         for topic in {tp.topic for tp in ready}:
-            topic_id = self._rm.image.topics[topic].topic_id
-            known = topic_ids.get(topic)
-            if known is None or str(known) != topic_id:
-                topic_ids[topic] = uuid.UUID(topic_id)
+            topic_ids[topic] = _topic_uuid(self._rm.image.topics[topic].topic_id)
         plan = self._session.build({
             (topic_ids[fp.tp.topic], fp.tp.partition): fp
             for fp in self._rm.build_follower_fetch(ready, self._max_bytes)})

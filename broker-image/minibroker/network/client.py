@@ -106,7 +106,10 @@ class KafkaConnection:
             try:
                 async with asyncio.timeout(timeout):
                     self._channel.send_request(sent)
-                    await self._writer.drain()
+                    # Wait for the socket only while the request is still buffered (as the
+                    # listener waits on its answers): a lost connection shows in the read.
+                    if self._writer.transport.get_write_buffer_size():
+                        await self._writer.drain()
                     if not expects_response:
                         return None
                     received_id, response = await self._channel.receive_response(sent)
