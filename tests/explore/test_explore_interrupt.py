@@ -5,10 +5,12 @@ names it, and exits 130, soon after the signal."""
 from __future__ import annotations
 
 import copy
+import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -37,12 +39,28 @@ def three_leader_kills(path: Path) -> Path:
     return path
 
 
+def _processes_marked(marker: str) -> list[int]:
+    """The running processes (not zombies) whose environment holds ``marker``: what the
+    explore started, its JVM and Spark's Python workers, wherever they were reparented."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes() \
+                    and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
 def test_ctrl_c_while_shrinking_keeps_the_best_schedule_so_far(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    marker = f"UNDERTOW_TEST_EXPLORE={uuid.uuid4().hex}"
     explore = subprocess.Popen(
         [sys.executable, "-m", "undertow", "explore", str(three_leader_kills(tmp_path / "e.yaml")),
          "--runs", "1", "--master", "local[1]", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, marker.split("=")[0]: marker.split("=")[1]})
     assert explore.stdout is not None
     seen = []
     try:
@@ -61,6 +79,12 @@ def test_ctrl_c_while_shrinking_keeps_the_best_schedule_so_far(tmp_path: Path) -
         explore.wait()
     output = "".join(seen) + rest
     assert explore.returncode == EXIT_INTERRUPTED, output
+    # Nothing of it runs on: a Spark worker in the middle of a shrink simulated on, a core
+    # busy for minutes, once its daemon had gone without telling it.
+    deadline = time.monotonic() + STOPS_WITHIN_S
+    while (left := _processes_marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"still running after explore exited: {left}"
 
     [step] = [line for line in seen if ": try " in line]
     assert step.startswith("  acks1_before_replication: try ") and "fault(s) left: kill" in step

@@ -11,6 +11,7 @@ per core, not once per schedule.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import sys
@@ -29,6 +30,8 @@ OUTCOME_SCHEMA = (
     "counts map<string,long>, mechanisms map<string,long>, mechanism string, "
     "seconds double, error string")
 T = TypeVar("T")
+PR_SET_PDEATHSIG = 1
+"""``<linux/prctl.h>``: the signal a process gets when its parent exits."""
 TASKS_PER_CORE = 4
 """Seeds are cut into this many tasks per core: a slow schedule holds one core, not all."""
 
@@ -65,7 +68,7 @@ def outcomes(spark: SparkSession, seeds: list[int],
     slices = max(1, min(len(seeds), sc.defaultParallelism * TASKS_PER_CORE))
 
     def run_all(batch: Iterable[int]) -> Iterator[tuple[Any, ...]]:
-        _leave_sigint_to_the_driver()
+        as_a_task_of_the_driver()
         for seed in batch:
             yield _row(run(seed))
 
@@ -80,7 +83,7 @@ def in_parallel(spark: SparkSession, items: list[Any], work: Callable[[Any], Any
         return []
 
     def run(pair: tuple[int, Any]) -> tuple[int, Any]:
-        _leave_sigint_to_the_driver()
+        as_a_task_of_the_driver()
         return pair[0], work(pair[1])
 
     done = spark.sparkContext.parallelize(list(enumerate(items)), len(items)).map(
@@ -88,13 +91,30 @@ def in_parallel(spark: SparkSession, items: list[Any], work: Callable[[Any], Any
     return [result for _, result in sorted(done, key=lambda pair: pair[0])]
 
 
-def _leave_sigint_to_the_driver() -> None:
-    """Ignore SIGINT in this Spark task's Python worker. Ctrl-C at a terminal signals the
-    whole foreground process group, and PySpark's daemon gives each worker it forks
-    Python's own SIGINT handler back: the task would die of KeyboardInterrupt and Spark log
-    it, while the driver is cancelling the jobs anyway (`interruptibly`)."""
+def as_a_task_of_the_driver() -> None:
+    """Make this Spark task's Python worker the driver's to stop, not the terminal's.
+
+    Ignore SIGINT: Ctrl-C at a terminal signals the whole foreground process group, and
+    PySpark's daemon gives each worker it forks Python's own SIGINT handler back: the task
+    would die of KeyboardInterrupt and Spark log it, while the driver is cancelling the jobs
+    anyway (`interruptibly`).
+
+    Die with the daemon that forked this worker (Linux's ``PR_SET_PDEATHSIG``): the daemon
+    tells its workers to stop with a SIGHUP when Spark closes it, but a daemon killed outright
+    tells nobody, and a worker in the middle of a shrink went on simulating schedules, a core
+    busy for minutes, after `undertow explore` had exited on Ctrl-C."""
     with contextlib.suppress(ValueError):  # not the worker's main thread: none reach it
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent exits (Linux; elsewhere nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 def interruptibly(spark: SparkSession, work: Callable[[], T]) -> T:
