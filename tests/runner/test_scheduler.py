@@ -11,7 +11,8 @@ import time
 import pytest
 
 from undertow.runner.scheduler import ThreadScheduler
-from undertow.sim.loop import LoopScheduler, SimLoop
+from undertow.sim.simulated_world import VirtualScheduler
+from undertow.sim.virtual_loop import VirtualTimeLoop
 
 
 def test_a_thread_callback_runs_after_its_delay_on_a_thread_of_its_own() -> None:
@@ -86,17 +87,24 @@ def test_a_shutdown_while_a_callback_is_being_scheduled_waits_for_its_start(
     assert not stopping.is_alive() and failures == []
 
 
-def test_the_loop_scheduler_runs_callbacks_in_virtual_time_order() -> None:
-    loop = SimLoop()
-    scheduler = LoopScheduler(loop)
+def test_the_virtual_scheduler_runs_callbacks_in_virtual_time_order() -> None:
+    loop = VirtualTimeLoop()
+    scheduler = VirtualScheduler(loop)
     seen: list[tuple[str, float]] = []
-    scheduler.call_later(2.0, lambda: seen.append(("b", scheduler.monotonic())), "b")
-    scheduler.call_later(0.5, lambda: seen.append(("a", scheduler.monotonic())), "a")
-    scheduler.call_later(5.0, lambda: seen.append(("c", scheduler.monotonic())), "c")
-    loop.run_until(3000)
-    assert seen == [("a", 0.5), ("b", 2.0)]
-    scheduler.shutdown(0)
-    loop.run_until(10_000)
-    scheduler.call_later(0.0, lambda: seen.append(("d", 0.0)), "d")
-    loop.run_until(20_000)
-    assert seen == [("a", 0.5), ("b", 2.0)]
+
+    def run_until(t: float) -> None:
+        loop.wait_until(lambda: loop.time() >= t, t + 1, f"t={t}")
+
+    try:
+        scheduler.call_later(2.0, lambda: seen.append(("b", scheduler.monotonic())), "b")
+        scheduler.call_later(0.5, lambda: seen.append(("a", scheduler.monotonic())), "a")
+        scheduler.call_later(5.0, lambda: seen.append(("c", scheduler.monotonic())), "c")
+        run_until(3.0)
+        assert seen == [("a", 0.5), ("b", 2.0)]
+        scheduler.shutdown(0)
+        run_until(10.0)
+        scheduler.call_later(0.0, lambda: seen.append(("d", 0.0)), "d")
+        run_until(20.0)
+        assert seen == [("a", 0.5), ("b", 2.0)]
+    finally:
+        loop.close()

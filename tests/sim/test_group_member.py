@@ -6,21 +6,23 @@ coordinator's state and on the history lines the members write."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from minibroker.cluster.types import TopicPartition
 from minibroker.coordinator.group_coordinator import GroupCoordinator
-from undertow.platform.base import CLIENT, Link, broker_node, consumer_endpoint
+from undertow.platform.base import Link, broker_id_of, broker_node, consumer_endpoint
+from undertow.platform.simulated import SimulatedPlatform
+from undertow.runner.abort import Abort
 from undertow.runner.group_member import GroupSettings
 from undertow.runner.run import partitions_healthy
 from undertow.runner.workload import WorkloadConfig
-from undertow.sim.clients import ClientEndpoint, SimProducer
+from undertow.sim.clients import SimProducer
 from undertow.sim.group_member import SimGroupMember, range_assignment
-from undertow.sim.platform import SimPlatform, seeded_randomness
-from undertow.sim.process import Process
+from undertow.sim.simulated_world import SimulatedWorld
+from undertow.spec.experiment import TopicSpec
 
 TOPIC, GROUP = "t", "g"
 CONFIG = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "6000",
@@ -52,21 +54,28 @@ class Lines:
 
 
 class World:
-    def __init__(self, platform: SimPlatform, members: list[SimGroupMember], lines: Lines,
-                 producer: SimProducer) -> None:
-        self.platform, self.loop = platform, platform.loop
+    def __init__(self, platform: SimulatedPlatform, side: SimulatedWorld,
+                 members: list[SimGroupMember], lines: Lines, producer: SimProducer) -> None:
+        self.platform, self.side, self.loop = platform, side, platform.loop
         self.members, self.lines, self.producer = members, lines, producer
 
     def run_for(self, seconds: float) -> None:
-        self.loop.run_until(self.loop.now_ms() + seconds * 1000)
+        until = self.loop.time() + seconds
+        self.loop.wait_until(lambda: self.loop.time() >= until, seconds + 1, "time to pass")
+
+    def among(self, member: SimGroupMember, action: Callable[[], None]) -> None:
+        """Run ``action`` as ``member``'s code, on its host (it runs with the loop)."""
+        self.side.among(member.name, action)
+
+    def wait(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+        self.loop.wait_until(condition, timeout_s, what)
 
     def coordinator_node(self) -> str:
         return broker_node(self.platform.cluster_view().group_partition(GROUP).leader)
 
     def coordinator(self) -> GroupCoordinator:
-        coordinator = self.platform.broker(self.coordinator_node()).coordinator
-        assert coordinator is not None
-        return coordinator
+        return self.platform.cluster.brokers[
+            broker_id_of(self.coordinator_node())].group_coordinator
 
     def group_state(self) -> dict[str, Any]:
         [group] = [g for g in self.coordinator().state()["groups"] if g["group"] == GROUP]
@@ -92,37 +101,34 @@ class World:
 def world(tmp_path: Path, members: int = 3, *, commit: str = "auto",
           isolated: tuple[str, ...] = ()) -> Iterator[World]:
     """Three brokers, topic ``t`` (3 partitions, RF 3), one producer at 100 records/s and
-    ``members`` members of group ``g``, started; ``isolated`` members on links of their own."""
-    with seeded_randomness(7):
-        platform = SimPlatform(tmp_path / "cluster", 3, CONFIG, ephemeral_storage=False,
-                               consumers=isolated)
-        with platform:
-            loop = platform.loop
-            controller = platform.controller.controller
-            assert controller is not None
-            controller.create_topic(TOPIC, 3, 3, {})
-            loop.wait_until(lambda: partitions_healthy(platform, TOPIC, 3), 30_000, "topic")
-            bootstrap = platform.bootstrap_addresses()
-            client = ClientEndpoint(platform.network, Process(loop, CLIENT, 1), CLIENT,
-                                    bootstrap)
-            lines = Lines()
-            producer = SimProducer(0, client, WorkloadConfig(TOPIC, 3, rate=100, retries=3),
-                                   lambda _send: None, platform.clock)
-            group = []
-            for i in range(members):
-                name = f"c{i}"
-                own = client
-                if name in isolated:
-                    endpoint = consumer_endpoint(name)
-                    own = ClientEndpoint(platform.network, Process(loop, endpoint, 1), endpoint,
-                                         bootstrap)
-                history: Any = lines  # what a HistoryWriter offers the members
-                group.append(SimGroupMember(name, own, TOPIC, settings(commit), history,
-                                            platform.clock, first=i))
-            producer.start()
-            for member in group:
-                member.start()
-            yield World(platform, group, lines, producer)
+    ``members`` members of group ``g``, started, each client with connections of its own to
+    the brokers' listeners; ``isolated`` members on hosts of their own."""
+    platform = SimulatedPlatform(tmp_path / "cluster", 3, CONFIG, ephemeral_storage=False,
+                                 consumers=isolated, seed=7)
+    with platform:
+        side = SimulatedWorld(platform)
+        side.create(TopicSpec.model_validate(
+            {"name": TOPIC, "partitions": 3, "replicationFactor": 3}), Abort())
+        platform.loop.wait_until(lambda: partitions_healthy(platform, TOPIC, 3), 30, "topic")
+        lines = Lines()
+        history: Any = lines  # what a HistoryWriter offers the members
+        clients: dict[str, Any] = {}
+
+        def start(name: str, client: Callable[[], Any]) -> None:
+            clients[name] = client()  # among its own code: its connections are its own
+            clients[name].start()
+
+        side.among("p0", lambda: start("p0", lambda: SimProducer(
+            0, side.endpoint("p0"), WorkloadConfig(TOPIC, 3, rate=100, retries=3),
+            lambda _send: None, side.now)))
+        for i in range(members):
+            side.among(f"c{i}", lambda i=i: start(f"c{i}", lambda: SimGroupMember(
+                f"c{i}", side.endpoint(f"c{i}"), TOPIC, settings(commit), history, side.now,
+                first=i)))
+        platform.loop.wait_until(lambda: len(clients) == members + 1, 1, "the clients")
+        producer = clients.pop("p0")
+        group = [clients[f"c{i}"] for i in range(members)]
+        yield World(platform, side, group, lines, producer)
 
 
 def test_the_range_assignor_splits_partitions_in_member_order() -> None:
@@ -135,7 +141,7 @@ def test_the_range_assignor_splits_partitions_in_member_order() -> None:
 
 def test_members_join_split_the_partitions_and_commit(tmp_path: Path) -> None:
     with world(tmp_path) as w:
-        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        w.wait(w.stable, 10, "a stable group")
         group = w.group_state()
         assert group["protocol"] == "range" and group["leader"] in group["members"]
         assignments = [m.assignment for m in w.members]
@@ -164,18 +170,18 @@ def test_members_join_split_the_partitions_and_commit(tmp_path: Path) -> None:
 def test_a_coordinator_killed_in_a_rebalance_moves_the_group_and_it_rejoins(
         tmp_path: Path) -> None:
     with world(tmp_path) as w:
-        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        w.wait(w.stable, 10, "a stable group")
         w.run_for(3)
         before = w.group_state()["generation"]
         old = w.coordinator_node()
         committed_before = w.committed()
-        w.members[0].rejoin()  # the group rebalances ...
+        w.among(w.members[0], w.members[0].rejoin)  # the group rebalances ...
         w.run_for(0.05)
         w.platform.kill(old)  # ... and its coordinator dies meanwhile
         w.run_for(1)
         w.platform.release(old)
-        w.loop.wait_until(lambda: w.coordinator_node() != old and w.stable(), 30_000,
-                          "the group stable at a new coordinator")
+        w.wait(lambda: w.coordinator_node() != old and w.stable(), 30,
+               "the group stable at a new coordinator")
         assert w.group_state()["generation"] > before
         assert sorted(p for m in w.members for p in m.assignment) == [0, 1, 2]
         after = w.group_state()["generation"]
@@ -195,7 +201,7 @@ def test_a_coordinator_killed_in_a_rebalance_moves_the_group_and_it_rejoins(
 
 def test_a_member_cut_off_loses_its_partitions_and_rejoins_once_healed(tmp_path: Path) -> None:
     with world(tmp_path, isolated=("c1",)) as w:
-        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        w.wait(w.stable, 10, "a stable group")
         w.run_for(3)
         cut = w.members[1]
         [held] = cut.assignment
@@ -211,20 +217,20 @@ def test_a_member_cut_off_loses_its_partitions_and_rejoins_once_healed(tmp_path:
         [taken] = [g for g in w.lines.of("committed", partition=held) if g["member"] != "c1"]
         assert taken["offset"] == w.lines.of("commit", member="c1", status="ok")[-1]["offset"]
         w.platform.unblock("test")
-        w.loop.wait_until(w.stable, 10_000, "the cut-off member back in the group")
+        w.wait(w.stable, 10, "the cut-off member back in the group")
         assert len(w.group_state()["members"]) == 3 and cut.assignment
 
 
 def test_manual_commits_land_before_the_revoke_and_a_stop_leaves(tmp_path: Path) -> None:
     with world(tmp_path, members=2, commit="manual") as w:
-        w.loop.wait_until(w.stable, 10_000, "a stable group")
+        w.wait(w.stable, 10, "a stable group")
         w.run_for(2.5)
         leaving = w.members[0]
-        leaving.stop()
-        w.loop.wait_until(lambda: leaving.closed, 10_000, "the member to leave")
+        w.among(leaving, leaving.stop)
+        w.wait(lambda: leaving.closed, 10, "the member to leave")
         stayed = w.members[1]
-        w.loop.wait_until(lambda: len(w.group_state()["members"]) == 1
-                          and len(stayed.assignment) == 3, 10_000, "a rebalance")
+        w.wait(lambda: len(w.group_state()["members"]) == 1
+               and len(stayed.assignment) == 3, 10, "a rebalance")
         w.run_for(0.1)
         actions = [(g["type"], g.get("status")) for g in w.lines.groups if g["member"] == "c0"]
         last_revoke = max(i for i, a in enumerate(actions) if a[0] == "revoke")

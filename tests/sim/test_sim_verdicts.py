@@ -34,35 +34,25 @@ MECHANISMS = {
     "unclean-election": "unclean_election",
 }
 """The mechanism each lossy experiment's comment names, where records (not offsets) are lost."""
-ON_SERVERS = ("hw-truncation-double-crash",)
-"""Also run on minibroker's own servers (`SimulatedPlatform`), which `undertow explore` does
-not use yet (docs/simulation.md, step 11: the whole library gives its verdicts there, with
-`UNDERTOW_SIMULATOR=servers`). This one found the broker's drift from the pre-KIP-101 rule,
-and costs seconds; leader-pause and pod-delete-ephemeral here took `make test` 80 s over its
-15 minutes."""
-RUNS = [("copies", p) for p in EXPERIMENTS] + \
-    [("servers", p) for p in EXPERIMENTS if p.stem in ON_SERVERS]
 
 
-def _simulate(run: tuple[str, Path]) -> Summary:
-    simulator, path = run
+def _simulate(path: Path) -> Summary:
     with tempfile.TemporaryDirectory(prefix="undertow-sim-verdict-") as out:
-        run_simulated(load_experiment(path), Path(out), seed=1, simulator=simulator)
+        run_simulated(load_experiment(path), Path(out), seed=1)
         return check_history(Path(out) / "history")
 
 
 @pytest.fixture(scope="module")
-def summaries() -> dict[tuple[str, str], Summary]:
+def summaries() -> dict[str, Summary]:
     with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        return dict(zip([(s, p.stem) for s, p in RUNS], pool.map(_simulate, RUNS),
+        return dict(zip([p.stem for p in EXPERIMENTS], pool.map(_simulate, EXPERIMENTS),
                         strict=True))
 
 
-@pytest.mark.parametrize(("simulator", "path"), RUNS,
-                         ids=[f"{s}-{p.stem}" for s, p in RUNS])
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.stem for p in EXPERIMENTS])
 def test_the_simulation_gives_the_expected_verdict(
-        simulator: str, path: Path, summaries: dict[tuple[str, str], Summary]) -> None:
-    summary = summaries[simulator, path.stem]
+        path: Path, summaries: dict[str, Summary]) -> None:
+    summary = summaries[path.stem]
     assert summary.verdict == load_experiment(path).experiment.spec.expect, summary
     if path.stem in MECHANISMS:
         assert max(summary.mechanisms, key=summary.mechanisms.__getitem__) == \

@@ -6,8 +6,9 @@ The runner's background work is callbacks: "inject fault 2 at 12 s", "check agai
 whether fault 1's targets are back in the ISR". A `Scheduler` runs a callback after a delay:
 on real platforms each on a thread of its own when its time comes (`ThreadScheduler`: a slow
 injection, a broker's restart, delays no other fault, as when every fault had a thread), in
-simulation on the virtual loop (`undertow.sim.loop.LoopScheduler`), where the same callbacks
-run in virtual time, one after the other, and the same seed gives the same order. This is
+simulation on the virtual loop (`undertow.sim.simulated_world.VirtualScheduler`), where the
+same callbacks run in virtual time, one after the other, and the same seed gives the same
+order. This is
 TigerBeetle's and FoundationDB's split: the logic above the interface is shared, the clock
 below it is swapped.
 """

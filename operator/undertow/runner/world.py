@@ -4,10 +4,11 @@ its waits, the workload's clients, the drain, and where the nodes' events come f
 `run_experiment`'s phases (`undertow.runner.run`) are written once against `World`. On real
 platforms (`RealWorld`) time is the wall clock, a wait blocks this thread, the workload is
 stock Kafka clients on threads, and the events are pulled from each node's `/v1/events`. In
-simulation (`undertow.sim.world.SimWorld`) time is the virtual loop's, a wait runs the loop
-until its condition holds, the workload is the librdkafka-like client models, and the nodes
-hand their events to the history as they log them. Nothing else differs: the phases, their
-bounds, the nemesis, the sampler and the history are the same code.
+simulation (`undertow.sim.simulated_world.SimulatedWorld`) time is the virtual loop's, a wait
+runs the loop until its condition holds, and the workload is the librdkafka-like client
+models, each speaking the Kafka protocol to the brokers' own listeners. Nothing else differs:
+the phases, their bounds, the nemesis, the sampler, the event collector and the history are
+the same code.
 """
 
 from __future__ import annotations

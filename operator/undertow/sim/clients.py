@@ -29,9 +29,11 @@ The model follows the settings ``undertow.runner.workload`` gives confluent-kafk
   partition's leader (``fetch.wait.max.ms`` 500, ``fetch.min.bytes`` 1) with no leader
   epoch; OFFSET_OUT_OF_RANGE resets to the log start (``auto.offset.reset=earliest``).
 
-Every client runs on the ``client`` endpoint's process, which no fault kills.
+Every client runs on the ``client`` host of the virtual network, which no fault kills (a
+consumer that a partition may isolate has a host of its own), with connections of its own
+(``KafkaEndpoint``), as each stock client is a librdkafka instance.
 
-Long (about 550 lines): the librdkafka behaviours above, each a few methods of the producer's
+Long (about 530 lines): the librdkafka behaviours above, each a few methods of the producer's
 or the consumer's model, which share the metadata and connection handling.
 """
 
@@ -57,8 +59,6 @@ from minibroker.storage.records import build_batch, decode_values
 from undertow.runner.outcomes import classify
 from undertow.runner.values import SEPARATOR, decode_value
 from undertow.runner.workload import WorkloadConfig
-from undertow.sim.network import NetworkError, VirtualNetwork
-from undertow.sim.process import Process
 
 LINGER_MS = 2.0
 MAX_IN_FLIGHT = 5
@@ -84,11 +84,19 @@ def error_name(code: int) -> str:
     return KafkaError(code).name().lstrip("_")
 
 
+class NetworkError(Exception):
+    """An exchange failed without an answer; ``reason``: refused, reset or timeout."""
+
+    def __init__(self, reason: str, address: tuple[str, int]) -> None:
+        super().__init__(f"{reason}: {address[0]}:{address[1]}")
+        self.reason = reason
+
+
 class Endpoint:
     """What the client models send through: requests to brokers by address, each answered
-    or failed (``NetworkError``), with librdkafka's reconnect backoff per address. Two
-    transports: ``ClientEndpoint`` (the simulator's message network) and
-    ``undertow.sim.kafka_endpoint.KafkaEndpoint`` (the Kafka protocol to the real brokers)."""
+    or failed (``NetworkError``), with librdkafka's reconnect backoff per address. The
+    transport is ``undertow.sim.kafka_endpoint.KafkaEndpoint``: the Kafka protocol, over the
+    virtual network, to the brokers' own listeners."""
 
     def __init__(self, bootstrap: list[tuple[str, int]]) -> None:
         self.bootstrap = bootstrap
@@ -126,28 +134,6 @@ class Endpoint:
 
     def later(self, delay_ms: float, callback: Callable[[], None]) -> None:
         raise NotImplementedError
-
-
-class ClientEndpoint(Endpoint):
-    """The clients' side of the simulator's network: one process, the bootstrap brokers."""
-
-    def __init__(self, network: VirtualNetwork, process: Process, endpoint: str,
-                 bootstrap: list[tuple[str, int]]) -> None:
-        super().__init__(bootstrap)
-        self.network = network
-        self.process = process
-        self.endpoint = endpoint
-
-    def exchange(self, address: tuple[str, int], message: Any, timeout_ms: float,
-                 on_answer: Callable[[Any, NetworkError | None], None]) -> None:
-        self.network.request(self.process, self.endpoint, address, message, on_answer,
-                             timeout_ms)
-
-    def now_ms(self) -> float:
-        return self.process.now_ms()
-
-    def later(self, delay_ms: float, callback: Callable[[], None]) -> None:
-        self.process.call_later(delay_ms, callback)
 
 
 class Metadata:

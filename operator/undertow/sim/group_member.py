@@ -68,7 +68,7 @@ reading while its synchronous manual commit is in flight; the cooperative protoc
 ``roundrobin`` protocol librdkafka also offers; the jitter of librdkafka's timers (the
 members' heartbeats keep the phase their assignment gave them).
 
-Every callback runs on the member's client process; a new consumer (``rejoin``) and each
+Every callback runs on the member's client host; a new consumer (``rejoin``) and each
 phase of its membership discard the answers meant for the ones before.
 
 Long (about 830 lines): librdkafka's group member is one state machine (``rdkafka_cgrp.c``
@@ -99,10 +99,10 @@ from undertow.sim.clients import (
     FETCH_WAIT_MAX_MS,
     RETRY_BACKOFF_MS,
     SOCKET_TIMEOUT_MS,
-    ClientEndpoint,
+    Endpoint,
     Metadata,
+    NetworkError,
 )
-from undertow.sim.network import NetworkError
 
 PROTOCOL = "range"
 COORD_QUERY_INTERVAL_MS = 1000.0
@@ -160,7 +160,7 @@ def _network_error(error: NetworkError) -> int:
 class SimGroupMember:
     """One member (``c0``, ``c1``, ...) and its consecutive consumers (``rejoin``)."""
 
-    def __init__(self, name: str, client: ClientEndpoint, topic: str, settings: GroupSettings,
+    def __init__(self, name: str, client: Endpoint, topic: str, settings: GroupSettings,
                  history: HistoryWriter, clock_s: Callable[[], float], first: int = 0) -> None:
         self.name = name
         self._client = client

@@ -60,8 +60,7 @@ from minibroker.cluster.types import (
 from minibroker.network.channel import REQUEST_CHANNEL
 from minibroker.network.codec import KafkaProtocolError, Request
 from minibroker.network.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
-from undertow.sim.clients import Endpoint
-from undertow.sim.network import NetworkError
+from undertow.sim.clients import Endpoint, NetworkError
 from undertow.sim.virtual_streams import ParcelChannel
 
 CLIENT_ID = "undertow-sim"

@@ -35,6 +35,7 @@ from undertow.sim.kafka_endpoint import KafkaEndpoint
 from undertow.sim.virtual_loop import SimulationTimeout, VirtualTimeLoop
 from undertow.sim.workload import SimWorkload, drain, holds
 from undertow.spec import LoadedExperiment
+from undertow.spec.experiment import TopicSpec
 
 CLIENT_HOST = "client"
 """The clients' host on the virtual network (a consumer a partition may isolate has its own,
@@ -108,8 +109,10 @@ class SimulatedWorld:
         return True
 
     def create_topic(self, loaded: LoadedExperiment, abort: Abort) -> None:
+        self.create(loaded.experiment.spec.topic, abort)
+
+    def create(self, topic: TopicSpec, abort: Abort) -> None:
         """With a CreateTopics request to a broker, retried until one creates it."""
-        topic = loaded.experiment.spec.topic
         self._topic = topic.name
         bootstrap = self._platform.cluster.bootstrap
 

@@ -1,11 +1,9 @@
 """The run's workload in simulation: `runner.workload.Workload` and `drain` over the
 librdkafka-like client models (`sim.clients`, `sim.group_member`), in any simulated world.
 
-A world says where its clients run (`ClientSide`): on the message network of the simulated
-nodes (`sim.world.SimWorld`), or as Kafka clients of the real brokers on the virtual loop
-(`sim.simulated_world.SimulatedWorld`, each client a host of the virtual network with
-connections of its own). The models, the outcomes they record and the phases that drive them
-are the same in both.
+A world says where its clients run (`ClientSide`): in `sim.simulated_world.SimulatedWorld`,
+as Kafka clients of the real brokers on the virtual loop, each client a host of the virtual
+network with connections of its own.
 """
 
 from __future__ import annotations
