@@ -166,9 +166,9 @@ class ReplicationEventLog:
     """One node's events file: ``emit`` appends, ``read`` pages through it by byte offset.
 
     ``clock`` gives ``t`` (wall-clock seconds: by default the wall clock of the node's
-    environment when the log is made, the virtual one in simulation; ``minibroker.sim``
-    passes its manual clock so that tests can assert events exactly), and ``on_event`` sees
-    each event as written.
+    environment when the log is made, the virtual one in simulation; the tests'
+    step-by-step cluster, ``tests/minibroker/stepper.py``, passes its manual clock so that
+    tests can assert events exactly), and ``on_event`` sees each event as written.
     """
 
     def __init__(self, data_dir: Path, *, clock: Callable[[], float] | None = None,

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from minibroker.cluster.scheduler import ManualScheduler
+from manual_scheduler import ManualScheduler
+
 from minibroker.cluster.types import (
     ErrorCode,
     MetadataImage,

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from rule_sets import KAFKA_3_7, KAFKA_4_2
+from stepper import SimCluster
 
 from minibroker.cluster.types import NO_LEADER, ErrorCode, TopicPartition
-from minibroker.sim import SimCluster
 from minibroker.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
 
 TP = TopicPartition("orders", 0)

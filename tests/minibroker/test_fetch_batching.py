@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from stepper import SimCluster
+
 from minibroker.cluster.types import FetchRequestData, FetchResult, TopicPartition
-from minibroker.sim import SimCluster
 
 TP = TopicPartition("orders", 0)
 WAIT_MS = 500

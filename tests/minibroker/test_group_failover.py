@@ -1,5 +1,5 @@
 """The coordinator moves with the leadership of its ``__consumer_offsets`` partition
-(``minibroker.sim``, three brokers on one manual clock, then real processes and a stock
+(``stepper.py``'s three brokers on one manual clock, then real processes and a stock
 consumer): an offset commit is answered only
 once every ISR member has it (``offsets.commit.required.acks=-1``); when the leader is
 fenced, the new leader loads the group from its log (COORDINATOR_LOAD_IN_PROGRESS until
@@ -15,13 +15,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from stepper import SimCluster
 from test_broker_processes import TOPIC, ProcessCluster, wait_for
 
 from minibroker.cluster.types import ErrorCode, TopicPartition
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.coordinator.records import OffsetAndMetadata
-from minibroker.sim import SimCluster
 
 GROUP = "g"
 OFFSETS_TP = TopicPartition(OFFSETS_TOPIC, 0)

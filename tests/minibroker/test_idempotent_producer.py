@@ -19,6 +19,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kio.schema.init_producer_id.v4 import request as init_req
 from kio.schema.produce.v9 import request as produce_req
 from kio.static.primitive import i16, i32, i64
+from stepper import SimCluster
 from test_broker_processes import TOPIC, ProcessCluster, wait_for
 
 from minibroker.cluster.types import ErrorCode, TopicPartition
@@ -26,7 +27,6 @@ from minibroker.controller.quorum_controller import PRODUCER_ID_BLOCK_SIZE, Quor
 from minibroker.events import ReplicationEventLog
 from minibroker.network.client import KafkaConnection
 from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
-from minibroker.sim import SimCluster
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.log import Log
 from minibroker.storage.producer_state import (

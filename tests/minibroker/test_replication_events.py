@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from rule_sets import KAFKA_3_7
+from stepper import SimCluster
 from test_broker_processes import TOPIC, ProcessCluster, post, wait_for
 from test_group_failover import CONFIG as GROUP_CONFIG
 from test_group_failover import GROUP, OFFSETS_TP, join_and_sync
@@ -22,7 +23,6 @@ from test_group_failover import GROUP, OFFSETS_TP, join_and_sync
 from minibroker.cluster.types import TopicPartition
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.events import EVENTS_FILE, EventType, ReplicationEventLog, parse_events_query
-from minibroker.sim import SimCluster
 from undertow_history.schema import EVENT_TYPES, EVENTS
 
 TP = TopicPartition("orders", 0)

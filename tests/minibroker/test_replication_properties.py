@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rule_sets import KAFKA_3_7, KAFKA_4_2
+from stepper import SimCluster
 
 from minibroker.cluster.types import NO_LEADER, TopicPartition
-from minibroker.sim import SimCluster
 
 TP = TopicPartition("t", 0)
 BROKERS = (1, 2, 3)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from rule_sets import KAFKA_3_7
+from stepper import SimCluster
 
 from minibroker.cluster.errors import KafkaApiError
 from minibroker.cluster.types import (
@@ -16,7 +17,6 @@ from minibroker.cluster.types import (
     FetchResult,
     TopicPartition,
 )
-from minibroker.sim import SimCluster
 
 TP = TopicPartition("orders", 0)
 LAG_MS = 3000

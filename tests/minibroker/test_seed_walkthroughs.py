@@ -1,7 +1,7 @@
 """The seeds' walkthroughs, step by step, with the exact LEO and HW of every replica.
 
-Run on ``minibroker.sim``: the real controller, ReplicaManager and Partition code with one
-manual clock, so each follower fetch happens exactly where the walkthrough puts it.
+Run on ``stepper.py``'s cluster: the real controller, ReplicaManager and Partition code
+with one manual clock, so each follower fetch happens exactly where the walkthrough puts it.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from stepper import SimCluster
 
 from minibroker.cluster.types import TopicPartition
-from minibroker.sim import SimCluster
 
 TP = TopicPartition("orders", 0)
 

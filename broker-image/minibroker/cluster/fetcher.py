@@ -6,7 +6,7 @@ pre-KIP-101 high-watermark rule), then long-polls the leader with ``replica_id``
 Fetches go in an incremental fetch session (KIP-227, ``fetch_session_handler``): after the
 first, they name only what changed. The decisions themselves live in
 ``ReplicaManager``/``Partition``; this module only moves bytes, so the same rules also
-run in the step-by-step ``minibroker.sim``.
+run in the tests' step-by-step cluster (``tests/minibroker/stepper.py``).
 """
 
 from __future__ import annotations

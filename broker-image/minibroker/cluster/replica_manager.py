@@ -2,7 +2,8 @@
 
 It applies the controller's metadata (become leader / become follower), serves Produce,
 Fetch, ListOffsets and OffsetForLeaderEpoch through callbacks (so the same code runs under
-asyncio in a broker and step by step in ``minibroker.sim``), keeps the purgatories, runs the
+asyncio in a broker and step by step in the tests' ``tests/minibroker/stepper.py``),
+keeps the purgatories, runs the
 ISR shrink, HW checkpoint and log timers, and gives the follower fetcher its per-partition
 state. Its ``LogManager`` (``minibroker.storage.log_manager``) loads, flushes and
 checkpoints the logs. It records the replication event of a power loss

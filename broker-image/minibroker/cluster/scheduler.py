@@ -1,14 +1,14 @@
-"""The clock and timers the core runs on: asyncio's in a broker, a manual one in tests.
+"""The clock and timers the core runs on: asyncio's in a broker, a manual one in tests
+(``tests/minibroker/manual_scheduler.py``).
 
-Keeping time behind this interface lets the deterministic in-process cluster
-(``minibroker.sim``) replay the seeds' walkthroughs step by step with exact values.
+Keeping time behind this interface lets the tests' deterministic in-process cluster
+(``tests/minibroker/stepper.py``) replay the seeds' walkthroughs step by step with exact
+values.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 from collections.abc import Callable
 from typing import Protocol
 
@@ -32,38 +32,3 @@ class AsyncioScheduler:
 
     def call_later(self, delay_ms: float, callback: Callable[[], None]) -> Timer:
         return self._loop.call_later(max(delay_ms, 0.0) / 1000.0, callback)
-
-
-class _ManualTimer:
-    def __init__(self) -> None:
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualScheduler:
-    """Time moves only when ``advance`` is called; due timers fire in order."""
-
-    def __init__(self, start_ms: float = 0.0) -> None:
-        self._now = start_ms
-        self._queue: list[tuple[float, int, _ManualTimer, Callable[[], None]]] = []
-        self._seq = itertools.count()
-
-    def now_ms(self) -> float:
-        return self._now
-
-    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> Timer:
-        timer = _ManualTimer()
-        heapq.heappush(self._queue, (self._now + max(delay_ms, 0.0), next(self._seq), timer,
-                                     callback))
-        return timer
-
-    def advance(self, ms: float) -> None:
-        deadline = self._now + ms
-        while self._queue and self._queue[0][0] <= deadline:
-            due, _, timer, callback = heapq.heappop(self._queue)
-            self._now = max(self._now, due)
-            if not timer.cancelled:
-                callback()
-        self._now = deadline

@@ -3,7 +3,8 @@
 
 They wait in the broker's purgatory (``cluster.delayed.Purgatory``), keyed by group or by
 member as Kafka's ``GroupJoinKey``, ``GroupSyncKey`` and ``MemberKey``, on the broker's
-``Scheduler``: asyncio's in a broker, the manual clock in ``minibroker.sim`` and in tests.
+``Scheduler``: asyncio's in a broker, a manual clock in tests
+(``tests/minibroker/stepper.py``).
 Each only decides *when*; what happens is the ``Rebalancer``'s, as in
 Kafka, where these classes call back into ``GroupCoordinator``.
 """

@@ -11,8 +11,8 @@ offsets partition loads its groups (``on_election``), losing it unloads them
 (``on_resignation``).
 
 It is callback-based and takes its clock and timers from the broker's ``Scheduler``, like
-``ReplicaManager``, so the same code runs in a broker and on ``minibroker.sim``'s manual
-clock.
+``ReplicaManager``, so the same code runs in a broker and on the manual clock of the
+tests' step-by-step cluster (``tests/minibroker/stepper.py``).
 """
 
 from __future__ import annotations

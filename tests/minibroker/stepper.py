@@ -1,11 +1,18 @@
-"""An in-process, step-by-step minibroker cluster for tests and teaching.
+"""A step-by-step minibroker cluster in one process, for the tests that replay the seeds'
+walkthroughs and the replication rules to the offset.
 
 The same ``QuorumController``, ``ReplicaManager``, ``Partition`` and ``GroupCoordinator``
-code as the real broker runs here on one manual clock, with "the network" replaced by direct
-calls: a follower's fetch round, a controller tick, a crash or a power loss happen exactly
-when the caller says.
-That makes the seeds' walkthroughs reproducible to the offset, and lets property tests
-explore random fault sequences deterministically.
+code as the real broker runs here on one manual clock (``manual_scheduler.py``), with "the
+network" replaced by direct calls: a follower's fetch round, a controller tick, a crash or a
+power loss happen exactly when the caller says, as Kafka's own ``ReplicaManagerTest`` and
+``PartitionTest`` drive the replica manager without a fetcher thread. A fetch round drives
+the follower-side steps the real ``ReplicaFetcher`` takes (``truncation_request``,
+``on_epoch_answer``, ``build_follower_fetch``, ``on_follower_fetch``,
+``on_follower_out_of_range``) in one call each, with no I/O between them: the rules are the
+core's, the order the fetcher's. What runs the servers themselves, fetcher, handlers and
+network included, is the simulator (``undertow.sim.cluster.SimulatedCluster``), where time
+moves on its own. That makes the walkthroughs reproducible to the offset, and lets property
+tests explore random fault sequences deterministically.
 
 Every node (``controller``, ``broker-N``) writes its replication events to its data directory
 under ``root`` as a real one does, stamped with the manual clock, and ``events()`` lists them
@@ -20,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from manual_scheduler import ManualScheduler
+
 from minibroker.cluster.partition import AlterPartitionRequest, Partition
 from minibroker.cluster.replica_manager import ReplicaManager
-from minibroker.cluster.scheduler import ManualScheduler
 from minibroker.cluster.types import (
     ErrorCode,
     FetchRequestData,
