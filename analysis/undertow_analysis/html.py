@@ -14,6 +14,7 @@ from undertow_analysis.report import (
     headline,
     shortfall_text,
 )
+from undertow_history.checker import SKIPPED_NOTE, skipped_text
 
 VERDICT_COLOURS = {"clean": "#2a9d8f", "anomalies": "#e9c46a", "loss": "#d62828"}
 CSS = """
@@ -93,7 +94,7 @@ def _records(rows: list[dict[str, Any]], t0: float) -> list[list[Any]]:
 
 def _incomplete(report: dict[str, Any]) -> str:
     """Right under the verdict: a history stopped by a failure (`--allow-incomplete`), a
-    drain that did not read every partition to its end."""
+    drain that did not read every partition to its end, planned faults not injected."""
     parts = []
     if report["incomplete"]:
         parts.append(f'<div class="incomplete" id="incomplete"><b>Incomplete history:</b> '
@@ -103,6 +104,10 @@ def _incomplete(report: dict[str, Any]) -> str:
         where = "; ".join(shortfall_text(s) for s in report["drain_short"])
         parts.append(f'<div class="incomplete" id="drain-short"><b>Incomplete drain:</b> '
                      f"{escape(SHORT_DRAIN_NOTE)} ({escape(where)}).</div>")
+    if report.get("faults_skipped"):
+        parts.append(f'<div class="incomplete" id="faults-skipped"><b>Faults skipped:</b> '
+                     f"{escape(SKIPPED_NOTE)} "
+                     f"({escape(skipped_text(report['faults_skipped']))}).</div>")
     return "".join(parts)
 
 

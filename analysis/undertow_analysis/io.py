@@ -131,7 +131,7 @@ FILES = {
                                ("log_end_offset", 0, MAX_OFFSET))),
 }
 META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
-             "incomplete_reason", "consumer_group")
+             "incomplete_reason", "consumer_group", "faults_skipped")
 
 
 @dataclass

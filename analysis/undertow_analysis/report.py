@@ -19,6 +19,7 @@ from typing import Any
 
 from undertow_analysis import anomalies
 from undertow_analysis.grid import CELL_RATIO, Grid
+from undertow_history.checker import SKIPPED_NOTE, skipped_faults, skipped_text
 
 UNAVAILABLE_MIN_S = 1.0
 """The shortest no_acks window the report keeps: shorter gaps between acknowledgements are a
@@ -350,12 +351,14 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
     (`explained`): the timeline is drawn while they are queried."""
     idempotent = bool(meta.get("idempotent", False))
     verdict = anomalies.verdict(counts, idempotent)
+    skipped = skipped_faults(meta.get("faults_skipped"), history)
     summary, windows = _availability(series, t0, offline_windows(offline, t0), faults)
     latency_ms = latency_percentiles(latency)
     return clean_json({
         "verdict": verdict,
         "expect": meta.get("expect"),
-        "as_expected": verdict == meta.get("expect") if meta.get("expect") else None,
+        "as_expected": (verdict == meta.get("expect") and not skipped)
+        if meta.get("expect") else None,
         "counts": counts,
         "latency_ms": {k: latency_ms[k] for k in ("p50", "p99", "p999")},
         "availability": summary,
@@ -374,6 +377,7 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
         "incomplete": bool(meta.get("incomplete", False)),
         "incomplete_reason": meta.get("incomplete_reason"),
         "drain_short": drain_short,
+        "faults_skipped": skipped,
         "consumer_group": meta.get("consumer_group"),
         "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
                     "anomalies": outputs["anomalies"]},
@@ -484,6 +488,9 @@ def summary_text(report: dict[str, Any]) -> str:
     if report["drain_short"]:
         lines.append(f"DRAIN INCOMPLETE: {SHORT_DRAIN_NOTE} ("
                      + "; ".join(shortfall_text(s) for s in report["drain_short"]) + ")")
+    if report.get("faults_skipped"):
+        lines.append(f"FAULTS SKIPPED: {SKIPPED_NOTE} "
+                     f"({skipped_text(report['faults_skipped'])})")
     lines.append(headline(report))
     clock = report.get("clock")
     if clock:

@@ -102,6 +102,8 @@ class Summary:
     failed: int
     indeterminate: int
     mechanisms: dict[str, int]
+    faults_skipped: list[dict[str, Any]] = field(default_factory=list)
+    """meta.json's planned faults the nemesis did not inject (`skipped_faults`)."""
 
 
 MECHANISMS = {
@@ -778,6 +780,31 @@ def _deposed(events: _Events, led: list[tuple[float, int | None, int | None, int
 # ---- the history -------------------------------------------------------------------------
 
 
+def skipped_faults(value: Any, history: Path | str) -> list[dict[str, Any]]:
+    """meta.json's `faults_skipped` ([] for a history from before it existed), each
+    `{index, kind, reason}`; another shape is a clear error. A run with one did not test
+    its whole schedule: its verdict is not the experiment's (`skipped_text`)."""
+    if value is None:
+        return []
+    if not (isinstance(value, list) and all(
+            isinstance(f, dict) and isinstance(f.get("index"), int)
+            and isinstance(f.get("kind"), str) and isinstance(f.get("reason"), str | None)
+            for f in value)):
+        raise ValueError(f"{history}/meta.json: faults_skipped must be a list of {{index: int, "
+                         f"kind: string, reason: string}}, got {value!r}")
+    return [{"index": f["index"], "kind": f["kind"], "reason": f.get("reason")} for f in value]
+
+
+def skipped_text(skipped: list[dict[str, Any]]) -> str:
+    """e.g. `fault 2 (kill): start of fault 1 did not come in time`."""
+    return "; ".join(f"fault {f['index']} ({f['kind']})" + (f": {f['reason']}" if f["reason"]
+                                                            else "") for f in skipped)
+
+
+SKIPPED_NOTE = ("the nemesis did not inject every planned fault, so the run did not test the "
+                "experiment's whole schedule and its verdict is not the experiment's")
+
+
 def _meta(history: Path) -> dict[str, Any]:
     """meta.json, refused as the job refuses it (`io.read_meta`, `job.analyze`,
     `report.drain_shortfalls`, `groups.consumer_group`): not a JSON object, a field it reads
@@ -793,7 +820,7 @@ def _meta(history: Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError(f"{path}: expected a JSON object")
     read = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
-            "incomplete_reason", "consumer_group")
+            "incomplete_reason", "consumer_group", "faults_skipped")
     problems = schema.META.problems({k: meta[k] for k in read if k in meta}, partial=True)
     if problems:
         raise ValueError(f"{path}: {'; '.join(problems)}")
@@ -916,4 +943,5 @@ def check_history(history_dir: Path) -> Summary:
     attempted = len(sent)
     return Summary(verdict=verdict(counts, bool(meta.get("idempotent", False))), counts=counts,
                    attempted=attempted, acked=attempted - failed - indeterminate, failed=failed,
-                   indeterminate=indeterminate, mechanisms=dict(mechanisms))
+                   indeterminate=indeterminate, mechanisms=dict(mechanisms),
+                   faults_skipped=skipped_faults(meta.get("faults_skipped"), history))

@@ -171,6 +171,13 @@ META = HistoryFile("meta.json", (
                                     "`__consumer_offsets` that holds its state (Kafka's "
                                     "`abs(groupId.hashCode) % offsets.topic.num.partitions`); "
                                     "null for `assign` mode", nullable=True),
+    Field("faults_skipped", array_of(OBJECT), "the planned faults the nemesis did not inject, "
+                                              "each `{\"index\", \"kind\", \"reason\"}` "
+                                              "(a target that never came back in time, an "
+                                              "injection that failed): the run did not test "
+                                              "its whole schedule, which `undertow run`, the "
+                                              "report and the operator's status say; `[]` "
+                                              "when every fault ran"),
 ), closed=False)
 
 # One line per send attempt, written when it completes.

@@ -464,7 +464,7 @@ def spark_summary(report: dict) -> dict:
 def as_dict(s: Summary) -> dict:
     return {"verdict": s.verdict, "counts": s.counts, "attempted": s.attempted,
             "acked": s.acked, "failed": s.failed, "indeterminate": s.indeterminate,
-            "mechanisms": s.mechanisms}
+            "mechanisms": s.mechanisms, "faults_skipped": s.faults_skipped}
 
 
 @pytest.fixture(scope="module")

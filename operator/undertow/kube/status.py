@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from undertow.kube.pods import PodView
 from undertow.kube.rollout import RolloutDecision
+from undertow_history.checker import skipped_text
 
 JobState = Literal["absent", "active", "succeeded", "failed"]
 ClusterState = Literal["missing", "not-ready", "busy", "ready"]
@@ -183,6 +184,11 @@ def advance(obs: Observation) -> Step:
         return Step("Failed", "finish", "ReportMissing",
                     obs.report_error or "the analysis finished without a report")
     verdict, expect = obs.report.get("verdict"), obs.report.get("expect")
+    skipped = obs.report.get("faults_skipped") or []
+    if skipped:  # the run did not test the experiment's schedule: not a pass, whatever it found
+        return Step("Completed", "finish", "FaultsSkipped",
+                    f"verdict {verdict}, expected {expect}, but {len(skipped)} planned "
+                    f"fault(s) not injected: {skipped_text(skipped)}")
     return Step("Completed", "finish", "AsExpected" if verdict == expect else "Unexpected",
                 f"verdict {verdict}, expected {expect}")
 

@@ -19,7 +19,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from undertow_history.checker import COUNTS, MECHANISMS, Summary, check_history
+from undertow_history.checker import (
+    COUNTS,
+    MECHANISMS,
+    SKIPPED_NOTE,
+    Summary,
+    check_history,
+    skipped_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +52,19 @@ def verdict_text(summary: Summary, expect: str, seconds: float) -> str:
           724 of 18,002 acknowledged records lost: 724 by acks=1 before replication
           (the history checker, in 0.9 s; the Spark analysis writes the report and must agree)
     """
-    outcome = "as expected" if summary.verdict == expect else "UNEXPECTED"
+    outcome = "as expected" if summary.verdict == expect and not summary.faults_skipped \
+        else "UNEXPECTED"
     lost = (f"{summary.counts['lost']:,} of {summary.acked:,} acknowledged records lost"
             if summary.counts["lost"] else f"none of {summary.acked:,} acknowledged records lost")
     why = ", ".join(f"{n:,} by {MECHANISMS[m]}" for m, n in
                     sorted(summary.mechanisms.items(), key=lambda kv: (-kv[1], kv[0])))
     others = [f"{summary.counts[c]:,} {c.replace('_', ' ')}" for c in COUNTS
               if c != "lost" and summary.counts[c]]
+    skipped = [f"  FAULTS SKIPPED: {SKIPPED_NOTE} ({skipped_text(summary.faults_skipped)})"] \
+        if summary.faults_skipped else []
     return "\n".join([
         f"VERDICT: {summary.verdict.upper()}   (expected {expect}: {outcome})",
+        *skipped,
         f"  {lost}" + (f": {why}" if why else "") + (f"; {', '.join(others)}" if others else ""),
         f"  (the history checker, in {seconds:.1f} s; the Spark analysis writes the report "
         f"and must agree)"])
@@ -61,8 +72,9 @@ def verdict_text(summary: Summary, expect: str, seconds: float) -> str:
 
 def report_summary(report: dict[str, Any]) -> dict[str, Any]:
     """What of report.json the checker gives (`Summary`'s fields): the verdict, the anomaly
-    counts, the send totals, and the lost records per mechanism (the record incidents'
-    `lost`; None when the report lists only the first of its incidents)."""
+    counts, the send totals, the lost records per mechanism (the record incidents'
+    `lost`; None when the report lists only the first of its incidents) and the faults
+    skipped."""
     explained = report["explained"]
     mechanisms: dict[str, int] | None = {}
     if explained["incident_count"] != len(explained["incidents"]):
@@ -75,7 +87,8 @@ def report_summary(report: dict[str, Any]) -> dict[str, Any]:
     c = report["counts"]
     return {"verdict": report["verdict"], "counts": {k: c[k] for k in COUNTS},
             "attempted": c["attempted"], "acked": c["acked"], "failed": c["failed"],
-            "indeterminate": c["indeterminate"], "mechanisms": mechanisms}
+            "indeterminate": c["indeterminate"], "mechanisms": mechanisms,
+            "faults_skipped": report.get("faults_skipped", [])}
 
 
 def disagreement(summary: Summary, report: dict[str, Any]) -> str | None:
