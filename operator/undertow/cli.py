@@ -253,12 +253,14 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 def _explore_summary(summary: dict, out: Path) -> int:
     """Write the report, print what it found and where; the number of lossy schedules."""
-    from undertow.explore.report import write_report
+    from undertow.explore.report import skipped_line, write_report
 
     _json, html = write_report(summary, out)
     lossy = summary["verdicts"].get("loss", 0)
     print(f"\n{lossy} of {summary['runs']} schedules lost acknowledged records "
           f"({summary['schedules_per_second']:.2f} schedules/s). Report: {html}")
+    if summary.get("faults_skipped"):
+        print(f"  {skipped_line(summary['faults_skipped'])}")
     for m in summary["minimal"]:
         confirmed = (f", reproduced {m['confirmed']} of {m['confirm_runs']} times on local "
                      f"processes" if m["confirm_runs"] else "")

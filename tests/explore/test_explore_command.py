@@ -12,7 +12,8 @@ import pytest
 import yaml
 from explore_experiments import TINY_ACKS1, TINY_CLUSTER
 
-from undertow.explore.command import explore
+from undertow.cli import _explore_summary
+from undertow.explore.command import Exploration, explore
 from undertow.explore.draw import draw, experiment_with
 from undertow.explore.matrix import Configuration, cell_of, markdown_table, run_matrix, wilson
 from undertow.explore.report import write_report
@@ -102,3 +103,23 @@ def test_a_loss_with_no_lost_record_is_labelled_by_its_anomaly_kinds() -> None:
         outcome("clean", {"lost": 0, "duplicates": 2}, {})])
     assert cell.mechanisms == {"misplaced": 1, "unclean_election": 1}
     assert cell.losses == 2
+
+
+def test_schedules_with_a_fault_not_injected_are_named_in_the_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A clean schedule whose nemesis skipped a fault did not test that fault: the
+    exploration lists its seed in explore.json, explore.html and on stdout."""
+    outcomes = [Outcome(seed, 2, "[]", "clean", 0, {}, {}, 0.1, faults_skipped=skipped)
+                for seed, skipped in ((1, 0), (2, 1), (3, 0), (4, 2))]
+    summary = Exploration("e", 4, 1.0, "local[1]", outcomes, []).to_json()
+    assert summary["faults_skipped"] == [2, 4]
+    assert Outcome.from_json(outcomes[1].to_json()) == outcomes[1]
+    _json, html = write_report(summary, tmp_path)
+    line = "2 schedule(s) had a planned fault not injected, so their verdicts cover only the " \
+           "faults that ran (seeds 2, 4)."
+    assert line in html.read_text()
+    _explore_summary(summary, tmp_path)
+    assert f"  {line}" in capsys.readouterr().out.splitlines()
+    quiet = Exploration("e", 1, 1.0, "local[1]", outcomes[:1], []).to_json()
+    _explore_summary(quiet, tmp_path / "quiet")
+    assert "not injected" not in capsys.readouterr().out

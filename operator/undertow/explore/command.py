@@ -114,6 +114,7 @@ class Exploration:
         return {"experiment": self.experiment, "runs": self.runs, "seconds": self.seconds,
                 "schedules_per_second": self.schedules_per_second, "master": self.master,
                 "verdicts": verdicts, "losses_by_mechanism": self.losses_by_mechanism(),
+                "faults_skipped": sorted(o.seed for o in self.outcomes if o.faults_skipped),
                 "minimal": [m.to_json() for m in self.minimal]}
 
 

@@ -47,7 +47,8 @@ def render(summary: dict[str, Any]) -> str:
 schedules per second).
 Verdicts: {verdict_line}.
 <span class="{'loss' if lossy else 'clean'}">{lossy:,} of {runs:,} schedules
-({100 * lossy / runs if runs else 0:.1f} %) lost acknowledged records.</span></p>
+({100 * lossy / runs if runs else 0:.1f} %) lost acknowledged records.</span>
+{_e(skipped_line(summary["faults_skipped"])) if summary.get("faults_skipped") else ""}</p>
 <h2>Losses by mechanism</h2>
 {'<table><tr><th>mechanism</th><th>schedules</th><th>share of all</th></tr>' + rows + '</table>'
  if rows else '<p>No schedule lost an acknowledged record.</p>'}
@@ -57,6 +58,14 @@ Verdicts: {verdict_line}.
  if minimal else '<p>None: nothing to shrink.</p>'}
 </body></html>
 """
+
+
+def skipped_line(seeds: list[int]) -> str:
+    """The schedules whose nemesis did not inject every planned fault: their verdicts cover
+    only the faults that ran."""
+    shown = ", ".join(str(seed) for seed in seeds[:10]) + (", ..." if len(seeds) > 10 else "")
+    return (f"{len(seeds):,} schedule(s) had a planned fault not injected, so their verdicts "
+            f"cover only the faults that ran (seeds {shown}).")
 
 
 def _minimal_row(m: dict[str, Any]) -> str:

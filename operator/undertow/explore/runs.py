@@ -47,6 +47,8 @@ class Outcome:
     seconds: float
     """Wall time of the simulation and its check."""
     error: str | None = None
+    faults_skipped: int = 0
+    """Planned faults the nemesis did not inject: the verdict covers only those that ran."""
 
     @property
     def mechanism(self) -> str | None:
@@ -78,4 +80,5 @@ def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]],
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Outcome(seed, len(faults), schedule, summary.verdict, summary.counts.get("lost", 0),
-                   dict(summary.counts), dict(summary.mechanisms), time.monotonic() - started)
+                   dict(summary.counts), dict(summary.mechanisms), time.monotonic() - started,
+                   faults_skipped=len(summary.faults_skipped))

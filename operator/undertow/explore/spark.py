@@ -24,11 +24,11 @@ from pyspark.sql import DataFrame, SparkSession
 from undertow.explore.runs import Outcome
 
 OUTCOME_COLUMNS = ("seed", "faults", "schedule", "verdict", "lost", "counts", "mechanisms",
-                   "mechanism", "seconds", "error")
+                   "mechanism", "seconds", "error", "faults_skipped")
 OUTCOME_SCHEMA = (
     "seed long, faults int, schedule string, verdict string, lost long, "
     "counts map<string,long>, mechanisms map<string,long>, mechanism string, "
-    "seconds double, error string")
+    "seconds double, error string, faults_skipped int")
 T = TypeVar("T")
 PR_SET_PDEATHSIG = 1
 """``<linux/prctl.h>``: the signal a process gets when its parent exits."""
