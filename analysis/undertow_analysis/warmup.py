@@ -118,7 +118,7 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
 
     directory.mkdir(parents=True)
     meta = {**run_meta, "start": start, "end": start + WARM_UP_SECONDS, "incomplete": False,
-            "incomplete_reason": None}
+            "incomplete_reason": None, "faults_skipped": []}
     (directory / "meta.json").write_text(json.dumps(meta))
     for name, rows in lines.items():
         (directory / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

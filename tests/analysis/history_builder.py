@@ -166,7 +166,7 @@ class HistoryBuilder:
             "seed": 0, "start": self.start,
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
             "incomplete": False, "incomplete_reason": None,
-            "consumer_group": self.consumer_group,
+            "consumer_group": self.consumer_group, "faults_skipped": [],
         }
         if self.drain is not None:
             meta["drain"] = self.drain

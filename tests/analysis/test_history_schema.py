@@ -103,7 +103,8 @@ def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
     # meta.json is open: the runner's extra context is no problem.
     meta = {"experiment": "e", "spec": {}, "seed": 2**40, "start": 1.0, "end": None,
             "idempotent": False, "expect": "clean", "incomplete": False,
-            "incomplete_reason": None, "consumer_group": None, "plan": []}
+            "incomplete_reason": None, "consumer_group": None, "faults_skipped": [],
+            "plan": []}
     assert schema.META.problems(meta) == []
 
 

@@ -238,6 +238,7 @@ def first_meta(loaded: LoadedExperiment, seed: int, planned: list[PlannedFault],
         "incomplete": False,
         "incomplete_reason": None,
         "consumer_group": None,
+        "faults_skipped": [],  # the nemesis's, written once the faults are over
     }
 
 
