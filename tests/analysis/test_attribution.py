@@ -1,5 +1,9 @@
 """Loss attribution on hand-built histories: one per mechanism, each with the exact incident
-and sentence the events explain (sends, reads and events.jsonl planted by hand)."""
+and sentence the events explain (sends, reads and events.jsonl planted by hand).
+
+Long (about 560 lines): each mechanism needs its own history, a few dozen lines of planted
+sends, reads and events, and the mechanisms belong side by side (one attribution, one
+table)."""
 
 from __future__ import annotations
 

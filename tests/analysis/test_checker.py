@@ -1,7 +1,10 @@
 """`undertow_history.checker`, the Spark analysis's verdict in plain Python: each anomaly kind
 and loss mechanism on a hand-built history, and the same answers as the Spark job on
 simulated runs (`undertow.sim`) and on a hand-planted history with every kind, malformed and
-oddly shaped lines included."""
+oddly shaped lines included.
+
+Long (about 560 lines): the checker mirrors the Spark job kind by kind, and so do its
+tests, one hand-built history per kind or mechanism beside the comparisons with the job."""
 
 from __future__ import annotations
 

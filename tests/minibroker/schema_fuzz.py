@@ -2,6 +2,9 @@
 drawn from the protocol's own schemas, and the same requests corrupted where their layout
 says a length, a count, a tag or a varint is.
 
+Long (about 640 lines): the value drawer, the layout-recording encoder and the mutations
+are one walk over kio's request classes, and each needs the others' positions.
+
 The byte-level fuzzer (``test_protocol_fuzz.py``) corrupts one fixed request per version,
 so past the codec the handlers only ever see that one request's values. Here each frame is
 a fresh request: kio's request class for the version is walked field by field (the

@@ -3,6 +3,10 @@
 The broker core is replaced by ``FakeBroker``, an in-memory implementation of the
 ``BrokerApi`` protocol that completes acks=all produces and empty fetches later, as the
 real purgatories do, so both completion paths of the network layer are exercised.
+
+Long (about 950 lines): one section per API (Produce, Fetch with its sessions, Metadata,
+ListOffsets, OffsetForLeaderEpoch, the group APIs), each over every version minibroker
+serves, all through the one fake broker and socket harness at the top.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Log: appends, reads, segments, truncation, recovery, flush policy and power loss."""
+"""Log: appends, reads, segments, truncation, recovery, flush policy and power loss.
+
+Long (about 620 lines): one ``Log`` and its segment files, each of its jobs above a section
+of tests, which share the builders at the top."""
 
 from __future__ import annotations
 

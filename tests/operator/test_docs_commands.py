@@ -16,6 +16,9 @@ every ``kubectl``/``helm`` in their inline code, is read as a shell reads it; th
   namespace and name objects the docs' commands make;
 - ``make images VAR=...`` runs scripts/images.sh in dry run: what it pushes to a registry or
   loads into kind is what the docs' installs and BrokerClusters then pull.
+
+Long (about 800 lines): a small shell reader (words, pipes, heredocs, as bash reads them)
+and the checks of each command kind above share one walk over the docs' blocks.
 """
 
 from __future__ import annotations

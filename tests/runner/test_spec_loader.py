@@ -1,4 +1,7 @@
-"""Loading experiment files: the library, name references, and one clear error per mistake."""
+"""Loading experiment files: the library, name references, and one clear error per mistake.
+
+Long (about 930 lines): a test per mistake a user can make in a file, each with the
+message it must get, which the loader's one entry point gives."""
 
 from __future__ import annotations
 
