@@ -19,7 +19,7 @@ from typing import Any
 
 from undertow_analysis import anomalies
 from undertow_analysis.grid import CELL_RATIO, Grid
-from undertow_history.checker import SKIPPED_NOTE, skipped_faults, skipped_text
+from undertow_history.checker import SKIPPED_NOTE, as_expected, skipped_faults, skipped_text
 
 UNAVAILABLE_MIN_S = 1.0
 """The shortest no_acks window the report keeps: shorter gaps between acknowledgements are a
@@ -357,7 +357,7 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
     return clean_json({
         "verdict": verdict,
         "expect": meta.get("expect"),
-        "as_expected": (verdict == meta.get("expect") and not skipped)
+        "as_expected": as_expected(verdict, meta.get("expect"), skipped)
         if meta.get("expect") else None,
         "counts": counts,
         "latency_ms": {k: latency_ms[k] for k in ("p50", "p99", "p999")},

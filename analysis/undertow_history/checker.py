@@ -801,6 +801,12 @@ def skipped_text(skipped: list[dict[str, Any]]) -> str:
                                                             else "") for f in skipped)
 
 
+def as_expected(verdict: str, expect: str | None, skipped: list[dict[str, Any]]) -> bool:
+    """Whether a run passes: the verdict its experiment expects, with every planned fault
+    injected (a run whose fault was skipped did not test the experiment, whatever it found)."""
+    return verdict == expect and not skipped
+
+
 SKIPPED_NOTE = ("the nemesis did not inject every planned fault, so the run did not test the "
                 "experiment's whole schedule and its verdict is not the experiment's")
 

@@ -211,15 +211,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _verdict(report: dict, loaded: LoadedExperiment, out: Path) -> int:
     """The last line; exit 1 also when the verdict is the expected one but a planned fault
     was not injected: the run did not test the experiment, and CI must not pass it."""
+    from undertow_history.checker import as_expected
+
     expect = loaded.experiment.spec.expect
     skipped = report.get("faults_skipped") or []
-    as_expected = report["verdict"] == expect and not skipped
-    outcome = "as expected" if as_expected else (
+    passed = as_expected(report["verdict"], expect, skipped)
+    outcome = "as expected" if passed else (
         f"NOT as expected: {len(skipped)} planned fault(s) not injected" if skipped
         else "NOT as expected")
     print(f"\nVerdict: {report['verdict']} (expected {expect}: {outcome}). "
           f"Report: {out / 'report.html'}", flush=True)
-    return EXIT_AS_EXPECTED if as_expected else EXIT_UNEXPECTED
+    return EXIT_AS_EXPECTED if passed else EXIT_UNEXPECTED
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
