@@ -48,6 +48,21 @@ def test_an_offline_partition_has_no_leader_to_hit() -> None:
         pick(role="leader", partition=1)
 
 
+def test_a_node_that_cannot_take_the_fault_is_no_candidate() -> None:
+    """Broker 1 leads in the metadata but another fault holds it down: until the controller
+    fences it, there is no leader to hit, and the follower role names only broker 0."""
+    def down(node: str) -> str | None:
+        return "is not running" if node == "broker-1" else None
+
+    with pytest.raises(TargetError, match="no leader of t-0 can take it right now: "
+                                          "broker-1 is not running"):
+        resolve(TargetSelector(role="leader"), CONTROLLER, "t", random.Random(1), None, down)
+    assert resolve(TargetSelector(role="isr-member", mode="all"), CONTROLLER, "t",
+                   random.Random(1), None, down) == ["broker-0"]
+    with pytest.raises(TargetError, match="no broker 1 can take it right now"):
+        resolve(TargetSelector(broker=1), CONTROLLER, "t", random.Random(1), None, down)
+
+
 def test_mode_one_is_seeded() -> None:
     selector = TargetSelector(role="isr-member")
     picks = {tuple(resolve(selector, CONTROLLER, "t", random.Random(seed))) for seed in range(20)}

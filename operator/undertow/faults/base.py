@@ -90,6 +90,20 @@ class Fault(ABC):
     cleared_first: ClassVar[bool] = False
     """``faults.clear`` undoes this kind before the others on a node (a paused process
     answers nothing, so it must run before a failpoint can be cleared)."""
+    needs_answer: ClassVar[bool] = False
+    """The kind is injected by asking the node (a failpoint, SIGSTOP's wait for the stop),
+    so a paused node cannot take it."""
+
+    @classmethod
+    def unable(cls, platform: Platform, node: str) -> str | None:
+        """Why ``node`` cannot take a fault of this kind now (another fault holds it down
+        or frozen), or None: the role resolution passes over such a node, as Chaos Mesh
+        selects only running pods."""
+        if not platform.is_running(node):
+            return "is not running"
+        if cls.needs_answer and platform.is_paused(node):
+            return "is paused"
+        return None
 
     def __init__(self, platform: Platform, spec: PlannedFault, nodes: Nodes, *,
                  time_limit_s: float, listener: Listener | None = None) -> None:

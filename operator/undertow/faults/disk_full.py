@@ -24,6 +24,7 @@ FAILPOINT = "disk-full"
 @fault_unit
 class DiskFull(Fault):
     kind = "disk-full"
+    needs_answer = True
     brokers_only = True
     restored = "back and serving"
 

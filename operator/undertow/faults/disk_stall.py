@@ -21,6 +21,7 @@ FAILPOINT = "disk-stall"
 @fault_unit
 class DiskStall(Fault):
     kind = "disk-stall"
+    needs_answer = True
     brokers_only = True
     restored = "cleared"
 

@@ -72,6 +72,12 @@ class Partition(Fault):
     owner: str
     """The name its links are blocked under, so that overlapping partitions heal apart."""
 
+    @classmethod
+    def unable(cls, platform: Platform, node: str) -> str | None:
+        if node in platform.consumer_endpoints:
+            return None  # a consumer's own links, which are there whatever its process does
+        return super().unable(platform, node)
+
     def _aim(self, nodes: Nodes) -> str:
         assert self.spec.network is not None, "the spec gives every partition its network"
         target, links = CUTS[self.spec.network.mode](self.platform, nodes)

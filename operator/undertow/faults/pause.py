@@ -11,6 +11,7 @@ class Pause(Fault):
     kind = "pause"
     restored = "SIGCONT"
     cleared_first = True
+    needs_answer = True
 
     def _inject(self) -> None:
         self.platform.pause(self.target)

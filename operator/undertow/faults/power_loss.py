@@ -15,6 +15,7 @@ from undertow.platform.control import EndpointUnreachable
 @fault_unit
 class PowerLoss(Fault):
     kind = "power-loss"
+    needs_answer = True
     brokers_only = True
     restored = "back and serving"
 

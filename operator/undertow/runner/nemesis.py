@@ -2,8 +2,10 @@
 
 Each planned fault waits for its start (an offset from the workload's start, or an event of
 the fault it follows in a sequence), resolves its targets from the controller's live
-metadata, injects one fault unit per target and lets the unit's time limit recover it
-(the unit heals itself even if the runner is gone). ``stop()`` recovers whatever is still
+metadata (waiting, up to TARGET_WAIT_S, while no node of its role can take it: the leader
+another fault killed, until the controller elects the next), injects one fault unit per
+target and lets the unit's time limit recover it (the unit heals itself even if the runner
+is gone). ``stop()`` recovers whatever is still
 in effect; it is called on every way out of a run.
 
 The waiting is callbacks on a `Scheduler` (threads on real platforms, the virtual loop in
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from undertow.faults.base import Action, Fault, Nodes
-from undertow.faults.registry import build_fault
+from undertow.faults.registry import FAULT_UNITS, build_fault
 from undertow.platform.base import CONTROLLER, Platform, broker_id_of
 from undertow.runner.history import HistoryWriter
 from undertow.runner.scheduler import Scheduler, ThreadScheduler
@@ -33,6 +35,11 @@ ACTION_WORDS: dict[Action, str] = {"inject": "Injected", "heal": "Healing",
                                    "recover": "Recovered"}
 
 EVENT_POLL_S = 0.05
+TARGET_WAIT_S = 15.0
+"""How long a due fault waits for a node of its role that can take it. A killed leader
+stays the leader in the metadata until the controller fences it, one
+``broker.session.timeout.ms`` (Kafka's default: 9 s) after its last heartbeat, and the
+next leader is elected then; a fault aimed at the leader meanwhile hits that one."""
 STOP_WAIT_S = 30.0
 """How long `stop` waits for injections under way before it recovers every unit."""
 
@@ -48,6 +55,8 @@ class FaultRun:
     injected: threading.Event = field(default_factory=threading.Event)
     recovered: threading.Event = field(default_factory=threading.Event)
     skipped: str | None = None
+    waiting: str | None = None
+    """Why no node of its role can take it yet, while it waits for one (TARGET_WAIT_S)."""
 
 
 class Nemesis:
@@ -98,6 +107,9 @@ class Nemesis:
         self._stop.set()
         self._scheduler.shutdown(STOP_WAIT_S)
         for run in self._runs:
+            if run.waiting is not None and run.skipped is None and not run.injected.is_set():
+                run.skipped = f"the run ended while it waited: {run.waiting}"
+        for run in self._runs:
             for unit in run.units:
                 try:
                     unit.recover()
@@ -139,12 +151,28 @@ class Nemesis:
             self._scheduler.call_later(EVENT_POLL_S,
                                        lambda: self._await_trigger(run, deadline), name)
 
-    def _inject(self, run: FaultRun) -> None:
+    def _inject(self, run: FaultRun, deadline: float | None = None) -> None:
+        """Inject `run` now, or as soon as a node of its role can take it, until `deadline`
+        (`scheduler.monotonic`; TARGET_WAIT_S from now on the first call)."""
         if self.stopped:
             return
         planned = run.planned
+        if deadline is None:
+            deadline = self._scheduler.monotonic() + TARGET_WAIT_S
         try:
             self.inject(run)
+        except TargetError as exc:
+            if self._scheduler.monotonic() < deadline:
+                if run.waiting is None:
+                    log.info("Fault %d (%s) waits: %s", planned.index, planned.kind, exc)
+                run.waiting = str(exc)
+                self._scheduler.call_later(EVENT_POLL_S, lambda: self._inject(run, deadline),
+                                           f"fault-{planned.index}")
+                return
+            run.skipped = f"TargetError: {exc} (waited {TARGET_WAIT_S:g} s)"
+            log.warning("Fault %d (%s) not injected: %s", planned.index, planned.kind,
+                        run.skipped)
+            return
         except Exception as exc:
             run.skipped = f"{type(exc).__name__}: {exc}"
             log.warning("Fault %d (%s) not injected: %s", planned.index, planned.kind, exc)
@@ -190,8 +218,10 @@ class Nemesis:
             targets: list[str | None] = [None]
             run.role = "split"
         else:
+            kind = FAULT_UNITS[planned.kind]
             targets = list(resolve(planned.target, controller, self._topic, rng,
-                                   self._group_id))
+                                   self._group_id,
+                                   lambda node: kind.unable(self._platform, node)))
             run.role = role_label(planned.target, self._topic)
         for target in targets:
             unit = build_fault(planned, self._platform, Nodes(target, to, groups),

@@ -2,13 +2,16 @@
 
 Roles are resolved at injection time (who leads *now*), then Chaos Mesh's modes pick among
 the candidates with a seeded generator, so that the same seed picks the same brokers when
-the cluster is in the same state.
+the cluster is in the same state. A candidate is a node that can take the fault now: as
+Chaos Mesh selects only running pods, a broker another fault holds down is none, even while
+the controller's metadata still names it (it is fenced only a session timeout later).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 from undertow.cluster_view import ClusterView
 from undertow.platform.base import CONTROLLER, broker_node, consumer_endpoint
@@ -63,21 +66,38 @@ def coordinator(view: ClusterView, group_id: str | None) -> int:
     return p.leader
 
 
+Unable = Callable[[str], "str | None"]
+"""Why a node cannot take the fault now (``it is not running``), or None when it can."""
+
+
+def _able(unable: Unable, nodes: list[str], label: str) -> list[str]:
+    """The nodes that can take the fault; TargetError naming each that cannot, if none can."""
+    why = {node: unable(node) for node in nodes}
+    able = [node for node in nodes if why[node] is None]
+    if nodes and not able:
+        raise TargetError(f"no {label} can take it right now: "
+                          + "; ".join(f"{node} {reason}" for node, reason in why.items()))
+    return able
+
+
 def resolve(selector: TargetSelector, view: ClusterView, topic: str,
-            rng: random.Random, group_id: str | None = None) -> list[str]:
+            rng: random.Random, group_id: str | None = None,
+            unable: Unable = lambda _node: None) -> list[str]:
     """The nodes a fault with this selector hits now (``group_id``: the workload's consumer
-    group, for ``group-coordinator``)."""
+    group, for ``group-coordinator``), among those ``unable`` finds no reason against."""
+    label = role_label(selector, topic)
     if selector.broker is not None:
-        return [broker_node(selector.broker)]
+        return _able(unable, [broker_node(selector.broker)], label)
     if selector.consumer is not None:
-        return [consumer_endpoint(f"c{selector.consumer}")]
+        return _able(unable, [consumer_endpoint(f"c{selector.consumer}")], label)
     if selector.role == "controller":
-        return [CONTROLLER]
+        return _able(unable, [CONTROLLER], label)
     if selector.role == "group-coordinator":
-        return [broker_node(coordinator(view, group_id))]
-    found = candidates(selector, view, topic)
+        return _able(unable, [broker_node(coordinator(view, group_id))], label)
+    by_node = {broker_node(b): b for b in candidates(selector, view, topic)}
+    found = [by_node[node] for node in _able(unable, list(by_node), label)]
     if not found:
-        raise TargetError(f"no {role_label(selector, topic)} right now")
+        raise TargetError(f"no {label} right now")
     if selector.mode == "one":
         chosen = [rng.choice(found)]
     elif selector.mode == "all":
