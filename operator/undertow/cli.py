@@ -1,6 +1,6 @@
 """``undertow``: run chaos experiments and analyse their histories.
 
-    undertow run FILE [--out DIR] [--seed N] [--platform local|sim] [--network proxy|netns]
+    undertow run FILE [--out DIR] [--seed N] [--platform local|sim|kube] [--network proxy|netns]
     undertow analyze HISTORY_DIR --out DIR [--master URL] [--allow-incomplete]
     undertow explore FILE [--runs N] [--master URL] [--confirm K] [--out DIR]
     undertow explore FILE --matrix [--per-cell N] [--master URL] [--out DIR]
@@ -71,9 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="more files holding the BrokerCluster the experiment refers to")
     run.add_argument("--out", type=Path, help="output directory (default: runs/NAME-TIME)")
     run.add_argument("--seed", type=int, help="seed of the random fault schedule")
-    run.add_argument("--platform", choices=("local", "sim"), default="local",
-                     help="local processes (default), or deterministic simulation in virtual "
-                          "time (the same seed gives the same history)")
+    run.add_argument("--platform", choices=("local", "sim", "kube"), default="local",
+                     help="local processes (default), deterministic simulation in virtual "
+                          "time (the same seed gives the same history), or the experiment's "
+                          "BrokerCluster deployed by the operator (from where its pods' "
+                          "service names resolve: a pod of the cluster, as the runner Job)")
+    run.add_argument("--namespace", default="undertow",
+                     help="--platform kube: the BrokerCluster's namespace (default: undertow, "
+                          "the one the operator's installs watch)")
     run.add_argument("--network", choices=("proxy", "netns"), default="proxy",
                      help="partitions through per-link TCP proxies (default) or netns+iptables "
                           "(root)")
@@ -159,7 +164,7 @@ def _analyzer(args: argparse.Namespace, loaded: LoadedExperiment, out: Path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from undertow.platform.base import Platform
+    from undertow.platform.base import Platform, PlatformError
     from undertow.platform.local import LocalPlatform, LocalPlatformConfig
     from undertow.runner.phases import summary_line
     from undertow.runner.preflight import InsufficientSpace, check_free_space, estimate
@@ -183,6 +188,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     seed = choose_seed(loaded.experiment.spec) if args.seed is None else args.seed
     if args.platform == "sim":
         platform: Platform = simulated_platform(loaded, out / "cluster", seed)
+    elif args.platform == "kube":
+        from undertow.kube.platform import KubernetesPlatform
+
+        try:
+            platform = KubernetesPlatform.for_experiment(loaded, args.namespace)
+        except PlatformError as exc:
+            print(f"undertow: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     else:
         cluster = loaded.cluster.spec
         config = cluster.config.as_overrides()

@@ -7,7 +7,10 @@ Kubernetes Event on the experiment."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 
 import kmock
 import pytest
+import yaml
 from kube_helpers import (
     AGENT_TOKEN,
     NAMESPACE,
@@ -295,3 +299,27 @@ async def test_for_experiment_takes_tokens_from_env_or_the_secret(emulator: Any,
                                           NAMESPACE, api=api, env={})
     assert (from_secret.config.failpoint_token, from_secret.config.agent_token) == ("fp2",
                                                                                      "ag2")
+
+
+async def test_undertow_run_on_kube_finds_the_cluster_through_the_kubeconfig(
+        emulator: Any, api: KubeApi, tmp_path: Path) -> None:
+    """``undertow run --platform kube`` is the runner Job's platform from the command line:
+    it reads the current kubeconfig context, and a BrokerCluster the operator never deployed
+    (no fault Secret) is a clear error before anything starts."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": str(emulator.url).rstrip("/")}}],
+        "users": [{"name": "kmock", "user": {"token": "t"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "kmock"}}]}))
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "undertow", "run", str(REPO / "experiments" /
+         "acks1-leader-kill.yaml"), "--platform", "kube", "--namespace", NAMESPACE,
+         "--out", str(tmp_path / "out"), "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    assert done.returncode == 2, done.stderr
+    assert ("Secret chaos/acks1-leader-kill-faults not found: is the BrokerCluster "
+            "acks1-leader-kill deployed by the operator?") in done.stderr
+    assert not (tmp_path / "out" / "history").exists()
