@@ -39,6 +39,7 @@ from minibroker.cluster.types import (
 )
 from minibroker.config import resolve
 from minibroker.coordinator.group_coordinator import GroupCoordinator
+from minibroker.coordinator.transaction_coordinator import TransactionCoordinator
 from minibroker.events import ReplicationEventLog
 from minibroker.failpoints import DiskFull, DiskStall, power_loss
 from minibroker.lifecycle import BrokerLifecycleManager, Registration
@@ -122,6 +123,14 @@ class BrokerServer:
         self.replica_manager.leadership_listeners.append(
             self.group_coordinator.on_leadership_change)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
+        self.txn_coordinator = TransactionCoordinator(
+            options.broker_id, self.replica_manager.scheduler, config=config,
+            events=self.events, append=self.append_records,
+            local_partition=self.replica_manager.partitions.get,
+            metadata_image=self.metadata_image,
+            generate_producer_id=self.producer_ids.generate_producer_id)
+        self.replica_manager.leadership_listeners.append(
+            self.txn_coordinator.on_leadership_change)
         self.apis = apis = KafkaApis(self)
         # Every listener draws on the broker's one set of connection and memory bounds.
         socket_config = SocketServerConfig.from_config(config)
@@ -186,6 +195,7 @@ class BrokerServer:
         if self.admin is not None:
             self.admin.stop()
         self.group_coordinator.shutdown()
+        self.txn_coordinator.shutdown()
         self.replica_manager.shutdown()
         if clean and self.broker_epoch >= 0:  # every log is flushed: the shutdown was clean
             write_clean_shutdown(self.options.data_dir, self.broker_epoch)
@@ -404,6 +414,7 @@ class BrokerServer:
         state["fenced"] = self.fenced
         state["connections"] = self.kafka_server.quotas.total  # all listeners together
         state["group_coordinator"] = self.group_coordinator.state()
+        state["transaction_coordinator"] = self.txn_coordinator.state_manager.state()
         return state
 
 

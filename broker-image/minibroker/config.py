@@ -286,6 +286,22 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("group.max.size", _positive_int, 2**31 - 1, False,
                   "Members a group may have (GROUP_MAX_SIZE_REACHED beyond; Kafka: "
                   "Integer.MAX_VALUE)."),
+        # The transaction coordinator (Kafka's TransactionLogConfig, TransactionStateManagerConfig).
+        ConfigDef("transaction.state.log.replication.factor", _positive_int, 3, False,
+                  "Replication factor of __transaction_state, created on the first "
+                  "FindCoordinator for a transactional id; as in Kafka, creation fails (and "
+                  "the coordinator stays unavailable) while fewer brokers are live."),
+        ConfigDef("transaction.state.log.min.isr", _positive_int, 2, False,
+                  "min.insync.replicas of __transaction_state: every coordinator write is "
+                  "acks=all, so below it InitProducerId and the transaction's steps get "
+                  "COORDINATOR_NOT_AVAILABLE."),
+        ConfigDef("transaction.state.log.num.partitions", _positive_int, 10, False,
+                  "Partitions of __transaction_state; a transactional id's coordinator is the "
+                  "leader of partition abs(hashCode(transactional.id)) % this (Kafka: 50; "
+                  "fewer here for the reason offsets.topic.num.partitions gives)."),
+        ConfigDef("transaction.max.timeout.ms", _positive_int, 900000, False,
+                  "The longest transaction.timeout.ms a producer may ask for "
+                  "(INVALID_TRANSACTION_TIMEOUT above)."),
         ConfigDef("default.replication.factor", _positive_int, 1, False,
                   "Replication factor of CreateTopics requests that leave it unset."),
         ConfigDef("num.partitions", _positive_int, 1, False,

@@ -135,9 +135,9 @@ def test_find_coordinator_names_the_leader_of_the_groups_partition(tmp_path: Any
         batch = await answer(broker, ApiKey.FIND_COORDINATOR, 4, find_v4.FindCoordinatorRequest(
             key_type=0, coordinator_keys=("a", "b")))
         assert [(c.key, c.node_id) for c in batch.coordinators] == [("a", 1), ("b", 1)]
-        txn = await answer(broker, ApiKey.FIND_COORDINATOR, 4, find_v4.FindCoordinatorRequest(
-            key_type=1, coordinator_keys=("tx",)))
-        assert txn.coordinators[0].error_code == ErrorCode.coordinator_not_available
+        unknown = await answer(broker, ApiKey.FIND_COORDINATOR, 4,
+                               find_v4.FindCoordinatorRequest(key_type=2, coordinator_keys=("x",)))
+        assert unknown.coordinators[0].error_code == ErrorCode.invalid_request
 
     asyncio.run(main())
 

@@ -10,11 +10,10 @@ replicates like any other (ISR, high watermark, leader epochs), so every fault t
 injects applies to group state too.
 
 When this broker becomes the partition's leader it replays the partition from its log
-start to its log end (Kafka's ``doLoadGroupsAndOffsets`` reads to the log end offset, not
-the high watermark) and owns its groups from then on; until the load is done, requests for
-them are answered COORDINATOR_LOAD_IN_PROGRESS. When it stops leading, the groups are
-unloaded (marked Dead, their parked requests answered NOT_COORDINATOR) and requests for
-them get NOT_COORDINATOR. Loads and unloads carry the partition's leader epoch (Kafka's
+start to its log end (``log_replay``) and owns its groups from then on; until the load is
+done, requests for them are answered COORDINATOR_LOAD_IN_PROGRESS. When it stops leading,
+the groups are unloaded (marked Dead, their parked requests answered NOT_COORDINATOR) and
+requests for them get NOT_COORDINATOR. Loads and unloads carry the partition's leader epoch (Kafka's
 coordinator epoch), so a load overtaken by a newer leadership change does nothing.
 
 Simplified against Kafka: offsets never expire (no ``offsets.retention.minutes``), nothing
@@ -39,6 +38,8 @@ from minibroker.coordinator.group_metadata import (
     GroupState,
     MemberMetadata,
 )
+from minibroker.coordinator.log_replay import replay
+from minibroker.coordinator.partitioner import partition_count, partition_for
 from minibroker.coordinator.records import (
     CorruptGroupRecordError,
     GroupMetadataKey,
@@ -55,7 +56,7 @@ from minibroker.coordinator.records import (
     encode_offset_value,
 )
 from minibroker.events import EventType
-from minibroker.storage.records import CorruptRecordError, build_batch, decode_records, iter_batches
+from minibroker.storage.records import build_batch
 
 __all__ = ["OFFSETS_TOPIC", "CommittedOffset", "GroupMetadataManager", "partition_for"]
 
@@ -63,23 +64,7 @@ log = logging.getLogger("minibroker.coordinator")
 
 OFFSETS_TOPIC = "__consumer_offsets"  # Topic.GROUP_METADATA_TOPIC_NAME
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
-LOAD_BUFFER_SIZE = 5 * 1024 * 1024  # offsets.load.buffer.size
 NO_OFFSET = -1  # OffsetFetchResponse.INVALID_OFFSET
-
-
-def java_string_hash(value: str) -> int:
-    """Java's ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
-    data = value.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """``Utils.abs(groupId.hashCode) % partitions`` (Kafka's abs maps MIN_VALUE to 0)."""
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 class CommittedOffset(NamedTuple):
@@ -141,12 +126,8 @@ class GroupMetadataManager:
     # ---- where a group lives ------------------------------------------------------------
 
     def partition_count(self) -> int:
-        """The topic's partition count once it exists, else ``offsets.topic.num.partitions``
-        (Kafka reads the same two at startup)."""
-        topic = self._image().topics.get(OFFSETS_TOPIC)
-        if topic is not None and topic.partitions:
-            return len(topic.partitions)
-        return resolve("offsets.topic.num.partitions", self._config)
+        return partition_count(self._image(), OFFSETS_TOPIC, self._config,
+                               "offsets.topic.num.partitions")
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.partition_count())
@@ -320,20 +301,8 @@ class GroupMetadataManager:
         """The latest record of every key, from the log start to the log end."""
         groups: dict[str, GroupMetadataValue | None] = {}
         offsets: dict[tuple[str, TopicPartition], CachedOffset | None] = {}
-        position, end = replica.log_start_offset, replica.log_end_offset
-        while position < end:
-            data = replica.log.read(position, LOAD_BUFFER_SIZE)
-            if not data:
-                break
-            for header, batch in iter_batches(data, validate_crc=False):
-                position = header.next_offset
-                try:
-                    for record in decode_records(batch):
-                        self._apply_record(record.key, record.value, header.base_offset,
-                                           groups, offsets)
-                except (CorruptRecordError, CorruptGroupRecordError) as exc:
-                    log.warning("%s: skipped the batch at offset %d: %s", tp,
-                                header.base_offset, exc)
+        replay(tp, replica, lambda key, value, batch_offset: self._apply_record(
+            key, value, batch_offset, groups, offsets), (CorruptGroupRecordError,))
         return ({g: v for g, v in groups.items() if v is not None},
                 {k: v for k, v in offsets.items() if v is not None})
 

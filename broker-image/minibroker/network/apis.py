@@ -5,8 +5,9 @@ handlers own every protocol detail: version-specific response shapes, partitions
 to the metadata image, sessionless fetches, acks=0. One handler per API serves all of
 its supported versions: responses are built from a superset of fields and each
 version's class keeps the fields it has (``responses.build``). The handlers of the APIs
-that read and write the replicas are in ``replica_apis``, the group coordinator's in
-``group_apis``, the others in ``cluster_apis``.
+that read and write the replicas are in ``replica_apis``, FindCoordinator in
+``coordinator_apis``, the group coordinator's in ``group_apis``, the transaction
+coordinator's in ``txn_apis``, the others in ``cluster_apis``.
 """
 
 from __future__ import annotations
@@ -17,16 +18,19 @@ from kio.static.protocol import ResponsePayload
 
 from minibroker.network.cluster_apis import ClusterApis, ClusterBroker
 from minibroker.network.codec import ApiKey, Request
+from minibroker.network.coordinator_apis import CoordinatorApis, CoordinatorBroker
 from minibroker.network.group_apis import GroupApis, GroupBroker
 from minibroker.network.replica_apis import ReplicaApis, ReplicaBroker
+from minibroker.network.txn_apis import TxnApis, TxnBroker
 
 __all__ = ["BrokerApi", "KafkaApis"]
 
 
-class BrokerApi(ReplicaBroker, ClusterBroker, GroupBroker, Protocol):
+class BrokerApi(ReplicaBroker, ClusterBroker, CoordinatorBroker, GroupBroker, TxnBroker,
+                Protocol):
     """What KafkaApis needs of the broker: the ReplicaManager's API (``ReplicaBroker``),
-    what it forwards to the controller (``ClusterBroker``) and its group coordinator
-    (``GroupBroker``)."""
+    what it forwards to the controller (``ClusterBroker``, ``CoordinatorBroker``) and its
+    coordinators (``GroupBroker``, ``TxnBroker``)."""
 
 
 class KafkaApis:
@@ -34,6 +38,7 @@ class KafkaApis:
 
     def __init__(self, broker: BrokerApi) -> None:
         replicas, cluster, groups = ReplicaApis(broker), ClusterApis(broker), GroupApis(broker)
+        coordinators, txns = CoordinatorApis(broker), TxnApis(broker)
         self.fetch_sessions = replicas.fetch_sessions
         """The incremental fetch sessions this broker serves (KIP-227's FetchSessionCache)."""
         self._handlers = {
@@ -41,7 +46,7 @@ class KafkaApis:
             ApiKey.FETCH: replicas.handle_fetch,
             ApiKey.LIST_OFFSETS: replicas.handle_list_offsets,
             ApiKey.METADATA: cluster.handle_metadata,
-            ApiKey.FIND_COORDINATOR: groups.handle_find_coordinator,
+            ApiKey.FIND_COORDINATOR: coordinators.handle_find_coordinator,
             ApiKey.JOIN_GROUP: groups.handle_join_group,
             ApiKey.SYNC_GROUP: groups.handle_sync_group,
             ApiKey.HEARTBEAT: groups.handle_heartbeat,
@@ -52,7 +57,7 @@ class KafkaApis:
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.API_VERSIONS: cluster.handle_api_versions,
             ApiKey.CREATE_TOPICS: cluster.handle_create_topics,
-            ApiKey.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
+            ApiKey.INIT_PRODUCER_ID: txns.handle_init_producer_id,
             ApiKey.DESCRIBE_TOPIC_PARTITIONS: cluster.handle_describe_topic_partitions,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: cluster.handle_incremental_alter_configs,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: replicas.handle_offset_for_leader_epoch,

@@ -1,6 +1,6 @@
 """The APIs that touch no replica nor group: what a client asks before it produces or
 fetches (ApiVersions, Metadata), answered from the metadata image, and what the broker
-forwards to the controller (CreateTopics, InitProducerId)."""
+forwards to the controller (CreateTopics, DescribeTopicPartitions, IncrementalAlterConfigs)."""
 
 from __future__ import annotations
 
@@ -49,10 +49,6 @@ class ClusterBroker(Protocol):
     ) -> tuple[ErrorCode, str | None]:
         """Forwarded to the controller. -1 partitions or replication factor (CreateTopics
         v4+) ask for the broker's defaults."""
-        ...
-
-    async def init_producer_id(self) -> tuple[ErrorCode, int]:
-        """(error, producer id): an id no producer was given before, on any broker."""
         ...
 
     async def alter_topic_config(self, name: str, changes: dict[str, str | None],
@@ -339,26 +335,3 @@ class ClusterApis:
             )
         except TimeoutError:
             return ErrorCode.request_timed_out, f"not created within {timeout:g} s"
-
-    # -- InitProducerId ------------------------------------------------------------------
-
-    async def handle_init_producer_id(self, request: Request) -> ResponsePayload:
-        """Idempotent producers only: there is no transaction coordinator, so a transactional
-        id gets INVALID_REQUEST (not retriable: ``init_transactions`` fails at once). As in
-        Kafka, a null transactional id always gets a fresh producer id at epoch 0, also when
-        the request names its current id and epoch (a KIP-360 epoch bump, v3+); naming only
-        one of the two is INVALID_REQUEST."""
-        body = request.body
-        m = response_module(ApiKey.INIT_PRODUCER_ID, request.api_version)
-        names_id = getattr(body, "producer_id", _NO_PRODUCER_ID) != _NO_PRODUCER_ID
-        names_epoch = getattr(body, "producer_epoch", _NO_PRODUCER_EPOCH) != _NO_PRODUCER_EPOCH
-        if body.transactional_id is not None or names_id != names_epoch:
-            error, producer_id = ErrorCode.invalid_request, _NO_PRODUCER_ID
-        else:
-            error, producer_id = await self._broker.init_producer_id()
-        return m.InitProducerIdResponse(
-            throttle_time=NO_THROTTLE,
-            error_code=error,
-            producer_id=producer_id,
-            producer_epoch=0 if error is ErrorCode.none else _NO_PRODUCER_EPOCH,
-        )

@@ -1,18 +1,15 @@
-"""The group coordinator's APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, ListGroups and DescribeGroups, as Kafka 3.9's
-``KafkaApis`` handles them for the classic protocol.
+"""The group coordinator's APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups and DescribeGroups, as Kafka 3.9's ``KafkaApis`` handles them for
+the classic protocol (FindCoordinator, which serves both coordinators, is in
+``coordinator_apis``).
 
 Every version's request is turned into a call on the ``GroupCoordinator`` (callback-based;
 a parked JoinGroup or SyncGroup is awaited here) and its answer into that version's
-response, built from a superset of fields (``responses.build``). FindCoordinator is answered
-from the metadata image: the leader of the group's ``__consumer_offsets`` partition. While
-the topic does not exist it answers COORDINATOR_NOT_AVAILABLE and asks the controller to
-create it (Kafka's ``AutoTopicCreationManager`` in KRaft), one creation at a time.
+response, built from a superset of fields (``responses.build``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 from types import ModuleType
@@ -21,14 +18,11 @@ from typing import Any, Protocol
 from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
-from minibroker.config import resolve
 from minibroker.coordinator.group_coordinator import GroupCoordinator
-from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
 from minibroker.coordinator.records import OffsetAndMetadata
 from minibroker.network.codec import ApiKey, Request
-from minibroker.network.kafka_server import CLIENT_HOST, LISTENER
+from minibroker.network.kafka_server import CLIENT_HOST
 from minibroker.network.responses import (
-    NO_NODE,
     NO_THROTTLE,
     build,
     completion,
@@ -40,21 +34,14 @@ __all__ = ["GroupApis", "GroupBroker"]
 log = logging.getLogger("minibroker.network.group_apis")
 
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-_GROUP_KEY, _TRANSACTION_KEY = 0, 1  # FindCoordinator's CoordinatorType
 
 
 class GroupBroker(Protocol):
-    """What GroupApis needs of the broker: its coordinator, its metadata and config, and
-    the controller (to create ``__consumer_offsets``)."""
+    """What GroupApis needs of the broker: its coordinator and its metadata."""
 
     group_coordinator: GroupCoordinator
 
     def metadata_image(self) -> MetadataImage: ...
-
-    def broker_config(self) -> dict[str, str]: ...
-
-    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                           config: dict[str, str]) -> tuple[ErrorCode, str | None]: ...
 
 
 def _ms(value: timedelta) -> int:
@@ -66,72 +53,10 @@ class GroupApis:
 
     def __init__(self, broker: GroupBroker) -> None:
         self._broker = broker
-        self._creating: asyncio.Task[None] | None = None
-        self._creation_failed = False  # warned once; clients retry every second or so
 
     @property
     def _coordinator(self) -> GroupCoordinator:
         return self._broker.group_coordinator
-
-    # -- FindCoordinator -----------------------------------------------------------------
-
-    async def handle_find_coordinator(self, request: Request) -> ResponsePayload:
-        body, version = request.body, request.api_version
-        m = response_module(ApiKey.FIND_COORDINATOR, version)
-        key_type = getattr(body, "key_type", _GROUP_KEY)
-        if version >= 4:  # KIP-699: batched
-            return m.FindCoordinatorResponse(
-                throttle_time=NO_THROTTLE,
-                coordinators=tuple(m.Coordinator(key=key, **self._coordinator_of(key_type, key))
-                                   for key in body.coordinator_keys))
-        return build(m.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
-                     **self._coordinator_of(key_type, body.key))
-
-    def _coordinator_of(self, key_type: int, key: str) -> dict[str, Any]:
-        def unavailable(error: ErrorCode, message: str) -> dict[str, Any]:
-            return {"node_id": NO_NODE, "host": "", "port": -1, "error_code": error,
-                    "error_message": message}
-
-        if key_type == _TRANSACTION_KEY:
-            return unavailable(ErrorCode.coordinator_not_available,
-                               "minibroker has no transaction coordinator")
-        if key_type != _GROUP_KEY:
-            return unavailable(ErrorCode.invalid_request, f"unknown key type {key_type}")
-        image = self._broker.metadata_image()
-        topic = image.topics.get(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            self._maybe_create_offsets_topic()
-            return unavailable(ErrorCode.coordinator_not_available,
-                               f"{OFFSETS_TOPIC} is being created")
-        reg = topic.partitions[partition_for(key, len(topic.partitions))]
-        leader = image.brokers.get(reg.leader)
-        if leader is None:
-            return unavailable(ErrorCode.coordinator_not_available,
-                               "the group's partition has no live leader")
-        address = leader.address(LISTENER.get())
-        if address is None:
-            return unavailable(ErrorCode.coordinator_not_available,
-                               f"the coordinator has no listener {LISTENER.get()}")
-        host, port = address
-        return {"node_id": leader.broker_id, "host": host, "port": port,
-                "error_code": ErrorCode.none, "error_message": None}
-
-    def _maybe_create_offsets_topic(self) -> None:
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.get_running_loop().create_task(
-                self._create_offsets_topic())
-
-    async def _create_offsets_topic(self) -> None:
-        config = self._broker.broker_config()
-        partitions = resolve("offsets.topic.num.partitions", config)
-        replication_factor = resolve("offsets.topic.replication.factor", config)
-        error, message = await self._broker.create_topic(
-            OFFSETS_TOPIC, partitions, replication_factor, {"cleanup.policy": "compact"})
-        if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
-            log.log(logging.DEBUG if self._creation_failed else logging.WARNING,
-                    "Creating %s (%d partitions, replication factor %d) failed: %s %s",
-                    OFFSETS_TOPIC, partitions, replication_factor, error.name, message)
-            self._creation_failed = True
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------------
 

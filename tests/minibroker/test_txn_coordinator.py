@@ -1,0 +1,271 @@
+"""The transaction coordinator in process: ``__transaction_state``'s records byte for byte
+(Kafka 4.2's TransactionLogKey and TransactionLogValue version 0, derived by hand from
+their schemas), and InitProducerId's state machine (``prepareInitProducerIdTransit``,
+``prepareIncrementProducerEpoch``, ``prepareProducerIdRotation``) against a log append
+this test answers itself. Loading after a failover is in tests/sim/
+test_txn_coordinator_failover.py, clients in tests/minibroker/test_txn_interop.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from minibroker.cluster.scheduler import AsyncioScheduler
+from minibroker.cluster.types import (
+    BrokerEndpoint,
+    ErrorCode,
+    MetadataImage,
+    PartitionRegistration,
+    ProduceResult,
+    TopicImage,
+    TopicPartition,
+)
+from minibroker.coordinator.transaction_coordinator import (
+    InitProducerIdResult,
+    TransactionCoordinator,
+)
+from minibroker.coordinator.transaction_log import (
+    CorruptTransactionRecordError,
+    TransactionLogValue,
+    TransactionState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from minibroker.coordinator.transaction_state_manager import TRANSACTION_STATE_TOPIC
+from minibroker.events import ReplicationEventLog
+from minibroker.storage.records import decode_records, iter_batches
+
+PARTITIONS = 4
+TXN = "orders-writer"
+MINUTE_MS = 60_000
+
+
+# -- the records ----------------------------------------------------------------------------
+
+
+def test_a_key_is_its_version_and_the_transactional_id() -> None:
+    assert encode_key(TXN) == b"\x00\x00" + b"\x00\x0d" + b"orders-writer"
+    assert decode_key(encode_key(TXN)) == TXN
+
+
+def test_a_value_is_written_as_kafka_writes_version_0() -> None:
+    empty = TransactionLogValue(7, 2, 60000, TransactionState.EMPTY, frozenset(), 1000, -1)
+    assert encode_value(empty) == bytes.fromhex(
+        "0000"                  # version 0
+        "0000000000000007"      # ProducerId
+        "0002"                  # ProducerEpoch
+        "0000ea60"              # TransactionTimeoutMs 60000
+        "00"                    # TransactionStatus: Empty
+        "00000000"              # TransactionPartitions: no topic
+        "00000000000003e8"      # TransactionLastUpdateTimestampMs 1000
+        "ffffffffffffffff")     # TransactionStartTimestampMs -1
+    ongoing = TransactionLogValue(
+        7, 3, 60000, TransactionState.ONGOING,
+        frozenset({TopicPartition("b", 2), TopicPartition("a", 1), TopicPartition("a", 0)}),
+        2000, 1500)
+    assert encode_value(ongoing)[16:-16] == bytes.fromhex(
+        "01"                    # Ongoing
+        "00000002"              # two topics, in name order
+        "000161" "00000002" "00000000" "00000001"  # "a": partitions 0 and 1
+        "000162" "00000001" "00000002")            # "b": partition 2
+    assert decode_value(encode_value(ongoing)) == ongoing
+    assert decode_value(None) is None  # a tombstone
+
+
+@pytest.mark.parametrize(("data", "error"), [
+    (b"\x00\x00\x00", "ends at byte 2"),
+    (b"\x00\x01" + b"\x00" * 40, "version 1: minibroker reads version 0"),
+    (encode_value(TransactionLogValue(1, 0, 1, TransactionState.EMPTY, frozenset(), 0, -1))
+     [:16] + b"\x09" + b"\x00" * 20, "unknown transaction state id 9"),
+    (encode_value(TransactionLogValue(1, 0, 1, TransactionState.EMPTY, frozenset(), 0, -1))
+     + b"\x00", "1 bytes after its last field"),
+])
+def test_a_record_that_does_not_parse_names_why(data: bytes, error: str) -> None:
+    with pytest.raises(CorruptTransactionRecordError, match=error):
+        decode_value(data)
+
+
+def test_transitions_follow_kafkas_valid_previous_states() -> None:
+    S = TransactionState
+    assert S.PREPARE_COMMIT.valid_previous_states == {S.ONGOING}
+    assert S.EMPTY.valid_previous_states == {S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
+    assert [s.id for s in S] == list(range(8))
+
+
+# -- InitProducerId -------------------------------------------------------------------------
+
+
+class Coordinator:
+    """A broker leading every partition of ``__transaction_state`` (when ``leads``), whose
+    log append answers ``append_error`` and keeps what was written."""
+
+    def __init__(self, tmp_path: Path, *, leads: bool = True,
+                 config: dict[str, str] | None = None) -> None:
+        reg = PartitionRegistration((1,), (1,), 1, 0, 0)
+        self.image = MetadataImage(1, {1: BrokerEndpoint(1, "host-1", 9001)}, {
+            TRANSACTION_STATE_TOPIC: TopicImage(TRANSACTION_STATE_TOPIC, "00" * 16, {},
+                                                dict.fromkeys(range(PARTITIONS), reg))})
+        self.written: list[tuple[str, TransactionLogValue | None]] = []
+        self.append_error = ErrorCode.none
+        self.held: list[Callable[[], None]] = []  # appends answered only when released
+        self.hold = False
+        self.next_id = 1000
+        self.coordinator = TransactionCoordinator(
+            1, AsyncioScheduler(asyncio.get_running_loop()), config=config or {},
+            events=ReplicationEventLog(tmp_path), append=self._append,
+            local_partition=lambda _tp: None, metadata_image=lambda: self.image,
+            generate_producer_id=self._generate)
+        if leads:
+            for partition in range(PARTITIONS):
+                self.coordinator.on_leadership_change(
+                    TopicPartition(TRANSACTION_STATE_TOPIC, partition), True, 5)
+
+    async def _generate(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def _append(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
+                on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+        assert acks == -1 and timeout_ms == MINUTE_MS
+        for batch in entries.values():
+            for _, records in iter_batches(batch):
+                self.written += [(decode_key(r.key), decode_value(r.value))
+                                 for r in decode_records(records)]
+
+        def answer() -> None:
+            on_complete({tp: ProduceResult(self.append_error, base_offset=0) for tp in entries})
+
+        if self.hold:
+            self.held.append(answer)
+        else:
+            answer()
+
+    async def init(self, expected: tuple[int, int] | None = None, *, txn: str = TXN,
+                   timeout_ms: int = MINUTE_MS) -> tuple[ErrorCode, int, int]:
+        result: InitProducerIdResult = await self.coordinator.handle_init_producer_id(
+            txn, timeout_ms, expected)
+        return result.error, result.producer_id, result.producer_epoch
+
+
+def run(scenario: Callable[[Coordinator], Any], tmp_path: Path, **kwargs: Any) -> None:
+    async def main() -> None:
+        coordinator = Coordinator(tmp_path, **kwargs)
+        await asyncio.sleep(0.01)  # the loads scheduled by the leadership changes
+        await scenario(coordinator)
+
+    asyncio.run(main())
+
+
+def test_each_new_instance_bumps_the_epoch_and_the_log_has_it_first(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        assert await c.init() == (ErrorCode.none, 1000, 0)
+        assert await c.init() == (ErrorCode.none, 1000, 1)
+        assert [(txn, v.producer_id, v.producer_epoch, v.state, v.transaction_timeout_ms)
+                for txn, v in c.written if v is not None] == [
+            (TXN, 1000, 0, TransactionState.EMPTY, MINUTE_MS),
+            (TXN, 1000, 1, TransactionState.EMPTY, MINUTE_MS)]
+
+    run(scenario, tmp_path)
+
+
+def test_a_recovering_producer_bumps_its_own_epoch_and_a_stale_one_is_fenced(
+        tmp_path: Path) -> None:
+    """KIP-360: the producer names its id and epoch; the current epoch bumps, a retry of
+    that bump (the last epoch) gets the same epoch back, any older one is fenced."""
+    async def scenario(c: Coordinator) -> None:
+        await c.init()
+        await c.init()  # epoch 1
+        assert await c.init((1000, 1)) == (ErrorCode.none, 1000, 2)
+        assert await c.init((1000, 1)) == (ErrorCode.none, 1000, 2)  # the retry
+        assert await c.init((1000, 0)) == (ErrorCode.producer_fenced, -1, -1)
+        assert await c.init((999, 2)) == (ErrorCode.producer_fenced, -1, -1)
+
+    run(scenario, tmp_path)
+
+
+def test_an_exhausted_epoch_moves_the_id_to_a_new_producer_id(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        await c.init()
+        metadata = c.coordinator.state_manager.get_transaction_state(TXN).metadata
+        metadata.producer_epoch = 2**15 - 2  # as if bumped that many times
+        assert await c.init() == (ErrorCode.none, 1001, 0)
+
+    run(scenario, tmp_path)
+
+
+def test_what_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        assert (await c.init(txn=""))[0] == ErrorCode.invalid_request
+        assert (await c.init(timeout_ms=900_001))[0] == ErrorCode.invalid_transaction_timeout
+        assert (await c.init(timeout_ms=0))[0] == ErrorCode.invalid_transaction_timeout
+        assert c.written == []
+
+    run(scenario, tmp_path, config={"transaction.max.timeout.ms": "900000"})
+
+
+def test_a_broker_that_does_not_lead_the_partition_is_not_the_coordinator(
+        tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        assert (await c.init())[0] == ErrorCode.not_coordinator
+        c.coordinator.on_leadership_change(
+            TopicPartition(TRANSACTION_STATE_TOPIC, c.coordinator.state_manager.partition_for(
+                TXN)), True, 6)
+        assert (await c.init())[0] == ErrorCode.coordinator_load_in_progress
+        await asyncio.sleep(0.01)  # the load
+        assert await c.init() == (ErrorCode.none, 1000, 0)
+
+    run(scenario, tmp_path, leads=False)
+
+
+def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
+    """Below the topic's min ISR the append fails: the producer gets the retriable
+    COORDINATOR_NOT_AVAILABLE and the next init bumps from the epoch the log has."""
+    async def scenario(c: Coordinator) -> None:
+        await c.init()
+        c.append_error = ErrorCode.not_enough_replicas
+        assert (await c.init())[0] == ErrorCode.coordinator_not_available
+        c.append_error = ErrorCode.none
+        assert await c.init() == (ErrorCode.none, 1000, 1)
+
+    run(scenario, tmp_path)
+
+
+def test_an_init_while_a_write_is_in_flight_is_told_to_retry(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        await c.init()
+        c.hold = True
+        first = asyncio.ensure_future(c.init())
+        await asyncio.sleep(0)
+        assert (await c.init())[0] == ErrorCode.concurrent_transactions
+        c.held.pop()()
+        assert await first == (ErrorCode.none, 1000, 1)
+
+    run(scenario, tmp_path)
+
+
+def test_a_write_acknowledged_after_the_coordinator_moved_is_not_taken(tmp_path: Path) -> None:
+    """Kafka's coordinator epoch: the partition was led again (a newer leader epoch) while
+    the write was in flight; the producer must find the coordinator again."""
+    async def scenario(c: Coordinator) -> None:
+        await c.init()
+        c.hold = True
+        first = asyncio.ensure_future(c.init())
+        await asyncio.sleep(0)
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC,
+                            c.coordinator.state_manager.partition_for(TXN))
+        manager = c.coordinator.state_manager
+        metadata = manager.get_transaction_state(TXN).metadata
+        c.coordinator.on_leadership_change(tp, False, 6)
+        c.coordinator.on_leadership_change(tp, True, 7)
+        await asyncio.sleep(0.01)  # the load (this test's log is empty: as if it found it)
+        manager.put_transaction_state_if_not_exists(metadata)
+        c.held.pop()()
+        assert (await first)[0] == ErrorCode.not_coordinator
+
+    run(scenario, tmp_path)

@@ -1,0 +1,90 @@
+"""Stock transactional producers against a real 3-broker minibroker cluster: confluent-kafka
+(librdkafka 2.x) and kafka-python find the transaction coordinator (the first
+FindCoordinator creates ``__transaction_state``) and initialize; each new instance of one
+transactional id gets the same producer id and the next epoch, which the coordinator
+keeps in ``/v1/state`` and which fences the instances before it (an InitProducerId naming
+an older epoch gets PRODUCER_FENCED)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaProducer
+from kio.schema.init_producer_id.v4 import request as init_req
+from kio.static.primitive import i16, i64
+from test_interop_clients import BROKERS, Cluster, running_cluster
+
+from minibroker.cluster.types import ErrorCode
+from minibroker.network.client import KafkaConnection
+
+INIT_TIMEOUT_S = 60  # the first init waits for __transaction_state to be created and led
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("txn")) as (cluster, _process):
+        yield cluster
+
+
+def coordinated(cluster: Cluster, transactional_id: str) -> dict[str, Any]:
+    """The id as its coordinator's ``/v1/state`` shows it, with the coordinator's id."""
+    for broker in range(1, BROKERS + 1):
+        url = f"http://127.0.0.1:{cluster.base_port + 100 + broker}/v1/state"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            owned = json.load(response)["transaction_coordinator"]["owned"]
+        for ids in owned.values():
+            if transactional_id in ids:
+                return {"broker": broker, **ids[transactional_id]}
+    raise AssertionError(f"no broker coordinates {transactional_id}")
+
+
+def init_with_epoch(cluster: Cluster, broker: int, transactional_id: str,
+                    producer_id: int, epoch: int) -> ErrorCode:
+    async def ask() -> ErrorCode:
+        conn = await KafkaConnection.connect("127.0.0.1", cluster.base_port + broker,
+                                             client_id="fence-test")
+        try:
+            answer = await conn.request(init_req.InitProducerIdRequest(
+                transactional_id=transactional_id,
+                transaction_timeout=datetime.timedelta(seconds=60),
+                producer_id=i64(producer_id), producer_epoch=i16(epoch)), timeout=10)
+        finally:
+            conn.close()
+        return ErrorCode(answer.error_code)
+
+    return asyncio.run(ask())
+
+
+def test_confluent_kafka_initializes_and_each_new_instance_fences_the_last(
+        cluster: Cluster) -> None:
+    started = time.monotonic()
+    first = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "ck-tx"})
+    first.init_transactions(INIT_TIMEOUT_S)
+    state = coordinated(cluster, "ck-tx")
+    assert (state["state"], state["producer_epoch"]) == ("Empty", 0)
+    second = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "ck-tx"})
+    second.init_transactions(30)
+    again = coordinated(cluster, "ck-tx")
+    assert (again["producer_id"], again["producer_epoch"]) == (state["producer_id"], 1)
+    assert init_with_epoch(cluster, again["broker"], "ck-tx", state["producer_id"], 0) \
+        == ErrorCode.producer_fenced
+    assert time.monotonic() - started < INIT_TIMEOUT_S
+
+
+def test_kafka_python_initializes_a_transactional_producer(cluster: Cluster) -> None:
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap,
+                             transactional_id="kp-tx")
+    try:
+        producer.init_transactions()
+    finally:
+        producer.close(timeout=5)
+    state = coordinated(cluster, "kp-tx")
+    assert (state["state"], state["producer_epoch"]) == ("Empty", 0)
