@@ -153,10 +153,22 @@ class Coordinator:
         return result.error, result.producer_id, result.producer_epoch
 
 
+async def until(condition: Callable[[], object], what: str) -> None:
+    """Poll the coordinator's own state, at most 5 s."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"not within 5 s: {what}"
+        await asyncio.sleep(0.001)
+
+
+def loaded(c: Coordinator) -> Callable[[], bool]:
+    return lambda: not c.coordinator.state_manager.state()["loading"]
+
+
 def run(scenario: Callable[[Coordinator], Any], tmp_path: Path, **kwargs: Any) -> None:
     async def main() -> None:
         coordinator = Coordinator(tmp_path, **kwargs)
-        await asyncio.sleep(0.01)  # the loads scheduled by the leadership changes
+        await until(loaded(coordinator), "the loads the leadership changes scheduled")
         await scenario(coordinator)
 
     asyncio.run(main())
@@ -217,7 +229,7 @@ def test_a_broker_that_does_not_lead_the_partition_is_not_the_coordinator(
             TopicPartition(TRANSACTION_STATE_TOPIC, c.coordinator.state_manager.partition_for(
                 TXN)), True, 6)
         assert (await c.init())[0] == ErrorCode.coordinator_load_in_progress
-        await asyncio.sleep(0.01)  # the load
+        await until(loaded(c), "the load")
         assert await c.init() == (ErrorCode.none, 1000, 0)
 
     run(scenario, tmp_path, leads=False)
@@ -241,7 +253,7 @@ def test_an_init_while_a_write_is_in_flight_is_told_to_retry(tmp_path: Path) -> 
         await c.init()
         c.hold = True
         first = asyncio.ensure_future(c.init())
-        await asyncio.sleep(0)
+        await until(lambda: c.held, "the first init's write")
         assert (await c.init())[0] == ErrorCode.concurrent_transactions
         c.held.pop()()
         assert await first == (ErrorCode.none, 1000, 1)
@@ -256,15 +268,15 @@ def test_a_write_acknowledged_after_the_coordinator_moved_is_not_taken(tmp_path:
         await c.init()
         c.hold = True
         first = asyncio.ensure_future(c.init())
-        await asyncio.sleep(0)
+        await until(lambda: c.held, "the first init's write")
         tp = TopicPartition(TRANSACTION_STATE_TOPIC,
                             c.coordinator.state_manager.partition_for(TXN))
         manager = c.coordinator.state_manager
         metadata = manager.get_transaction_state(TXN).metadata
         c.coordinator.on_leadership_change(tp, False, 6)
         c.coordinator.on_leadership_change(tp, True, 7)
-        await asyncio.sleep(0.01)  # the load (this test's log is empty: as if it found it)
-        manager.put_transaction_state_if_not_exists(metadata)
+        await until(loaded(c), "the load")
+        manager.put_transaction_state_if_not_exists(metadata)  # as if the load found it
         c.held.pop()()
         assert (await first)[0] == ErrorCode.not_coordinator
 
