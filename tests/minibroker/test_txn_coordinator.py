@@ -1,18 +1,24 @@
 """The transaction coordinator in process: ``__transaction_state``'s records byte for byte
 (Kafka 4.2's TransactionLogKey and TransactionLogValue version 0, derived by hand from
-their schemas), and InitProducerId's state machine (``prepareInitProducerIdTransit``,
+their schemas), InitProducerId's state machine (``prepareInitProducerIdTransit``,
 ``prepareIncrementProducerEpoch``, ``prepareProducerIdRotation``) against a log append
-this test answers itself. Loading after a failover is in tests/sim/
-test_txn_coordinator_failover.py, clients in tests/minibroker/test_txn_interop.py."""
+this test answers itself, and what DescribeTransactions and ListTransactions show.
+Loading after a failover is in tests/sim/test_txn_coordinator_failover.py, clients in
+tests/minibroker/test_txn_interop.py."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kio.schema.describe_transactions.v0 import request as describe_req
+from kio.schema.list_transactions.v1 import request as list_req
+from kio.static.primitive import i64
 
 from minibroker.cluster.scheduler import AsyncioScheduler
 from minibroker.cluster.types import (
@@ -39,6 +45,8 @@ from minibroker.coordinator.transaction_log import (
 )
 from minibroker.coordinator.transaction_state_manager import TRANSACTION_STATE_TOPIC
 from minibroker.events import ReplicationEventLog
+from minibroker.network.codec import ApiKey, Request
+from minibroker.network.txn_apis import TxnApis
 from minibroker.storage.records import decode_records, iter_batches
 
 PARTITIONS = 4
@@ -281,3 +289,57 @@ def test_a_write_acknowledged_after_the_coordinator_moved_is_not_taken(tmp_path:
         assert (await first)[0] == ErrorCode.not_coordinator
 
     run(scenario, tmp_path)
+
+
+# -- DescribeTransactions, ListTransactions --------------------------------------------------
+
+
+async def answer(c: Coordinator, api: ApiKey, version: int, body: Any) -> Any:
+    apis = TxnApis(SimpleNamespace(txn_coordinator=c.coordinator))  # type: ignore[arg-type]
+    handler = {ApiKey.DESCRIBE_TRANSACTIONS: apis.handle_describe_transactions,
+               ApiKey.LIST_TRANSACTIONS: apis.handle_list_transactions}[api]
+    return await handler(Request(api, version, 1, "admin", body))
+
+
+def test_describe_and_list_show_the_ids_this_broker_coordinates(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        await c.init()
+        await c.init(txn="other-writer")
+        described = await answer(c, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                 describe_req.DescribeTransactionsRequest(
+                                     transactional_ids=(TXN, "nobody")))
+        mine, unknown = described.transaction_states
+        assert (mine.error_code, mine.transaction_state, mine.producer_id, mine.producer_epoch,
+                mine.transaction_timeout.total_seconds(), mine.topics) == (
+            ErrorCode.none, "Empty", 1000, 0, 60.0, ())
+        assert round(mine.transaction_start_time.timestamp() * 1000) == -1  # none yet
+        assert (unknown.transactional_id, unknown.error_code) == (
+            "nobody", ErrorCode.transactional_id_not_found)
+
+        async def listed(version: int, **filters: Any) -> tuple[Any, ...]:
+            body = list_req.ListTransactionsRequest(
+                state_filters=(), producer_id_filters=(), duration_filter=i64(-1))
+            response = await answer(c, ApiKey.LIST_TRANSACTIONS, version,
+                                    replace(body, **filters))
+            return (response.error_code, response.unknown_state_filters,
+                    [(t.transactional_id, t.producer_id, t.transaction_state)
+                     for t in response.transaction_states])
+
+        assert await listed(1) == (ErrorCode.none, (), [
+            ("orders-writer", 1000, "Empty"), ("other-writer", 1001, "Empty")])
+        assert await listed(1, state_filters=("Ongoing", "Lost")) == (
+            ErrorCode.none, ("Lost",), [])
+        assert await listed(1, producer_id_filters=(i64(1001),)) == (
+            ErrorCode.none, (), [("other-writer", 1001, "Empty")])
+
+    run(scenario, tmp_path)
+
+
+def test_describe_names_the_ids_another_broker_coordinates(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        described = await answer(c, ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                 describe_req.DescribeTransactionsRequest(
+                                     transactional_ids=(TXN,)))
+        assert described.transaction_states[0].error_code == ErrorCode.not_coordinator
+
+    run(scenario, tmp_path, leads=False)

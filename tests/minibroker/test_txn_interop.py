@@ -2,8 +2,8 @@
 (librdkafka 2.x) and kafka-python find the transaction coordinator (the first
 FindCoordinator creates ``__transaction_state``) and initialize; each new instance of one
 transactional id gets the same producer id and the next epoch, which the coordinator
-keeps in ``/v1/state`` and which fences the instances before it (an InitProducerId naming
-an older epoch gets PRODUCER_FENCED)."""
+keeps in ``/v1/state`` and ListTransactions lists, and which fences the instances before
+it (an InitProducerId naming an older epoch gets PRODUCER_FENCED)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 from kio.schema.init_producer_id.v4 import request as init_req
+from kio.schema.list_transactions.v1 import request as list_req
 from kio.static.primitive import i16, i64
 from test_interop_clients import BROKERS, Cluster, running_cluster
 
@@ -46,21 +47,24 @@ def coordinated(cluster: Cluster, transactional_id: str) -> dict[str, Any]:
     raise AssertionError(f"no broker coordinates {transactional_id}")
 
 
-def init_with_epoch(cluster: Cluster, broker: int, transactional_id: str,
-                    producer_id: int, epoch: int) -> ErrorCode:
-    async def ask() -> ErrorCode:
+def ask(cluster: Cluster, broker: int, request: Any) -> Any:
+    async def call() -> Any:
         conn = await KafkaConnection.connect("127.0.0.1", cluster.base_port + broker,
-                                             client_id="fence-test")
+                                             client_id="txn-interop")
         try:
-            answer = await conn.request(init_req.InitProducerIdRequest(
-                transactional_id=transactional_id,
-                transaction_timeout=datetime.timedelta(seconds=60),
-                producer_id=i64(producer_id), producer_epoch=i16(epoch)), timeout=10)
+            return await conn.request(request, timeout=10)
         finally:
             conn.close()
-        return ErrorCode(answer.error_code)
 
-    return asyncio.run(ask())
+    return asyncio.run(call())
+
+
+def init_with_epoch(cluster: Cluster, broker: int, transactional_id: str,
+                    producer_id: int, epoch: int) -> ErrorCode:
+    answer = ask(cluster, broker, init_req.InitProducerIdRequest(
+        transactional_id=transactional_id, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=i64(producer_id), producer_epoch=i16(epoch)))
+    return ErrorCode(answer.error_code)
 
 
 def test_confluent_kafka_initializes_and_each_new_instance_fences_the_last(
@@ -76,6 +80,11 @@ def test_confluent_kafka_initializes_and_each_new_instance_fences_the_last(
     assert (again["producer_id"], again["producer_epoch"]) == (state["producer_id"], 1)
     assert init_with_epoch(cluster, again["broker"], "ck-tx", state["producer_id"], 0) \
         == ErrorCode.producer_fenced
+    listed = ask(cluster, again["broker"], list_req.ListTransactionsRequest(
+        state_filters=("Empty",), producer_id_filters=(), duration_filter=i64(-1)))
+    assert ("ck-tx", state["producer_id"], "Empty") in [
+        (t.transactional_id, t.producer_id, t.transaction_state)
+        for t in listed.transaction_states]
     assert time.monotonic() - started < INIT_TIMEOUT_S
 
 

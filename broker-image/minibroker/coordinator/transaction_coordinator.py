@@ -1,12 +1,14 @@
 """The transaction coordinator: Kafka 4.2's ``TransactionCoordinator``, transaction version 1.
 
 It answers for the transactional ids of the ``__transaction_state`` partitions this broker
-leads (``TransactionStateManager``). So far it initializes producers: InitProducerId with a
-transactional id gives the id its producer id (one from the controller's blocks, kept for
-the life of the id) and a producer epoch one above the last, which fences every instance
-that initialized before (their requests with the older epoch get PRODUCER_FENCED). The
-epoch is in ``__transaction_state`` before the producer hears it, so a coordinator that
-takes over after a crash continues from it, and a fenced instance stays fenced.
+leads (``TransactionStateManager``). So far it initializes producers and describes them:
+InitProducerId with a transactional id gives the id its producer id (one from the
+controller's blocks, kept for the life of the id) and a producer epoch one above the last,
+which fences every instance that initialized before (their requests with the older epoch
+get PRODUCER_FENCED); DescribeTransactions and ListTransactions show the ids it
+coordinates. The epoch is in ``__transaction_state`` before the producer hears it, so a
+coordinator that takes over after a crash continues from it, and a fenced instance stays
+fenced.
 
 Not yet: the transaction itself (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, the markers),
 so no transactional id is ever Ongoing or Prepare* here; the branches for those states
@@ -75,6 +77,19 @@ class TransactionCoordinator:
 
     def shutdown(self) -> None:
         self.state_manager.shutdown()
+
+    # ---- DescribeTransactions -------------------------------------------------------------
+
+    def handle_describe_transactions(self, transactional_id: str
+                                     ) -> ErrorCode | TransactionMetadata:
+        """Kafka's ``handleDescribeTransactions``: the id's metadata, or why not (not this
+        broker's, loading, or unknown: TRANSACTIONAL_ID_NOT_FOUND, also for a Dead one)."""
+        state = self.state_manager.get_transaction_state(transactional_id)
+        if isinstance(state, ErrorCode):
+            return state
+        if state is None or state.metadata.state is TransactionState.DEAD:
+            return ErrorCode.transactional_id_not_found
+        return state.metadata
 
     # ---- InitProducerId -------------------------------------------------------------------
 

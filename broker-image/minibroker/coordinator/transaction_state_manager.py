@@ -31,6 +31,7 @@ from minibroker.coordinator.partitioner import partition_count, partition_for
 from minibroker.coordinator.transaction_log import (
     CorruptTransactionRecordError,
     TransactionLogValue,
+    TransactionState,
     decode_key,
     decode_value,
     encode_key,
@@ -129,6 +130,25 @@ class TransactionStateManager:
             return ErrorCode.not_coordinator
         current = entry.by_id.setdefault(metadata.transactional_id, metadata)
         return CoordinatorEpochAndTxnMetadata(entry.coordinator_epoch, current)
+
+    def list_transaction_states(self, producer_ids: set[int], state_names: set[str],
+                                duration_ms: int
+                                ) -> tuple[ErrorCode, list[str], list[TransactionMetadata]]:
+        """Kafka's ``listTransactionStates``: (error, the state filters no state has, the
+        ids this broker coordinates that pass every filter); ``duration_ms`` >= 0 keeps
+        only transactions open longer than that. While any partition loads, nothing."""
+        if self._loading:
+            return ErrorCode.coordinator_load_in_progress, [], []
+        by_name = {state.state_name: state for state in TransactionState}
+        unknown = sorted(name for name in state_names if name not in by_name)
+        wanted = {by_name[name] for name in state_names if name in by_name}
+        now = self.now_ms()
+        found = [m for entry in self._cache.values() for m in entry.by_id.values()
+                 if m.state is not TransactionState.DEAD
+                 and (not producer_ids or m.producer_id in producer_ids)
+                 and (not state_names or m.state in wanted)
+                 and not (duration_ms >= 0 and now - m.txn_start_timestamp <= duration_ms)]
+        return ErrorCode.none, unknown, sorted(found, key=lambda m: m.transactional_id)
 
     # ---- writing ------------------------------------------------------------------------------
 

@@ -58,6 +58,8 @@ class KafkaApis:
             ApiKey.API_VERSIONS: cluster.handle_api_versions,
             ApiKey.CREATE_TOPICS: cluster.handle_create_topics,
             ApiKey.INIT_PRODUCER_ID: txns.handle_init_producer_id,
+            ApiKey.DESCRIBE_TRANSACTIONS: txns.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: txns.handle_list_transactions,
             ApiKey.DESCRIBE_TOPIC_PARTITIONS: cluster.handle_describe_topic_partitions,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: cluster.handle_incremental_alter_configs,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: replicas.handle_offset_for_leader_epoch,

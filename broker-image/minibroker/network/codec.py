@@ -70,6 +70,8 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -101,6 +103,8 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topic configs only
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # KIP-664
+    ApiKey.LIST_TRANSACTIONS: (0, 1),  # v1: KIP-994's duration filter; v2's regex is not served
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # KIP-966: the only API that shows the ELR
 }
 

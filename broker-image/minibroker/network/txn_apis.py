@@ -1,5 +1,6 @@
 """The transaction coordinator's APIs, as Kafka 4.2's ``KafkaApis`` handles them: so far
-InitProducerId, for idempotent and transactional producers alike.
+InitProducerId, for idempotent and transactional producers alike, and the admin's
+DescribeTransactions and ListTransactions (KIP-664, ``kafka-transactions.sh``).
 
 A request without a transactional id gets a fresh producer id at epoch 0 from any broker
 (also when it names its current id and epoch, a KIP-360 bump, v3+; naming only one of the
@@ -12,6 +13,7 @@ client sees that this broker cannot run transactions, rather than a retry loop.
 
 from __future__ import annotations
 
+import datetime
 from typing import Protocol
 
 from kio.static.protocol import ResponsePayload
@@ -23,7 +25,7 @@ from minibroker.coordinator.transaction_coordinator import (
 )
 from minibroker.coordinator.transaction_metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from minibroker.network.codec import ApiKey, Request
-from minibroker.network.responses import NO_THROTTLE, response_module
+from minibroker.network.responses import NO_THROTTLE, build, response_module
 
 __all__ = ["TxnApis", "TxnBroker"]
 
@@ -65,3 +67,50 @@ class TxnApis:
             producer_id=result.producer_id,
             producer_epoch=result.producer_epoch,
         )
+
+    async def handle_describe_transactions(self, request: Request) -> ResponsePayload:
+        """Each id is answered by this broker only if it coordinates it (NOT_COORDINATOR
+        otherwise: the admin client asks each id's coordinator)."""
+        m = response_module(ApiKey.DESCRIBE_TRANSACTIONS, request.api_version)
+        coordinator = self._broker.txn_coordinator
+        states = []
+        for transactional_id in request.body.transactional_ids:
+            found = coordinator.handle_describe_transactions(transactional_id)
+            if isinstance(found, ErrorCode):
+                states.append(m.TransactionState(
+                    error_code=found, transactional_id=transactional_id, transaction_state="",
+                    transaction_timeout=datetime.timedelta(0), transaction_start_time=_ms(-1),
+                    producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH, topics=()))
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for tp in sorted(found.partitions):
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            states.append(m.TransactionState(
+                error_code=ErrorCode.none, transactional_id=transactional_id,
+                transaction_state=found.state.state_name,
+                transaction_timeout=datetime.timedelta(milliseconds=found.txn_timeout_ms),
+                transaction_start_time=_ms(found.txn_start_timestamp),
+                producer_id=found.producer_id, producer_epoch=found.producer_epoch,
+                topics=tuple(m.TopicData(topic=topic, partitions=tuple(ids))
+                             for topic, ids in by_topic.items())))
+        return m.DescribeTransactionsResponse(throttle_time=NO_THROTTLE,
+                                              transaction_states=tuple(states))
+
+    async def handle_list_transactions(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.LIST_TRANSACTIONS, request.api_version)
+        error, unknown, found = self._broker.txn_coordinator.state_manager.\
+            list_transaction_states(set(body.producer_id_filters), set(body.state_filters),
+                                    getattr(body, "duration_filter", -1))
+        return build(m.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
+                     unknown_state_filters=tuple(unknown),
+                     transaction_states=tuple(
+                         m.TransactionState(transactional_id=t.transactional_id,
+                                            producer_id=t.producer_id,
+                                            transaction_state=t.state.state_name)
+                         for t in found))
+
+
+def _ms(epoch_ms: int) -> datetime.datetime:
+    """A timestamp field from Kafka's milliseconds (-1, "none", included)."""
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.UTC)
