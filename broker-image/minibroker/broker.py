@@ -168,6 +168,7 @@ class BrokerServer:
                 })
             self.admin.start()
         self.replica_manager.start_timers()
+        self.txn_coordinator.startup()
         await self.lifecycle.start(Registration(
             self.broker_id, self.incarnation_id, *self.advertised,
             listeners=self.advertised_listeners(),

@@ -302,6 +302,13 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("transaction.max.timeout.ms", _positive_int, 900000, False,
                   "The longest transaction.timeout.ms a producer may ask for "
                   "(INVALID_TRANSACTION_TIMEOUT above)."),
+        ConfigDef("transactional.id.expiration.ms", _positive_int, 604800000, False,
+                  "A transactional id with no transaction open that has not been updated for "
+                  "this long expires: a tombstone in __transaction_state and out of the "
+                  "coordinator's memory, so what clients make it hold is bounded in time "
+                  "(a new instance of the id then gets a new producer id)."),
+        ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", _positive_int,
+                  3600000, False, "How often the coordinator looks for expired ids."),
         ConfigDef("default.replication.factor", _positive_int, 1, False,
                   "Replication factor of CreateTopics requests that leave it unset."),
         ConfigDef("num.partitions", _positive_int, 1, False,

@@ -140,7 +140,8 @@ class Coordinator:
 
     def _append(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                 on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
-        assert acks == -1 and timeout_ms == MINUTE_MS
+        # acks=all; the transaction timeout for a transition, 30 s for tombstones.
+        assert acks == -1 and timeout_ms in (MINUTE_MS, 30_000)
         for batch in entries.values():
             for _, records in iter_batches(batch):
                 self.written += [(decode_key(r.key), decode_value(r.value))
@@ -343,3 +344,55 @@ def test_describe_names_the_ids_another_broker_coordinates(tmp_path: Path) -> No
         assert described.transaction_states[0].error_code == ErrorCode.not_coordinator
 
     run(scenario, tmp_path, leads=False)
+
+
+# -- expiration -------------------------------------------------------------------------------
+
+
+def test_an_idle_id_expires_with_a_tombstone_and_comes_back_as_a_new_producer(
+        tmp_path: Path) -> None:
+    """transactional.id.expiration.ms after its last update, an id with no transaction open
+    is tombstoned and forgotten; the next instance of it is a new producer id at epoch 0.
+    One updated since is kept."""
+    async def scenario(c: Coordinator) -> None:
+        manager = c.coordinator.state_manager
+        clock = [10_000_000]
+        manager.now_ms = lambda: clock[0]
+        await c.init()
+        clock[0] += 500
+        await c.init(txn="other-writer")
+        clock[0] += 600  # 1,100 ms after the first id's update, 600 after the other's
+        manager.remove_expired_transactional_ids()
+        assert c.written[-1] == (TXN, None)  # the tombstone
+        assert manager.get_transaction_state(TXN) is None
+        assert manager.get_transaction_state("other-writer") is not None
+        assert await c.init() == (ErrorCode.none, 1002, 0)
+
+    run(scenario, tmp_path, config={"transactional.id.expiration.ms": "1000"})
+
+
+def test_an_expiration_that_is_not_written_keeps_the_id(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        manager = c.coordinator.state_manager
+        clock = [10_000_000]
+        manager.now_ms = lambda: clock[0]
+        await c.init()
+        clock[0] += 2000
+        c.append_error = ErrorCode.not_enough_replicas
+        manager.remove_expired_transactional_ids()
+        c.append_error = ErrorCode.none
+        assert await c.init() == (ErrorCode.none, 1000, 1)  # the same producer, next epoch
+
+    run(scenario, tmp_path, config={"transactional.id.expiration.ms": "1000"})
+
+
+def test_expiration_runs_on_its_interval_once_started(tmp_path: Path) -> None:
+    async def scenario(c: Coordinator) -> None:
+        await c.init()
+        c.coordinator.startup()
+        await until(lambda: (TXN, None) in c.written, "the tombstone of the expired id")
+        c.coordinator.shutdown()
+
+    run(scenario, tmp_path, config={
+        "transactional.id.expiration.ms": "1",
+        "transaction.remove.expired.transaction.cleanup.interval.ms": "10"})

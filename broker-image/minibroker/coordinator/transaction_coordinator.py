@@ -75,6 +75,10 @@ class TransactionCoordinator:
         else:
             self.state_manager.remove_transactions_for_partition(tp.partition, leader_epoch)
 
+    def startup(self) -> None:
+        """Kafka's ``TransactionCoordinator.startup``: ids expire from now on."""
+        self.state_manager.enable_transactional_id_expiration()
+
     def shutdown(self) -> None:
         self.state_manager.shutdown()
 

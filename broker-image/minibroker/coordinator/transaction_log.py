@@ -45,17 +45,17 @@ class CorruptTransactionRecordError(ValueError):
 
 
 class TransactionState(enum.Enum):
-    """Kafka's ``TransactionState``: (id in the log, name as DescribeTransactions gives
-    it)."""
+    """Kafka's ``TransactionState``: (id in the log, name as DescribeTransactions gives it,
+    whether an idle transactional id in it may expire)."""
 
-    EMPTY = (0, "Empty")
-    ONGOING = (1, "Ongoing")
-    PREPARE_COMMIT = (2, "PrepareCommit")
-    PREPARE_ABORT = (3, "PrepareAbort")
-    COMPLETE_COMMIT = (4, "CompleteCommit")
-    COMPLETE_ABORT = (5, "CompleteAbort")
-    DEAD = (6, "Dead")
-    PREPARE_EPOCH_FENCE = (7, "PrepareEpochFence")
+    EMPTY = (0, "Empty", True)
+    ONGOING = (1, "Ongoing", False)
+    PREPARE_COMMIT = (2, "PrepareCommit", False)
+    PREPARE_ABORT = (3, "PrepareAbort", False)
+    COMPLETE_COMMIT = (4, "CompleteCommit", True)
+    COMPLETE_ABORT = (5, "CompleteAbort", True)
+    DEAD = (6, "Dead", False)
+    PREPARE_EPOCH_FENCE = (7, "PrepareEpochFence", False)
 
     @property
     def id(self) -> int:
@@ -64,6 +64,10 @@ class TransactionState(enum.Enum):
     @property
     def state_name(self) -> str:
         return self.value[1]
+
+    @property
+    def expiration_allowed(self) -> bool:
+        return self.value[2]
 
     @property
     def valid_previous_states(self) -> frozenset[TransactionState]:

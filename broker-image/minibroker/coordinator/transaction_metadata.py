@@ -134,16 +134,25 @@ class TransactionMetadata:
                              self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
                              txn_timeout_ms, now_ms)
 
+    # ---- expiration ---------------------------------------------------------------------------
+
+    def prepare_dead(self) -> TxnTransitMetadata:
+        """Kafka's ``prepareDead``: the id expires (its tombstone is written next)."""
+        return self._prepare(TransactionState.DEAD, self.producer_id, self.producer_epoch,
+                             self.last_producer_epoch, self.txn_timeout_ms,
+                             self.txn_last_update_timestamp)
+
     def _prepare(self, state: TransactionState, producer_id: int, epoch: int, last_epoch: int,
                  txn_timeout_ms: int, now_ms: int) -> TxnTransitMetadata:
-        """``prepareTransitionTo``, for the transitions to Empty (no partitions, no start)."""
+        """``prepareTransitionTo``, for the transitions with no partitions and no start (to
+        Empty, and to Dead)."""
         if self.pending_state is not None:
             raise TransitionError(f"{self.transactional_id}: preparing {state.state_name} "
                                   f"while {self.pending_state.state_name} is pending")
         if self.state not in state.valid_previous_states:
             raise TransitionError(f"{self.transactional_id}: {self.state.state_name} cannot "
                                   f"become {state.state_name}")
-        if producer_id < 0 or epoch < 0:
+        if producer_id < 0 or (epoch < 0 and state is not TransactionState.DEAD):
             raise TransitionError(f"{self.transactional_id}: illegal producer id {producer_id} "
                                   f"epoch {epoch}")
         self.pending_state = state

@@ -12,6 +12,13 @@ otherwise the client gets NOT_COORDINATOR and finds the new coordinator.
 When this broker becomes the partition's leader it replays the partition from its log start
 to its log end (``log_replay``); until then, requests for its ids get
 COORDINATOR_LOAD_IN_PROGRESS, and once it stops leading, NOT_COORDINATOR.
+
+An id with no transaction open (Empty, CompleteCommit, CompleteAbort) that nothing updated
+for ``transactional.id.expiration.ms`` expires, checked every
+``transaction.remove.expired.transaction.cleanup.interval.ms``: a tombstone for its key is
+written acks=all, and once acknowledged the id leaves the cache (Kafka's
+``removeExpiredTransactionalIds``). That is Kafka's bound on what clients make a coordinator
+hold: every id they ever initialized, for at most that long after its last use.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ log = logging.getLogger("minibroker.coordinator.transaction")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"  # Topic.TRANSACTION_STATE_TOPIC_NAME
 ENFORCED_REQUIRED_ACKS = -1  # TransactionLog.EnforcedRequiredAcks
+TOMBSTONE_TIMEOUT_MS = 30_000  # Kafka writes them within request.timeout.ms (default 30 s)
 
 # The log append's error as the client sees it (appendTransactionToLog's mapping).
 _APPEND_ERRORS = {
@@ -91,6 +99,7 @@ class TransactionStateManager:
         self._image = metadata_image
         self._events = events
         self.max_timeout_ms: int = resolve("transaction.max.timeout.ms", config)
+        self._expiration_ms: int = resolve("transactional.id.expiration.ms", config)
         self._cache: dict[int, _CacheEntry] = {}
         self._loading: dict[int, int] = {}  # partition -> the leader epoch being loaded
         self._shutting_down = False
@@ -179,6 +188,62 @@ class TransactionStateManager:
             callback(error)
 
         self._append(acks=ENFORCED_REQUIRED_ACKS, timeout_ms=transit.txn_timeout_ms,
+                     entries={tp: batch}, on_complete=done)
+
+    # ---- expiration ----------------------------------------------------------------------------
+
+    def enable_transactional_id_expiration(self) -> None:
+        """Check for expired ids every cleanup interval, for as long as the broker runs."""
+        interval = resolve("transaction.remove.expired.transaction.cleanup.interval.ms",
+                           self._config)
+
+        def run() -> None:
+            if self._shutting_down:
+                return
+            try:
+                self.remove_expired_transactional_ids()
+            finally:
+                self._scheduler.call_later(interval, run)
+
+        self._scheduler.call_later(interval, run)
+
+    def remove_expired_transactional_ids(self) -> None:
+        """One tombstone batch per partition for its expired ids; each leaves the cache once
+        its tombstone is acknowledged, if nothing changed it meanwhile."""
+        now = self.now_ms()
+        for partition, entry in list(self._cache.items()):
+            expired = [m for m in entry.by_id.values()
+                       if m.state.expiration_allowed and not m.pending_transition_in_progress
+                       and m.txn_last_update_timestamp <= now - self._expiration_ms]
+            if expired:
+                self._write_tombstones(partition, entry.coordinator_epoch,
+                                       [(m, m.prepare_dead()) for m in expired])
+
+    def _write_tombstones(self, partition: int, coordinator_epoch: int,
+                          expired: list[tuple[TransactionMetadata, TxnTransitMetadata]]
+                          ) -> None:
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
+        batch = build_batch([None] * len(expired), timestamp_ms=self.now_ms(),
+                            keys=[encode_key(m.transactional_id) for m, _ in expired])
+
+        def done(results: dict[TopicPartition, ProduceResult]) -> None:
+            error = results[tp].error
+            entry = self._cache.get(partition)
+            for metadata, transit in expired:
+                if (error == ErrorCode.none and entry is not None
+                        and entry.coordinator_epoch == coordinator_epoch
+                        and metadata.pending_state is TransactionState.DEAD
+                        and metadata.producer_epoch == transit.producer_epoch):
+                    del entry.by_id[metadata.transactional_id]
+                else:
+                    log.warning("Could not expire transactional id %s: %s",
+                                metadata.transactional_id, error.name)
+                    metadata.abort_pending_transition()
+            if error == ErrorCode.none:
+                log.info("Expired %d transactional ids of %s: %s", len(expired), tp,
+                         ", ".join(m.transactional_id for m, _ in expired))
+
+        self._append(acks=ENFORCED_REQUIRED_ACKS, timeout_ms=TOMBSTONE_TIMEOUT_MS,
                      entries={tp: batch}, on_complete=done)
 
     # ---- loading and unloading ------------------------------------------------------------
