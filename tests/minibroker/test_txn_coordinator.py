@@ -349,6 +349,13 @@ def test_describe_names_the_ids_another_broker_coordinates(tmp_path: Path) -> No
 # -- expiration -------------------------------------------------------------------------------
 
 
+def wall_clock(c: Coordinator) -> list[int]:
+    """The coordinator's wall clock, in ms, as a cell the test moves."""
+    clock = [10_000_000]
+    c.coordinator.state_manager.now_ms = lambda: clock[0]
+    return clock
+
+
 def test_an_idle_id_expires_with_a_tombstone_and_comes_back_as_a_new_producer(
         tmp_path: Path) -> None:
     """transactional.id.expiration.ms after its last update, an id with no transaction open
@@ -356,8 +363,7 @@ def test_an_idle_id_expires_with_a_tombstone_and_comes_back_as_a_new_producer(
     One updated since is kept."""
     async def scenario(c: Coordinator) -> None:
         manager = c.coordinator.state_manager
-        clock = [10_000_000]
-        manager.now_ms = lambda: clock[0]
+        clock = wall_clock(c)
         await c.init()
         clock[0] += 500
         await c.init(txn="other-writer")
@@ -373,13 +379,11 @@ def test_an_idle_id_expires_with_a_tombstone_and_comes_back_as_a_new_producer(
 
 def test_an_expiration_that_is_not_written_keeps_the_id(tmp_path: Path) -> None:
     async def scenario(c: Coordinator) -> None:
-        manager = c.coordinator.state_manager
-        clock = [10_000_000]
-        manager.now_ms = lambda: clock[0]
+        clock = wall_clock(c)
         await c.init()
         clock[0] += 2000
         c.append_error = ErrorCode.not_enough_replicas
-        manager.remove_expired_transactional_ids()
+        c.coordinator.state_manager.remove_expired_transactional_ids()
         c.append_error = ErrorCode.none
         assert await c.init() == (ErrorCode.none, 1000, 1)  # the same producer, next epoch
 
