@@ -3,7 +3,8 @@
 FindCoordinator creates ``__transaction_state``) and initialize; each new instance of one
 transactional id gets the same producer id and the next epoch, which the coordinator
 keeps in ``/v1/state`` and ListTransactions lists, and which fences the instances before
-it (an InitProducerId naming an older epoch gets PRODUCER_FENCED)."""
+it (an InitProducerId naming an older epoch gets PRODUCER_FENCED); kafka-python's admin
+client lists and describes the ids."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kio.schema.init_producer_id.v4 import request as init_req
 from kio.schema.list_transactions.v1 import request as list_req
 from kio.static.primitive import i16, i64
@@ -97,3 +98,24 @@ def test_kafka_python_initializes_a_transactional_producer(cluster: Cluster) -> 
         producer.close(timeout=5)
     state = coordinated(cluster, "kp-tx")
     assert (state["state"], state["producer_epoch"]) == ("Empty", 0)
+
+
+def test_kafka_python_admin_lists_and_describes_the_transactional_ids(cluster: Cluster) -> None:
+    """kafka-python's KafkaAdminClient asks every broker (ListTransactions) and each id's
+    coordinator (DescribeTransactions), as kafka-transactions.sh does."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "admin-tx"})
+    producer.init_transactions(INIT_TIMEOUT_S)
+    state = coordinated(cluster, "admin-tx")
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        listed = admin.list_transactions()
+        described = admin.describe_transactions(["admin-tx"])["admin-tx"]
+    finally:
+        admin.close()
+    assert [(t.transactional_id, t.producer_id, t.state.value)
+            for t in listed[state["broker"]] if t.transactional_id == "admin-tx"] == [
+        ("admin-tx", state["producer_id"], "Empty")]
+    assert (described.coordinator_id, described.state.value, described.producer_id,
+            described.producer_epoch, described.transaction_start_time_ms,
+            described.topic_partitions) == (
+        state["broker"], "Empty", state["producer_id"], 0, -1, set())
