@@ -173,10 +173,9 @@ class TransactionStateManager:
         def done(results: dict[TopicPartition, ProduceResult]) -> None:
             error = _APPEND_ERRORS.get(results[tp].error, results[tp].error)
             state = self.get_transaction_state(transactional_id)
-            if not isinstance(state, CoordinatorEpochAndTxnMetadata):
-                # Unloaded meanwhile (or never cached): the new coordinator replays the log.
-                error = ErrorCode.not_coordinator if error == ErrorCode.none else error
-            elif state.coordinator_epoch != coordinator_epoch:
+            if not isinstance(state, CoordinatorEpochAndTxnMetadata) \
+                    or state.coordinator_epoch != coordinator_epoch:
+                # Unloaded or led again meanwhile: the new coordinator replays the log.
                 error = ErrorCode.not_coordinator if error == ErrorCode.none else error
             elif error == ErrorCode.none:
                 state.metadata.complete_transition_to(transit)
