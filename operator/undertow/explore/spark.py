@@ -34,6 +34,11 @@ PR_SET_PDEATHSIG = 1
 """``<linux/prctl.h>``: the signal a process gets when its parent exits."""
 TASKS_PER_CORE = 4
 """Seeds are cut into this many tasks per core: a slow schedule holds one core, not all."""
+LOCAL_NETWORK_TIMEOUT = "3600s"
+"""``spark.network.timeout`` for a local master. Its default (120 s) declares the executor
+lost when its heartbeats stop, and a local executor is this very JVM: a laptop's suspend or
+a ``kill -STOP`` of the exploration for two minutes would otherwise fail every task on
+resume. On a real cluster the default stays, so a dead executor is still noticed."""
 
 
 def explore_session(master: str | None) -> SparkSession:
@@ -44,12 +49,20 @@ def explore_session(master: str | None) -> SparkSession:
     if (master or "local").startswith("local"):
         # The workers are this machine's: the Python running Undertow, not the PATH's.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (SparkSession.builder.appName("undertow-explore")
-            .master(master or "local[*]")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.python.worker.reuse", "true")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate())
+    builder = SparkSession.builder.appName("undertow-explore").master(master or "local[*]")
+    for key, value in session_config(master).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def session_config(master: str | None) -> dict[str, str]:
+    """The explorer's Spark settings for ``master`` (``None`` is ``local[*]``)."""
+    config = {"spark.ui.showConsoleProgress": "false",
+              "spark.python.worker.reuse": "true",
+              "spark.sql.session.timeZone": "UTC"}
+    if (master or "local").startswith("local"):
+        config["spark.network.timeout"] = LOCAL_NETWORK_TIMEOUT
+    return config
 
 
 def _row(outcome: Outcome) -> tuple[Any, ...]:
