@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from minibroker.cluster.types import (
     PartitionRegistration,
     ProduceResult,
     TopicPartition,
+    TxnMarker,
 )
 from minibroker.config import resolve
 from minibroker.coordinator.group_coordinator import GroupCoordinator
@@ -128,7 +130,8 @@ class BrokerServer:
             events=self.events, append=self.append_records,
             local_partition=self.replica_manager.partitions.get,
             metadata_image=self.metadata_image,
-            generate_producer_id=self.producer_ids.generate_producer_id)
+            generate_producer_id=self.producer_ids.generate_producer_id,
+            address_of=self._address_of, spawn=self._spawn)
         self.replica_manager.leadership_listeners.append(
             self.txn_coordinator.on_leadership_change)
         self.apis = apis = KafkaApis(self)
@@ -347,9 +350,21 @@ class BrokerServer:
 
     def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+        self._when_disk_writable(functools.partial(
+            self.replica_manager.append_records, acks=acks, timeout_ms=timeout_ms,
+            entries=entries, on_complete=on_complete))
+
+    def append_end_txn_markers(
+            self, *, marker: TxnMarker, timeout_ms: int,
+            on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+        self._when_disk_writable(functools.partial(
+            self.replica_manager.append_end_txn_markers, marker=marker, timeout_ms=timeout_ms,
+            on_complete=on_complete))
+
+    def _when_disk_writable(self, append: Callable[[], None]) -> None:
+        """An append now, or once a stalled disk (the disk-stall fault) writes again."""
         if not self.disk_stall.stalled:
-            self.replica_manager.append_records(acks=acks, timeout_ms=timeout_ms,
-                                                entries=entries, on_complete=on_complete)
+            append()
             return
 
         async def after_stall() -> None:
@@ -357,8 +372,7 @@ class BrokerServer:
                 await self.disk_stall.wait()
             finally:
                 self.appends_held_by_stall -= 1
-            self.replica_manager.append_records(acks=acks, timeout_ms=timeout_ms,
-                                                entries=entries, on_complete=on_complete)
+            append()
 
         self.appends_held_by_stall += 1
         self._spawn(after_stall(), "append-after-disk-stall")
@@ -415,7 +429,9 @@ class BrokerServer:
         state["fenced"] = self.fenced
         state["connections"] = self.kafka_server.quotas.total  # all listeners together
         state["group_coordinator"] = self.group_coordinator.state()
-        state["transaction_coordinator"] = self.txn_coordinator.state_manager.state()
+        state["transaction_coordinator"] = {
+            **self.txn_coordinator.state_manager.state(),
+            "markers_pending": self.txn_coordinator.markers.state()}
         return state
 
 

@@ -131,6 +131,10 @@ _SOCKET_SERVER_DEFS = [
               "received are dropped. Kafka counts any byte as activity, so a client sending "
               "a byte a minute holds its half-read frame forever. Default: Kafka clients' "
               "request.timeout.ms, after which the sender has given up on it anyway."),
+    ConfigDef("request.timeout.ms", _positive_int, 30000, False,
+              "How long a broker's own request to another broker may wait: a "
+              "WriteTxnMarkers append waits this long for its acks=-1 replication "
+              "(Kafka's KafkaApis uses it there; Kafka's default)."),
     ConfigDef("max.connections", _positive_int, 500, False,
               "Connections the broker keeps open, all listeners together; more are closed "
               "as soon as accepted (Kafka: Integer.MAX_VALUE, and its Acceptor waits for a "
@@ -309,6 +313,10 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "(a new instance of the id then gets a new producer id)."),
         ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", _positive_int,
                   3600000, False, "How often the coordinator looks for expired ids."),
+        ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                  _positive_int, 10000, False,
+                  "How often the coordinator aborts transactions open longer than their "
+                  "transaction.timeout.ms, fencing the producer's epoch (Kafka's default)."),
         ConfigDef("default.replication.factor", _positive_int, 1, False,
                   "Replication factor of CreateTopics requests that leave it unset."),
         ConfigDef("num.partitions", _positive_int, 1, False,

@@ -131,11 +131,11 @@ def test_batches_a_producer_cannot_send_are_invalid(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     with pytest.raises(InvalidProducerBatchError, match="base sequence -1"):
         log.append_as_leader(batch(7, 0, -1), 0)
-    transactional = bytearray(batch(7, 0, 0))
-    transactional[22] |= 0x10  # attributes: isTransactional
-    struct.pack_into(">I", transactional, 17, crc32c.crc32c(transactional[21:]))
-    with pytest.raises(InvalidProducerBatchError, match="transactional"):
-        log.append_as_leader(bytes(transactional), 0)
+    control = bytearray(batch(7, 0, 0))
+    control[22] |= 0x30  # attributes: isTransactional, isControl
+    struct.pack_into(">I", control, 17, crc32c.crc32c(control[21:]))
+    with pytest.raises(InvalidProducerBatchError, match="control records"):
+        log.append_as_leader(bytes(control), 0)
     assert log.log_end_offset == 0
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32, i64
 
 from minibroker.cluster.types import (
     BrokerEndpoint,
@@ -33,6 +34,7 @@ from minibroker.cluster.types import (
     ProduceResult,
     TopicImage,
     TopicPartition,
+    TxnMarker,
 )
 from minibroker.network.apis import KafkaApis
 from minibroker.network.client import KafkaConnection, KafkaConnectionError
@@ -44,6 +46,7 @@ from minibroker.network.codec import (
     response_schema,
 )
 from minibroker.network.kafka_server import KafkaServer
+from minibroker.storage.control_records import ControlRecordType
 from minibroker.storage.records import build_batch
 
 CLUSTER_ID = "fake-cluster-id-000001"
@@ -79,6 +82,7 @@ class FakeBroker:
         self.fetch_requests: list[FetchRequestData] = []
         self.list_offset_calls: list[tuple[Any, ...]] = []
         self.created: list[tuple[Any, ...]] = []
+        self.markers: list[tuple[TxnMarker, int]] = []
         self.next_producer_id = 4000
         self.producer_id_error = ErrorCode.none
 
@@ -101,6 +105,14 @@ class FakeBroker:
             asyncio.get_running_loop().call_soon(on_complete, results)
         else:
             on_complete(results)
+
+    def append_end_txn_markers(
+            self, *, marker: TxnMarker, timeout_ms: int,
+            on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+        self.markers.append((marker, timeout_ms))
+        on_complete({tp: ProduceResult(ErrorCode.none if tp.partition == 0
+                                       else ErrorCode.not_leader_or_follower)
+                     for tp in marker.partitions})
 
     def fetch_messages(self, request: FetchRequestData,
                        on_complete: Callable[[dict[TopicPartition, FetchResult]], None]) -> None:
@@ -125,7 +137,7 @@ class FakeBroker:
                 results[p.tp] = FetchResult(ErrorCode.offset_out_of_range)
             else:
                 results[p.tp] = FetchResult(ErrorCode.none, high_watermark=len(log),
-                                            log_start_offset=0,
+                                            last_stable_offset=len(log), log_start_offset=0,
                                             records=b"".join(log[p.fetch_offset:]))
         return results
 
@@ -522,13 +534,37 @@ def test_failed_acks_zero_produce_closes_the_connection() -> None:
     run(scenario)
 
 
-def test_transactional_produce_is_refused() -> None:
+def test_write_txn_markers_reach_the_leaders_with_each_partitions_answer() -> None:
+    """WriteTxnMarkers (the coordinator's): each producer's marker goes to the replicas in
+    one append with request.timeout.ms; a partition the image lacks is answered
+    UNKNOWN_TOPIC_OR_PARTITION without reaching them, and each partition keeps its own
+    error."""
+    m = request_module(ApiKey.WRITE_TXN_MARKERS, 1)
+
     async def scenario(broker: FakeBroker, port: int) -> None:
-        response = await call(port, produce_request(9, 1, {("orders", 0): b"x"}, "txn-1"))
-        part = partitions_of(response)[("orders", 0)]
-        assert part.error_code == ErrorCode.invalid_request
-        assert "transactional" in part.error_message
-        assert broker.logs[TopicPartition("orders", 0)] == []
+        response = await call(port, m.WriteTxnMarkersRequest(markers=(
+            m.WritableTxnMarker(
+                producer_id=i64(41), producer_epoch=i16(3), transaction_result=False,
+                coordinator_epoch=i32(2), topics=(
+                    m.WritableTxnMarkerTopic(name="orders", partition_indexes=(i32(0), i32(1))),
+                    m.WritableTxnMarkerTopic(name="gone", partition_indexes=(i32(0),)))),
+            m.WritableTxnMarker(
+                producer_id=i64(42), producer_epoch=i16(0), transaction_result=True,
+                coordinator_epoch=i32(2), topics=(
+                    m.WritableTxnMarkerTopic(name="orders", partition_indexes=(i32(0),)),)))))
+        answers = {(marker.producer_id, topic.name, part.partition_index): part.error_code
+                   for marker in response.markers for topic in marker.topics
+                   for part in topic.partitions}
+        assert answers == {
+            (41, "orders", 0): ErrorCode.none,
+            (41, "orders", 1): ErrorCode.not_leader_or_follower,
+            (41, "gone", 0): ErrorCode.unknown_topic_or_partition,
+            (42, "orders", 0): ErrorCode.none}
+        assert broker.markers == [
+            (TxnMarker(41, 3, 2, ControlRecordType.ABORT,
+                       (TopicPartition("orders", 0), TopicPartition("orders", 1))), 30000),
+            (TxnMarker(42, 0, 2, ControlRecordType.COMMIT, (TopicPartition("orders", 0),)),
+             30000)]
 
     run(scenario)
 
@@ -652,7 +688,7 @@ def test_fetch_returns_records_and_partition_state(version: int) -> None:
         p0 = parts[("orders", 0)]
         assert (p0.error_code, p0.high_watermark, p0.last_stable_offset) == (ErrorCode.none, 3, 3)
         assert p0.records == b"b1b2"
-        assert p0.aborted_transactions == ()
+        assert p0.aborted_transactions is None  # null: a follower reads every record
         if version >= 5:
             assert p0.log_start_offset == 0
         if version >= 11:

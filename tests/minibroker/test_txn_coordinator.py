@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -131,11 +131,18 @@ class Coordinator:
             1, AsyncioScheduler(asyncio.get_running_loop()), config=config or {},
             events=ReplicationEventLog(tmp_path), append=self._append,
             local_partition=lambda _tp: None, metadata_image=lambda: self.image,
-            generate_producer_id=self._generate)
+            generate_producer_id=self._generate, address_of=lambda _broker: None,
+            spawn=self._spawn)
+        self.tasks: set[asyncio.Task[None]] = set()
         if leads:
             for partition in range(PARTITIONS):
                 self.coordinator.on_leadership_change(
                     TopicPartition(TRANSACTION_STATE_TOPIC, partition), True, 5)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def _generate(self) -> int:
         self.next_id += 1

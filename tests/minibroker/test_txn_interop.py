@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
 from kio.schema.init_producer_id.v4 import request as init_req
 from kio.schema.list_transactions.v1 import request as list_req
 from kio.static.primitive import i16, i64
-from test_interop_clients import BROKERS, Cluster, running_cluster
+from test_broker_processes import get_json, wait_for
+from test_interop_clients import BROKERS, Cluster, _minibroker, running_cluster
 
 from minibroker.cluster.types import ErrorCode
 from minibroker.network.client import KafkaConnection
@@ -119,3 +120,81 @@ def test_kafka_python_admin_lists_and_describes_the_transactional_ids(cluster: C
             described.producer_epoch, described.transaction_start_time_ms,
             described.topic_partitions) == (
         state["broker"], "Empty", state["producer_id"], 0, -1, set())
+
+
+EOS_TOPIC = "eos"
+# Hand-derived ends: p0 holds c-0..c-2 (0-2), COMMIT (3), a-0..a-2 (4-6), ABORT (7), d-0 (8),
+# COMMIT (9); p1 holds c-3, c-4 (0-1), COMMIT (2), a-3, a-4 (3-4), ABORT (5), d-1 (6),
+# COMMIT (7).
+EOS_END = {0: 10, 1: 8}
+COMMITTED = {0: [b"c-0", b"c-1", b"c-2", b"d-0"], 1: [b"c-3", b"c-4", b"d-1"]}
+EVERYTHING = {0: [b"c-0", b"c-1", b"c-2", b"a-0", b"a-1", b"a-2", b"d-0"],
+              1: [b"c-3", b"c-4", b"a-3", b"a-4", b"d-1"]}
+
+
+def partition_state(cluster: Cluster, topic: str, partition: int) -> dict[str, Any]:
+    """The partition as its leader's ``/v1/state`` shows it (HW, LSO)."""
+    controller = get_json(cluster.base_port + 100)
+    leader = controller["topics"][topic]["partitions"][str(partition)]["leader"]
+    return next(p for p in get_json(cluster.base_port + 100 + leader)["partitions"]
+                if (p["topic"], p["partition"]) == (topic, partition))
+
+
+def read_partitions(cluster: Cluster, isolation: str) -> dict[int, list[bytes]]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": isolation,
+                         "isolation.level": isolation, "enable.auto.commit": False})
+    tps = [TopicPartition(EOS_TOPIC, p, 0) for p in EOS_END]
+    consumer.assign(tps)
+    read: dict[int, list[bytes]] = {p: [] for p in EOS_END}
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and any(
+                tp.offset < EOS_END[tp.partition] for tp in consumer.position(tps)):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read[message.partition()].append(message.value())
+    finally:
+        consumer.close()
+    return read
+
+
+def test_confluent_kafka_commits_and_aborts_and_read_committed_sees_only_the_commits(
+        cluster: Cluster) -> None:
+    """librdkafka's transactional producer, begin to commit and abort, on two partitions
+    led by different brokers; the LSO holds while a transaction is open; a read_committed
+    consumer gets the committed records only, a read_uncommitted one all of them."""
+    wait_for(lambda: _minibroker(
+        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
+        "--topic", EOS_TOPIC, "--partitions", "2",
+        "--replication-factor", str(BROKERS)).returncode == 0, 45, f"topic {EOS_TOPIC}")
+    wait_for(lambda: all(len(partition_state(cluster, EOS_TOPIC, p)["isr"]) == BROKERS
+                         for p in EOS_END), 30, "full ISRs")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "ck-eos",
+                         "linger.ms": 0})
+    producer.init_transactions(INIT_TIMEOUT_S)
+
+    def transaction(label: str, counts: tuple[int, int], commit: bool) -> None:
+        producer.begin_transaction()
+        values = iter(range(sum(counts)))
+        for partition, count in enumerate(counts):
+            for _ in range(count):
+                producer.produce(EOS_TOPIC, f"{label}-{next(values)}".encode(),
+                                 partition=partition)
+        producer.flush(30)
+        if label == "a":
+            # Open, flushed: the LSO of each partition is the transaction's first offset.
+            assert [partition_state(cluster, EOS_TOPIC, p)["last_stable_offset"]
+                    for p in EOS_END] == [4, 3]
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    transaction("c", (3, 2), commit=True)
+    transaction("a", (3, 2), commit=False)
+    transaction("d", (1, 1), commit=True)
+    # EndTxn is answered once PrepareCommit is written; CompleteCommit follows the markers.
+    wait_for(lambda: coordinated(cluster, "ck-eos")["state"] == "CompleteCommit", 30,
+             "CompleteCommit after the markers")
+    wait_for(lambda: [partition_state(cluster, EOS_TOPIC, p)["last_stable_offset"]
+                      for p in EOS_END] == [EOS_END[0], EOS_END[1]], 30,
+             "the LSOs past the last markers")
+    assert read_partitions(cluster, "read_committed") == COMMITTED
+    assert read_partitions(cluster, "read_uncommitted") == EVERYTHING

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from minibroker import environment
 from minibroker.cluster.errors import KafkaApiError
 from minibroker.cluster.replica import Replica
 from minibroker.cluster.types import (
@@ -34,13 +35,16 @@ from minibroker.cluster.types import (
 )
 from minibroker.config import LogConfig
 from minibroker.events import EventType, IsrChangeReason, ReplicationEventLog, TruncationReason
+from minibroker.storage.control_records import ControlRecordType
 from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.log import Log, LogAppendInfo, OffsetOutOfRangeError
 from minibroker.storage.producer_state import (
     InvalidProducerBatchError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerStateError,
+    TransactionCoordinatorFencedError,
 )
 from minibroker.storage.records import CorruptRecordError
 
@@ -48,11 +52,14 @@ log = logging.getLogger("minibroker.partition")
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+READ_COMMITTED = 1  # Fetch's and ListOffsets' isolation level (0: READ_UNCOMMITTED)
 
 _PRODUCER_STATE_ERRORS: dict[type[ProducerStateError], ErrorCode] = {
     OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
     InvalidProducerEpochError: ErrorCode.invalid_producer_epoch,
     InvalidProducerBatchError: ErrorCode.invalid_record,
+    InvalidTxnStateError: ErrorCode.invalid_txn_state,
+    TransactionCoordinatorFencedError: ErrorCode.transaction_coordinator_fenced,
 }
 
 
@@ -96,6 +103,7 @@ class Partition:
         self._alter_partition = alter_partition
         self._alive_broker_epoch = alive_broker_epoch
         self._events = events
+        self._high_watermark = -1
         self.high_watermark = min(high_watermark, log.log_end_offset)
         self.leader_id = NO_LEADER
         self.leader_epoch = UNDEFINED_EPOCH
@@ -113,6 +121,25 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        """Every HW change passes here (Kafka's ``UnifiedLog.updateHighWatermarkMetadata``):
+        transactions whose markers it passed become stable."""
+        self._high_watermark = offset
+        self.log.on_high_watermark_updated(offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the HW, held back by the first transaction not yet stable (Kafka's
+        ``UnifiedLog.lastStableOffset``). What ``read_committed`` consumers read to."""
+        unstable = self.log.first_unstable_offset()
+        return self._high_watermark if unstable is None else min(unstable,
+                                                                   self._high_watermark)
 
     @property
     def log_end_offset(self) -> int:
@@ -224,15 +251,7 @@ class Partition:
     # ---- leader: produce ----------------------------------------------------------------
 
     def append_records_to_leader(self, records: bytes, required_acks: int) -> LogAppendInfo:
-        if not self.is_leader:
-            raise KafkaApiError(ErrorCode.not_leader_or_follower,
-                                f"broker {self.broker_id} is not the leader of {self.tp}")
-        min_isr = self.effective_min_isr
-        if required_acks == -1 and len(self.isr) < min_isr:
-            raise KafkaApiError(
-                ErrorCode.not_enough_replicas,
-                f"{self.tp}: ISR {list(self.isr)} is smaller than min.insync.replicas={min_isr}",
-            )
+        self._check_leader_for_write(required_acks)
         try:
             info = self.log.append_as_leader(records, self.leader_epoch)
         except CorruptRecordError as exc:
@@ -244,6 +263,33 @@ class Partition:
                      info.first_offset, info.last_offset)
         self.maybe_increment_high_watermark()
         return info
+
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int,
+                              coordinator_epoch: int, control_type: ControlRecordType
+                              ) -> LogAppendInfo:
+        """A transaction marker for the coordinator (Kafka's ``appendRecordsToLeader`` with
+        origin COORDINATOR and acks=-1, as WriteTxnMarkers appends): refused below
+        min.insync.replicas like any acks=-1 write."""
+        self._check_leader_for_write(-1)
+        try:
+            info = self.log.append_end_txn_marker(
+                producer_id, producer_epoch, coordinator_epoch, control_type,
+                self.leader_epoch, int(environment.current().wall_clock() * 1000))
+        except ProducerStateError as exc:
+            raise KafkaApiError(_PRODUCER_STATE_ERRORS[type(exc)], str(exc)) from None
+        self.maybe_increment_high_watermark()
+        return info
+
+    def _check_leader_for_write(self, required_acks: int) -> None:
+        if not self.is_leader:
+            raise KafkaApiError(ErrorCode.not_leader_or_follower,
+                                f"broker {self.broker_id} is not the leader of {self.tp}")
+        min_isr = self.effective_min_isr
+        if required_acks == -1 and len(self.isr) < min_isr:
+            raise KafkaApiError(
+                ErrorCode.not_enough_replicas,
+                f"{self.tp}: ISR {list(self.isr)} is smaller than min.insync.replicas={min_isr}",
+            )
 
     def check_enough_replicas_reach_offset(self, required_offset: int) -> tuple[bool, ErrorCode]:
         """Kafka's DelayedProduce check: done once the HW passes the batch."""
@@ -274,10 +320,14 @@ class Partition:
                                 f"broker {self.broker_id} is not the leader of {self.tp}")
 
     def read_records(self, fetch_offset: int, current_leader_epoch: int, max_bytes: int,
-                     from_follower: bool) -> FetchResult:
-        """Followers read to the LEO; consumers only below the HW."""
+                     from_follower: bool, isolation_level: int = 0) -> FetchResult:
+        """Followers read to the LEO; consumers below the HW (READ_UNCOMMITTED) or the LSO
+        (READ_COMMITTED, with the aborted transactions among what they read, as Kafka's
+        ``UnifiedLog.read`` with ``FetchIsolation.TXN_COMMITTED``)."""
         self.check_current_leader_epoch(current_leader_epoch, require_leader=True)
-        max_offset = None if from_follower else self.high_watermark
+        lso = self.last_stable_offset
+        committed = not from_follower and isolation_level == READ_COMMITTED
+        max_offset = None if from_follower else lso if committed else self.high_watermark
         try:
             records = self.log.read(fetch_offset, max_bytes, max_offset)
         except OffsetOutOfRangeError as exc:
@@ -285,9 +335,11 @@ class Partition:
         return FetchResult(
             error=ErrorCode.none,
             high_watermark=self.high_watermark,
-            last_stable_offset=self.high_watermark,
+            last_stable_offset=lso,
             log_start_offset=self.log_start_offset,
             records=records,
+            aborted_transactions=(self.log.collect_aborted_txns(fetch_offset, lso)
+                                  if committed and records else None),
         )
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int,
@@ -425,11 +477,12 @@ class Partition:
 
     def fetch_offset_for_timestamp(self, timestamp: int, current_leader_epoch: int,
                                    isolation_level: int, replica_id: int) -> tuple[int, int]:
-        """ListOffsets: earliest is the log start; latest is the HW for consumers and the
-        LEO for followers (Kafka's isolation rules). A new leader whose HW has not yet reached
-        the start of its epoch answers a consumer's latest with OFFSET_NOT_AVAILABLE (KIP-207,
-        Kafka 2.2 onwards): its HW may still be below what the previous leader exposed, and a
-        consumer resetting to it would read some records twice."""
+        """ListOffsets: earliest is the log start; latest is the HW for consumers (the LSO
+        for READ_COMMITTED ones) and the LEO for followers (Kafka's isolation rules). A new
+        leader whose HW has not yet reached the start of its epoch answers a consumer's
+        latest with OFFSET_NOT_AVAILABLE (KIP-207, Kafka 2.2 onwards): its HW may still be
+        below what the previous leader exposed, and a consumer resetting to it would read
+        some records twice."""
         self.check_current_leader_epoch(current_leader_epoch, require_leader=True)
         if timestamp == EARLIEST_TIMESTAMP:
             return self.log_start_offset, self.leader_epoch
@@ -442,6 +495,8 @@ class Partition:
                     f"{self.tp}: the high watermark ({self.high_watermark}) of leader epoch "
                     f"{self.leader_epoch} is behind the epoch's start offset "
                     f"({self.leader_epoch_start_offset})")
+            if isolation_level == READ_COMMITTED:
+                return self.last_stable_offset, self.leader_epoch
             return self.high_watermark, self.leader_epoch
         raise KafkaApiError(ErrorCode.invalid_request,
                             f"ListOffsets by timestamp ({timestamp}) is not supported")

@@ -17,6 +17,7 @@ the rules themselves are in ``Partition`` and ``truncation``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Protocol
 from minibroker.cluster.delayed import DelayedFetch, DelayedProduce, Purgatory
 from minibroker.cluster.errors import KafkaApiError
 from minibroker.cluster.log_dir_failure import LogDirFailureChannel
-from minibroker.cluster.partition import AlterPartitionRequest, Partition
+from minibroker.cluster.partition import READ_COMMITTED, AlterPartitionRequest, Partition
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.truncation import truncation_for_epoch_answer
 from minibroker.cluster.types import (
@@ -38,11 +39,13 @@ from minibroker.cluster.types import (
     PartitionRegistration,
     ProduceResult,
     TopicPartition,
+    TxnMarker,
 )
 from minibroker.config import LogConfig, resolve
 from minibroker.events import EventType, ReplicationEventLog, TruncationReason
 from minibroker.storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from minibroker.storage.durability import DurabilityTracker
+from minibroker.storage.log import LogAppendInfo
 from minibroker.storage.log_manager import LogManager
 
 
@@ -320,16 +323,50 @@ class ReplicaManager:
         entries: dict[TopicPartition, bytes],
         on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
     ) -> None:
+        """A client's Produce: each partition's batch on its leader."""
+        self._append_to_leaders(
+            acks, timeout_ms,
+            {tp: functools.partial(Partition.append_records_to_leader, records=records,
+                                   required_acks=acks)
+             for tp, records in entries.items()},
+            on_complete)
+
+    def append_end_txn_markers(
+        self,
+        *,
+        marker: TxnMarker,
+        timeout_ms: int,
+        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+    ) -> None:
+        """One producer's WriteTxnMarkers entry: a marker in each of its partitions, with
+        acks=-1 (Kafka's ``appendRecords`` with origin COORDINATOR)."""
+        self._append_to_leaders(
+            -1, timeout_ms,
+            {tp: functools.partial(Partition.append_end_txn_marker,
+                                   producer_id=marker.producer_id,
+                                   producer_epoch=marker.producer_epoch,
+                                   coordinator_epoch=marker.coordinator_epoch,
+                                   control_type=marker.control_type)
+             for tp in marker.partitions},
+            on_complete)
+
+    def _append_to_leaders(
+        self,
+        acks: int,
+        timeout_ms: int,
+        appends: dict[TopicPartition, Callable[[Partition], LogAppendInfo]],
+        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+    ) -> None:
         results: dict[TopicPartition, ProduceResult] = {}
         required: dict[TopicPartition, int] = {}
-        for tp, records in entries.items():
+        for tp, append in appends.items():
             try:
                 if self.log_dir_offline:
                     raise self.log_dir_failure_channel.storage_error(self.data_dir,
                                                                      f"appending to {tp}")
                 partition = self._leader_partition(tp)
                 try:
-                    info = partition.append_records_to_leader(records, acks)
+                    info = append(partition)
                 except OSError as exc:
                     raise self.log_dir_failure_channel.storage_error(
                         self.data_dir, f"appending to {tp}", exc) from exc
@@ -385,7 +422,9 @@ class ReplicaManager:
             if fp.current_leader_epoch not in (UNDEFINED_EPOCH, partition.leader_epoch):
                 return True
             offset, log_end = fp.fetch_offset, partition.log_end_offset
-            end = log_end if request.is_from_follower else partition.high_watermark
+            end = (log_end if request.is_from_follower
+                   else partition.last_stable_offset if request.isolation_level == READ_COMMITTED
+                   else partition.high_watermark)
             if offset < end or not partition.log_start_offset <= offset <= log_end:
                 return True
         return False
@@ -402,7 +441,8 @@ class ReplicaManager:
                 leader_end_offset = partition.log_end_offset
                 result = partition.read_records(fp.fetch_offset, fp.current_leader_epoch,
                                                 min(fp.max_bytes, max(budget, 1)),
-                                                request.is_from_follower)
+                                                request.is_from_follower,
+                                                request.isolation_level)
                 if request.is_from_follower and update_follower_state:
                     if partition.update_follower_fetch_state(request.replica_id, fp.fetch_offset,
                                                              leader_end_offset,
@@ -548,9 +588,11 @@ class ReplicaManager:
                     "isr": list(p.isr),
                     "replicas": list(p.assignment),
                     "high_watermark": p.high_watermark,
+                    "last_stable_offset": p.last_stable_offset,
                     "log_end_offset": p.log_end_offset,
                     "log_start_offset": p.log_start_offset,
                     "producers": len(p.log.producer_state.producers),
+                    "ongoing_transactions": len(p.log.producer_state.ongoing_txns),
                 }
                 for tp, p in sorted(self.partitions.items())
             ],

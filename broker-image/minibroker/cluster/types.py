@@ -14,6 +14,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from minibroker.storage.control_records import ControlRecordType
+from minibroker.storage.transaction_index import AbortedTxn
+
 __all__ = [
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
@@ -27,6 +30,7 @@ __all__ = [
     "ProduceResult",
     "TopicImage",
     "TopicPartition",
+    "TxnMarker",
 ]
 
 UNDEFINED_EPOCH = -1
@@ -200,6 +204,18 @@ class ProduceResult:
 
 
 @dataclass(frozen=True)
+class TxnMarker:
+    """One entry of a WriteTxnMarkers request: end a producer's transaction in these
+    partitions (Kafka's ``TxnMarkerEntry``)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    control_type: ControlRecordType
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
 class FetchPartition:
     """One partition of a Fetch request.
 
@@ -237,3 +253,5 @@ class FetchResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    # READ_COMMITTED fetches: the aborted transactions among the records (None otherwise).
+    aborted_transactions: list[AbortedTxn] | None = None

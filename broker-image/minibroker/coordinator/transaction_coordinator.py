@@ -1,32 +1,37 @@
 """The transaction coordinator: Kafka 4.2's ``TransactionCoordinator``, transaction version 1.
 
 It answers for the transactional ids of the ``__transaction_state`` partitions this broker
-leads (``TransactionStateManager``). So far it initializes producers and describes them:
-InitProducerId with a transactional id gives the id its producer id (one from the
-controller's blocks, kept for the life of the id) and a producer epoch one above the last,
-which fences every instance that initialized before (their requests with the older epoch
-get PRODUCER_FENCED); DescribeTransactions and ListTransactions show the ids it
-coordinates. The epoch is in ``__transaction_state`` before the producer hears it, so a
-coordinator that takes over after a crash continues from it, and a fenced instance stays
-fenced.
-
-Not yet: the transaction itself (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, the markers),
-so no transactional id is ever Ongoing or Prepare* here; the branches for those states
-answer as Kafka's do.
+leads (``TransactionStateManager``). InitProducerId with a transactional id gives the id its
+producer id (one from the controller's blocks, kept for the life of the id) and a producer
+epoch one above the last, which fences every instance that initialized before (their
+requests with the older epoch get PRODUCER_FENCED). AddPartitionsToTxn puts partitions in
+the transaction (Ongoing); EndTxn decides it (PrepareCommit or PrepareAbort), answers the
+producer once that is in the log, and hands the markers to the
+``TransactionMarkerChannelManager``, which writes Complete* after the last one. The
+coordinator aborts a transaction itself, with a fenced epoch, when it has been open longer
+than its timeout or a new instance of the producer initializes. Every state is in
+``__transaction_state`` before anyone hears of it, so a coordinator that takes over after a
+crash continues from it: it resends the markers of any transaction it finds decided but not
+completed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from minibroker.cluster.partition import Partition
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
+from minibroker.config import resolve
 from minibroker.coordinator.group_metadata_manager import AppendRecords, Emit
 from minibroker.coordinator.transaction_log import TransactionState
+from minibroker.coordinator.transaction_marker_channel_manager import (
+    TransactionMarkerChannelManager,
+)
 from minibroker.coordinator.transaction_metadata import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -41,6 +46,7 @@ from minibroker.coordinator.transaction_state_manager import (
     TransactionStateManager,
 )
 from minibroker.producer_id_manager import ProducerIdAllocationError
+from minibroker.storage.control_records import ControlRecordType
 
 __all__ = ["InitProducerIdResult", "TransactionCoordinator"]
 
@@ -59,11 +65,22 @@ class TransactionCoordinator:
                  append: AppendRecords,
                  local_partition: Callable[[TopicPartition], Partition | None],
                  metadata_image: Callable[[], MetadataImage], events: Emit,
-                 generate_producer_id: Callable[[], Awaitable[int]]) -> None:
+                 generate_producer_id: Callable[[], Awaitable[int]],
+                 address_of: Callable[[int], tuple[str, int] | None],
+                 spawn: Callable[[Coroutine[Any, Any, None], str], None]) -> None:
         self.state_manager = TransactionStateManager(
             broker_id, scheduler, config=config, append=append,
-            local_partition=local_partition, metadata_image=metadata_image, events=events)
+            local_partition=local_partition, metadata_image=metadata_image, events=events,
+            on_loaded=self._complete_decided_transactions)
+        self.markers = TransactionMarkerChannelManager(
+            broker_id, scheduler, state_manager=self.state_manager,
+            metadata_image=metadata_image, address_of=address_of, spawn=spawn)
+        self._scheduler = scheduler
+        self._abort_interval_ms: int = resolve(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms", config)
         self._generate_producer_id = generate_producer_id
+        self._spawn = spawn
+        self._shutting_down = False
 
     def on_leadership_change(self, tp: TopicPartition, is_leader: bool,
                              leader_epoch: int) -> None:
@@ -76,11 +93,184 @@ class TransactionCoordinator:
             self.state_manager.remove_transactions_for_partition(tp.partition, leader_epoch)
 
     def startup(self) -> None:
-        """Kafka's ``TransactionCoordinator.startup``: ids expire from now on."""
+        """Kafka's ``TransactionCoordinator.startup``: ids expire, and transactions open
+        past their timeout are aborted, from now on."""
         self.state_manager.enable_transactional_id_expiration()
 
+        def abort_timed_out() -> None:
+            if self._shutting_down:
+                return
+            try:
+                self.abort_timed_out_transactions()
+            finally:
+                self._scheduler.call_later(self._abort_interval_ms, abort_timed_out)
+
+        self._scheduler.call_later(self._abort_interval_ms, abort_timed_out)
+
     def shutdown(self) -> None:
+        self._shutting_down = True
+        self.markers.shutdown()
         self.state_manager.shutdown()
+
+    def _complete_decided_transactions(self, coordinator_epoch: int,
+                                       loaded: list[TransactionMetadata]) -> None:
+        """Kafka's ``onTransactionLoaded`` callback: a transaction the last coordinator
+        decided (Prepare*) but did not complete gets its markers sent again."""
+        for metadata in loaded:
+            if metadata.state in (TransactionState.PREPARE_COMMIT,
+                                  TransactionState.PREPARE_ABORT):
+                result = (ControlRecordType.COMMIT
+                          if metadata.state is TransactionState.PREPARE_COMMIT
+                          else ControlRecordType.ABORT)
+                log.info("Completing %s's %s, found in the log", metadata.transactional_id,
+                         metadata.state.state_name)
+                self.markers.add_txn_markers_to_send(
+                    coordinator_epoch, result, metadata,
+                    metadata.prepare_complete(self.state_manager.now_ms()))
+
+    def _existing_state(self, transactional_id: str
+                        ) -> CoordinatorEpochAndTxnMetadata | ErrorCode:
+        """The id's state for a request that needs it initialized: INVALID_REQUEST for an
+        empty id, INVALID_PRODUCER_ID_MAPPING for an unknown one."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        state = self.state_manager.get_transaction_state(transactional_id)
+        return ErrorCode.invalid_producer_id_mapping if state is None else state
+
+    # ---- AddPartitionsToTxn ---------------------------------------------------------------
+
+    async def handle_add_partitions_to_transaction(
+            self, transactional_id: str, producer_id: int, producer_epoch: int,
+            partitions: frozenset[TopicPartition]) -> ErrorCode:
+        """Kafka's ``handleAddPartitionsToTransaction`` (transaction version 1)."""
+        state = self._existing_state(transactional_id)
+        if isinstance(state, ErrorCode):
+            return state
+        metadata = state.metadata
+        if metadata.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if metadata.producer_epoch != producer_epoch:
+            return ErrorCode.producer_fenced
+        if metadata.pending_transition_in_progress or metadata.state in (
+                TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+            return ErrorCode.concurrent_transactions
+        if metadata.state is TransactionState.ONGOING and partitions <= metadata.partitions:
+            return ErrorCode.none  # a retry: already in the transaction
+        transit = metadata.prepare_add_partitions(partitions, self.state_manager.now_ms())
+        return await _append(self.state_manager, transactional_id, state.coordinator_epoch,
+                             transit)
+
+    def verify_partitions_in_transaction(
+            self, transactional_id: str, producer_id: int, producer_epoch: int,
+            partitions: frozenset[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's ``handleVerifyPartitionsInTransaction`` (AddPartitionsToTxn v4+ with
+        VerifyOnly, KIP-890 part 1): whether each partition is in the ongoing transaction of
+        this producer, without changing anything."""
+        state = self._existing_state(transactional_id)
+        error: ErrorCode | None = None
+        if isinstance(state, ErrorCode):
+            error = state
+        elif state.metadata.producer_id != producer_id:
+            error = ErrorCode.invalid_producer_id_mapping
+        elif state.metadata.producer_epoch != producer_epoch:
+            error = ErrorCode.producer_fenced
+        elif state.metadata.state in (TransactionState.PREPARE_COMMIT,
+                                      TransactionState.PREPARE_ABORT):
+            error = ErrorCode.concurrent_transactions
+        if error is not None or not isinstance(state, CoordinatorEpochAndTxnMetadata):
+            return dict.fromkeys(partitions, error or ErrorCode.unknown_server_error)
+        return {tp: ErrorCode.none if tp in state.metadata.partitions
+                else ErrorCode.invalid_txn_state for tp in partitions}
+
+    # ---- EndTxn ---------------------------------------------------------------------------
+
+    async def handle_end_transaction(self, transactional_id: str, producer_id: int,
+                                     producer_epoch: int, commit: bool,
+                                     from_client: bool = True) -> ErrorCode:
+        """Kafka's ``endTransactionWithTV1``: decide the transaction (Prepare* in the log),
+        answer, then send the markers. A retry of an end already decided the same way is
+        answered NONE, or CONCURRENT_TRANSACTIONS while its markers are still going out."""
+        state = self._existing_state(transactional_id)
+        if isinstance(state, ErrorCode):
+            return state
+        metadata = state.metadata
+        decided = self._prepare_end(metadata, producer_id, producer_epoch, commit, from_client)
+        if isinstance(decided, ErrorCode):
+            return decided
+        written = await _append(self.state_manager, transactional_id, state.coordinator_epoch,
+                                decided)
+        if written != ErrorCode.none:
+            if not from_client:
+                metadata.has_failed_epoch_fence = True
+            return written
+        log.info("%s %s the transaction of %s (producer %d epoch %d, %d partitions)",
+                 "The producer" if from_client else "The coordinator",
+                 "commits" if commit else "aborts", transactional_id, metadata.producer_id,
+                 metadata.producer_epoch, len(metadata.partitions))
+        current = self.state_manager.get_transaction_state(transactional_id)
+        if (isinstance(current, CoordinatorEpochAndTxnMetadata)
+                and current.coordinator_epoch == state.coordinator_epoch
+                and current.metadata is metadata and metadata.state is decided.state):
+            self.markers.add_txn_markers_to_send(
+                state.coordinator_epoch,
+                ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, metadata,
+                metadata.prepare_complete(self.state_manager.now_ms()))
+        return ErrorCode.none
+
+    def _prepare_end(self, metadata: TransactionMetadata, producer_id: int,
+                     producer_epoch: int, commit: bool, from_client: bool
+                     ) -> TxnTransitMetadata | ErrorCode:
+        if metadata.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if (from_client and producer_epoch != metadata.producer_epoch) \
+                or producer_epoch < metadata.producer_epoch:
+            return ErrorCode.producer_fenced
+        if metadata.pending_transition_in_progress:
+            return ErrorCode.concurrent_transactions
+        state = metadata.state
+        if state is TransactionState.ONGOING:
+            return metadata.prepare_abort_or_commit(
+                TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT,
+                self.state_manager.now_ms())
+        same_way = {TransactionState.COMPLETE_COMMIT: (commit, ErrorCode.none),
+                    TransactionState.COMPLETE_ABORT: (not commit, ErrorCode.none),
+                    TransactionState.PREPARE_COMMIT: (commit,
+                                                      ErrorCode.concurrent_transactions),
+                    TransactionState.PREPARE_ABORT: (not commit,
+                                                     ErrorCode.concurrent_transactions)}
+        if state in same_way and same_way[state][0]:
+            return same_way[state][1]
+        log.info("EndTxn (%s) of %s in state %s: INVALID_TXN_STATE",
+                 "commit" if commit else "abort", metadata.transactional_id, state.state_name)
+        return ErrorCode.invalid_txn_state
+
+    # ---- the coordinator's own aborts -------------------------------------------------------
+
+    def abort_timed_out_transactions(self) -> None:
+        """Kafka's ``abortTimedOutTransactions``: every Ongoing transaction open longer than
+        its ``transaction.timeout.ms`` is aborted with a fenced producer epoch, so the
+        producer that let it hang cannot add to it or commit it."""
+        now = self.state_manager.now_ms()
+        for metadata in self.state_manager.timed_out_transactions(now):
+            log.info("Aborting %s: open for %d ms, its timeout is %d ms",
+                     metadata.transactional_id, now - metadata.txn_start_timestamp,
+                     metadata.txn_timeout_ms)
+            self._spawn(self._abort_quietly(metadata), f"abort-{metadata.transactional_id}")
+
+    async def _abort_quietly(self, metadata: TransactionMetadata) -> None:
+        error = await self._abort_with_fenced_epoch(metadata)
+        if error != ErrorCode.none:
+            log.info("Aborting %s failed (%s); the next check tries again",
+                     metadata.transactional_id, error.name)
+
+    async def _abort_with_fenced_epoch(self, metadata: TransactionMetadata) -> ErrorCode:
+        """Bump the epoch (fencing the producer) and abort the Ongoing transaction."""
+        if metadata.pending_transition_in_progress:
+            return ErrorCode.concurrent_transactions
+        metadata.fence_producer_epoch()
+        return await self.handle_end_transaction(
+            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
+            commit=False, from_client=False)
 
     # ---- DescribeTransactions -------------------------------------------------------------
 
@@ -148,11 +338,13 @@ class TransactionCoordinator:
                 or (expected[0] == metadata.last_producer_id
                     and is_epoch_exhausted(expected[1]))):
             return ErrorCode.producer_fenced
-        if metadata.state in (TransactionState.PREPARE_ABORT, TransactionState.PREPARE_COMMIT,
-                              TransactionState.ONGOING):
-            # Ongoing would be fenced by aborting it (PrepareEpochFence), which needs the
-            # markers; no transaction gets there before EndTxn exists.
+        if metadata.state in (TransactionState.PREPARE_ABORT, TransactionState.PREPARE_COMMIT):
             return ErrorCode.concurrent_transactions
+        if metadata.state is TransactionState.ONGOING:
+            # Kafka: abort the open transaction with a fenced epoch (never given to anyone),
+            # then CONCURRENT_TRANSACTIONS, so the producer retries and bumps it again.
+            aborted = await self._abort_with_fenced_epoch(metadata)
+            return aborted if aborted != ErrorCode.none else ErrorCode.concurrent_transactions
         if metadata.state not in (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT,
                                   TransactionState.COMPLETE_ABORT):
             raise TransitionError(f"{transactional_id} is {metadata.state.state_name}: a "

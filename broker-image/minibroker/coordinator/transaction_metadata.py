@@ -9,7 +9,10 @@ is replicated (``TransactionStateManager.append_transaction_to_log``),
 when the write failed. So the coordinator never answers from a state the log may not keep.
 
 Transaction version 1 only (KIP-890's epoch bump per transaction is transaction version 2):
-the previous and next producer ids of the flexible log value are not kept.
+the previous and next producer ids of the flexible log value are not kept. A transaction
+goes Empty (or Complete*) -> Ongoing (AddPartitionsToTxn) -> PrepareCommit or
+PrepareAbort (EndTxn, or the coordinator's own abort with a fenced epoch) -> CompleteCommit
+or CompleteAbort (once every partition has its marker).
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ class TransactionMetadata:
         self.txn_start_timestamp = txn_start_timestamp
         self.txn_last_update_timestamp = update_timestamp
         self.pending_state: TransactionState | None = None
+        self.has_failed_epoch_fence = False
 
     @classmethod
     def loaded(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
@@ -142,10 +146,59 @@ class TransactionMetadata:
                              self.last_producer_epoch, self.txn_timeout_ms,
                              self.txn_last_update_timestamp)
 
+    # ---- a transaction ---------------------------------------------------------------------
+
+    def prepare_add_partitions(self, partitions: frozenset[TopicPartition],
+                               now_ms: int) -> TxnTransitMetadata:
+        """Kafka's ``prepareAddPartitions``: Ongoing with the partitions added; the first
+        partition of a transaction starts its clock (``txn_start_timestamp``), which
+        ``transaction.timeout.ms`` counts from."""
+        start = now_ms if self.state in (TransactionState.EMPTY,
+                                         TransactionState.COMPLETE_ABORT,
+                                         TransactionState.COMPLETE_COMMIT) \
+            else self.txn_start_timestamp
+        return self._prepare(TransactionState.ONGOING, self.producer_id, self.producer_epoch,
+                             self.last_producer_epoch, self.txn_timeout_ms, now_ms,
+                             partitions=self.partitions | partitions, start=start)
+
+    def prepare_abort_or_commit(self, state: TransactionState,
+                                now_ms: int) -> TxnTransitMetadata:
+        """Kafka's ``prepareAbortOrCommit`` for transaction version 1: PrepareCommit or
+        PrepareAbort, the same producer epoch, partitions and start."""
+        return self._prepare(state, self.producer_id, self.producer_epoch,
+                             self.last_producer_epoch, self.txn_timeout_ms, now_ms,
+                             partitions=self.partitions, start=self.txn_start_timestamp)
+
+    def fence_producer_epoch(self) -> None:
+        """Kafka's ``prepareFenceProducerEpoch`` followed by ``endTransactionWithTV1``'s
+        epoch fence, in one step: the coordinator aborts an Ongoing transaction itself (its
+        timeout expired, or a new instance of the producer initialized), so it bumps the
+        epoch in memory at once, fencing the old producer's next request, and the
+        PrepareAbort written next carries it. If that write fails the epoch is not bumped
+        again (``hasFailedEpochFence``): the bumped one was never given to anyone."""
+        if self.producer_epoch >= _MAX_EPOCH:
+            raise TransitionError(f"{self.transactional_id}: cannot fence epoch "
+                                  f"{self.producer_epoch}")
+        if not self.has_failed_epoch_fence:
+            self.producer_epoch += 1
+        self.last_producer_epoch = NO_PRODUCER_EPOCH
+
+    def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
+        """Kafka's ``prepareComplete``: the markers are written, CompleteCommit or
+        CompleteAbort, no partitions."""
+        self.has_failed_epoch_fence = False
+        state = (TransactionState.COMPLETE_COMMIT if self.state is TransactionState.PREPARE_COMMIT
+                 else TransactionState.COMPLETE_ABORT)
+        return self._prepare(state, self.producer_id, self.producer_epoch,
+                             self.last_producer_epoch, self.txn_timeout_ms, now_ms,
+                             start=self.txn_start_timestamp)
+
     def _prepare(self, state: TransactionState, producer_id: int, epoch: int, last_epoch: int,
-                 txn_timeout_ms: int, now_ms: int) -> TxnTransitMetadata:
-        """``prepareTransitionTo``, for the transitions with no partitions and no start (to
-        Empty, and to Dead)."""
+                 txn_timeout_ms: int, now_ms: int, *,
+                 partitions: frozenset[TopicPartition] = frozenset(),
+                 start: int = -1) -> TxnTransitMetadata:
+        """Kafka's ``prepareTransitionTo``: checked against the state machine, and pending
+        until written."""
         if self.pending_state is not None:
             raise TransitionError(f"{self.transactional_id}: preparing {state.state_name} "
                                   f"while {self.pending_state.state_name} is pending")
@@ -157,7 +210,7 @@ class TransactionMetadata:
                                   f"epoch {epoch}")
         self.pending_state = state
         return TxnTransitMetadata(producer_id, self.producer_id, epoch, last_epoch,
-                                  txn_timeout_ms, state, frozenset(), -1, now_ms)
+                                  txn_timeout_ms, state, partitions, start, now_ms)
 
     # ---- after the log write ---------------------------------------------------------------
 
@@ -169,9 +222,20 @@ class TransactionMetadata:
                                   f"{self.pending_state} is pending")
         epoch_ok = (transit.producer_epoch in (self.producer_epoch, self.producer_epoch + 1)
                     or (transit.producer_id != self.producer_id and transit.producer_epoch == 0))
-        if transit.state is TransactionState.EMPTY and (
-                not epoch_ok or transit.partitions or transit.txn_start_timestamp != -1):
-            raise TransitionError(f"{self.transactional_id}: invalid transition to {transit}")
+        same_epoch = (transit.producer_id, transit.producer_epoch) == (self.producer_id,
+                                                                       self.producer_epoch)
+        state = transit.state
+        if (state is TransactionState.EMPTY and (
+                not epoch_ok or transit.partitions or transit.txn_start_timestamp != -1)) or (
+                state is TransactionState.ONGOING and (
+                    not same_epoch or not transit.partitions >= self.partitions)) or (
+                state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
+                and (not same_epoch or transit.partitions != self.partitions
+                     or transit.txn_start_timestamp != self.txn_start_timestamp)) or (
+                state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT)
+                and (not same_epoch or transit.txn_start_timestamp == -1)):
+            raise TransitionError(f"{self.transactional_id}: invalid transition from "
+                                  f"{self.state.state_name} to {transit}")
         self.producer_id, self.last_producer_id = transit.producer_id, transit.last_producer_id
         self.producer_epoch = transit.producer_epoch
         self.last_producer_epoch = transit.last_producer_epoch

@@ -88,8 +88,10 @@ class TransactionStateManager:
     def __init__(self, broker_id: int, scheduler: Scheduler, *, config: Mapping[str, str],
                  append: AppendRecords, local_partition: Callable[[TopicPartition],
                                                                   Partition | None],
-                 metadata_image: Callable[[], MetadataImage], events: Emit) -> None:
+                 metadata_image: Callable[[], MetadataImage], events: Emit,
+                 on_loaded: Callable[[int, list[TransactionMetadata]], None]) -> None:
         self.broker_id = broker_id
+        self._on_loaded = on_loaded
         self._scheduler = scheduler
         wall_clock = environment.current().wall_clock  # virtual in simulation
         self.now_ms = lambda: int(wall_clock() * 1000)
@@ -282,6 +284,14 @@ class TransactionStateManager:
                           partition=partition, leader_epoch=epoch, log_end_offset=end,
                           detail=f"loaded {len(loaded)} transactional ids: {', '.join(loaded)}"
                           if loaded else "loaded no transactional id")
+        self._on_loaded(epoch, list(entry.by_id.values()))
+
+    def timed_out_transactions(self, now_ms: int) -> list[TransactionMetadata]:
+        """Kafka's ``timedOutTransactions``: each Ongoing transaction with no change in
+        flight, open longer than its timeout."""
+        return [m for entry in self._cache.values() for m in entry.by_id.values()
+                if m.state is TransactionState.ONGOING and not m.pending_transition_in_progress
+                and m.txn_start_timestamp + m.txn_timeout_ms < now_ms]
 
     def remove_transactions_for_partition(self, partition: int, epoch: int) -> None:
         """Stop coordinating ``partition``'s ids (this broker no longer leads it)."""

@@ -63,6 +63,9 @@ class KafkaApis:
             ApiKey.DESCRIBE_TOPIC_PARTITIONS: cluster.handle_describe_topic_partitions,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: cluster.handle_incremental_alter_configs,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: replicas.handle_offset_for_leader_epoch,
+            ApiKey.WRITE_TXN_MARKERS: replicas.handle_write_txn_markers,
+            ApiKey.ADD_PARTITIONS_TO_TXN: txns.handle_add_partitions_to_txn,
+            ApiKey.END_TXN: txns.handle_end_txn,
         }
 
     async def handle(self, request: Request) -> ResponsePayload | None:

@@ -69,6 +69,9 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -102,6 +105,9 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 only adds TRANSACTION_ABORTABLE (KIP-890)
+    ApiKey.END_TXN: (0, 3),  # v4 adds TRANSACTION_ABORTABLE, v5 is transaction version 2
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v2's transaction version is KIP-890 part 2's
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topic configs only
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # KIP-664
     ApiKey.LIST_TRANSACTIONS: (0, 1),  # v1: KIP-994's duration filter; v2's regex is not served

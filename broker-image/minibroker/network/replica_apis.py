@@ -1,7 +1,7 @@
-"""The APIs the ``ReplicaManager`` serves: Produce, Fetch, ListOffsets and
-OffsetForLeaderEpoch, which read and write the replicas (a partition unknown to the
-metadata image is answered here, without asking the core; fetch sessions, in
-``fetch_session``; acks=0)."""
+"""The APIs the ``ReplicaManager`` serves: Produce, Fetch, ListOffsets,
+OffsetForLeaderEpoch and WriteTxnMarkers, which read and write the replicas (a partition
+unknown to the metadata image is answered here, without asking the core; fetch sessions,
+in ``fetch_session``; acks=0)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from minibroker.cluster.types import (
     MetadataImage,
     ProduceResult,
     TopicPartition,
+    TxnMarker,
 )
 from minibroker.config import resolve
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
@@ -40,9 +41,9 @@ from minibroker.network.responses import (
     completion,
     response_module,
 )
+from minibroker.storage.control_records import ControlRecordType
 from minibroker.storage.records import LOG_OVERHEAD
 
-_TRANSACTIONS_UNSUPPORTED = "minibroker does not support transactional producers"
 # Kafka's AdminUtils.ADMIN_CLIENT_ID: the one client id that may append to internal topics.
 _ADMIN_CLIENT_ID = "__admin_client"
 _BATCH_LENGTH = struct.Struct(">i")
@@ -65,6 +66,14 @@ class ReplicaBroker(Protocol):
         acks: int,
         timeout_ms: int,
         entries: dict[TopicPartition, bytes],
+        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+    ) -> None: ...
+
+    def append_end_txn_markers(
+        self,
+        *,
+        marker: TxnMarker,
+        timeout_ms: int,
         on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
     ) -> None: ...
 
@@ -99,6 +108,7 @@ class ReplicaApis:
         self._broker = broker
         config = broker.broker_config()
         self._fetch_max_bytes: int = resolve("fetch.max.bytes", config)
+        self._request_timeout_ms: int = resolve("request.timeout.ms", config)
         self._message_max_bytes: int = resolve("message.max.bytes", config)
         # Partitions unknown to the image a session may keep naming (Kafka keeps them, so
         # that a follower that learnt of a topic before its leader keeps asking): bounded,
@@ -118,10 +128,7 @@ class ReplicaApis:
         for topic in body.topic_data:
             for part in topic.partition_data:
                 tp = TopicPartition(topic.name, part.index)
-                if body.transactional_id is not None:
-                    results[tp] = ProduceResult(
-                        ErrorCode.invalid_request, error_message=_TRANSACTIONS_UNSUPPORTED)
-                elif body.acks not in (-1, 0, 1):
+                if body.acks not in (-1, 0, 1):
                     results[tp] = ProduceResult(ErrorCode.invalid_required_acks)
                 elif not _partition_exists(image, tp):
                     results[tp] = ProduceResult(ErrorCode.unknown_topic_or_partition)
@@ -273,6 +280,43 @@ class ReplicaApis:
             topics.append(m.ListOffsetsTopicResponse(name=topic.name, partitions=tuple(partitions)))
         return build(m.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
+    # -- WriteTxnMarkers ----------------------------------------------------------------
+
+    async def handle_write_txn_markers(self, request: Request) -> ResponsePayload:
+        """The coordinator's markers (Kafka's ``KafkaApis.handleWriteTxnMarkersRequest``):
+        each producer's in all its partitions at once, with acks=-1 and the broker's
+        request.timeout.ms, answered when every marker is replicated or has failed."""
+        m = response_module(ApiKey.WRITE_TXN_MARKERS, request.api_version)
+        image = self._broker.metadata_image()
+
+        async def write(entry: Any) -> Any:
+            tps = [TopicPartition(topic.name, index)
+                   for topic in entry.topics for index in topic.partition_indexes]
+            known = tuple(tp for tp in tps if _partition_exists(image, tp))
+            results = {tp: ProduceResult(ErrorCode.unknown_topic_or_partition)
+                       for tp in tps if tp not in known}
+            if known:
+                marker = TxnMarker(
+                    entry.producer_id, entry.producer_epoch, entry.coordinator_epoch,
+                    ControlRecordType.COMMIT if entry.transaction_result
+                    else ControlRecordType.ABORT, known)
+                results.update(await completion(
+                    lambda done: self._broker.append_end_txn_markers(
+                        marker=marker, timeout_ms=self._request_timeout_ms,
+                        on_complete=done)))
+            return m.WritableTxnMarkerResult(
+                producer_id=entry.producer_id,
+                topics=tuple(
+                    m.WritableTxnMarkerTopicResult(name=topic.name, partitions=tuple(
+                        m.WritableTxnMarkerPartitionResult(
+                            partition_index=index,
+                            error_code=results[TopicPartition(topic.name, index)].error)
+                        for index in topic.partition_indexes))
+                    for topic in entry.topics))
+
+        answers = await asyncio.gather(*(write(entry) for entry in request.body.markers))
+        return m.WriteTxnMarkersResponse(markers=tuple(answers))
+
     # -- OffsetForLeaderEpoch ------------------------------------------------------------
 
     async def handle_offset_for_leader_epoch(self, request: Request) -> ResponsePayload:
@@ -364,16 +408,18 @@ def _produce_partition(m: ModuleType, index: int, result: ProduceResult) -> Any:
 
 
 def _fetch_partition(m: ModuleType, index: int, result: FetchResult) -> Any:
-    # No transactions, so the last stable offset is the high watermark.
-    lso = result.last_stable_offset if result.last_stable_offset >= 0 else result.high_watermark
+    aborted = result.aborted_transactions
     return build(
         m.PartitionData,
         partition_index=index,
         error_code=result.error,
         high_watermark=result.high_watermark,
-        last_stable_offset=lso,
+        last_stable_offset=result.last_stable_offset,
         log_start_offset=result.log_start_offset,
-        aborted_transactions=(),
+        # Kafka sends null to READ_UNCOMMITTED consumers and followers.
+        aborted_transactions=None if aborted is None else tuple(
+            m.AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+            for txn in aborted),
         preferred_read_replica=NO_NODE,
         records=result.records,
     )

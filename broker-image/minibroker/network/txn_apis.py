@@ -6,19 +6,20 @@ A request without a transactional id gets a fresh producer id at epoch 0 from an
 (also when it names its current id and epoch, a KIP-360 bump, v3+; naming only one of the
 two is INVALID_REQUEST). One with a transactional id goes to the ``TransactionCoordinator``,
 which answers NOT_COORDINATOR unless this broker leads the id's ``__transaction_state``
-partition. The transaction APIs themselves (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-TxnOffsetCommit, WriteTxnMarkers) are not served yet: ApiVersions leaves them out, so a
-client sees that this broker cannot run transactions, rather than a retry loop.
+partition. AddPartitionsToTxn (v0-3 from producers, one transaction; v4+ batched, from
+brokers, where ``verify_only`` asks KIP-890 part 1's question without changing anything)
+and EndTxn go to the same coordinator. The markers the coordinator sends to partition
+leaders (WriteTxnMarkers) are the replicas' API (``replica_apis``).
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.static.protocol import ResponsePayload
 
-from minibroker.cluster.types import ErrorCode
+from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
 from minibroker.coordinator.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
@@ -34,6 +35,8 @@ class TxnBroker(Protocol):
     """What TxnApis needs of the broker: its transaction coordinator and its producer ids."""
 
     txn_coordinator: TransactionCoordinator
+
+    def metadata_image(self) -> MetadataImage: ...
 
     async def init_producer_id(self) -> tuple[ErrorCode, int]:
         """(error, producer id): an id no producer was given before, on any broker."""
@@ -67,6 +70,59 @@ class TxnApis:
             producer_id=result.producer_id,
             producer_epoch=result.producer_epoch,
         )
+
+    async def handle_add_partitions_to_txn(self, request: Request) -> ResponsePayload:
+        """Kafka's ``handleAddPartitionsToTxnRequest``: a partition the metadata lacks is
+        UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, without asking the
+        coordinator; otherwise every partition gets the coordinator's one answer (v0-3), or
+        each its own (``verify_only``, v4+)."""
+        body = request.body
+        m = response_module(ApiKey.ADD_PARTITIONS_TO_TXN, request.api_version)
+        if request.api_version <= 3:
+            results = await self._add_partitions(
+                body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch, body.v3_and_below_topics, verify_only=False)
+            return m.AddPartitionsToTxnResponse(
+                throttle_time=NO_THROTTLE,
+                results_by_topic_v3_and_below=_topic_results(m, results))
+        answers = []
+        for txn in body.transactions:
+            results = await self._add_partitions(txn.transactional_id, txn.producer_id,
+                                                 txn.producer_epoch, txn.topics,
+                                                 verify_only=txn.verify_only)
+            answers.append(m.AddPartitionsToTxnResult(
+                transactional_id=txn.transactional_id,
+                topic_results=_topic_results(m, results)))
+        return m.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE,
+                                            error_code=ErrorCode.none,
+                                            results_by_transaction=tuple(answers))
+
+    async def _add_partitions(self, transactional_id: str, producer_id: int,
+                              producer_epoch: int, topics: Any, *, verify_only: bool
+                              ) -> dict[TopicPartition, ErrorCode]:
+        image = self._broker.metadata_image()
+        wanted = [TopicPartition(topic.name, index) for topic in topics
+                  for index in topic.partitions]
+        unknown = {tp for tp in wanted if tp.topic not in image.topics
+                   or tp.partition not in image.topics[tp.topic].partitions}
+        if unknown:
+            return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                    else ErrorCode.operation_not_attempted for tp in wanted}
+        coordinator = self._broker.txn_coordinator
+        if verify_only:
+            return coordinator.verify_partitions_in_transaction(
+                transactional_id, producer_id, producer_epoch, frozenset(wanted))
+        error = await coordinator.handle_add_partitions_to_transaction(
+            transactional_id, producer_id, producer_epoch, frozenset(wanted))
+        return dict.fromkeys(wanted, error)
+
+    async def handle_end_txn(self, request: Request) -> ResponsePayload:
+        body = request.body
+        m = response_module(ApiKey.END_TXN, request.api_version)
+        error = await self._broker.txn_coordinator.handle_end_transaction(
+            body.transactional_id, body.producer_id, body.producer_epoch, body.committed)
+        return build(m.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=error,
+                     producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
 
     async def handle_describe_transactions(self, request: Request) -> ResponsePayload:
         """Each id is answered by this broker only if it coordinates it (NOT_COORDINATOR
@@ -109,6 +165,15 @@ class TxnApis:
                                             producer_id=t.producer_id,
                                             transaction_state=t.state.state_name)
                          for t in found))
+
+
+def _topic_results(m: Any, results: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
+    by_topic: dict[str, list[Any]] = {}
+    for tp, error in results.items():
+        by_topic.setdefault(tp.topic, []).append(m.AddPartitionsToTxnPartitionResult(
+            partition_index=tp.partition, partition_error_code=error))
+    return tuple(m.AddPartitionsToTxnTopicResult(name=topic, results_by_partition=tuple(parts))
+                 for topic, parts in by_topic.items())
 
 
 def _ms(epoch_ms: int) -> datetime.datetime:

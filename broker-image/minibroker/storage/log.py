@@ -10,9 +10,11 @@ recovers after an unclean shutdown. As in Kafka's LogLoader, recovery flushes no
 lies past the recovery point (the checkpointed offset below which everything was fsynced)
 stays exposed to a power loss until a flush moves the recovery point (flush interval, roll,
 clean shutdown). Like Kafka's UnifiedLog, the log owns its partition's
-``ProducerStateManager``: appends check and record idempotent producers' batches, and the
-state is rebuilt from the batch headers after recovery and after a truncation, so every way
-the log can shrink keeps it consistent.
+``ProducerStateManager``: appends check and record idempotent and transactional producers'
+batches and the coordinators' markers; a marker that aborts a transaction goes into the
+aborted-transaction index of the segment it lands in. Both are rebuilt from the batches
+after recovery and after a truncation, so every way the log can shrink keeps them
+consistent.
 """
 
 from __future__ import annotations
@@ -26,10 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minibroker.fsutil import fsync_dir
+from minibroker.storage.control_records import (
+    ControlRecordType,
+    EndTransactionMarker,
+    build_end_txn_marker,
+    end_txn_marker_of,
+)
 from minibroker.storage.durability import DurabilityTracker
-from minibroker.storage.producer_state import ProducerStateManager
+from minibroker.storage.producer_state import AppendedBatch, ProducerStateManager
 from minibroker.storage.records import BatchHeader, assign_offsets, iter_batches
 from minibroker.storage.segment import LogSegment, delete_files, index_path, log_path
+from minibroker.storage.transaction_index import AbortedTxn, collect_aborted_txns
 
 __all__ = ["Log", "LogAppendInfo", "OffsetOutOfRangeError", "UnexpectedAppendOffsetError"]
 
@@ -201,23 +210,53 @@ class Log:
             return LogAppendInfo(original.first_offset, original.last_offset, 0, [],
                                  duplicate=True)
         info = self._append(data, headers)
-        self.producer_state.append(headers)
+        self._record_in(self._active, [(header, None) for header in headers])
+        return info
+
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int,
+                              coordinator_epoch: int, control_type: ControlRecordType,
+                              leader_epoch: int, timestamp_ms: int) -> LogAppendInfo:
+        """Write a transaction marker for the coordinator (WriteTxnMarkers on the leader).
+
+        Raises ``ProducerStateError`` for a marker of an older producer epoch or of a
+        coordinator older than the last marker's."""
+        marker = EndTransactionMarker(control_type, coordinator_epoch)
+        self.producer_state.check_marker_append(producer_id, producer_epoch, marker,
+                                                self._log_end_offset)
+        data, headers = assign_offsets(
+            build_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, control_type,
+                                 timestamp_ms), self._log_end_offset, leader_epoch)
+        info = self._append(data, headers)
+        self._record_in(self._active, [(headers[0], marker)])
         return info
 
     def append_as_follower(self, records: bytes) -> LogAppendInfo:
         """Append batches fetched from the leader, which already carry offsets and epochs."""
         headers = []
+        markers: list[EndTransactionMarker | None] = []
         expected = self._log_end_offset
-        for header, _ in iter_batches(records):
+        for header, batch in iter_batches(records):
             if header.base_offset != expected:
                 raise UnexpectedAppendOffsetError(
                     f"{self!r} follower append: batch at offset {header.base_offset} where "
                     f"{expected} was expected (log end offset {self._log_end_offset})")
             headers.append(header)
+            markers.append(end_txn_marker_of(header, batch) if header.is_control else None)
             expected = header.next_offset
         info = self._append(bytes(records), headers)
-        self.producer_state.append(headers)
+        self._record_in(self._active, list(zip(headers, markers, strict=True)))
         return info
+
+    def _record_in(self, segment: LogSegment, appended: list[AppendedBatch]) -> None:
+        """Kafka's UnifiedLog.append after the write: the producer state takes the batches
+        (now in ``segment``), and each transaction a marker closed is indexed (if aborted)
+        with the LSO it leaves, and then completed."""
+        for txn in self.producer_state.append(appended):
+            if txn.is_aborted:
+                segment.txn_index.append(AbortedTxn(
+                    txn.producer_id, txn.first_offset, txn.last_offset,
+                    self.producer_state.last_stable_offset(txn)))
+            self.producer_state.complete_txn(txn)
 
     def _append(self, data: bytes, headers: list[BatchHeader]) -> LogAppendInfo:
         if not headers:
@@ -284,6 +323,21 @@ class Log:
             segment = self._segments[i]
             yield from segment.headers_from(max(offset, segment.base_offset))
 
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a ``read_committed`` fetch from ``fetch_offset`` that
+        reads below ``upper_bound`` must send with its records."""
+        first = max(bisect_right(self._base_offsets, fetch_offset) - 1, 0)
+        return collect_aborted_txns((segment.txn_index for segment in self._segments[first:]),
+                                    fetch_offset, upper_bound)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of a transaction not yet stable (open, or its marker not yet
+        below the high watermark); None when every transaction here is."""
+        return self.producer_state.first_unstable_offset()
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        self.producer_state.on_high_watermark_updated(high_watermark)
+
     def _check_offset(self, offset: int) -> None:
         if not self.log_start_offset <= offset <= self._log_end_offset:
             raise OffsetOutOfRangeError(
@@ -333,13 +387,23 @@ class Log:
         fsync_dir(self._dir)
         self._log_end_offset = offset
         self._last_flushed_offset = offset
-        self.producer_state.rebuild(())
+        self.producer_state.clear()
         log.info("%r truncated fully, log now starts at offset %d", self, offset)
 
     def _rebuild_producer_state(self) -> None:
-        """Replay every batch header (no snapshots: the headers are the state's source)."""
+        """Replay every batch (no snapshots: the headers, and a marker's one record, are the
+        state's source), and with it the aborted-transaction indexes."""
         started = time.monotonic()
-        self.producer_state.rebuild(self.batches_from(self.log_start_offset))
+        self.producer_state.clear()
+        for segment in self._segments:
+            segment.txn_index.entries.clear()
+        for segment in self._segments:
+            for header in segment.headers_from(segment.base_offset):
+                if header.producer_id < 0:
+                    continue
+                marker = (end_txn_marker_of(header, segment.read_batch(header))
+                          if header.is_control else None)
+                self._record_in(segment, [(header, marker)])
         if self.producer_state.producers:
             log.info("%r rebuilt the state of %d producers from the log in %.1f ms", self,
                      len(self.producer_state.producers), (time.monotonic() - started) * 1000)

@@ -1,4 +1,5 @@
-"""Idempotent producers (KIP-98): Kafka's ``ProducerStateManager`` for one partition's log.
+"""Idempotent and transactional producers (KIP-98): Kafka's ``ProducerStateManager`` for one
+partition's log.
 
 For every producer id that wrote to the log it keeps a ``ProducerStateEntry``: the producer's
 epoch and the ``BatchMetadata`` (sequence range and offsets) of its last five batches, which
@@ -9,11 +10,23 @@ current epoch must continue the sequence; an older epoch is fenced. The rules ar
 0, while a producer id the log does not know is accepted at any sequence (its batches may have
 been truncated away), so UNKNOWN_PRODUCER_ID is never returned.
 
-There are no snapshot files: the state is a function of the batch headers in the log (they
-carry producer id, epoch and base sequence), so the ``Log`` rebuilds it from them when it is
-opened (after recovery cut a bad tail) and after a truncation removed batches it knew of.
-Followers apply replicated batches without checks, so a new leader deduplicates retries of
-batches its predecessor appended.
+Transactions (Kafka 4.2's ``ProducerAppendInfo``, ``ProducerStateManager``): a producer's
+first transactional batch opens its transaction here (``current_txn_first_offset``, and an
+entry in the ongoing transactions by first offset); a non-transactional batch while one is
+open is INVALID_TXN_STATE. A marker (``control_records``) closes it, and is refused when its
+producer epoch is older than the entry's (INVALID_PRODUCER_EPOCH, the legacy transaction
+versions' rule: a marker carries the epoch of the transaction's records) or its coordinator
+epoch older than the last marker's (TRANSACTION_COORDINATOR_FENCED: a zombie coordinator).
+A closed transaction stays *unreplicated* until the high watermark passes its marker. The
+first unstable offset, the first offset of a transaction open or not yet replicated, bounds
+the last stable offset (LSO) that ``read_committed`` consumers read to.
+
+There are no snapshot files: the state is a function of the batches in the log (their
+headers carry producer id, epoch, base sequence and the transactional flag; a marker's one
+record its type), so the ``Log`` rebuilds it from them when it is opened (after recovery cut
+a bad tail) and after a truncation removed batches it knew of. Followers apply replicated
+batches without checks, so a new leader deduplicates retries of batches its predecessor
+appended, and knows which transactions its predecessor left open.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from minibroker.storage.control_records import EndTransactionMarker
 from minibroker.storage.records import BatchHeader
 
 __all__ = [
@@ -29,13 +43,17 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
     "NUM_BATCHES_TO_RETAIN",
+    "AppendedBatch",
     "BatchMetadata",
+    "CompletedTxn",
     "InvalidProducerBatchError",
     "InvalidProducerEpochError",
+    "InvalidTxnStateError",
     "OutOfOrderSequenceError",
     "ProducerStateEntry",
     "ProducerStateError",
     "ProducerStateManager",
+    "TransactionCoordinatorFencedError",
 ]
 
 NO_PRODUCER_ID = -1
@@ -43,8 +61,11 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's: matches max.in.flight.requests.per.connection <= 5
 _MAX_SEQUENCE = 2**31 - 1
-_TRANSACTIONAL_FLAG = 0x10
-_CONTROL_FLAG = 0x20
+NO_COORDINATOR_EPOCH = -1
+_NO_OFFSET = 2**63 - 1
+
+AppendedBatch = tuple[BatchHeader, EndTransactionMarker | None]
+"""A batch as the log holds it, with the marker a control batch carries."""
 
 
 class ProducerStateError(Exception):
@@ -61,6 +82,24 @@ class InvalidProducerEpochError(ProducerStateError):
 
 class InvalidProducerBatchError(ProducerStateError):
     """INVALID_RECORD: producer fields a producer cannot send (Kafka's LogValidator)."""
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """INVALID_TXN_STATE: a non-transactional batch of a producer whose transaction is open."""
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """TRANSACTION_COORDINATOR_FENCED: a marker from a coordinator older than the last one."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker closed in this partition: Kafka's ``CompletedTxn``."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
 
 
 def _last_sequence(batch: BatchHeader) -> int:
@@ -90,12 +129,15 @@ class BatchMetadata:
 
 @dataclass
 class ProducerStateEntry:
-    """What the log says about one producer id: its epoch and its last five batches."""
+    """What the log says about one producer id: its epoch, its last five batches, the
+    coordinator epoch of its last marker and the first offset of its open transaction."""
 
     producer_id: int
     producer_epoch: int = NO_PRODUCER_EPOCH
     batches: deque[BatchMetadata] = field(
         default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    current_txn_first_offset: int | None = None
 
     @property
     def last_seq(self) -> int:
@@ -107,7 +149,8 @@ class ProducerStateEntry:
 
     def copy(self) -> ProducerStateEntry:
         return ProducerStateEntry(self.producer_id, self.producer_epoch,
-                                  deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN))
+                                  deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+                                  self.coordinator_epoch, self.current_txn_first_offset)
 
     def find_duplicate_batch(self, batch: BatchHeader) -> BatchMetadata | None:
         """The retained batch with the same epoch and sequence range, if any."""
@@ -117,12 +160,52 @@ class ProducerStateEntry:
         return next((m for m in self.batches if m.first_seq == first and m.last_seq == last),
                     None)
 
-    def add_batch(self, batch: BatchHeader) -> None:
-        """Record an appended batch; a new epoch forgets the old epoch's batches."""
-        if batch.producer_epoch != self.producer_epoch:
-            self.producer_epoch = batch.producer_epoch
-            self.batches.clear()
+    def add_batch(self, batch: BatchHeader) -> bool:
+        """Record an appended data batch; a new epoch forgets the old epoch's batches.
+        Returns whether the batch opened a transaction."""
+        self._update_epoch(batch.producer_epoch)
         self.batches.append(BatchMetadata.of(batch))
+        if batch.is_transactional and self.current_txn_first_offset is None:
+            self.current_txn_first_offset = batch.base_offset
+            return True
+        return False
+
+    def end_txn(self, batch: BatchHeader, marker: EndTransactionMarker) -> CompletedTxn | None:
+        """Record a marker (Kafka's ``appendEndTxnMarker``); the transaction it closed, if
+        this partition held any of its records."""
+        first = self.current_txn_first_offset
+        self._update_epoch(batch.producer_epoch)
+        self.coordinator_epoch = marker.coordinator_epoch
+        self.current_txn_first_offset = None
+        if first is None:
+            return None
+        return CompletedTxn(self.producer_id, first, batch.base_offset, marker.is_abort)
+
+    def _update_epoch(self, producer_epoch: int) -> None:
+        if producer_epoch != self.producer_epoch:
+            self.producer_epoch = producer_epoch
+            self.batches.clear()
+
+    def check_txn_state(self, batch: BatchHeader, where: str) -> None:
+        """Kafka's ``appendDataBatch``: an open transaction takes only transactional batches."""
+        if self.current_txn_first_offset is not None and not batch.is_transactional:
+            raise InvalidTxnStateError(
+                f"{where}: expected a transactional write from producer {self.producer_id}, "
+                f"whose transaction is open since offset {self.current_txn_first_offset}")
+
+    def check_marker(self, producer_epoch: int, marker: EndTransactionMarker,
+                     where: str) -> None:
+        """Kafka's ``checkProducerEpoch`` (legacy transaction versions: a marker of an older
+        epoch is refused) and ``checkCoordinatorEpoch`` for a coordinator's marker."""
+        if producer_epoch < self.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"{where}: epoch {producer_epoch} of producer {self.producer_id}'s marker is "
+                f"older than the last seen epoch {self.producer_epoch}")
+        if marker.coordinator_epoch < self.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{where}: coordinator epoch {marker.coordinator_epoch} of producer "
+                f"{self.producer_id}'s marker is older than {self.coordinator_epoch} (a zombie "
+                "coordinator)")
 
     def check_append(self, batch: BatchHeader, where: str) -> None:
         """Kafka's checkProducerEpoch and checkSequence for a producer's (not a replica's)
@@ -144,10 +227,9 @@ class ProducerStateEntry:
 
 
 def _check_producer_fields(batch: BatchHeader, where: str) -> None:
-    if batch.attributes & (_TRANSACTIONAL_FLAG | _CONTROL_FLAG):
+    if batch.is_control:
         raise InvalidProducerBatchError(
-            f"{where}: transactional and control batches are not supported (minibroker has "
-            "no transaction coordinator)")
+            f"{where}: clients are not allowed to write control records")
     if batch.producer_epoch < 0 or batch.base_sequence < 0:
         raise InvalidProducerBatchError(
             f"{where}: batch of producer {batch.producer_id} has epoch {batch.producer_epoch} "
@@ -155,11 +237,17 @@ def _check_producer_fields(batch: BatchHeader, where: str) -> None:
 
 
 class ProducerStateManager:
-    """Producer id -> ``ProducerStateEntry`` for one partition, as of the log's end."""
+    """Producer id -> ``ProducerStateEntry`` for one partition, as of the log's end, with
+    the transactions open in it and those closed but not yet below the high watermark."""
 
     def __init__(self, name: str) -> None:
         self._name = name
         self._producers: dict[int, ProducerStateEntry] = {}
+        # first offset -> producer id; closed ones by first offset too (markers may close
+        # them in another order).
+        self._ongoing_txns: dict[int, int] = {}
+        self._unreplicated_txns: dict[int, CompletedTxn] = {}
+        self._last_offset = -1  # the last offset of any batch with a producer id
 
     @property
     def producers(self) -> Mapping[int, ProducerStateEntry]:
@@ -167,6 +255,26 @@ class ProducerStateManager:
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self._producers.get(producer_id)
+
+    @property
+    def ongoing_txns(self) -> Mapping[int, int]:
+        """First offset -> producer id of each transaction open in this partition."""
+        return self._ongoing_txns
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of a transaction open, or closed by a marker not yet below the
+        high watermark (Kafka's ``firstUnstableOffset``); None when there is none."""
+        if not self._ongoing_txns and not self._unreplicated_txns:
+            return None
+        return min(min(self._ongoing_txns, default=_NO_OFFSET),
+                   min(self._unreplicated_txns, default=_NO_OFFSET))
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Closed transactions whose marker the high watermark passed are stable."""
+        stable = [first for first, txn in self._unreplicated_txns.items()
+                  if txn.last_offset < high_watermark]
+        for first in stable:
+            del self._unreplicated_txns[first]
 
     def check_leader_append(self, batches: Sequence[BatchHeader]) -> BatchMetadata | None:
         """Validate a producer's batches (offsets already assigned) before they are written.
@@ -178,38 +286,76 @@ class ProducerStateManager:
         staged: dict[int, ProducerStateEntry] = {}
         for batch in batches:
             pid = batch.producer_id
-            if pid == NO_PRODUCER_ID:
-                continue
             where = f"{self._name} offset {batch.base_offset}"
+            if pid == NO_PRODUCER_ID:
+                if batch.is_transactional or batch.is_control:
+                    raise InvalidProducerBatchError(
+                        f"{where}: a transactional or control batch without a producer id")
+                continue
             _check_producer_fields(batch, where)
             entry = staged.get(pid)
             if entry is None:
-                current = self._producers.get(pid)
-                entry = current.copy() if current else ProducerStateEntry(pid)
-                staged[pid] = entry
+                staged[pid] = entry = self._entry_copy(pid)
             duplicate = entry.find_duplicate_batch(batch)
             if duplicate is not None:
                 return duplicate
             entry.check_append(batch, where)
+            entry.check_txn_state(batch, where)
             entry.add_batch(batch)
         return None
 
-    def append(self, batches: Iterable[BatchHeader]) -> None:
-        """Record batches now in the log (a leader's checked ones or a follower's copies)."""
-        for batch in batches:
-            if batch.producer_id != NO_PRODUCER_ID:
-                entry = self._producers.get(batch.producer_id)
-                if entry is None:
-                    entry = self._producers[batch.producer_id] = ProducerStateEntry(
-                        batch.producer_id)
-                entry.add_batch(batch)
+    def check_marker_append(self, producer_id: int, producer_epoch: int,
+                            marker: EndTransactionMarker, offset: int) -> None:
+        """Validate a coordinator's marker before it is written (``check_marker``)."""
+        self._entry_copy(producer_id).check_marker(producer_epoch, marker,
+                                                   f"{self._name} offset {offset}")
+
+    def _entry_copy(self, producer_id: int) -> ProducerStateEntry:
+        current = self._producers.get(producer_id)
+        return current.copy() if current else ProducerStateEntry(producer_id)
+
+    def append(self, batches: Iterable[AppendedBatch]) -> list[CompletedTxn]:
+        """Record batches now in the log (a leader's checked ones or a follower's copies);
+        returns the transactions their markers closed, for the caller to index (aborted
+        ones) before ``complete_txn``."""
+        completed: list[CompletedTxn] = []
+        for batch, marker in batches:
+            pid = batch.producer_id
+            if pid == NO_PRODUCER_ID:
+                continue
+            entry = self._producers.get(pid)
+            if entry is None:
+                entry = self._producers[pid] = ProducerStateEntry(pid)
+            self._last_offset = batch.last_offset
+            if marker is None:
+                if entry.add_batch(batch):
+                    self._ongoing_txns[batch.base_offset] = pid
+            else:
+                txn = entry.end_txn(batch, marker)
+                if txn is not None:
+                    completed.append(txn)
+        return completed
+
+    def last_stable_offset(self, txn: CompletedTxn) -> int:
+        """The LSO once ``txn`` is complete (Kafka's ``lastStableOffset(CompletedTxn)``):
+        the first offset of another producer's open transaction, else past the marker. The
+        aborted-transaction index keeps it with the entry."""
+        return min((first for first, pid in self._ongoing_txns.items()
+                    if pid != txn.producer_id), default=txn.last_offset + 1)
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        """The transaction is closed; it stays unstable until the HW passes its marker."""
+        del self._ongoing_txns[txn.first_offset]
+        self._unreplicated_txns[txn.first_offset] = txn
 
     def knows_offsets_from(self, offset: int) -> bool:
         """Whether a truncation to ``offset`` removes a batch this state remembers; if not,
         it removes only batches without a producer id and the state stays as it is."""
-        return any(entry.last_offset >= offset for entry in self._producers.values())
+        return self._last_offset >= offset
 
-    def rebuild(self, batches: Iterable[BatchHeader]) -> None:
-        """Start over from the log's batches, oldest first."""
+    def clear(self) -> None:
+        """Forget everything (the log starts over; ``append`` its batches again)."""
         self._producers.clear()
-        self.append(batches)
+        self._ongoing_txns.clear()
+        self._unreplicated_txns.clear()
+        self._last_offset = -1

@@ -19,7 +19,9 @@ from minibroker import environment
 
 __all__ = [
     "BATCH_HEADER_SIZE",
+    "CONTROL_FLAG",
     "LOG_OVERHEAD",
+    "TRANSACTIONAL_FLAG",
     "BatchHeader",
     "CorruptRecordError",
     "DecodedRecord",
@@ -38,6 +40,8 @@ _MAGIC_POS = 16
 _EPOCH_POS = 12
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
 _COMPRESSION_MASK = 0x07
+TRANSACTIONAL_FLAG = 0x10  # attributes bit 4: the batch belongs to a transaction (KIP-98)
+CONTROL_FLAG = 0x20  # attributes bit 5: a control batch (a transaction marker)
 _CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -69,6 +73,14 @@ class BatchHeader:
     producer_epoch: int
     base_sequence: int
     records_count: int
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
 
     @property
     def size_in_bytes(self) -> int:
@@ -196,7 +208,7 @@ def assign_offsets(
     return bytes(out), headers
 
 
-# ---- building and decoding records (tests and tools) ----------------------------------
+# ---- building and decoding records (transaction markers, tests and tools) ---------------
 
 
 def _write_varint(out: bytearray, value: int) -> None:
@@ -242,9 +254,11 @@ def build_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    attributes: int = 0,
 ) -> bytes:
     """An uncompressed v2 batch with a valid CRC, as a producer would send it: without a
-    producer id (-1) unless it is idempotent."""
+    producer id (-1) unless it is idempotent; ``attributes`` carries the transactional and
+    control flags."""
     if not values:
         raise ValueError("build_batch: a record batch needs at least one record")
     if keys is not None and len(keys) != len(values):
@@ -262,7 +276,7 @@ def build_batch(
         _write_varint(body, len(record))
         body += record
     after_crc = bytearray(struct.pack(
-        ">hiqqqhii", 0, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
+        ">hiqqqhii", attributes, len(values) - 1, timestamp, timestamp, producer_id, producer_epoch,
         base_sequence, len(values)))
     after_crc += body
     batch_length = len(after_crc) + (_CRC_START - LOG_OVERHEAD)

@@ -26,6 +26,7 @@ from minibroker.storage.records import (
     CorruptRecordError,
     iter_batches,
 )
+from minibroker.storage.transaction_index import TransactionIndex
 
 __all__ = ["LogSegment", "index_path", "log_path"]
 
@@ -66,6 +67,7 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         self._fd = -1
         self._index_fd: int | None = None
+        self.txn_index = TransactionIndex()
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, durability: DurabilityTracker,
@@ -215,6 +217,11 @@ class LogSegment:
         for i in range(self._batch_containing(offset), len(self._positions)):
             yield BatchHeader.parse(os.pread(self._fd, BATCH_HEADER_SIZE, self._positions[i]))
 
+    def read_batch(self, header: BatchHeader) -> bytes:
+        """The whole batch ``header`` heads (a marker's record, when the log is rebuilt)."""
+        position = self._positions[self._batch_containing(header.base_offset)]
+        return os.pread(self._fd, header.size_in_bytes, position)
+
     def truncate_to(self, offset: int) -> None:
         """Remove the batch containing ``offset`` and everything after it."""
         first_removed = self._batch_containing(offset)
@@ -230,6 +237,7 @@ class LogSegment:
         os.ftruncate(self._index_fd_open(), kept * _INDEX_ENTRY.size)
         self._durability.on_truncate(self.index_path, kept * _INDEX_ENTRY.size)
         self._bytes_since_index_entry = cut - (self._index_positions[-1] if kept else 0)
+        self.txn_index.truncate_to(self.next_offset)
 
     def flush(self) -> None:
         self._durability.check_space(self.log_path)
