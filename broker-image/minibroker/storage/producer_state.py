@@ -271,6 +271,8 @@ class ProducerStateManager:
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """Closed transactions whose marker the high watermark passed are stable."""
+        if not self._unreplicated_txns:  # every HW change of every partition comes here
+            return
         stable = [first for first, txn in self._unreplicated_txns.items()
                   if txn.last_offset < high_watermark]
         for first in stable:
