@@ -443,3 +443,82 @@ def test_any_bytes_either_parse_or_are_named_corrupt(data: bytes) -> None:
     for decode in (decode_key, decode_value):
         with contextlib.suppress(CorruptTransactionRecordError):
             decode(data)
+
+
+# -- a transaction ----------------------------------------------------------------------------
+
+GONE = TopicPartition("deleted-topic", 0)  # not in the image: its marker is not needed
+
+
+def states(c: Coordinator) -> list[tuple[TransactionState, int, frozenset[TopicPartition]]]:
+    return [(v.state, v.producer_epoch, v.partitions) for _, v in c.written if v is not None]
+
+
+def test_a_transaction_goes_ongoing_then_prepare_then_complete(tmp_path: Path) -> None:
+    """AddPartitionsToTxn (Ongoing), EndTxn (PrepareCommit, answered then), the markers
+    (none needed: the topic is gone), CompleteCommit; a retry of the commit is NONE, an
+    abort of it INVALID_TXN_STATE, and a stale epoch or another producer id is refused."""
+    async def scenario(c: Coordinator) -> None:
+        coordinator = c.coordinator
+        _, pid, epoch = await c.init()
+        add = coordinator.handle_add_partitions_to_transaction
+        assert await add(TXN, pid, epoch + 1, frozenset({GONE})) == ErrorCode.producer_fenced
+        assert await add(TXN, pid + 1, epoch, frozenset({GONE})) == \
+            ErrorCode.invalid_producer_id_mapping
+        assert await add(TXN, pid, epoch, frozenset({GONE})) == ErrorCode.none
+        assert await add(TXN, pid, epoch, frozenset({GONE})) == ErrorCode.none  # no write
+        end = coordinator.handle_end_transaction
+        assert await end(TXN, pid, epoch, commit=True) == ErrorCode.none
+        await until(lambda: states(c)[-1][0] is TransactionState.COMPLETE_COMMIT,
+                    "CompleteCommit")
+        assert states(c) == [
+            (TransactionState.EMPTY, 0, frozenset()),
+            (TransactionState.ONGOING, 0, frozenset({GONE})),
+            (TransactionState.PREPARE_COMMIT, 0, frozenset({GONE})),
+            (TransactionState.COMPLETE_COMMIT, 0, frozenset())]
+        assert await end(TXN, pid, epoch, commit=True) == ErrorCode.none
+        assert await end(TXN, pid, epoch, commit=False) == ErrorCode.invalid_txn_state
+
+    run(scenario, tmp_path)
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted_with_a_fenced_epoch(
+        tmp_path: Path) -> None:
+    """Kafka's abortTimedOutTransactions: the coordinator bumps the epoch and aborts; the
+    producer that let the transaction hang is fenced from it."""
+    async def scenario(c: Coordinator) -> None:
+        clock = wall_clock(c)
+        coordinator = c.coordinator
+        _, pid, epoch = await c.init()
+        await coordinator.handle_add_partitions_to_transaction(TXN, pid, epoch,
+                                                               frozenset({GONE}))
+        clock[0] += MINUTE_MS  # exactly the timeout: not yet past it
+        coordinator.abort_timed_out_transactions()
+        await asyncio.gather(*c.tasks)  # any abort it started
+        assert states(c)[-1][0] is TransactionState.ONGOING
+        clock[0] += 1
+        coordinator.abort_timed_out_transactions()
+        await until(lambda: states(c)[-1][0] is TransactionState.COMPLETE_ABORT,
+                    "CompleteAbort")
+        assert states(c)[-2:] == [(TransactionState.PREPARE_ABORT, 1, frozenset({GONE})),
+                                  (TransactionState.COMPLETE_ABORT, 1, frozenset())]
+        assert await coordinator.handle_end_transaction(TXN, pid, epoch, commit=True) == \
+            ErrorCode.producer_fenced
+
+    run(scenario, tmp_path)
+
+
+def test_a_new_instance_aborts_the_open_transaction_before_it_gets_its_epoch(
+        tmp_path: Path) -> None:
+    """InitProducerId while a transaction is open: the coordinator aborts it with a
+    fenced epoch and answers CONCURRENT_TRANSACTIONS; the retry gets the epoch after it."""
+    async def scenario(c: Coordinator) -> None:
+        _, pid, epoch = await c.init()
+        await c.coordinator.handle_add_partitions_to_transaction(TXN, pid, epoch,
+                                                                 frozenset({GONE}))
+        assert await c.init() == (ErrorCode.concurrent_transactions, -1, -1)
+        await until(lambda: states(c)[-1][0] is TransactionState.COMPLETE_ABORT,
+                    "CompleteAbort")
+        assert await c.init() == (ErrorCode.none, pid, 2)
+
+    run(scenario, tmp_path)
