@@ -12,7 +12,6 @@ marker (offsets by hand: the record at 0, the COMMIT marker at 1)."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from kio.schema.end_txn.v3 import request as end_req
 from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.produce.v9 import request as produce_req
 from kio.static.primitive import i8, i16, i32, i64
-from test_txn_coordinator_failover import TXN_ID, ask, coordinator, initialized
+from test_txn_coordinator_failover import TXN_ID, ask, coordinator, initialized, on_cluster
 
 from minibroker.cluster.types import ErrorCode
 from minibroker.environment import entered
@@ -66,102 +65,92 @@ async def txn_state(broker: int) -> str:
     return response.transaction_states[0].transaction_state
 
 
-async def scenario(tmp: Path) -> dict[str, Any]:
-    loop = asyncio.get_running_loop()
-    cluster = SimulatedCluster(loop, tmp, CONFIG)
-    await cluster.start()
-    seen: dict[str, Any] = {}
+async def scenario(cluster: SimulatedCluster, seen: dict[str, Any]) -> None:
+    first = await until(lambda: coordinator(1), 60, "a transaction coordinator")
+    producer_id, epoch = await until(lambda: initialized(first), 30, "the init")
+    bootstrap = (broker_host(1), 9092)
 
-    async def client() -> None:
-        first = await until(lambda: coordinator(1), 60, "a transaction coordinator")
-        producer_id, epoch = await until(lambda: initialized(first), 30, "the init")
-        bootstrap = (broker_host(1), 9092)
+    async def created() -> bool:
+        return await create_topic(bootstrap, TOPIC, 3, 3, {}) == 0
 
-        async def created() -> bool:
-            return await create_topic(bootstrap, TOPIC, 3, 3, {}) == 0
+    await until(created, 30, "the topic")
 
-        await until(created, 30, "the topic")
+    async def led_elsewhere() -> tuple[int, int] | None:
+        described = await describe_partitions(bootstrap, TOPIC)
+        if len(described) < 3 or any(len(p.isr) < 3 for p in described):
+            return None
+        return next(((p.partition, p.leader) for p in described if p.leader != first),
+                    None)
 
-        async def led_elsewhere() -> tuple[int, int] | None:
-            described = await describe_partitions(bootstrap, TOPIC)
-            if len(described) < 3 or any(len(p.isr) < 3 for p in described):
-                return None
-            return next(((p.partition, p.leader) for p in described if p.leader != first),
-                        None)
+    partition, leader = await until(led_elsewhere, 30, "a partition led elsewhere")
+    seen["partition"] = partition
+    seen["added"] = await until(lambda: answered(first, add_req.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=TXN_ID, v3_and_below_producer_id=i64(producer_id),
+        v3_and_below_producer_epoch=i16(epoch), v3_and_below_topics=(
+            add_req.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(partition),)),))),
+        30, "AddPartitionsToTxn")
+    produced = await ask(leader, produce_req.ProduceRequest(
+        transactional_id=TXN_ID, acks=i16(-1), timeout=datetime.timedelta(seconds=10),
+        topic_data=(produce_req.TopicProduceData(name=TOPIC, partition_data=(
+            produce_req.PartitionProduceData(index=i32(partition), records=build_batch(
+                [b"order-1"], producer_id=producer_id, producer_epoch=epoch,
+                base_sequence=0, attributes=TRANSACTIONAL_FLAG)),)),)))
+    seen["produced"] = produced.responses[0].partition_responses[0].error_code
+    with entered(cluster.nodes[broker_host(leader)]):
+        cluster.brokers[leader].disk_stall.stall(120_000)
+    # Answered once PrepareCommit is replicated: after the stalled broker leaves the
+    # ISR of the id's __transaction_state partition (replica.lag.time.max.ms, 6 s). A
+    # retry meanwhile would be CONCURRENT_TRANSACTIONS, so it is sent once.
+    conn = await KafkaConnection.connect(broker_host(first), 9092, client_id="txn-test")
+    try:
+        ended = await conn.request(end_req.EndTxnRequest(
+            transactional_id=TXN_ID, producer_id=i64(producer_id),
+            producer_epoch=i16(epoch), committed=True), timeout=30)
+    finally:
+        conn.close()
+    seen["ended"] = ended.error_code
+    cluster.kill(broker_host(first))
+    other = next(b for b in (1, 2, 3) if b not in (first, leader))
+    moved = await until(lambda: coordinator(other, not_=first), 60, "a new coordinator")
 
-        partition, leader = await until(led_elsewhere, 30, "a partition led elsewhere")
-        seen["partition"] = partition
-        seen["added"] = await until(lambda: answered(first, add_req.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=TXN_ID, v3_and_below_producer_id=i64(producer_id),
-            v3_and_below_producer_epoch=i16(epoch), v3_and_below_topics=(
-                add_req.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(partition),)),))),
-            30, "AddPartitionsToTxn")
-        produced = await ask(leader, produce_req.ProduceRequest(
-            transactional_id=TXN_ID, acks=i16(-1), timeout=datetime.timedelta(seconds=10),
-            topic_data=(produce_req.TopicProduceData(name=TOPIC, partition_data=(
-                produce_req.PartitionProduceData(index=i32(partition), records=build_batch(
-                    [b"order-1"], producer_id=producer_id, producer_epoch=epoch,
-                    base_sequence=0, attributes=TRANSACTIONAL_FLAG)),)),)))
-        seen["produced"] = produced.responses[0].partition_responses[0].error_code
-        with entered(cluster.nodes[broker_host(leader)]):
-            cluster.brokers[leader].disk_stall.stall(120_000)
-        # Answered once PrepareCommit is replicated: after the stalled broker leaves the
-        # ISR of the id's __transaction_state partition (replica.lag.time.max.ms, 6 s). A
-        # retry meanwhile would be CONCURRENT_TRANSACTIONS, so it is sent once.
-        conn = await KafkaConnection.connect(broker_host(first), 9092, client_id="txn-test")
-        try:
-            ended = await conn.request(end_req.EndTxnRequest(
-                transactional_id=TXN_ID, producer_id=i64(producer_id),
-                producer_epoch=i16(epoch), committed=True), timeout=30)
-        finally:
-            conn.close()
-        seen["ended"] = ended.error_code
-        cluster.kill(broker_host(first))
-        other = next(b for b in (1, 2, 3) if b not in (first, leader))
-        moved = await until(lambda: coordinator(other, not_=first), 60, "a new coordinator")
+    async def resent() -> dict[str, Any] | None:
+        pending = cluster.brokers[moved].txn_coordinator.markers.state()
+        return pending.get(TXN_ID)
 
-        async def resent() -> dict[str, Any] | None:
-            pending = cluster.brokers[moved].txn_coordinator.markers.state()
-            return pending.get(TXN_ID)
+    seen["resent"] = await until(resent, 30, "the new coordinator resending the marker")
+    seen["state_while_stalled"] = await txn_state(moved)
+    with entered(cluster.nodes[broker_host(leader)]):
+        cluster.brokers[leader].disk_stall.clear()
 
-        seen["resent"] = await until(resent, 30, "the new coordinator resending the marker")
-        seen["state_while_stalled"] = await txn_state(moved)
-        with entered(cluster.nodes[broker_host(leader)]):
-            cluster.brokers[leader].disk_stall.clear()
+    async def complete() -> bool:
+        return await txn_state(moved) == "CompleteCommit"
 
-        async def complete() -> bool:
-            return await txn_state(moved) == "CompleteCommit"
+    await until(complete, 60, "CompleteCommit")
 
-        await until(complete, 60, "CompleteCommit")
+    async def committed() -> Any:
+        response = await ask(leader, fetch_req.FetchRequest(
+            replica_id=i32(-1), max_wait=datetime.timedelta(0), min_bytes=i32(1),
+            max_bytes=i32(1 << 20), isolation_level=i8(1), session_id=i32(0),
+            session_epoch=i32(-1), topics=(fetch_req.FetchTopic(topic=TOPIC, partitions=(
+                fetch_req.FetchPartition(
+                    partition=i32(partition), current_leader_epoch=i32(-1),
+                    fetch_offset=i64(0), last_fetched_epoch=i32(-1),
+                    log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),)),),
+            forgotten_topics_data=(), rack_id=""))
+        part = response.responses[0].partitions[0]
+        return part if part.last_stable_offset == 2 else None
 
-        async def committed() -> Any:
-            response = await ask(leader, fetch_req.FetchRequest(
-                replica_id=i32(-1), max_wait=datetime.timedelta(0), min_bytes=i32(1),
-                max_bytes=i32(1 << 20), isolation_level=i8(1), session_id=i32(0),
-                session_epoch=i32(-1), topics=(fetch_req.FetchTopic(topic=TOPIC, partitions=(
-                    fetch_req.FetchPartition(
-                        partition=i32(partition), current_leader_epoch=i32(-1),
-                        fetch_offset=i64(0), last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),)),),
-                forgotten_topics_data=(), rack_id=""))
-            part = response.responses[0].partitions[0]
-            return part if part.last_stable_offset == 2 else None
-
-        fetched = await until(committed, 30, "the LSO past the marker")
-        seen["fetched"] = (fetched.high_watermark, fetched.last_stable_offset,
-                           fetched.aborted_transactions, [
-                               end_txn_marker_of(header, batch) if header.is_control
-                               else decode_values(batch)
-                               for header, batch in iter_batches(fetched.records)])
-        seen["coordinators"] = (first, moved, leader)
-
-    with entered(cluster.environment("client")):
-        await loop.create_task(client())
-    return seen
+    fetched = await until(committed, 30, "the LSO past the marker")
+    seen["fetched"] = (fetched.high_watermark, fetched.last_stable_offset,
+                       fetched.aborted_transactions, [
+                           end_txn_marker_of(header, batch) if header.is_control
+                           else decode_values(batch)
+                           for header, batch in iter_batches(fetched.records)])
+    seen["coordinators"] = (first, moved, leader)
 
 
 def test_a_decided_commit_is_completed_by_the_next_coordinator(tmp_path: Path) -> None:
-    seen = run_simulation(scenario(tmp_path))
+    seen = run_simulation(on_cluster(tmp_path, scenario))
     first, moved, leader = seen["coordinators"]
     assert len({first, moved, leader}) == 3
     assert (seen["added"], seen["produced"], seen["ended"]) == (

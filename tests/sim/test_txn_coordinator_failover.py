@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,33 +62,35 @@ async def initialized(broker_id: int, expected: tuple[int, int] | None = None
     return answer.producer_id, answer.producer_epoch
 
 
-async def scenario(tmp: Path) -> dict[str, Any]:
+async def on_cluster(tmp: Path, client: Callable[[SimulatedCluster, dict[str, Any]],
+                                                  Awaitable[None]]) -> dict[str, Any]:
+    """Start a simulated cluster, run ``client`` as a client host, return what it saw."""
     loop = asyncio.get_running_loop()
     cluster = SimulatedCluster(loop, tmp, CONFIG)
     await cluster.start()
     seen: dict[str, Any] = {}
-
-    async def client() -> None:
-        # The first FindCoordinator asks the controller for __transaction_state.
-        first = await until(lambda: coordinator(1), 60, "a transaction coordinator")
-        seen["first"] = await until(lambda: initialized(first), 30, "the first init")
-        seen["second"] = await until(lambda: initialized(first), 30, "the second init")
-        cluster.kill(broker_host(first))
-        other = next(b for b in (1, 2, 3) if b != first)
-        moved = await until(lambda: coordinator(other, not_=first), 60,
-                            "a new coordinator after the kill")
-        seen["third"] = await until(lambda: initialized(moved), 30, "an init on the new one")
-        stale = await ask(moved, init(seen["first"]))
-        seen["stale"] = stale.error_code
-        seen["coordinators"] = (first, moved)
-
     with entered(cluster.environment("client")):
-        await loop.create_task(client())
+        await loop.create_task(client(cluster, seen))
     return seen
 
 
+async def scenario(cluster: SimulatedCluster, seen: dict[str, Any]) -> None:
+    # The first FindCoordinator asks the controller for __transaction_state.
+    first = await until(lambda: coordinator(1), 60, "a transaction coordinator")
+    seen["first"] = await until(lambda: initialized(first), 30, "the first init")
+    seen["second"] = await until(lambda: initialized(first), 30, "the second init")
+    cluster.kill(broker_host(first))
+    other = next(b for b in (1, 2, 3) if b != first)
+    moved = await until(lambda: coordinator(other, not_=first), 60,
+                        "a new coordinator after the kill")
+    seen["third"] = await until(lambda: initialized(moved), 30, "an init on the new one")
+    stale = await ask(moved, init(seen["first"]))
+    seen["stale"] = stale.error_code
+    seen["coordinators"] = (first, moved)
+
+
 def test_a_new_coordinator_continues_the_producer_epoch_from_the_log(tmp_path: Path) -> None:
-    seen = run_simulation(scenario(tmp_path))
+    seen = run_simulation(on_cluster(tmp_path, scenario))
     producer_id, epoch = seen["first"]
     assert epoch == 0
     assert seen["second"] == (producer_id, 1)
