@@ -56,6 +56,7 @@ from minibroker.rpc import RpcClient, RpcError
 from minibroker.shutdown import end_tasks
 from minibroker.storage.clean_shutdown import take_clean_shutdown, write_clean_shutdown
 from minibroker.storage.durability import DurabilityTracker
+from minibroker.storage.producer_state import AppendOrigin
 
 log = logging.getLogger("minibroker.broker")
 
@@ -349,10 +350,11 @@ class BrokerServer:
         return self.options.config
 
     def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
-                       on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+                       on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+                       origin: AppendOrigin = AppendOrigin.CLIENT) -> None:
         self._when_disk_writable(functools.partial(
             self.replica_manager.append_records, acks=acks, timeout_ms=timeout_ms,
-            entries=entries, on_complete=on_complete))
+            entries=entries, on_complete=on_complete, origin=origin))
 
     def append_end_txn_markers(
             self, *, marker: TxnMarker, timeout_ms: int,
@@ -360,6 +362,10 @@ class BrokerServer:
         self._when_disk_writable(functools.partial(
             self.replica_manager.append_end_txn_markers, marker=marker, timeout_ms=timeout_ms,
             on_complete=on_complete))
+
+    def complete_txn_offsets(self, producer_id: int, partitions: set[int],
+                             commit: bool) -> None:
+        self.group_coordinator.on_transaction_completed(producer_id, partitions, commit)
 
     def _when_disk_writable(self, append: Callable[[], None]) -> None:
         """An append now, or once a stalled disk (the disk-stall fault) writes again."""

@@ -23,6 +23,7 @@ from minibroker.coordinator.group_metadata import JoinGroupResult, SyncGroupResu
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for
 from minibroker.coordinator.records import OffsetAndMetadata
 from minibroker.events import ReplicationEventLog
+from minibroker.storage.producer_state import AppendOrigin
 
 GROUP = "g"
 PROTOCOLS = [("range", b"subscription")]
@@ -37,7 +38,9 @@ def group_on(partition: int, partitions: int) -> str:
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, partitions: int = 1, **config: str) -> None:
+    def __init__(self, tmp_path: Path, partitions: int = 1, *, replica: Any = None,
+                 **config: str) -> None:
+        """``replica``: what the coordinator replays when it leads (None: an empty log)."""
         self.scheduler = ManualScheduler(start_ms=1_000_000)
         self.events: list[dict[str, Any]] = []
         log = ReplicationEventLog(tmp_path, clock=lambda: self.scheduler.now_ms() / 1000,
@@ -46,13 +49,14 @@ class Harness:
         self.held: list[Callable[[], None]] = []
         self.next_offset = 0
         self.written: list[tuple[TopicPartition, bytes]] = []
+        self.origins: list[AppendOrigin] = []
         reg = PartitionRegistration((1,), (1,), 1, 0, 0)
         self.image = MetadataImage(1, topics={OFFSETS_TOPIC: TopicImage(
             OFFSETS_TOPIC, "00" * 16, {}, dict.fromkeys(range(partitions), reg))})
         self.coordinator = GroupCoordinator(
             1, self.scheduler, config={"offsets.topic.num.partitions": str(partitions),
                                        "group.initial.rebalance.delay.ms": "0", **config},
-            events=log, append=self._append, local_partition=lambda _tp: None,
+            events=log, append=self._append, local_partition=lambda _tp: replica,
             metadata_image=lambda: self.image, wall_clock_ms=self.scheduler.now_ms)
 
     def lead(self, partition: int = 0, epoch: int = 0, *, load: bool = True) -> None:
@@ -65,10 +69,12 @@ class Harness:
         self.scheduler.advance(ms)
 
     def _append(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
-                on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+                on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+                origin: AppendOrigin = AppendOrigin.CLIENT) -> None:
         results = {}
         for tp, batch in entries.items():
             self.written.append((tp, batch))
+            self.origins.append(origin)
             results[tp] = ProduceResult(ErrorCode.none, base_offset=self.next_offset)
             self.next_offset += 1
         if self.hold:

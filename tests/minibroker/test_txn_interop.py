@@ -198,3 +198,68 @@ def test_confluent_kafka_commits_and_aborts_and_read_committed_sees_only_the_com
              "the LSOs past the last markers")
     assert read_partitions(cluster, "read_committed") == COMMITTED
     assert read_partitions(cluster, "read_uncommitted") == EVERYTHING
+
+
+def test_confluent_kafka_consume_transform_produce_commits_offsets_with_the_transaction(
+        cluster: Cluster) -> None:
+    """Kafka Streams' loop with librdkafka: read input in a group, write output and commit
+    the input offsets in one transaction (send_offsets_to_transaction: AddOffsetsToTxn, then
+    TxnOffsetCommit with the member id and generation, KIP-447). The committed transaction
+    moves the group's offset and its output is visible; the aborted one does neither."""
+    for topic in ("pipe-in", "pipe-out"):
+        wait_for(lambda topic=topic: _minibroker(
+            "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
+            "--topic", topic, "--partitions", "1",
+            "--replication-factor", str(BROKERS)).returncode == 0, 45, f"topic {topic}")
+    source = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(6):
+        source.produce("pipe-in", f"in-{i}".encode(), partition=0)
+    assert source.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "pipeline",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["pipe-in"])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap,
+                         "transactional.id": "pipeline-0"})
+    producer.init_transactions(INIT_TIMEOUT_S)
+    tp = TopicPartition("pipe-in", 0)
+
+    def transform(count: int, commit: bool) -> None:
+        read: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(read) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read.append(message.value())
+        assert len(read) == count
+        producer.begin_transaction()
+        for value in read:
+            producer.produce("pipe-out", value.replace(b"in", b"out"), partition=0)
+        producer.send_offsets_to_transaction(consumer.position([tp]),
+                                             consumer.consumer_group_metadata(), 30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    try:
+        transform(3, commit=True)
+        assert consumer.committed([tp], 10)[0].offset == 3
+        transform(3, commit=False)
+        assert consumer.committed([tp], 10)[0].offset == 3  # the abort dropped 6
+    finally:
+        consumer.close()
+    wait_for(lambda: coordinated(cluster, "pipeline-0")["state"] == "CompleteAbort", 30,
+             "CompleteAbort after the markers")
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "pipe-reader",
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    out = TopicPartition("pipe-out", 0, 0)
+    reader.assign([out])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        # 3 records, COMMIT, 3 records, ABORT: the end is offset 8.
+        while reader.position([out])[0].offset < 8 and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+    finally:
+        reader.close()
+    assert got == [b"out-0", b"out-1", b"out-2"]

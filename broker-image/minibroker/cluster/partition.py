@@ -39,6 +39,7 @@ from minibroker.storage.control_records import ControlRecordType
 from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.log import Log, LogAppendInfo, OffsetOutOfRangeError
 from minibroker.storage.producer_state import (
+    AppendOrigin,
     InvalidProducerBatchError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -250,10 +251,11 @@ class Partition:
 
     # ---- leader: produce ----------------------------------------------------------------
 
-    def append_records_to_leader(self, records: bytes, required_acks: int) -> LogAppendInfo:
+    def append_records_to_leader(self, records: bytes, required_acks: int,
+                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         self._check_leader_for_write(required_acks)
         try:
-            info = self.log.append_as_leader(records, self.leader_epoch)
+            info = self.log.append_as_leader(records, self.leader_epoch, origin)
         except CorruptRecordError as exc:
             raise KafkaApiError(ErrorCode.corrupt_message, f"{self.tp}: {exc}") from None
         except ProducerStateError as exc:

@@ -47,6 +47,7 @@ from minibroker.storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT_FILE, O
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.log import LogAppendInfo
 from minibroker.storage.log_manager import LogManager
+from minibroker.storage.producer_state import AppendOrigin
 
 
 class AlterPartitionSender(Protocol):
@@ -322,12 +323,14 @@ class ReplicaManager:
         timeout_ms: int,
         entries: dict[TopicPartition, bytes],
         on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> None:
-        """A client's Produce: each partition's batch on its leader."""
+        """A client's Produce (or a coordinator's records): each partition's batch on its
+        leader."""
         self._append_to_leaders(
             acks, timeout_ms,
             {tp: functools.partial(Partition.append_records_to_leader, records=records,
-                                   required_acks=acks)
+                                   required_acks=acks, origin=origin)
              for tp, records in entries.items()},
             on_complete)
 

@@ -233,6 +233,40 @@ class GroupCoordinator:
             self.classic.rebalancer.complete_and_schedule_next_heartbeat(group, member)
         self.manager.store_offsets(group, offsets, callback)
 
+    def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                  member_id: str, instance_id: str | None,
+                                  generation_id: int,
+                                  offsets: dict[TopicPartition, OffsetAndMetadata],
+                                  callback: Callable[[dict[TopicPartition, ErrorCode]], None]
+                                  ) -> None:
+        """Kafka 3.9's ``handleTxnCommitOffsets``: offsets a transaction commits (KIP-98;
+        ``send_offsets_to_transaction``). The group is created if unknown; the member id
+        and the generation are checked only when given (KIP-447). The offsets are written
+        as the producer's transactional records and count once its COMMIT marker is."""
+        error = self.validate_group_status(group_id, allow_empty=True)
+        group = None
+        if error is None:
+            group = self.manager.get_or_maybe_create_group(group_id, True)
+            if group is None or group.is_(GroupState.DEAD):
+                error = ErrorCode.coordinator_not_available
+            elif instance_id is not None:
+                error = self.classic.validate_current_member(group, member_id, instance_id)
+            elif member_id != UNKNOWN_MEMBER_ID and not group.has(member_id):
+                error = ErrorCode.unknown_member_id
+            if error is None and group is not None and 0 <= generation_id != \
+                    group.generation_id:
+                error = ErrorCode.illegal_generation
+        if error is not None or group is None:
+            callback(dict.fromkeys(offsets, error or ErrorCode.coordinator_not_available))
+            return
+        self.manager.store_offsets(group, offsets, callback, (producer_id, producer_epoch))
+
+    def on_transaction_completed(self, producer_id: int, partitions: set[int],
+                                 is_commit: bool) -> None:
+        """A transaction's marker is written in these ``__consumer_offsets`` partitions
+        (Kafka's ``onTransactionCompleted`` from the WriteTxnMarkers handler)."""
+        self.manager.handle_txn_completion(producer_id, partitions, is_commit)
+
     def _validate_offset_commit(self, group: GroupMetadata, generation_id: int,
                                 member_id: str, instance_id: str | None) -> ErrorCode | None:
         if group.is_(GroupState.DEAD):

@@ -183,6 +183,10 @@ class GroupMetadata:
     offsets: dict[TopicPartition, CachedOffset] = field(default_factory=dict)
     pending_offset_commits: dict[TopicPartition, OffsetAndMetadata] = field(
         default_factory=dict)
+    # producer id -> its transaction's offsets, until its marker (record offset -1: the
+    # record is not appended yet).
+    pending_txn_offset_commits: dict[int, dict[TopicPartition, CachedOffset]] = field(
+        default_factory=dict)
     _awaiting_join: int = 0
     _protocol_votes: Counter[str] = field(default_factory=Counter)
 
@@ -396,6 +400,46 @@ class GroupMetadata:
     def fail_pending_offset_write(self, tp: TopicPartition, offset: OffsetAndMetadata) -> None:
         if self.pending_offset_commits.get(tp) == offset:
             del self.pending_offset_commits[tp]
+
+    # ---- transactional offsets (KIP-98, TxnOffsetCommit) ----------------------------------
+
+    def prepare_txn_offset_commit(self, producer_id: int,
+                                  offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        pending = self.pending_txn_offset_commits.setdefault(producer_id, {})
+        for tp, offset in offsets.items():
+            pending[tp] = CachedOffset(-1, offset)
+
+    def on_txn_offset_commit_append(self, producer_id: int, tp: TopicPartition,
+                                    record_offset: int, offset: OffsetAndMetadata) -> None:
+        """The record is written; the offset waits for the transaction's marker."""
+        pending = self.pending_txn_offset_commits.get(producer_id, {})
+        if tp in pending and pending[tp].offset == offset:
+            pending[tp] = CachedOffset(record_offset, offset)
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartition) -> None:
+        pending = self.pending_txn_offset_commits.get(producer_id)
+        if pending is not None:
+            pending.pop(tp, None)
+            if not pending:
+                del self.pending_txn_offset_commits[producer_id]
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, is_commit: bool) -> None:
+        """Kafka's ``completePendingTxnOffsetCommit``: on COMMIT the producer's offsets
+        become the group's, each unless a later record already is; on ABORT they go."""
+        pending = self.pending_txn_offset_commits.pop(producer_id, {})
+        if not is_commit:
+            return
+        for tp, cached in pending.items():
+            current = self.offsets.get(tp)
+            if cached.record_offset >= 0 and (current is None
+                                              or current.record_offset < cached.record_offset):
+                self.offsets[tp] = cached
+
+    def has_pending_offset_commits(self, tp: TopicPartition) -> bool:
+        """A commit of ``tp`` in flight, plain or in an open transaction (OffsetFetch's
+        require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile, KIP-447)."""
+        return tp in self.pending_offset_commits or any(
+            tp in pending for pending in self.pending_txn_offset_commits.values())
 
     def offset(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         cached = self.offsets.get(tp)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from minibroker import environment
@@ -56,7 +57,9 @@ from minibroker.coordinator.records import (
     encode_offset_value,
 )
 from minibroker.events import EventType
-from minibroker.storage.records import build_batch
+from minibroker.storage.control_records import EndTransactionMarker
+from minibroker.storage.producer_state import AppendOrigin
+from minibroker.storage.records import TRANSACTIONAL_FLAG, BatchHeader, build_batch
 
 __all__ = ["OFFSETS_TOPIC", "CommittedOffset", "GroupMetadataManager", "partition_for"]
 
@@ -78,7 +81,19 @@ class AppendRecords(Protocol):
     """``ReplicaManager.append_records`` (the broker's, which waits out a disk stall)."""
 
     def __call__(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
-                 on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None: ...
+                 on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+                 origin: AppendOrigin = AppendOrigin.CLIENT) -> None: ...
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What an offsets partition's log holds: each group's metadata, its committed offsets
+    (by group and partition, with the record's offset), and the offsets of transactions
+    not yet ended, by producer id."""
+
+    groups: dict[str, GroupMetadataValue]
+    offsets: dict[tuple[str, TopicPartition], CachedOffset]
+    pending_txn_offsets: dict[int, dict[tuple[str, TopicPartition], CachedOffset]]
 
 
 class Emit(Protocol):
@@ -157,11 +172,23 @@ class GroupMetadataManager:
     # ---- writing ------------------------------------------------------------------------
 
     def _write(self, group_id: str, keys: list[bytes], values: list[bytes],
-               done: Callable[[ProduceResult], None]) -> None:
+               done: Callable[[ProduceResult], None],
+               producer: tuple[int, int] | None = None) -> None:
+        """Append the records; a transaction's (``producer``: its id and epoch) as a
+        transactional batch of that producer, which its marker later commits or aborts
+        (Kafka writes them with origin COORDINATOR: the epoch is checked, no sequence)."""
         tp = self._tp(group_id)
-        batch = build_batch(values, keys=keys, timestamp_ms=int(self.now_ms()))
+        if producer is None:
+            batch = build_batch(values, keys=keys, timestamp_ms=int(self.now_ms()))
+            origin = AppendOrigin.CLIENT
+        else:
+            batch = build_batch(values, keys=keys, timestamp_ms=int(self.now_ms()),
+                                producer_id=producer[0], producer_epoch=producer[1],
+                                base_sequence=0, attributes=TRANSACTIONAL_FLAG)
+            origin = AppendOrigin.COORDINATOR
         self._append(acks=self._commit_acks, timeout_ms=self._commit_timeout_ms,
-                     entries={tp: batch}, on_complete=lambda results: done(results[tp]))
+                     entries={tp: batch}, on_complete=lambda results: done(results[tp]),
+                     origin=origin)
 
     def store_group(self, group: GroupMetadata, assignment: dict[str, bytes],
                     callback: Callable[[ErrorCode], None]) -> None:
@@ -193,22 +220,33 @@ class GroupMetadataManager:
 
     def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition,
                                                                 OffsetAndMetadata],
-                      callback: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
+                      callback: Callable[[dict[TopicPartition, ErrorCode]], None],
+                      producer: tuple[int, int] | None = None) -> None:
         """Append one record per committed partition; the cache takes them once they are
-        acknowledged (pending until then, for OffsetFetch's require_stable)."""
+        acknowledged (pending until then, for OffsetFetch's require_stable), or, for a
+        transaction's (``producer``), once its COMMIT marker is written."""
         valid = {tp: o for tp, o in offsets.items()
                  if len(o.metadata) <= OFFSET_METADATA_MAX_BYTES}
         if not valid:
             callback(dict.fromkeys(offsets, ErrorCode.offset_metadata_too_large))
             return
-        group.prepare_offset_commit(valid)
+        if producer is None:
+            group.prepare_offset_commit(valid)
+        else:
+            group.prepare_txn_offset_commit(producer[0], valid)
 
         def done(result: ProduceResult) -> None:
             error = result.error
             for tp, offset in valid.items():
                 if group.is_(GroupState.DEAD):
                     break  # unloaded meanwhile: the log has it (or not), the cache is gone
-                if error == ErrorCode.none:
+                if producer is not None:
+                    if error == ErrorCode.none:
+                        group.on_txn_offset_commit_append(producer[0], tp, result.base_offset,
+                                                          offset)
+                    else:
+                        group.fail_pending_txn_offset_commit(producer[0], tp)
+                elif error == ErrorCode.none:
                     group.on_offset_commit_append(tp, result.base_offset, offset)
                 else:
                     group.fail_pending_offset_write(tp, offset)
@@ -221,7 +259,16 @@ class GroupMetadataManager:
 
         self._write(group.group_id,
                     [encode_offset_key(group.group_id, tp.topic, tp.partition) for tp in valid],
-                    [encode_offset_value(o) for o in valid.values()], done)
+                    [encode_offset_value(o) for o in valid.values()], done, producer)
+
+    def handle_txn_completion(self, producer_id: int, partitions: set[int],
+                              is_commit: bool) -> None:
+        """Kafka's ``handleTxnCompletion``: the marker is in these offsets partitions; the
+        producer's pending offsets in their groups are committed or dropped."""
+        for group in self.groups.values():
+            if (self.partition_for(group.group_id) in partitions
+                    and producer_id in group.pending_txn_offset_commits):
+                group.complete_pending_txn_offset_commit(producer_id, is_commit)
 
     # ---- reading ------------------------------------------------------------------------
 
@@ -236,7 +283,7 @@ class GroupMetadataManager:
         result = {}
         for tp in partitions if partitions is not None else list(group.offsets):
             offset = group.offset(tp)
-            if require_stable and tp in group.pending_offset_commits:
+            if require_stable and group.has_pending_offset_commits(tp):
                 result[tp] = CommittedOffset(NO_OFFSET, -1, "", ErrorCode.unstable_offset_commit)
             elif offset is None:
                 result[tp] = none
@@ -274,16 +321,24 @@ class GroupMetadataManager:
         replica = self._local_partition(tp)
         end = replica.log_end_offset if replica is not None else 0
         try:
-            groups, offsets = self._replay(tp, replica) if replica is not None else ({}, {})
+            replayed = self._replay(tp, replica) if replica is not None else Replayed({}, {},
+                                                                                       {})
         finally:
             self.loading_partitions.discard(partition)
             self.owned_partitions.add(partition)
         loaded = []
-        for group_id in sorted(set(groups) | {g for g, _ in offsets}):
+        groups, offsets = replayed.groups, replayed.offsets
+        in_txns = {g for by_producer in replayed.pending_txn_offsets.values()
+                   for g, _ in by_producer}
+        for group_id in sorted(set(groups) | {g for g, _ in offsets} | in_txns):
             value = groups.get(group_id)
             group = self._group_from(group_id, value)
             group.initialize_offsets({tp_: o for (g, tp_), o in offsets.items()
                                       if g == group_id})
+            for producer_id, by_group in replayed.pending_txn_offsets.items():
+                mine = {tp_: o for (g, tp_), o in by_group.items() if g == group_id}
+                if mine:
+                    group.pending_txn_offset_commits[producer_id] = mine
             self.groups.setdefault(group_id, group)
             on_group_loaded(group)
             loaded.append(f"{group_id} ({group.state}, generation {group.generation_id}, "
@@ -295,30 +350,42 @@ class GroupMetadataManager:
                           detail=f"loaded {len(loaded)} groups: {', '.join(loaded)}"
                           if loaded else "loaded no group")
 
-    def _replay(self, tp: TopicPartition, replica: Partition
-                ) -> tuple[dict[str, GroupMetadataValue],
-                           dict[tuple[str, TopicPartition], CachedOffset]]:
-        """The latest record of every key, from the log start to the log end."""
+    def _replay(self, tp: TopicPartition, replica: Partition) -> Replayed:
+        """The latest record of every key, from the log start to the log end; a
+        transaction's offsets count once its COMMIT marker is read (Kafka's
+        ``doLoadGroupsAndOffsets``), and those of a transaction still open stay pending."""
         groups: dict[str, GroupMetadataValue | None] = {}
         offsets: dict[tuple[str, TopicPartition], CachedOffset | None] = {}
-        replay(tp, replica, lambda key, value, batch_offset: self._apply_record(
-            key, value, batch_offset, groups, offsets), (CorruptGroupRecordError,))
-        return ({g: v for g, v in groups.items() if v is not None},
-                {k: v for k, v in offsets.items() if v is not None})
+        pending: dict[int, dict[tuple[str, TopicPartition], CachedOffset]] = {}
 
-    @staticmethod
-    def _apply_record(key: bytes | None, value: bytes | None, batch_offset: int,
-                      groups: dict[str, GroupMetadataValue | None],
-                      offsets: dict[tuple[str, TopicPartition], CachedOffset | None]) -> None:
-        if key is None:
-            raise CorruptGroupRecordError("a record without a key")
-        parsed = decode_key(key)
-        if isinstance(parsed, OffsetCommitKey):
-            committed = decode_offset_value(value)
-            offsets[parsed.group, TopicPartition(parsed.topic, parsed.partition)] = (
-                None if committed is None else CachedOffset(batch_offset, committed))
-        elif isinstance(parsed, GroupMetadataKey):
-            groups[parsed.group] = decode_group_value(value)
+        def apply(key: bytes | None, value: bytes | None, header: BatchHeader) -> None:
+            if key is None:
+                raise CorruptGroupRecordError("a record without a key")
+            parsed = decode_key(key)
+            if isinstance(parsed, OffsetCommitKey):
+                committed = decode_offset_value(value)
+                cached = None if committed is None else CachedOffset(header.base_offset,
+                                                                    committed)
+                where = (parsed.group, TopicPartition(parsed.topic, parsed.partition))
+                if not header.is_transactional:
+                    offsets[where] = cached
+                elif cached is not None:
+                    pending.setdefault(header.producer_id, {})[where] = cached
+            elif isinstance(parsed, GroupMetadataKey):
+                groups[parsed.group] = decode_group_value(value)
+
+        def on_marker(header: BatchHeader, marker: EndTransactionMarker) -> None:
+            ended = pending.pop(header.producer_id, {})
+            if marker.is_abort:
+                return
+            for where, cached in ended.items():
+                current = offsets.get(where)
+                if current is None or current.record_offset < cached.record_offset:
+                    offsets[where] = cached
+
+        replay(tp, replica, apply, (CorruptGroupRecordError,), on_marker)
+        return Replayed({g: v for g, v in groups.items() if v is not None},
+                        {k: v for k, v in offsets.items() if v is not None}, pending)
 
     def _group_from(self, group_id: str, value: GroupMetadataValue | None) -> GroupMetadata:
         """Kafka's ``GroupMetadata.loadGroup``: Stable with its members, or Empty."""

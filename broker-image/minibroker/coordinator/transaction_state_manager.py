@@ -46,7 +46,7 @@ from minibroker.coordinator.transaction_log import (
 )
 from minibroker.coordinator.transaction_metadata import TransactionMetadata, TxnTransitMetadata
 from minibroker.events import EventType
-from minibroker.storage.records import build_batch
+from minibroker.storage.records import BatchHeader, build_batch
 
 __all__ = ["TRANSACTION_STATE_TOPIC", "CoordinatorEpochAndTxnMetadata",
            "TransactionStateManager"]
@@ -263,7 +263,7 @@ class TransactionStateManager:
         replica = self._local_partition(tp)
         values: dict[str, TransactionLogValue | None] = {}
 
-        def apply(key: bytes | None, value: bytes | None, _batch_offset: int) -> None:
+        def apply(key: bytes | None, value: bytes | None, _header: BatchHeader) -> None:
             if key is None:
                 raise CorruptTransactionRecordError("a record without a key")
             values[decode_key(key)] = decode_value(value)

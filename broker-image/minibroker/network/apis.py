@@ -66,6 +66,8 @@ class KafkaApis:
             ApiKey.WRITE_TXN_MARKERS: replicas.handle_write_txn_markers,
             ApiKey.ADD_PARTITIONS_TO_TXN: txns.handle_add_partitions_to_txn,
             ApiKey.END_TXN: txns.handle_end_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: txns.handle_add_offsets_to_txn,
+            ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
         }
 
     async def handle(self, request: Request) -> ResponsePayload | None:

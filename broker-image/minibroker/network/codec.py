@@ -70,8 +70,10 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -106,8 +108,10 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 only adds TRANSACTION_ABORTABLE (KIP-890)
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # v4 adds TRANSACTION_ABORTABLE (KIP-890)
     ApiKey.END_TXN: (0, 3),  # v4 adds TRANSACTION_ABORTABLE, v5 is transaction version 2
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v2's transaction version is KIP-890 part 2's
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # v3: KIP-447's member id and generation
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topic configs only
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # KIP-664
     ApiKey.LIST_TRANSACTIONS: (0, 1),  # v1: KIP-994's duration filter; v2's regex is not served

@@ -44,6 +44,15 @@ class GroupBroker(Protocol):
     def metadata_image(self) -> MetadataImage: ...
 
 
+def _commit_answer(topic_type: Any, partition_type: Any, topics: Any,
+                   errors: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
+    """An offset commit's answer: every partition asked, in the request's order."""
+    return tuple(topic_type(name=topic.name, partitions=tuple(
+        partition_type(partition_index=part.partition_index,
+                       error_code=errors[TopicPartition(topic.name, part.partition_index)])
+        for part in topic.partitions)) for topic in topics)
+
+
 def _ms(value: timedelta) -> int:
     return int(value / timedelta(milliseconds=1))
 
@@ -134,11 +143,40 @@ class GroupApis:
     async def handle_offset_commit(self, request: Request) -> ResponsePayload:
         body, version = request.body, request.api_version
         m = response_module(ApiKey.OFFSET_COMMIT, version)
+        errors, offsets = self._offsets_to_commit(body.topics)
+        if offsets:
+            errors.update(await completion(lambda done: self._coordinator.handle_commit_offsets(
+                body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+                body.generation_id_or_member_epoch, offsets, done)))
+        return build(m.OffsetCommitResponse, throttle_time=NO_THROTTLE,
+                     topics=_commit_answer(m.OffsetCommitResponseTopic,
+                                           m.OffsetCommitResponsePartition, body.topics, errors))
+
+    async def handle_txn_offset_commit(self, request: Request) -> ResponsePayload:
+        """TxnOffsetCommit (v0-3; v3 is KIP-447's member id and generation)."""
+        body, version = request.body, request.api_version
+        m = response_module(ApiKey.TXN_OFFSET_COMMIT, version)
+        errors, offsets = self._offsets_to_commit(body.topics)
+        if offsets:
+            errors.update(await completion(
+                lambda done: self._coordinator.handle_txn_commit_offsets(
+                    body.group_id, body.producer_id, body.producer_epoch,
+                    getattr(body, "member_id", ""), getattr(body, "group_instance_id", None),
+                    getattr(body, "generation_id", -1), offsets, done)))
+        return m.TxnOffsetCommitResponse(
+            throttle_time=NO_THROTTLE,
+            topics=_commit_answer(m.TxnOffsetCommitResponseTopic,
+                                  m.TxnOffsetCommitResponsePartition, body.topics, errors))
+
+    def _offsets_to_commit(self, topics: Any) -> tuple[dict[TopicPartition, ErrorCode],
+                                                       dict[TopicPartition, OffsetAndMetadata]]:
+        """The request's offsets of partitions the metadata knows, and the errors of the
+        others (UNKNOWN_TOPIC_OR_PARTITION)."""
         image = self._broker.metadata_image()
         now = int(self._coordinator.manager.now_ms())
         errors: dict[TopicPartition, ErrorCode] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for topic in body.topics:
+        for topic in topics:
             known = image.topics.get(topic.name)
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
@@ -148,17 +186,7 @@ class GroupApis:
                     offsets[tp] = OffsetAndMetadata(
                         part.committed_offset, getattr(part, "committed_leader_epoch", -1),
                         part.committed_metadata or "", now)
-        if offsets:
-            errors.update(await completion(lambda done: self._coordinator.handle_commit_offsets(
-                body.group_id, body.member_id, getattr(body, "group_instance_id", None),
-                body.generation_id_or_member_epoch, offsets, done)))
-        return build(m.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
-            m.OffsetCommitResponseTopic(name=topic.name, partitions=tuple(
-                m.OffsetCommitResponsePartition(
-                    partition_index=part.partition_index,
-                    error_code=errors[TopicPartition(topic.name, part.partition_index)])
-                for part in topic.partitions))
-            for topic in body.topics))
+        return errors, offsets
 
     async def handle_offset_fetch(self, request: Request) -> ResponsePayload:
         body, version = request.body, request.api_version

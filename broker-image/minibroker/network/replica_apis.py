@@ -77,6 +77,12 @@ class ReplicaBroker(Protocol):
         on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
     ) -> None: ...
 
+    def complete_txn_offsets(self, producer_id: int, partitions: set[int],
+                             commit: bool) -> None:
+        """A marker is in these ``__consumer_offsets`` partitions: the group coordinator
+        commits or drops the producer's pending offsets there."""
+        ...
+
     def fetch_messages(
         self,
         request: FetchRequestData,
@@ -304,6 +310,12 @@ class ReplicaApis:
                     lambda done: self._broker.append_end_txn_markers(
                         marker=marker, timeout_ms=self._request_timeout_ms,
                         on_complete=done)))
+                offsets = {tp.partition for tp in known if tp.topic == OFFSETS_TOPIC
+                           and results[tp].error == ErrorCode.none}
+                if offsets:
+                    self._broker.complete_txn_offsets(
+                        entry.producer_id, offsets,
+                        marker.control_type is ControlRecordType.COMMIT)
             return m.WritableTxnMarkerResult(
                 producer_id=entry.producer_id,
                 topics=tuple(

@@ -7,8 +7,9 @@ A request without a transactional id gets a fresh producer id at epoch 0 from an
 two is INVALID_REQUEST). One with a transactional id goes to the ``TransactionCoordinator``,
 which answers NOT_COORDINATOR unless this broker leads the id's ``__transaction_state``
 partition. AddPartitionsToTxn (v0-3 from producers, one transaction; v4+ batched, from
-brokers, where ``verify_only`` asks KIP-890 part 1's question without changing anything)
-and EndTxn go to the same coordinator. The markers the coordinator sends to partition
+brokers, where ``verify_only`` asks KIP-890 part 1's question without changing anything),
+AddOffsetsToTxn (the group's offsets partition joins the transaction) and EndTxn go to the
+same coordinator. The markers the coordinator sends to partition
 leaders (WriteTxnMarkers) are the replicas' API (``replica_apis``).
 """
 
@@ -20,6 +21,8 @@ from typing import Any, Protocol
 from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
+from minibroker.coordinator.group_coordinator import GroupCoordinator
+from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.coordinator.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
@@ -35,6 +38,7 @@ class TxnBroker(Protocol):
     """What TxnApis needs of the broker: its transaction coordinator and its producer ids."""
 
     txn_coordinator: TransactionCoordinator
+    group_coordinator: GroupCoordinator
 
     def metadata_image(self) -> MetadataImage: ...
 
@@ -115,6 +119,19 @@ class TxnApis:
         error = await coordinator.handle_add_partitions_to_transaction(
             transactional_id, producer_id, producer_epoch, frozenset(wanted))
         return dict.fromkeys(wanted, error)
+
+    async def handle_add_offsets_to_txn(self, request: Request) -> ResponsePayload:
+        """Kafka's ``handleAddOffsetsToTxnRequest``: the group's ``__consumer_offsets``
+        partition joins the transaction, so that its marker ends the offsets the producer
+        commits next with TxnOffsetCommit."""
+        body = request.body
+        m = response_module(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version)
+        offsets_tp = TopicPartition(
+            OFFSETS_TOPIC, self._broker.group_coordinator.manager.partition_for(body.group_id))
+        error = await self._broker.txn_coordinator.handle_add_partitions_to_transaction(
+            body.transactional_id, body.producer_id, body.producer_epoch,
+            frozenset({offsets_tp}))
+        return m.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=error)
 
     async def handle_end_txn(self, request: Request) -> ResponsePayload:
         body = request.body

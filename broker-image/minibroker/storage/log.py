@@ -35,7 +35,11 @@ from minibroker.storage.control_records import (
     end_txn_marker_of,
 )
 from minibroker.storage.durability import DurabilityTracker
-from minibroker.storage.producer_state import AppendedBatch, ProducerStateManager
+from minibroker.storage.producer_state import (
+    AppendedBatch,
+    AppendOrigin,
+    ProducerStateManager,
+)
 from minibroker.storage.records import BatchHeader, assign_offsets, iter_batches
 from minibroker.storage.segment import LogSegment, delete_files, index_path, log_path
 from minibroker.storage.transaction_index import AbortedTxn, collect_aborted_txns
@@ -199,13 +203,14 @@ class Log:
 
     # ---- appends --------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, leader_epoch: int) -> LogAppendInfo:
+    def append_as_leader(self, records: bytes, leader_epoch: int,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Validate a producer's batches, give them the next offsets and the leader epoch.
 
         Raises ``ProducerStateError`` for an idempotent batch that is fenced or out of
         sequence; a retry of a recent batch is not appended again (``duplicate``)."""
         data, headers = assign_offsets(records, self._log_end_offset, leader_epoch)
-        original = self.producer_state.check_leader_append(headers)
+        original = self.producer_state.check_leader_append(headers, origin)
         if original is not None:
             return LogAppendInfo(original.first_offset, original.last_offset, 0, [],
                                  duplicate=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from minibroker.storage.control_records import EndTransactionMarker
 from minibroker.storage.records import BatchHeader
@@ -43,6 +44,7 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NO_SEQUENCE",
     "NUM_BATCHES_TO_RETAIN",
+    "AppendOrigin",
     "AppendedBatch",
     "BatchMetadata",
     "CompletedTxn",
@@ -63,6 +65,17 @@ NUM_BATCHES_TO_RETAIN = 5  # Kafka's: matches max.in.flight.requests.per.connect
 _MAX_SEQUENCE = 2**31 - 1
 NO_COORDINATOR_EPOCH = -1
 _NO_OFFSET = 2**63 - 1
+
+
+
+class AppendOrigin(Enum):
+    """Kafka's ``AppendOrigin``: who appends decides what is checked. A client's batches
+    get every check; a coordinator's (transactional offset commits) only the producer's
+    epoch and transaction, having no sequence of their own; a follower's none."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
 
 AppendedBatch = tuple[BatchHeader, EndTransactionMarker | None]
 """A batch as the log holds it, with the marker a control batch carries."""
@@ -207,14 +220,18 @@ class ProducerStateEntry:
                 f"{self.producer_id}'s marker is older than {self.coordinator_epoch} (a zombie "
                 "coordinator)")
 
+    def check_epoch(self, batch: BatchHeader, where: str) -> None:
+        """Kafka's checkProducerEpoch for a data batch."""
+        if batch.producer_epoch < self.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"{where}: epoch {batch.producer_epoch} of producer {self.producer_id} is older "
+                f"than the last seen epoch {self.producer_epoch}")
+
     def check_append(self, batch: BatchHeader, where: str) -> None:
         """Kafka's checkProducerEpoch and checkSequence for a producer's (not a replica's)
         batch that is not a duplicate."""
+        self.check_epoch(batch, where)
         epoch, first_seq = batch.producer_epoch, batch.base_sequence
-        if epoch < self.producer_epoch:
-            raise InvalidProducerEpochError(
-                f"{where}: epoch {epoch} of producer {self.producer_id} is older than the "
-                f"last seen epoch {self.producer_epoch}")
         if epoch != self.producer_epoch:
             if first_seq != 0 and self.producer_epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
@@ -278,7 +295,9 @@ class ProducerStateManager:
         for first in stable:
             del self._unreplicated_txns[first]
 
-    def check_leader_append(self, batches: Sequence[BatchHeader]) -> BatchMetadata | None:
+    def check_leader_append(self, batches: Sequence[BatchHeader],
+                            origin: AppendOrigin = AppendOrigin.CLIENT
+                            ) -> BatchMetadata | None:
         """Validate a producer's batches (offsets already assigned) before they are written.
 
         Returns the original of a retried batch, in which case nothing may be appended;
@@ -298,10 +317,13 @@ class ProducerStateManager:
             entry = staged.get(pid)
             if entry is None:
                 staged[pid] = entry = self._entry_copy(pid)
-            duplicate = entry.find_duplicate_batch(batch)
-            if duplicate is not None:
-                return duplicate
-            entry.check_append(batch, where)
+            if origin is AppendOrigin.CLIENT:
+                duplicate = entry.find_duplicate_batch(batch)
+                if duplicate is not None:
+                    return duplicate
+                entry.check_append(batch, where)
+            else:
+                entry.check_epoch(batch, where)
             entry.check_txn_state(batch, where)
             entry.add_batch(batch)
         return None
