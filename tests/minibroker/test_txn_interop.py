@@ -4,7 +4,10 @@ FindCoordinator creates ``__transaction_state``) and initialize; each new instan
 transactional id gets the same producer id and the next epoch, which the coordinator
 keeps in ``/v1/state`` and ListTransactions lists, and which fences the instances before
 it (an InitProducerId naming an older epoch gets PRODUCER_FENCED); kafka-python's admin
-client lists and describes the ids."""
+client lists and describes the ids. Then whole transactions: librdkafka's and
+kafka-python's producers commit and abort, read_committed consumers of both get only the
+committed records, and librdkafka's consume-transform-produce loop commits its input
+offsets with its output (send_offsets_to_transaction)."""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
 from kio.schema.init_producer_id.v4 import request as init_req
 from kio.schema.list_transactions.v1 import request as list_req
 from kio.static.primitive import i16, i64
@@ -263,3 +267,41 @@ def test_confluent_kafka_consume_transform_produce_commits_offsets_with_the_tran
     finally:
         reader.close()
     assert got == [b"out-0", b"out-1", b"out-2"]
+
+
+def test_kafka_python_commits_and_aborts_and_its_read_committed_consumer_agrees(
+        cluster: Cluster) -> None:
+    """kafka-python's transactional producer (its own transaction manager, not
+    librdkafka's): a committed and an aborted transaction; its read_committed consumer gets
+    the committed records only. Ends by hand: c-0, c-1 (0-1), COMMIT (2), a-0 (3), ABORT
+    (4)."""
+    wait_for(lambda: _minibroker(
+        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
+        "--topic", "kp-eos", "--partitions", "1",
+        "--replication-factor", str(BROKERS)).returncode == 0, 45, "topic kp-eos")
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="kp-eos")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for value in (b"c-0", b"c-1"):
+            producer.send("kp-eos", value, partition=0)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send("kp-eos", b"a-0", partition=0)
+        producer.abort_transaction()
+    finally:
+        producer.close(timeout=5)
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap,
+                             isolation_level="read_committed", enable_auto_commit=False)
+    tp = KafkaTopicPartition("kp-eos", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    read: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while consumer.position(tp) < 5 and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                read.extend(record.value for record in records)
+    finally:
+        consumer.close()
+    assert read == [b"c-0", b"c-1"]
