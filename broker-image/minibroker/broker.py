@@ -22,6 +22,7 @@ from typing import Any
 
 from minibroker import environment
 from minibroker.admin import AdminServer
+from minibroker.cluster.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from minibroker.cluster.alter_partition_manager import AlterPartitionManager, Answer
 from minibroker.cluster.fetcher import ReplicaFetcher, ReplicaFetcherManager
 from minibroker.cluster.log_dir_failure import LOG_DIR_FAILURE_EXIT_CODE, LogDirFailureChannel
@@ -42,6 +43,7 @@ from minibroker.cluster.types import (
 from minibroker.config import resolve
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.coordinator.transaction_coordinator import TransactionCoordinator
+from minibroker.coordinator.transaction_state_manager import TRANSACTION_STATE_TOPIC
 from minibroker.events import ReplicationEventLog
 from minibroker.failpoints import DiskFull, DiskStall, power_loss
 from minibroker.lifecycle import BrokerLifecycleManager, Registration
@@ -56,7 +58,7 @@ from minibroker.rpc import RpcClient, RpcError
 from minibroker.shutdown import end_tasks
 from minibroker.storage.clean_shutdown import take_clean_shutdown, write_clean_shutdown
 from minibroker.storage.durability import DurabilityTracker
-from minibroker.storage.producer_state import AppendOrigin
+from minibroker.storage.producer_state import AppendOrigin, VerificationGuard
 
 log = logging.getLogger("minibroker.broker")
 
@@ -135,6 +137,9 @@ class BrokerServer:
             address_of=self._address_of, spawn=self._spawn)
         self.replica_manager.leadership_listeners.append(
             self.txn_coordinator.on_leadership_change)
+        self.add_partitions_to_txn = AddPartitionsToTxnManager(
+            options.broker_id, coordinator_for=self._transaction_coordinator_of,
+            address_of=self._address_of)
         self.apis = apis = KafkaApis(self)
         # Every listener draws on the broker's one set of connection and memory bounds.
         socket_config = SocketServerConfig.from_config(config)
@@ -201,6 +206,7 @@ class BrokerServer:
             self.admin.stop()
         self.group_coordinator.shutdown()
         self.txn_coordinator.shutdown()
+        self.add_partitions_to_txn.shutdown()
         self.replica_manager.shutdown()
         if clean and self.broker_epoch >= 0:  # every log is flushed: the shutdown was clean
             write_clean_shutdown(self.options.data_dir, self.broker_epoch)
@@ -351,10 +357,13 @@ class BrokerServer:
 
     def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
-                       origin: AppendOrigin = AppendOrigin.CLIENT) -> None:
+                       origin: AppendOrigin = AppendOrigin.CLIENT,
+                       verification_guards: dict[TopicPartition, VerificationGuard | None]
+                       | None = None) -> None:
         self._when_disk_writable(functools.partial(
             self.replica_manager.append_records, acks=acks, timeout_ms=timeout_ms,
-            entries=entries, on_complete=on_complete, origin=origin))
+            entries=entries, on_complete=on_complete, origin=origin,
+            verification_guards=verification_guards))
 
     def append_end_txn_markers(
             self, *, marker: TxnMarker, timeout_ms: int,
@@ -362,6 +371,28 @@ class BrokerServer:
         self._when_disk_writable(functools.partial(
             self.replica_manager.append_end_txn_markers, marker=marker, timeout_ms=timeout_ms,
             on_complete=on_complete))
+
+    def maybe_start_transaction_verification(
+            self, tp: TopicPartition, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard | None:
+        return self.replica_manager.maybe_start_transaction_verification(tp, producer_id,
+                                                                         producer_epoch)
+
+    async def verify_transaction(self, transactional_id: str, producer_id: int,
+                                 producer_epoch: int, partitions: list[TopicPartition]
+                                 ) -> dict[TopicPartition, ErrorCode]:
+        return await self.add_partitions_to_txn.verify_transaction(
+            transactional_id, producer_id, producer_epoch, partitions)
+
+    def _transaction_coordinator_of(self, transactional_id: str) -> int | None:
+        """The leader of the id's ``__transaction_state`` partition, as this broker's
+        metadata has it (Kafka's ``AddPartitionsToTxnManager.getTransactionCoordinator``)."""
+        topic = self.replica_manager.image.topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is None:
+            return None
+        partition = self.txn_coordinator.state_manager.partition_for(transactional_id)
+        reg = topic.partitions.get(partition)
+        return reg.leader if reg is not None and reg.leader >= 0 else None
 
     def complete_txn_offsets(self, producer_id: int, partitions: set[int],
                              commit: bool) -> None:

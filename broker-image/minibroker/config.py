@@ -313,6 +313,11 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "(a new instance of the id then gets a new producer id)."),
         ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", _positive_int,
                   3600000, False, "How often the coordinator looks for expired ids."),
+        ConfigDef("transaction.partition.verification.enable", _bool, True, False,
+                  "KIP-890 part 1 (Kafka 3.6+): a leader asks the transaction's coordinator "
+                  "whether a partition is in the transaction before it appends a client's "
+                  "first transactional batch of it. false: Kafka 3.0 to 3.5, where a late "
+                  "batch can open a transaction nobody ends (a hanging transaction)."),
         ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms",
                   _positive_int, 10000, False,
                   "How often the coordinator aborts transactions open longer than their "

@@ -94,7 +94,8 @@ class FakeBroker:
         return {}
 
     def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
-                       on_complete: Callable[[dict[TopicPartition, ProduceResult]], None]) -> None:
+                       on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+                       verification_guards: object = None) -> None:
         results = {}
         for tp, records in entries.items():
             log = self.logs[tp]

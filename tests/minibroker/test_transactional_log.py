@@ -163,3 +163,26 @@ def test_a_marker_is_a_control_batch_with_its_type_and_coordinator_epoch() -> No
     assert (header.is_control, header.is_transactional) == (True, True)
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 3, -1)
     assert end_txn_marker_of(header, batch) == EndTransactionMarker(COMMIT, 12)
+
+
+def test_kip_890_a_batch_verified_before_its_transaction_ended_is_refused(
+        tmp_path: Path) -> None:
+    """The verification guard (Kafka's VerificationGuard): a batch that opens a transaction
+    needs the producer's current one; once its transaction is open nothing is verified;
+    a marker spends the guard, so a batch verified before an abort and appended after its
+    marker is refused instead of opening a transaction nobody will end."""
+    log = open_log(tmp_path)
+    state = log.producer_state
+    guard = state.maybe_start_transaction_verification(7, 0)
+    assert guard is not None
+    with pytest.raises(InvalidTxnStateError, match="not part of an ongoing transaction"):
+        log.append_as_leader(txn_batch(7, 0), 0, verify=True)
+    assert log.append_as_leader(txn_batch(7, 0), 0, verify=True,
+                                verification_guard=guard).first_offset == 0
+    assert state.maybe_start_transaction_verification(7, 0) is None  # open here already
+    marker(log, 7, ABORT)  # 1
+    late = state.maybe_start_transaction_verification(7, 0)
+    marker(log, 7, ABORT)  # 2: the coordinator ended it before the verified batch landed
+    with pytest.raises(InvalidTxnStateError):
+        log.append_as_leader(txn_batch(7, 1), 0, verify=True, verification_guard=late)
+    assert log.log_end_offset == 3

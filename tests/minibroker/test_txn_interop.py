@@ -23,14 +23,17 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
+from kio.schema.add_partitions_to_txn.v3 import request as add_req
 from kio.schema.init_producer_id.v4 import request as init_req
 from kio.schema.list_transactions.v1 import request as list_req
-from kio.static.primitive import i16, i64
+from kio.schema.produce.v9 import request as produce_req
+from kio.static.primitive import i16, i32, i64
 from test_broker_processes import get_json, wait_for
 from test_interop_clients import BROKERS, Cluster, _minibroker, running_cluster
 
 from minibroker.cluster.types import ErrorCode
 from minibroker.network.client import KafkaConnection
+from minibroker.storage.records import TRANSACTIONAL_FLAG, build_batch
 
 INIT_TIMEOUT_S = 60  # the first init waits for __transaction_state to be created and led
 
@@ -305,3 +308,41 @@ def test_kafka_python_commits_and_aborts_and_its_read_committed_consumer_agrees(
     finally:
         consumer.close()
     assert read == [b"c-0", b"c-1"]
+
+
+def test_kip_890_a_transactional_produce_to_a_partition_outside_the_transaction_is_refused(
+        cluster: Cluster) -> None:
+    """transaction.partition.verification.enable (the default): the leader asks the
+    coordinator first, so a batch for a partition the producer never added (a late or
+    stray write that would open a transaction nobody ends) gets INVALID_TXN_STATE and is
+    not appended; once AddPartitionsToTxn put the partition in, the same batch is taken."""
+    wait_for(lambda: _minibroker(
+        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
+        "--topic", "verify", "--partitions", "1",
+        "--replication-factor", str(BROKERS)).returncode == 0, 45, "topic verify")
+    wait_for(lambda: len(partition_state(cluster, "verify", 0)["isr"]) == BROKERS, 30,
+             "a full ISR")
+    Producer({"bootstrap.servers": cluster.bootstrap,
+              "transactional.id": "verify-tx"}).init_transactions(INIT_TIMEOUT_S)
+    state = coordinated(cluster, "verify-tx")
+    producer_id, epoch = state["producer_id"], state["producer_epoch"]
+    leader = get_json(cluster.base_port + 100)["topics"]["verify"]["partitions"]["0"]["leader"]
+    batch = build_batch([b"stray"], producer_id=producer_id, producer_epoch=epoch,
+                        base_sequence=0, attributes=TRANSACTIONAL_FLAG)
+
+    def produce() -> ErrorCode:
+        answer = ask(cluster, leader, produce_req.ProduceRequest(
+            transactional_id="verify-tx", acks=i16(-1), timeout=datetime.timedelta(seconds=10),
+            topic_data=(produce_req.TopicProduceData(name="verify", partition_data=(
+                produce_req.PartitionProduceData(index=i32(0), records=batch),)),)))
+        return ErrorCode(answer.responses[0].partition_responses[0].error_code)
+
+    assert produce() == ErrorCode.invalid_txn_state
+    assert partition_state(cluster, "verify", 0)["log_end_offset"] == 0
+    added = ask(cluster, state["broker"], add_req.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id="verify-tx", v3_and_below_producer_id=i64(producer_id),
+        v3_and_below_producer_epoch=i16(epoch), v3_and_below_topics=(
+            add_req.AddPartitionsToTxnTopic(name="verify", partitions=(i32(0),)),)))
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0] \
+        .partition_error_code == ErrorCode.none
+    assert produce() == ErrorCode.none

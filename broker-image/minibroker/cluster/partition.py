@@ -46,6 +46,7 @@ from minibroker.storage.producer_state import (
     OutOfOrderSequenceError,
     ProducerStateError,
     TransactionCoordinatorFencedError,
+    VerificationGuard,
 )
 from minibroker.storage.records import CorruptRecordError
 
@@ -252,10 +253,14 @@ class Partition:
     # ---- leader: produce ----------------------------------------------------------------
 
     def append_records_to_leader(self, records: bytes, required_acks: int,
-                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+                                 origin: AppendOrigin = AppendOrigin.CLIENT, *,
+                                 verify: bool = False,
+                                 verification_guard: VerificationGuard | None = None
+                                 ) -> LogAppendInfo:
         self._check_leader_for_write(required_acks)
         try:
-            info = self.log.append_as_leader(records, self.leader_epoch, origin)
+            info = self.log.append_as_leader(records, self.leader_epoch, origin, verify=verify,
+                                             verification_guard=verification_guard)
         except CorruptRecordError as exc:
             raise KafkaApiError(ErrorCode.corrupt_message, f"{self.tp}: {exc}") from None
         except ProducerStateError as exc:
@@ -281,6 +286,17 @@ class Partition:
             raise KafkaApiError(_PRODUCER_STATE_ERRORS[type(exc)], str(exc)) from None
         self.maybe_increment_high_watermark()
         return info
+
+    def maybe_start_transaction_verification(self, producer_id: int, producer_epoch: int
+                                             ) -> VerificationGuard | None:
+        """KIP-890 part 1 on the leader: the guard a transactional produce must verify
+        with the coordinator first, or None when its transaction is already open here."""
+        self._check_leader_for_write(0)
+        try:
+            return self.log.producer_state.maybe_start_transaction_verification(
+                producer_id, producer_epoch)
+        except ProducerStateError as exc:
+            raise KafkaApiError(_PRODUCER_STATE_ERRORS[type(exc)], str(exc)) from None
 
     def _check_leader_for_write(self, required_acks: int) -> None:
         if not self.is_leader:

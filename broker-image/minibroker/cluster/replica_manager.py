@@ -47,7 +47,7 @@ from minibroker.storage.checkpoints import REPLICATION_OFFSET_CHECKPOINT_FILE, O
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.log import LogAppendInfo
 from minibroker.storage.log_manager import LogManager
-from minibroker.storage.producer_state import AppendOrigin
+from minibroker.storage.producer_state import AppendOrigin, VerificationGuard
 
 
 class AlterPartitionSender(Protocol):
@@ -324,15 +324,27 @@ class ReplicaManager:
         entries: dict[TopicPartition, bytes],
         on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification_guards: Mapping[TopicPartition, VerificationGuard | None] | None = None,
     ) -> None:
         """A client's Produce (or a coordinator's records): each partition's batch on its
-        leader."""
+        leader. ``verification_guards``: the guards of a transactional Produce verified
+        with its coordinator (KIP-890 part 1); None when nothing is verified."""
+        verify = verification_guards is not None
+        guards = verification_guards or {}
         self._append_to_leaders(
             acks, timeout_ms,
             {tp: functools.partial(Partition.append_records_to_leader, records=records,
-                                   required_acks=acks, origin=origin)
+                                   required_acks=acks, origin=origin, verify=verify,
+                                   verification_guard=guards.get(tp))
              for tp, records in entries.items()},
             on_complete)
+
+    def maybe_start_transaction_verification(
+            self, tp: TopicPartition, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard | None:
+        """Raises ``KafkaApiError`` (not the leader, an older producer epoch)."""
+        return self._leader_partition(tp).maybe_start_transaction_verification(
+            producer_id, producer_epoch)
 
     def append_end_txn_markers(
         self,

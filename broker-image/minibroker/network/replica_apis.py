@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from kio.static.protocol import ResponsePayload
 
+from minibroker.cluster.errors import KafkaApiError
 from minibroker.cluster.types import (
     ErrorCode,
     FetchPartition,
@@ -42,11 +43,18 @@ from minibroker.network.responses import (
     response_module,
 )
 from minibroker.storage.control_records import ControlRecordType
-from minibroker.storage.records import LOG_OVERHEAD
+from minibroker.storage.producer_state import VerificationGuard
+from minibroker.storage.records import LOG_OVERHEAD, BatchHeader, CorruptRecordError
 
 # Kafka's AdminUtils.ADMIN_CLIENT_ID: the one client id that may append to internal topics.
 _ADMIN_CLIENT_ID = "__admin_client"
 _BATCH_LENGTH = struct.Struct(">i")
+_VERIFY_BACKOFF_S = 0.02  # add.partitions.to.txn.retry.backoff.ms (Kafka's default)
+_VERIFY_RETRY_S = 0.1  # add.partitions.to.txn.retry.backoff.max.ms (Kafka's default)
+_RETRIABLE_VERIFICATION_ERRORS = frozenset({
+    ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+    ErrorCode.concurrent_transactions})
 _BATCH_LENGTH_POS = 8  # after the batch's baseOffset
 
 
@@ -67,7 +75,21 @@ class ReplicaBroker(Protocol):
         timeout_ms: int,
         entries: dict[TopicPartition, bytes],
         on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
+        verification_guards: dict[TopicPartition, VerificationGuard | None] | None = None,
     ) -> None: ...
+
+    def maybe_start_transaction_verification(
+            self, tp: TopicPartition, producer_id: int, producer_epoch: int
+    ) -> VerificationGuard | None:
+        """The guard to verify (None: the transaction is open here already); raises
+        ``KafkaApiError``."""
+        ...
+
+    async def verify_transaction(self, transactional_id: str, producer_id: int,
+                                 producer_epoch: int, partitions: list[TopicPartition]
+                                 ) -> dict[TopicPartition, ErrorCode]:
+        """The coordinator's answer for each partition (``AddPartitionsToTxnManager``)."""
+        ...
 
     def append_end_txn_markers(
         self,
@@ -115,6 +137,8 @@ class ReplicaApis:
         config = broker.broker_config()
         self._fetch_max_bytes: int = resolve("fetch.max.bytes", config)
         self._request_timeout_ms: int = resolve("request.timeout.ms", config)
+        self._verify_transactions: bool = resolve("transaction.partition.verification.enable",
+                                                  config)
         self._message_max_bytes: int = resolve("message.max.bytes", config)
         # Partitions unknown to the image a session may keep naming (Kafka keeps them, so
         # that a follower that learnt of a topic before its leader keeps asking): bounded,
@@ -155,10 +179,14 @@ class ReplicaApis:
                         error_message=f"Cannot append to internal topic {tp.topic}")
                 else:
                     entries[tp] = part.records
+        guards = None
+        if entries and body.transactional_id is not None and self._verify_transactions:
+            guards = await self._verify(body.transactional_id, entries, results)
         if entries:
             timeout_ms = int(body.timeout.total_seconds() * 1000)
             results.update(await completion(lambda done: self._broker.append_records(
-                acks=body.acks, timeout_ms=timeout_ms, entries=entries, on_complete=done)))
+                acks=body.acks, timeout_ms=timeout_ms, entries=entries, on_complete=done,
+                verification_guards=guards)))
         if body.acks == 0:
             failed = {str(tp): r.error.name for tp, r in results.items() if r.error}
             if failed:
@@ -180,6 +208,45 @@ class ReplicaApis:
             ),
             throttle_time=NO_THROTTLE,
         )
+
+    async def _verify(self, transactional_id: str, entries: dict[TopicPartition, bytes],
+                      results: dict[TopicPartition, ProduceResult]
+                      ) -> dict[TopicPartition, VerificationGuard | None]:
+        """KIP-890 part 1 (Kafka 4.2's ``ReplicaManager.appendRecords`` with
+        ``transaction.partition.verification.enable``): each partition where this
+        producer's transaction is not open yet asks the coordinator whether it is in it. A
+        partition that fails moves from ``entries`` to ``results`` with the producer's
+        error; CONCURRENT_TRANSACTIONS (the coordinator is between two states) is asked
+        again every ``_VERIFY_BACKOFF_S`` for ``_VERIFY_RETRY_S``, and what stays a
+        coordinator error becomes the retriable NOT_ENOUGH_REPLICAS, as Kafka answers
+        producers that predate TRANSACTION_ABORTABLE."""
+        producer = _transactional_producer(entries)
+        guards: dict[TopicPartition, VerificationGuard | None] = {}
+        if producer is None:
+            return guards
+        producer_id, producer_epoch = producer
+        for tp in list(entries):
+            try:
+                guards[tp] = self._broker.maybe_start_transaction_verification(
+                    tp, producer_id, producer_epoch)
+            except KafkaApiError as exc:
+                results[tp] = ProduceResult(exc.code, error_message=exc.message)
+                del entries[tp]
+        pending = [tp for tp, guard in guards.items() if guard is not None and tp in entries]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _VERIFY_RETRY_S
+        while pending:
+            answers = await self._broker.verify_transaction(transactional_id, producer_id,
+                                                            producer_epoch, pending)
+            pending = [tp for tp in pending if answers[tp] == ErrorCode.concurrent_transactions
+                       and loop.time() < deadline]
+            for tp, error in answers.items():
+                if error != ErrorCode.none and tp not in pending:
+                    results[tp] = _verification_failure(tp, error)
+                    entries.pop(tp, None)
+            if pending:
+                await asyncio.sleep(_VERIFY_BACKOFF_S)
+        return guards
 
     # -- Fetch ---------------------------------------------------------------------------
 
@@ -399,6 +466,31 @@ def _more_than_one_batch(records: bytes) -> str | None:
         return None
     return ("Produce requests with version 3 or above are only allowed to contain exactly "
             "one record batch per partition")
+
+
+def _transactional_producer(entries: dict[TopicPartition, bytes]) -> tuple[int, int] | None:
+    """(producer id, epoch) of the first transactional data batch (one producer per
+    Produce); None when there is none or it does not parse (the log will say why)."""
+    for records in entries.values():
+        try:
+            header = BatchHeader.parse(records)
+        except CorruptRecordError:
+            continue
+        if header.is_transactional and not header.is_control and header.producer_id >= 0:
+            return header.producer_id, header.producer_epoch
+    return None
+
+
+def _verification_failure(tp: TopicPartition, error: ErrorCode) -> ProduceResult:
+    """Kafka's ``postVerificationCallback`` mapping for producers before KIP-890's errors."""
+    if error == ErrorCode.invalid_txn_state:
+        return ProduceResult(error, error_message=(
+            f"{tp}: Partition was not added to the transaction"))
+    if error in _RETRIABLE_VERIFICATION_ERRORS:
+        return ProduceResult(ErrorCode.not_enough_replicas, error_message=(
+            f"{tp}: Unable to verify the partition has been added to the transaction. "
+            f"Underlying error: {error.name.upper()}"))
+    return ProduceResult(error)
 
 
 def _partition_exists(image: MetadataImage, tp: TopicPartition) -> bool:

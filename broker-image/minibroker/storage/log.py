@@ -39,6 +39,7 @@ from minibroker.storage.producer_state import (
     AppendedBatch,
     AppendOrigin,
     ProducerStateManager,
+    VerificationGuard,
 )
 from minibroker.storage.records import BatchHeader, assign_offsets, iter_batches
 from minibroker.storage.segment import LogSegment, delete_files, index_path, log_path
@@ -204,13 +205,16 @@ class Log:
     # ---- appends --------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes, leader_epoch: int,
-                         origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+                         origin: AppendOrigin = AppendOrigin.CLIENT, *, verify: bool = False,
+                         verification_guard: VerificationGuard | None = None
+                         ) -> LogAppendInfo:
         """Validate a producer's batches, give them the next offsets and the leader epoch.
 
         Raises ``ProducerStateError`` for an idempotent batch that is fenced or out of
         sequence; a retry of a recent batch is not appended again (``duplicate``)."""
         data, headers = assign_offsets(records, self._log_end_offset, leader_epoch)
-        original = self.producer_state.check_leader_append(headers, origin)
+        original = self.producer_state.check_leader_append(
+            headers, origin, verify=verify, verification_guard=verification_guard)
         if original is not None:
             return LogAppendInfo(original.first_offset, original.last_offset, 0, [],
                                  duplicate=True)

@@ -21,6 +21,14 @@ A closed transaction stays *unreplicated* until the high watermark passes its ma
 first unstable offset, the first offset of a transaction open or not yet replicated, bounds
 the last stable offset (LSO) that ``read_committed`` consumers read to.
 
+KIP-890 part 1 (Kafka 3.6+, ``transaction.partition.verification.enable``): before a
+client's first transactional batch of a transaction is appended, the leader asks the
+coordinator whether the partition is in that transaction; the ``VerificationGuard`` it
+hands out for the question must still be the producer's when the batch is appended. Any
+transactional batch or marker of the producer clears it, so a batch verified before an
+abort and appended after its marker is refused (INVALID_TXN_STATE) instead of opening a
+transaction nobody will ever end (a hanging transaction).
+
 There are no snapshot files: the state is a function of the batches in the log (their
 headers carry producer id, epoch, base sequence and the transactional flag; a marker's one
 record its type), so the ``Log`` rebuilds it from them when it is opened (after recovery cut
@@ -56,6 +64,7 @@ __all__ = [
     "ProducerStateError",
     "ProducerStateManager",
     "TransactionCoordinatorFencedError",
+    "VerificationGuard",
 ]
 
 NO_PRODUCER_ID = -1
@@ -103,6 +112,15 @@ class InvalidTxnStateError(ProducerStateError):
 
 class TransactionCoordinatorFencedError(ProducerStateError):
     """TRANSACTION_COORDINATOR_FENCED: a marker from a coordinator older than the last one."""
+
+
+class VerificationGuard:
+    """Kafka's ``VerificationGuard``: the token of one verification, compared by identity."""
+
+    __slots__ = ("producer_id",)
+
+    def __init__(self, producer_id: int) -> None:
+        self.producer_id = producer_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +283,7 @@ class ProducerStateManager:
         self._ongoing_txns: dict[int, int] = {}
         self._unreplicated_txns: dict[int, CompletedTxn] = {}
         self._last_offset = -1  # the last offset of any batch with a producer id
+        self._verification_guards: dict[int, VerificationGuard] = {}
 
     @property
     def producers(self) -> Mapping[int, ProducerStateEntry]:
@@ -295,14 +314,34 @@ class ProducerStateManager:
         for first in stable:
             del self._unreplicated_txns[first]
 
+    def maybe_start_transaction_verification(self, producer_id: int,
+                                             producer_epoch: int) -> VerificationGuard | None:
+        """Kafka's ``UnifiedLog.maybeStartTransactionVerification``: None when the
+        producer's transaction is already open here in this epoch (nothing to verify), else
+        the guard the append must present (the one already handed out, if any)."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"{self._name}: epoch {producer_epoch} of producer {producer_id} is older than "
+                f"the last seen epoch {entry.producer_epoch}")
+        if (entry is not None and entry.current_txn_first_offset is not None
+                and entry.producer_epoch == producer_epoch):
+            return None
+        return self._verification_guards.setdefault(producer_id,
+                                                    VerificationGuard(producer_id))
+
     def check_leader_append(self, batches: Sequence[BatchHeader],
-                            origin: AppendOrigin = AppendOrigin.CLIENT
+                            origin: AppendOrigin = AppendOrigin.CLIENT, *,
+                            verify: bool = False,
+                            verification_guard: VerificationGuard | None = None
                             ) -> BatchMetadata | None:
         """Validate a producer's batches (offsets already assigned) before they are written.
 
         Returns the original of a retried batch, in which case nothing may be appended;
-        raises ``ProducerStateError`` for a batch the leader must refuse. Changes nothing:
-        ``append`` records the batches once they are in the log.
+        raises ``ProducerStateError`` for a batch the leader must refuse. With ``verify``
+        (KIP-890 part 1), a transactional batch that would open a transaction must come
+        with the producer's current ``verification_guard``. Changes nothing: ``append``
+        records the batches once they are in the log.
         """
         staged: dict[int, ProducerStateEntry] = {}
         for batch in batches:
@@ -325,6 +364,12 @@ class ProducerStateManager:
             else:
                 entry.check_epoch(batch, where)
             entry.check_txn_state(batch, where)
+            if (verify and batch.is_transactional and entry.current_txn_first_offset is None
+                    and (verification_guard is None
+                         or self._verification_guards.get(pid) is not verification_guard)):
+                raise InvalidTxnStateError(
+                    f"{where}: record of producer {pid} was not part of an ongoing "
+                    "transaction (not verified with its coordinator, or ended since)")
             entry.add_batch(batch)
         return None
 
@@ -351,6 +396,8 @@ class ProducerStateManager:
             if entry is None:
                 entry = self._producers[pid] = ProducerStateEntry(pid)
             self._last_offset = batch.last_offset
+            if batch.is_transactional:  # the transaction is open or over: guard spent
+                self._verification_guards.pop(pid, None)
             if marker is None:
                 if entry.add_batch(batch):
                     self._ongoing_txns[batch.base_offset] = pid
@@ -383,3 +430,4 @@ class ProducerStateManager:
         self._ongoing_txns.clear()
         self._unreplicated_txns.clear()
         self._last_offset = -1
+        self._verification_guards.clear()
