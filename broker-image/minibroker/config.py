@@ -241,6 +241,14 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "Bytes per partition per follower fetch."),
         ConfigDef("replica.high.watermark.checkpoint.interval.ms", _positive_int, 1000, False,
                   "How often the high watermarks are checkpointed (Kafka: 5000)."),
+        ConfigDef("producer.id.expiration.ms", _positive_int, 86400000, False,
+                  "A producer id with no transaction open whose last batch in a partition "
+                  "is this old is forgotten there (Kafka's default, one day): what "
+                  "idempotent producers, each with a fresh id, make a broker keep per "
+                  "partition is bounded in time. A retry of an expired producer's batch is "
+                  "taken as new."),
+        ConfigDef("producer.id.expiration.check.interval.ms", _positive_int, 600000, False,
+                  "How often producer ids are checked for expiry (Kafka's default)."),
         ConfigDef("log.flush.offset.checkpoint.interval.ms", _positive_int, 6000, False,
                   "How often each log's recovery point (everything below it fsynced) is "
                   "checkpointed; a restart after a crash trusts only that much of the log to "

@@ -35,7 +35,7 @@ from minibroker.storage.producer_state import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
 )
-from minibroker.storage.records import build_batch, decode_values
+from minibroker.storage.records import TRANSACTIONAL_FLAG, build_batch, decode_values
 
 MAX_SEQUENCE = 2**31 - 1
 
@@ -428,3 +428,26 @@ def test_confluent_idempotent_producer_writes_each_value_once_across_a_leader_ki
         assert partition_state(cluster, 1)["producers"] >= 2
     finally:
         cluster.stop()
+
+
+def test_producer_ids_expire_unless_their_transaction_is_open(tmp_path: Path) -> None:
+    """producer.id.expiration.ms (Kafka's removeExpiredProducers): a producer whose last
+    batch is that old is forgotten (a retry of its batch is then taken as new); one with a
+    transaction open is kept whatever its age."""
+    log = open_log(tmp_path)
+    log.append_as_leader(build_batch([b"a"], producer_id=7, producer_epoch=0,
+                                     base_sequence=0, timestamp_ms=1_000), 0)
+    log.append_as_leader(build_batch([b"b"], producer_id=8, producer_epoch=0,
+                                     base_sequence=0, timestamp_ms=1_500), 0)
+    log.append_as_leader(build_batch([b"t"], producer_id=9, producer_epoch=0,
+                                     base_sequence=0, timestamp_ms=1_000,
+                                     attributes=TRANSACTIONAL_FLAG), 0)
+    state = log.producer_state
+    assert state.remove_expired_producers(now_ms=1_999, expiration_ms=1_000) == []
+    assert state.remove_expired_producers(now_ms=2_000, expiration_ms=1_000) == [7]
+    assert sorted(state.producers) == [8, 9]
+    assert state.remove_expired_producers(now_ms=10_000, expiration_ms=1_000) == [8]
+    assert sorted(state.producers) == [9]  # its transaction is open
+    retry = log.append_as_leader(build_batch([b"a"], producer_id=7, producer_epoch=0,
+                                             base_sequence=0, timestamp_ms=1_000), 0)
+    assert not retry.duplicate and retry.first_offset == 3

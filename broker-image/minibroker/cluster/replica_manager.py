@@ -18,11 +18,13 @@ the rules themselves are in ``Partition`` and ``truncation``.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from minibroker import environment
 from minibroker.cluster.delayed import DelayedFetch, DelayedProduce, Purgatory
 from minibroker.cluster.errors import KafkaApiError
 from minibroker.cluster.log_dir_failure import LogDirFailureChannel
@@ -48,6 +50,8 @@ from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.log import LogAppendInfo
 from minibroker.storage.log_manager import LogManager
 from minibroker.storage.producer_state import AppendOrigin, VerificationGuard
+
+log = logging.getLogger("minibroker.replica_manager")
 
 
 class AlterPartitionSender(Protocol):
@@ -124,6 +128,8 @@ class ReplicaManager:
         self._every(resolve("log.flush.offset.checkpoint.interval.ms", self.config),
                     self.checkpoint_recovery_points)
         self._every(100, self.log_manager.flush_logs_on_time)
+        self._every(resolve("producer.id.expiration.check.interval.ms", self.config),
+                    self.remove_expired_producers)
 
     def _every(self, period_ms: float, action: Callable[[], None]) -> None:
         def run() -> None:
@@ -140,6 +146,17 @@ class ReplicaManager:
                 self.scheduler.call_later(period_ms, run)
 
         self.scheduler.call_later(period_ms, run)
+
+    def remove_expired_producers(self) -> None:
+        """Kafka's ``LogManager`` producer expiration task, over every replica (leaders
+        and followers alike, as each keeps its own producer state)."""
+        now_ms = int(environment.current().wall_clock() * 1000)
+        expiration_ms = resolve("producer.id.expiration.ms", self.config)
+        for tp, partition in self.partitions.items():
+            expired = partition.log.producer_state.remove_expired_producers(now_ms,
+                                                                            expiration_ms)
+            if expired:
+                log.info("%s: removed %d expired producer ids", tp, len(expired))
 
     def maybe_shrink_isrs(self) -> None:
         for partition in self.partitions.values():

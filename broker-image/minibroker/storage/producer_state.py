@@ -169,6 +169,7 @@ class ProducerStateEntry:
         default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     coordinator_epoch: int = NO_COORDINATOR_EPOCH
     current_txn_first_offset: int | None = None
+    last_timestamp: int = -1  # the max timestamp of its last batch (producer.id.expiration.ms)
 
     @property
     def last_seq(self) -> int:
@@ -181,7 +182,8 @@ class ProducerStateEntry:
     def copy(self) -> ProducerStateEntry:
         return ProducerStateEntry(self.producer_id, self.producer_epoch,
                                   deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
-                                  self.coordinator_epoch, self.current_txn_first_offset)
+                                  self.coordinator_epoch, self.current_txn_first_offset,
+                                  self.last_timestamp)
 
     def find_duplicate_batch(self, batch: BatchHeader) -> BatchMetadata | None:
         """The retained batch with the same epoch and sequence range, if any."""
@@ -196,6 +198,7 @@ class ProducerStateEntry:
         Returns whether the batch opened a transaction."""
         self._update_epoch(batch.producer_epoch)
         self.batches.append(BatchMetadata.of(batch))
+        self.last_timestamp = batch.max_timestamp
         if batch.is_transactional and self.current_txn_first_offset is None:
             self.current_txn_first_offset = batch.base_offset
             return True
@@ -207,6 +210,7 @@ class ProducerStateEntry:
         first = self.current_txn_first_offset
         self._update_epoch(batch.producer_epoch)
         self.coordinator_epoch = marker.coordinator_epoch
+        self.last_timestamp = batch.max_timestamp
         self.current_txn_first_offset = None
         if first is None:
             return None
@@ -418,6 +422,17 @@ class ProducerStateManager:
         """The transaction is closed; it stays unstable until the HW passes its marker."""
         del self._ongoing_txns[txn.first_offset]
         self._unreplicated_txns[txn.first_offset] = txn
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Kafka's ``removeExpiredProducers``: forget each producer with no transaction
+        open whose last batch is ``expiration_ms`` old; returns their ids."""
+        expired = [pid for pid, entry in self._producers.items()
+                   if entry.current_txn_first_offset is None
+                   and now_ms - entry.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self._producers[pid]
+            self._verification_guards.pop(pid, None)
+        return expired
 
     def knows_offsets_from(self, offset: int) -> bool:
         """Whether a truncation to ``offset`` removes a batch this state remembers; if not,
