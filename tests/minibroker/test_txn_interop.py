@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kio.schema.add_partitions_to_txn.v3 import request as add_req
@@ -35,12 +35,14 @@ from minibroker.cluster.types import ErrorCode
 from minibroker.network.client import KafkaConnection
 from minibroker.storage.records import TRANSACTIONAL_FLAG, build_batch
 
+ABORT_CHECK = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
 INIT_TIMEOUT_S = 60  # the first init waits for __transaction_state to be created and led
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("txn")) as (cluster, _process):
+    # The coordinator looks for timed-out transactions every 0.5 s (Kafka: 10 s).
+    with running_cluster(tmp_path_factory.mktemp("txn"), f"{ABORT_CHECK}=500") as (cluster, _):
         yield cluster
 
 
@@ -346,3 +348,32 @@ def test_kip_890_a_transactional_produce_to_a_partition_outside_the_transaction_
     assert added.results_by_topic_v3_and_below[0].results_by_partition[0] \
         .partition_error_code == ErrorCode.none
     assert produce() == ErrorCode.none
+
+
+def test_a_transaction_left_open_is_aborted_after_its_timeout_and_its_producer_fenced(
+        cluster: Cluster) -> None:
+    """A librdkafka producer begins, writes and then goes quiet: after its
+    transaction.timeout.ms the coordinator aborts the transaction with the epoch bumped, so
+    the LSO moves past it (no hanging transaction), read_committed consumers never see its
+    record, and the producer's late commit is refused."""
+    wait_for(lambda: _minibroker(
+        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
+        "--topic", "hang", "--partitions", "1",
+        "--replication-factor", str(BROKERS)).returncode == 0, 45, "topic hang")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "hang-tx",
+                         "transaction.timeout.ms": 2000, "message.timeout.ms": 1500})
+    producer.init_transactions(INIT_TIMEOUT_S)
+    epoch = coordinated(cluster, "hang-tx")["producer_epoch"]
+    producer.begin_transaction()
+    producer.produce("hang", b"never-committed", partition=0)
+    assert producer.flush(10) == 0
+    assert partition_state(cluster, "hang", 0)["last_stable_offset"] == 0  # open
+    wait_for(lambda: coordinated(cluster, "hang-tx")["state"] == "CompleteAbort", 30,
+             "the coordinator's abort")
+    assert coordinated(cluster, "hang-tx")["producer_epoch"] == epoch + 1
+    # The record (0) and the ABORT marker (1): stable, nothing left open.
+    wait_for(lambda: partition_state(cluster, "hang", 0)["last_stable_offset"] == 2, 30,
+             "the LSO past the abort")
+    assert partition_state(cluster, "hang", 0)["ongoing_transactions"] == 0
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(10)
