@@ -70,7 +70,8 @@ class Harness:
 
     def _append(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                 on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
-                origin: AppendOrigin = AppendOrigin.CLIENT) -> None:
+                origin: AppendOrigin = AppendOrigin.CLIENT,
+                verification_guards: object = None) -> None:
         results = {}
         for tp, batch in entries.items():
             self.written.append((tp, batch))

@@ -23,11 +23,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
+from kio.schema.add_offsets_to_txn.v3 import request as add_offsets_req
 from kio.schema.add_partitions_to_txn.v3 import request as add_req
+from kio.schema.find_coordinator.v4 import request as find_req
 from kio.schema.init_producer_id.v4 import request as init_req
 from kio.schema.list_transactions.v1 import request as list_req
 from kio.schema.produce.v9 import request as produce_req
-from kio.static.primitive import i16, i32, i64
+from kio.schema.txn_offset_commit.v3 import request as txn_commit_req
+from kio.static.primitive import i8, i16, i32, i64
 from test_broker_processes import get_json, wait_for
 from test_interop_clients import BROKERS, Cluster, _minibroker, running_cluster
 
@@ -141,6 +144,18 @@ EVERYTHING = {0: [b"c-0", b"c-1", b"c-2", b"a-0", b"a-1", b"a-2", b"d-0"],
               1: [b"c-3", b"c-4", b"a-3", b"a-4", b"d-1"]}
 
 
+def create_topic(cluster: Cluster, topic: str, partitions: int = 1) -> None:
+    """Created with a full replication factor (already there is fine: tests share it)."""
+    def created() -> bool:
+        result = _minibroker("topics", "create", "--bootstrap",
+                             f"127.0.0.1:{cluster.base_port + 1}", "--topic", topic,
+                             "--partitions", str(partitions),
+                             "--replication-factor", str(BROKERS))
+        return result.returncode == 0 or "TOPIC_ALREADY_EXISTS" in result.stderr
+
+    wait_for(created, 45, f"topic {topic}")
+
+
 def partition_state(cluster: Cluster, topic: str, partition: int) -> dict[str, Any]:
     """The partition as its leader's ``/v1/state`` shows it (HW, LSO)."""
     controller = get_json(cluster.base_port + 100)
@@ -172,10 +187,7 @@ def test_confluent_kafka_commits_and_aborts_and_read_committed_sees_only_the_com
     """librdkafka's transactional producer, begin to commit and abort, on two partitions
     led by different brokers; the LSO holds while a transaction is open; a read_committed
     consumer gets the committed records only, a read_uncommitted one all of them."""
-    wait_for(lambda: _minibroker(
-        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
-        "--topic", EOS_TOPIC, "--partitions", "2",
-        "--replication-factor", str(BROKERS)).returncode == 0, 45, f"topic {EOS_TOPIC}")
+    create_topic(cluster, EOS_TOPIC, 2)
     wait_for(lambda: all(len(partition_state(cluster, EOS_TOPIC, p)["isr"]) == BROKERS
                          for p in EOS_END), 30, "full ISRs")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "ck-eos",
@@ -216,10 +228,7 @@ def test_confluent_kafka_consume_transform_produce_commits_offsets_with_the_tran
     TxnOffsetCommit with the member id and generation, KIP-447). The committed transaction
     moves the group's offset and its output is visible; the aborted one does neither."""
     for topic in ("pipe-in", "pipe-out"):
-        wait_for(lambda topic=topic: _minibroker(
-            "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
-            "--topic", topic, "--partitions", "1",
-            "--replication-factor", str(BROKERS)).returncode == 0, 45, f"topic {topic}")
+        create_topic(cluster, topic)
     source = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     for i in range(6):
         source.produce("pipe-in", f"in-{i}".encode(), partition=0)
@@ -280,10 +289,7 @@ def test_kafka_python_commits_and_aborts_and_its_read_committed_consumer_agrees(
     librdkafka's): a committed and an aborted transaction; its read_committed consumer gets
     the committed records only. Ends by hand: c-0, c-1 (0-1), COMMIT (2), a-0 (3), ABORT
     (4)."""
-    wait_for(lambda: _minibroker(
-        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
-        "--topic", "kp-eos", "--partitions", "1",
-        "--replication-factor", str(BROKERS)).returncode == 0, 45, "topic kp-eos")
+    create_topic(cluster, "kp-eos", 1)
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="kp-eos")
     try:
         producer.init_transactions()
@@ -318,10 +324,7 @@ def test_kip_890_a_transactional_produce_to_a_partition_outside_the_transaction_
     coordinator first, so a batch for a partition the producer never added (a late or
     stray write that would open a transaction nobody ends) gets INVALID_TXN_STATE and is
     not appended; once AddPartitionsToTxn put the partition in, the same batch is taken."""
-    wait_for(lambda: _minibroker(
-        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
-        "--topic", "verify", "--partitions", "1",
-        "--replication-factor", str(BROKERS)).returncode == 0, 45, "topic verify")
+    create_topic(cluster, "verify", 1)
     wait_for(lambda: len(partition_state(cluster, "verify", 0)["isr"]) == BROKERS, 30,
              "a full ISR")
     Producer({"bootstrap.servers": cluster.bootstrap,
@@ -356,10 +359,7 @@ def test_a_transaction_left_open_is_aborted_after_its_timeout_and_its_producer_f
     transaction.timeout.ms the coordinator aborts the transaction with the epoch bumped, so
     the LSO moves past it (no hanging transaction), read_committed consumers never see its
     record, and the producer's late commit is refused."""
-    wait_for(lambda: _minibroker(
-        "topics", "create", "--bootstrap", f"127.0.0.1:{cluster.base_port + 1}",
-        "--topic", "hang", "--partitions", "1",
-        "--replication-factor", str(BROKERS)).returncode == 0, 45, "topic hang")
+    create_topic(cluster, "hang", 1)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "hang-tx",
                          "transaction.timeout.ms": 2000, "message.timeout.ms": 1500})
     producer.init_transactions(INIT_TIMEOUT_S)
@@ -377,3 +377,43 @@ def test_a_transaction_left_open_is_aborted_after_its_timeout_and_its_producer_f
     assert partition_state(cluster, "hang", 0)["ongoing_transactions"] == 0
     with pytest.raises(KafkaException):
         producer.commit_transaction(10)
+
+
+def test_kip_890_offsets_committed_outside_the_transaction_are_refused(
+        cluster: Cluster) -> None:
+    """TxnOffsetCommit is verified too: before AddOffsetsToTxn the group's offsets
+    partition is not in the transaction (INVALID_TXN_STATE, nothing written); after it,
+    the same commit is taken."""
+    Producer({"bootstrap.servers": cluster.bootstrap,
+              "transactional.id": "offsets-tx"}).init_transactions(INIT_TIMEOUT_S)
+    state = coordinated(cluster, "offsets-tx")
+    producer_id, epoch = state["producer_id"], state["producer_epoch"]
+
+    def group_coordinator() -> int | None:
+        answer = ask(cluster, 1, find_req.FindCoordinatorRequest(
+            key_type=i8(0), coordinator_keys=("offsets-group",)))
+        (found,) = answer.coordinators
+        return found.node_id if found.error_code == ErrorCode.none else None
+
+    wait_for(lambda: group_coordinator() is not None, 30, "the group's coordinator")
+    group_broker = group_coordinator()
+    assert group_broker is not None
+
+    def commit_offsets() -> ErrorCode:
+        answer = ask(cluster, group_broker, txn_commit_req.TxnOffsetCommitRequest(
+            transactional_id="offsets-tx", group_id="offsets-group",
+            producer_id=i64(producer_id), producer_epoch=i16(epoch),
+            generation_id=i32(-1), member_id="", group_instance_id=None,
+            topics=(txn_commit_req.TxnOffsetCommitRequestTopic(name="verify", partitions=(
+                txn_commit_req.TxnOffsetCommitRequestPartition(
+                    partition_index=i32(0), committed_offset=i64(1),
+                    committed_leader_epoch=i32(-1), committed_metadata=""),)),)))
+        return ErrorCode(answer.topics[0].partitions[0].error_code)
+
+    create_topic(cluster, "verify")
+    assert commit_offsets() == ErrorCode.invalid_txn_state
+    added = ask(cluster, state["broker"], add_offsets_req.AddOffsetsToTxnRequest(
+        transactional_id="offsets-tx", producer_id=i64(producer_id),
+        producer_epoch=i16(epoch), group_id="offsets-group"))
+    assert added.error_code == ErrorCode.none
+    assert commit_offsets() == ErrorCode.none

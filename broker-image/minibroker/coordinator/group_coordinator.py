@@ -43,6 +43,7 @@ from minibroker.coordinator.group_metadata_manager import (
     AppendRecords,
     CommittedOffset,
     GroupMetadataManager,
+    Guards,
 )
 from minibroker.coordinator.rebalance import UNKNOWN_MEMBER_ID
 from minibroker.coordinator.records import OffsetAndMetadata
@@ -237,12 +238,13 @@ class GroupCoordinator:
                                   member_id: str, instance_id: str | None,
                                   generation_id: int,
                                   offsets: dict[TopicPartition, OffsetAndMetadata],
-                                  callback: Callable[[dict[TopicPartition, ErrorCode]], None]
-                                  ) -> None:
+                                  callback: Callable[[dict[TopicPartition, ErrorCode]], None],
+                                  verification_guards: Guards | None = None) -> None:
         """Kafka 3.9's ``handleTxnCommitOffsets``: offsets a transaction commits (KIP-98;
         ``send_offsets_to_transaction``). The group is created if unknown; the member id
         and the generation are checked only when given (KIP-447). The offsets are written
-        as the producer's transactional records and count once its COMMIT marker is."""
+        as the producer's transactional records and count once its COMMIT marker is;
+        ``verification_guards``: KIP-890 part 1's, when the write was verified."""
         error = self.validate_group_status(group_id, allow_empty=True)
         group = None
         if error is None:
@@ -259,7 +261,8 @@ class GroupCoordinator:
         if error is not None or group is None:
             callback(dict.fromkeys(offsets, error or ErrorCode.coordinator_not_available))
             return
-        self.manager.store_offsets(group, offsets, callback, (producer_id, producer_epoch))
+        self.manager.store_offsets(group, offsets, callback, (producer_id, producer_epoch),
+                                   verification_guards)
 
     def on_transaction_completed(self, producer_id: int, partitions: set[int],
                                  is_commit: bool) -> None:

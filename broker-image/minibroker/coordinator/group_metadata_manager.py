@@ -58,7 +58,7 @@ from minibroker.coordinator.records import (
 )
 from minibroker.events import EventType
 from minibroker.storage.control_records import EndTransactionMarker
-from minibroker.storage.producer_state import AppendOrigin
+from minibroker.storage.producer_state import AppendOrigin, VerificationGuard
 from minibroker.storage.records import TRANSACTIONAL_FLAG, BatchHeader, build_batch
 
 __all__ = ["OFFSETS_TOPIC", "CommittedOffset", "GroupMetadataManager", "partition_for"]
@@ -77,12 +77,17 @@ class CommittedOffset(NamedTuple):
     error: ErrorCode
 
 
+Guards = dict[TopicPartition, VerificationGuard | None]
+"""A transactional write's verification guards (KIP-890 part 1), by partition."""
+
+
 class AppendRecords(Protocol):
     """``ReplicaManager.append_records`` (the broker's, which waits out a disk stall)."""
 
     def __call__(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                  on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
-                 origin: AppendOrigin = AppendOrigin.CLIENT) -> None: ...
+                 origin: AppendOrigin = AppendOrigin.CLIENT,
+                 verification_guards: Guards | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,8 @@ class GroupMetadataManager:
 
     def _write(self, group_id: str, keys: list[bytes], values: list[bytes],
                done: Callable[[ProduceResult], None],
-               producer: tuple[int, int] | None = None) -> None:
+               producer: tuple[int, int] | None = None,
+               verification_guards: Guards | None = None) -> None:
         """Append the records; a transaction's (``producer``: its id and epoch) as a
         transactional batch of that producer, which its marker later commits or aborts
         (Kafka writes them with origin COORDINATOR: the epoch is checked, no sequence)."""
@@ -188,7 +194,7 @@ class GroupMetadataManager:
             origin = AppendOrigin.COORDINATOR
         self._append(acks=self._commit_acks, timeout_ms=self._commit_timeout_ms,
                      entries={tp: batch}, on_complete=lambda results: done(results[tp]),
-                     origin=origin)
+                     origin=origin, verification_guards=verification_guards)
 
     def store_group(self, group: GroupMetadata, assignment: dict[str, bytes],
                     callback: Callable[[ErrorCode], None]) -> None:
@@ -221,7 +227,8 @@ class GroupMetadataManager:
     def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition,
                                                                 OffsetAndMetadata],
                       callback: Callable[[dict[TopicPartition, ErrorCode]], None],
-                      producer: tuple[int, int] | None = None) -> None:
+                      producer: tuple[int, int] | None = None,
+                      verification_guards: Guards | None = None) -> None:
         """Append one record per committed partition; the cache takes them once they are
         acknowledged (pending until then, for OffsetFetch's require_stable), or, for a
         transaction's (``producer``), once its COMMIT marker is written."""
@@ -259,7 +266,8 @@ class GroupMetadataManager:
 
         self._write(group.group_id,
                     [encode_offset_key(group.group_id, tp.topic, tp.partition) for tp in valid],
-                    [encode_offset_value(o) for o in valid.values()], done, producer)
+                    [encode_offset_value(o) for o in valid.values()], done, producer,
+                    verification_guards)
 
     def handle_txn_completion(self, producer_id: int, partitions: set[int],
                               is_commit: bool) -> None:

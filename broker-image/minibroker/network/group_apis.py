@@ -18,7 +18,9 @@ from typing import Any, Protocol
 from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
+from minibroker.config import resolve
 from minibroker.coordinator.group_coordinator import GroupCoordinator
+from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.coordinator.records import OffsetAndMetadata
 from minibroker.network.codec import ApiKey, Request
 from minibroker.network.kafka_server import CLIENT_HOST
@@ -28,6 +30,7 @@ from minibroker.network.responses import (
     completion,
     response_module,
 )
+from minibroker.network.txn_verification import TransactionVerifier, verify_transactional_append
 
 __all__ = ["GroupApis", "GroupBroker"]
 
@@ -36,12 +39,26 @@ log = logging.getLogger("minibroker.network.group_apis")
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-class GroupBroker(Protocol):
+_COORDINATOR_ERRORS = {
+    ErrorCode.network_exception: ErrorCode.coordinator_load_in_progress,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+"""A coordinator's write errors as its clients see them (Kafka 4.2's
+``CoordinatorOperationExceptionHelper``)."""
+
+
+class GroupBroker(TransactionVerifier, Protocol):
     """What GroupApis needs of the broker: its coordinator and its metadata."""
 
     group_coordinator: GroupCoordinator
 
     def metadata_image(self) -> MetadataImage: ...
+
+    def broker_config(self) -> dict[str, str]: ...
 
 
 def _commit_answer(topic_type: Any, partition_type: Any, topics: Any,
@@ -61,6 +78,8 @@ class GroupApis:
     """The handlers of the group coordinator's APIs, for ``KafkaApis``."""
 
     def __init__(self, broker: GroupBroker) -> None:
+        self._verify_transactions: bool = resolve(
+            "transaction.partition.verification.enable", broker.broker_config())
         self._broker = broker
 
     @property
@@ -157,12 +176,24 @@ class GroupApis:
         body, version = request.body, request.api_version
         m = response_module(ApiKey.TXN_OFFSET_COMMIT, version)
         errors, offsets = self._offsets_to_commit(body.topics)
+        guards = None
+        if offsets and self._verify_transactions:
+            # KIP-890 part 1: is the group's offsets partition in the transaction?
+            tp = TopicPartition(OFFSETS_TOPIC,
+                                self._coordinator.manager.partition_for(body.group_id))
+            guards, failed = await verify_transactional_append(
+                self._broker, body.transactional_id, body.producer_id, body.producer_epoch,
+                [tp])
+            if tp in failed:
+                error = _COORDINATOR_ERRORS.get(failed[tp], failed[tp])
+                errors.update(dict.fromkeys(offsets, error))
+                offsets = {}
         if offsets:
             errors.update(await completion(
                 lambda done: self._coordinator.handle_txn_commit_offsets(
                     body.group_id, body.producer_id, body.producer_epoch,
                     getattr(body, "member_id", ""), getattr(body, "group_instance_id", None),
-                    getattr(body, "generation_id", -1), offsets, done)))
+                    getattr(body, "generation_id", -1), offsets, done, guards)))
         return m.TxnOffsetCommitResponse(
             throttle_time=NO_THROTTLE,
             topics=_commit_answer(m.TxnOffsetCommitResponseTopic,

@@ -13,7 +13,6 @@ from typing import Any, Protocol
 
 from kio.static.protocol import ResponsePayload
 
-from minibroker.cluster.errors import KafkaApiError
 from minibroker.cluster.types import (
     ErrorCode,
     FetchPartition,
@@ -42,6 +41,11 @@ from minibroker.network.responses import (
     completion,
     response_module,
 )
+from minibroker.network.txn_verification import (
+    RETRIABLE_VERIFICATION_ERRORS,
+    TransactionVerifier,
+    verify_transactional_append,
+)
 from minibroker.storage.control_records import ControlRecordType
 from minibroker.storage.producer_state import VerificationGuard
 from minibroker.storage.records import LOG_OVERHEAD, BatchHeader, CorruptRecordError
@@ -49,16 +53,10 @@ from minibroker.storage.records import LOG_OVERHEAD, BatchHeader, CorruptRecordE
 # Kafka's AdminUtils.ADMIN_CLIENT_ID: the one client id that may append to internal topics.
 _ADMIN_CLIENT_ID = "__admin_client"
 _BATCH_LENGTH = struct.Struct(">i")
-_VERIFY_BACKOFF_S = 0.02  # add.partitions.to.txn.retry.backoff.ms (Kafka's default)
-_VERIFY_RETRY_S = 0.1  # add.partitions.to.txn.retry.backoff.max.ms (Kafka's default)
-_RETRIABLE_VERIFICATION_ERRORS = frozenset({
-    ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
-    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
-    ErrorCode.concurrent_transactions})
 _BATCH_LENGTH_POS = 8  # after the batch's baseOffset
 
 
-class ReplicaBroker(Protocol):
+class ReplicaBroker(TransactionVerifier, Protocol):
     """What ReplicaApis needs of the broker: the ReplicaManager's API.
 
     Completion callbacks may run synchronously or later, always on the event loop thread.
@@ -77,19 +75,6 @@ class ReplicaBroker(Protocol):
         on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
         verification_guards: dict[TopicPartition, VerificationGuard | None] | None = None,
     ) -> None: ...
-
-    def maybe_start_transaction_verification(
-            self, tp: TopicPartition, producer_id: int, producer_epoch: int
-    ) -> VerificationGuard | None:
-        """The guard to verify (None: the transaction is open here already); raises
-        ``KafkaApiError``."""
-        ...
-
-    async def verify_transaction(self, transactional_id: str, producer_id: int,
-                                 producer_epoch: int, partitions: list[TopicPartition]
-                                 ) -> dict[TopicPartition, ErrorCode]:
-        """The coordinator's answer for each partition (``AddPartitionsToTxnManager``)."""
-        ...
 
     def append_end_txn_markers(
         self,
@@ -180,8 +165,14 @@ class ReplicaApis:
                 else:
                     entries[tp] = part.records
         guards = None
-        if entries and body.transactional_id is not None and self._verify_transactions:
-            guards = await self._verify(body.transactional_id, entries, results)
+        producer = _transactional_producer(entries) if body.transactional_id is not None \
+            else None
+        if producer is not None and self._verify_transactions:
+            guards, failed = await verify_transactional_append(
+                self._broker, body.transactional_id, *producer, list(entries))
+            for tp, error in failed.items():
+                results[tp] = _verification_failure(tp, error)
+                del entries[tp]
         if entries:
             timeout_ms = int(body.timeout.total_seconds() * 1000)
             results.update(await completion(lambda done: self._broker.append_records(
@@ -208,45 +199,6 @@ class ReplicaApis:
             ),
             throttle_time=NO_THROTTLE,
         )
-
-    async def _verify(self, transactional_id: str, entries: dict[TopicPartition, bytes],
-                      results: dict[TopicPartition, ProduceResult]
-                      ) -> dict[TopicPartition, VerificationGuard | None]:
-        """KIP-890 part 1 (Kafka 4.2's ``ReplicaManager.appendRecords`` with
-        ``transaction.partition.verification.enable``): each partition where this
-        producer's transaction is not open yet asks the coordinator whether it is in it. A
-        partition that fails moves from ``entries`` to ``results`` with the producer's
-        error; CONCURRENT_TRANSACTIONS (the coordinator is between two states) is asked
-        again every ``_VERIFY_BACKOFF_S`` for ``_VERIFY_RETRY_S``, and what stays a
-        coordinator error becomes the retriable NOT_ENOUGH_REPLICAS, as Kafka answers
-        producers that predate TRANSACTION_ABORTABLE."""
-        producer = _transactional_producer(entries)
-        guards: dict[TopicPartition, VerificationGuard | None] = {}
-        if producer is None:
-            return guards
-        producer_id, producer_epoch = producer
-        for tp in list(entries):
-            try:
-                guards[tp] = self._broker.maybe_start_transaction_verification(
-                    tp, producer_id, producer_epoch)
-            except KafkaApiError as exc:
-                results[tp] = ProduceResult(exc.code, error_message=exc.message)
-                del entries[tp]
-        pending = [tp for tp, guard in guards.items() if guard is not None and tp in entries]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _VERIFY_RETRY_S
-        while pending:
-            answers = await self._broker.verify_transaction(transactional_id, producer_id,
-                                                            producer_epoch, pending)
-            pending = [tp for tp in pending if answers[tp] == ErrorCode.concurrent_transactions
-                       and loop.time() < deadline]
-            for tp, error in answers.items():
-                if error != ErrorCode.none and tp not in pending:
-                    results[tp] = _verification_failure(tp, error)
-                    entries.pop(tp, None)
-            if pending:
-                await asyncio.sleep(_VERIFY_BACKOFF_S)
-        return guards
 
     # -- Fetch ---------------------------------------------------------------------------
 
@@ -482,11 +434,12 @@ def _transactional_producer(entries: dict[TopicPartition, bytes]) -> tuple[int, 
 
 
 def _verification_failure(tp: TopicPartition, error: ErrorCode) -> ProduceResult:
-    """Kafka's ``postVerificationCallback`` mapping for producers before KIP-890's errors."""
+    """Kafka's ``postVerificationCallback`` mapping for producers before KIP-890's errors:
+    what stays a coordinator error is the retriable NOT_ENOUGH_REPLICAS."""
     if error == ErrorCode.invalid_txn_state:
         return ProduceResult(error, error_message=(
             f"{tp}: Partition was not added to the transaction"))
-    if error in _RETRIABLE_VERIFICATION_ERRORS:
+    if error in RETRIABLE_VERIFICATION_ERRORS:
         return ProduceResult(ErrorCode.not_enough_replicas, error_message=(
             f"{tp}: Unable to verify the partition has been added to the transaction. "
             f"Underlying error: {error.name.upper()}"))
