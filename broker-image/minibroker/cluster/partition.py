@@ -14,6 +14,14 @@ and the follower's ``truncate_to``. The rules are Kafka's (seeds 000 and 001):
 
 Each change is also recorded as a replication event (``minibroker.events``): becoming leader
 or follower, a truncation that dropped offsets, and an ISR change this leader made.
+
+The last stable offset (``last_stable_offset``) is the HW held back by the log's first
+transaction not yet stable; ``read_committed`` reads stop there. Every HW change passes
+through the ``high_watermark`` setter, so the log learns which transactions became stable.
+
+Long (about 570 lines) as Kafka's ``Partition`` is: it is the one place of every change
+above, leader and follower sides together, so that each reads next to the rules it must
+agree with.
 """
 
 from __future__ import annotations

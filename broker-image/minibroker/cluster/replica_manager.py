@@ -10,7 +10,7 @@ checkpoints the logs. It records the replication event of a power loss
 (``minibroker.events``); its log manager records those of loading a log, its partitions
 the rest.
 
-Long (about 550 lines) as Kafka's ``ReplicaManager`` is: the one owner of the replicas'
+Long (about 630 lines) as Kafka's ``ReplicaManager`` is: the one owner of the replicas'
 state, so every request and timer that changes it goes through here, each a short method;
 the rules themselves are in ``Partition`` and ``truncation``.
 """
