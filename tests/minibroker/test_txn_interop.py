@@ -177,6 +177,7 @@ def read_partitions(cluster: Cluster, isolation: str) -> dict[int, list[bytes]]:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 read[message.partition()].append(message.value())
+        assert {tp.partition: tp.offset for tp in consumer.position(tps)} == EOS_END
     finally:
         consumer.close()
     return read
@@ -278,6 +279,7 @@ def test_confluent_kafka_consume_transform_produce_commits_offsets_with_the_tran
             message = reader.poll(0.5)
             if message is not None and message.error() is None:
                 got.append(message.value())
+        assert reader.position([out])[0].offset == 8
     finally:
         reader.close()
     assert got == [b"out-0", b"out-1", b"out-2"]
@@ -299,6 +301,7 @@ def test_kafka_python_commits_and_aborts_and_its_read_committed_consumer_agrees(
         producer.commit_transaction()
         producer.begin_transaction()
         producer.send("kp-eos", b"a-0", partition=0)
+        producer.flush()  # else the abort drops it unsent, and the end is 4
         producer.abort_transaction()
     finally:
         producer.close(timeout=5)
@@ -313,6 +316,7 @@ def test_kafka_python_commits_and_aborts_and_its_read_committed_consumer_agrees(
         while consumer.position(tp) < 5 and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
                 read.extend(record.value for record in records)
+        assert consumer.position(tp) == 5  # read to the end, past the ABORT marker
     finally:
         consumer.close()
     assert read == [b"c-0", b"c-1"]

@@ -105,6 +105,7 @@ def confluent_read(cluster: Cluster, isolation: str) -> list[bytes]:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 values.append(message.value())
+        assert consumer.position([tp])[0].offset == END
     finally:
         consumer.close()
     return values
@@ -122,6 +123,7 @@ def kafka_python_read(cluster: Cluster, isolation: str) -> list[bytes]:
         while consumer.position(tp) < END and time.monotonic() < deadline:
             for records in consumer.poll(timeout_ms=500).values():
                 values.extend(record.value for record in records)
+        assert consumer.position(tp) == END
     finally:
         consumer.close()
     return values
