@@ -5,6 +5,7 @@ in the same order every time, with the TCP behaviour that faults rely on."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -446,3 +447,21 @@ def test_a_connection_s_buffered_requests_take_turns_with_other_connections() ->
     run(main)
     assert served == [("pipelining", 0), ("single", 0), ("pipelining", 1), ("pipelining", 2),
                       ("pipelining", 3), ("pipelining", 4)]
+
+
+def test_an_interrupt_landing_in_a_nodes_task_is_not_reported_as_its_failure(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """SIGHUP stops an exploration's worker with KeyboardInterrupt wherever it runs; when
+    that is a node's connection task, asyncio reports the task, and the report (a
+    traceback on the exploration's stderr) is not an error of the run. A real error still
+    is."""
+    loop = VirtualTimeLoop()
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        loop.call_exception_handler({"message": "Unhandled exception in client_connected_cb",
+                                     "exception": KeyboardInterrupt("SIGHUP")})
+        assert caplog.records == []
+        loop.call_exception_handler({"message": "Unhandled exception in client_connected_cb",
+                                     "exception": ValueError("a bug")})
+        assert [r.getMessage() for r in caplog.records] == [
+            "Unhandled exception in client_connected_cb"]
+    loop.close()

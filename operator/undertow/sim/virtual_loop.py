@@ -262,8 +262,11 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
 
     def call_exception_handler(self, context: dict[str, Any]) -> None:
         """A node that halted itself (``minibroker.environment.halt``) ended the callback or
-        task that called it, as its process ended: no error of the run."""
-        if not isinstance(context.get("exception"), NodeHalted):
+        task that called it, as its process ended: no error of the run. Nor is an interrupt
+        of the simulating process (Ctrl-C, or the SIGHUP that stops an exploration's
+        worker): it lands in whichever node's task runs, asyncio reports that task as
+        failed, and the interrupt goes on out of the loop to whoever stops the run."""
+        if not isinstance(context.get("exception"), (NodeHalted, KeyboardInterrupt)):
             super().call_exception_handler(context)
 
     def _process_events(self, event_list: list[Any]) -> None:
