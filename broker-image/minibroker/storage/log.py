@@ -241,19 +241,18 @@ class Log:
 
     def append_as_follower(self, records: bytes) -> LogAppendInfo:
         """Append batches fetched from the leader, which already carry offsets and epochs."""
-        headers = []
-        markers: list[EndTransactionMarker | None] = []
+        appended: list[AppendedBatch] = []
         expected = self._log_end_offset
         for header, batch in iter_batches(records):
             if header.base_offset != expected:
                 raise UnexpectedAppendOffsetError(
                     f"{self!r} follower append: batch at offset {header.base_offset} where "
                     f"{expected} was expected (log end offset {self._log_end_offset})")
-            headers.append(header)
-            markers.append(end_txn_marker_of(header, batch) if header.is_control else None)
+            appended.append((header, end_txn_marker_of(header, batch) if header.is_control
+                             else None))
             expected = header.next_offset
-        info = self._append(bytes(records), headers)
-        self._record_in(self._active, list(zip(headers, markers, strict=True)))
+        info = self._append(bytes(records), [header for header, _ in appended])
+        self._record_in(self._active, appended)
         return info
 
     def _record_in(self, segment: LogSegment, appended: list[AppendedBatch]) -> None:
