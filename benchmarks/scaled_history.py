@@ -93,7 +93,7 @@ def _send_lines(i: np.ndarray, status: np.ndarray, start_ms: int) -> bytes:
         _choice([b"null", b'"NOT_ENOUGH_REPLICAS"', b'"REQUEST_TIMED_OUT"'], status),
         _lit(b',"t_invoke":', n), _time(invoke),
         _lit(b',"t_complete":', n), _time(complete),
-        _lit(b"}\n", n),
+        _lit(b',"txn":null}\n', n),
     ]
     return np.concatenate(parts, axis=1).tobytes()
 
@@ -110,7 +110,8 @@ def _read_lines(
              n),
         _digits(partition, 4), _lit(b',"offset":', n), _digits(offset, 12),
         _lit(b',"value":"', n), value, _lit(b'","t":', n), _time(t_ms),
-        _lit(b',"generation":' + (b"null" if drain else generation) + b"}\n", n),
+        _lit(b',"generation":' + (b"null" if drain else generation)
+             + b',"isolation":"read_committed"}\n', n),
     ]
     return np.concatenate(parts, axis=1).tobytes()
 
@@ -133,6 +134,7 @@ def scaled_expected_counts(n_sends: int, plant_every: int, *, group: bool = Fals
         "indeterminate_committed": c[IND_COMMITTED], "indeterminate_lost": c[IND_LOST] + c[PHANTOM],
         "skipped": c[IND_COMMITTED] + c[ABORTED] if group else 0,
         "committed_offsets_lost": 0, "redelivered_past_commit": 0, "non_monotonic_polls": 0,
+        "reads_past_lso": 0, "torn_transactions": 0, "hanging_transactions": 0,
     }
 
 
@@ -239,7 +241,8 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
     meta = {"experiment": "scaled", "spec": {}, "seed": 0, "start": start,
             "end": start + duration + 2, "idempotent": idempotent, "expect": "loss",
             "incomplete": False, "incomplete_reason": None,
-            "consumer_group": GROUP if group else None, "faults_skipped": []}
+            "consumer_group": GROUP if group else None, "faults_skipped": [],
+            "transactions": None}
     (out / "meta.json").write_text(json.dumps(meta))
     kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]
     with open(out / "faults.jsonl", "w") as f:
@@ -258,7 +261,7 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
                 f.write(json.dumps({"t": start + t, "topic": "t", "partition": p,
                                     "leader": isr[p % len(isr)], "leader_epoch": 0, "isr": isr,
                                     "high_watermark": 0, "log_end_offsets": {}, "elr": [],
-                                    "last_known_elr": []}) + "\n")
+                                    "last_known_elr": [], "last_stable_offset": 0}) + "\n")
 
 
 def _event(t: float, node: str, type_: str, **fields: object) -> str:

@@ -8,10 +8,13 @@ one of two shapes:
 - `check`, a function of one value's columns (`Value`): `checks.classify` applies it to every
   value in the one pass over sends and reads, as a flag column of the kind's name; the row
   also gives the position and the detail of the value's anomalies/ rows (`at`, `detail`);
-- `checker`, a pure function of the consumer group's history (`Group`: the members' reads and
-  groups.jsonl) to its findings, anomalies/ rows (`FINDING`), counted one by one. It runs only
-  for a history with group lines (`subscribe` mode): without them its count is 0 and nothing
-  of it is planned.
+- `checker`, a pure function of one part of the history to its findings, anomalies/ rows
+  (`FINDING`), counted one by one: of the consumer group's (`Group`: the members' reads and
+  groups.jsonl), or of the transactions' (`Transactions`: txns.jsonl, the transactional sends,
+  the `read_committed` reads and the sampled last stable offsets), as its `scope` says. It
+  runs only for a history with lines of that part (groups.jsonl for `subscribe` mode,
+  txns.jsonl for transactional producers): without them its count is 0 and nothing of it is
+  planned.
 
 Everything that lists the kinds derives from the table: the flags and counts of `checks`, the
 group findings (`groups.findings`), the verdict, the counts of report.json and the summary,
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -43,7 +46,8 @@ class Value:
     the first drained, the first read during the run, the first read at all, the first read
     where another value was read too, and committed_at, the highest offset the consumer group
     committed (an acknowledged commit) on the partition of its first drained position (null
-    without a group)."""
+    without a group). A value sent in a transaction has its transaction's outcome (the runner
+    writes sends.jsonl so): `acked` is committed, `failed` aborted."""
 
     outcome: Column
     n_drained: Column
@@ -70,6 +74,28 @@ class Group:
     start: float
 
 
+@dataclass(frozen=True)
+class Transactions:
+    """The transactions' history, as a transaction checker reads it
+    (`transactions.txn_history`).
+
+    txns: txns.jsonl's usable lines (producer, txn, intent, status, values, t_begin,
+    t_end_invoke, t_complete); sends: the usable sends with a `txn` (txn, value, topic,
+    partition, offset, status); reads: the records `read_committed` consumers returned (the
+    run's with that isolation level, and the drain's): reader (the consumer, with its
+    generation in `subscribe` mode), phase, topic, partition, offset, value, t; samples:
+    cluster.jsonl's lines with a high watermark and a last stable offset (t, topic,
+    partition, high_watermark, last_stable_offset); timeout_s, the producers'
+    `transaction.timeout.ms`; start: the run's start, from which details count seconds."""
+
+    txns: DataFrame
+    sends: DataFrame
+    reads: DataFrame
+    samples: DataFrame
+    timeout_s: float
+    start: float
+
+
 FINDING_TYPES = {"topic": "string", "partition": "int", "offset": "bigint", "value": "string",
                  "t_invoke": "double", "t_acked": "double", "t_read": "double",
                  "committed": "bigint", "t_commit": "double", "detail": "string"}
@@ -93,7 +119,8 @@ def _known(at: Column) -> Column:
 
 
 def lost(v: Value) -> Column:
-    """Acknowledged, nowhere in the drain."""
+    """Acknowledged, nowhere in the drain. A record of a transaction whose commit was
+    acknowledged is acknowledged: its loss is Jepsen's *lost committed write*."""
     return _acked(v) & ~_drained(v)
 
 
@@ -119,7 +146,9 @@ def duplicate(v: Value) -> Column:
 
 
 def aborted_read(v: Value) -> Column:
-    """Every send attempt failed definitively, yet it was read."""
+    """Every send attempt failed definitively, or its transaction aborted, yet it was read
+    (a transactional workload's consumers and drain read committed: they must never see an
+    aborted record)."""
     return (v.outcome == "failed") & _known(v.read_at)
 
 
@@ -220,6 +249,100 @@ def non_monotonic_poll(g: Group) -> DataFrame:
     return _finding(reads, t_read=F.col("t"), detail=detail)
 
 
+def read_past_lso(tx: Transactions) -> DataFrame:
+    """A `read_committed` consumer returned, during the run, a record of a transaction before
+    that transaction's commit was called: no marker could have been written yet, so the
+    record was above the partition's last stable offset (Kafka's `Partition.fetchRecords`
+    reads `read_committed` up to `lastStableOffset`). One row per such read: t_read the
+    read, t_commit when the commit (EndTxn) was called."""
+    from pyspark.sql import functions as F
+
+    txns = F.broadcast(tx.txns.filter(F.col("t_end_invoke").isNotNull()).select(
+        F.col("txn").alias("_txn"), "t_end_invoke"))
+    sent = tx.sends.select("txn", "value").distinct()
+    found = (tx.reads.filter(F.col("phase") == "run").join(sent, "value")
+             .join(txns, F.col("txn") == F.col("_txn"))
+             .filter(F.col("t") < F.col("t_end_invoke")))
+    detail = F.format_string(
+        "%s returned it at +%.1f s, %.1f s before the commit of %s was called (+%.1f s)",
+        "reader", F.col("t") - tx.start, F.col("t_end_invoke") - F.col("t"), "txn",
+        F.col("t_end_invoke") - tx.start)
+    return _finding(found, t_read=F.col("t"), t_commit=F.col("t_end_invoke"), detail=detail)
+
+
+def torn_transaction(tx: Transactions) -> DataFrame:
+    """A committed transaction only partly visible: a `read_committed` reader (a run consumer,
+    in one generation for a group member, or the drain) returned some of its records, and in
+    a partition where it holds another acknowledged at offset o, read both at or below o and
+    above o, but never that record. One row per such transaction (its first missing record by
+    partition and offset): t_commit when its commit was acknowledged."""
+    from pyspark.sql import functions as F
+
+    committed = F.broadcast(tx.txns.filter(F.col("status") == "ok").select(
+        "txn", F.col("t_complete").alias("_t_commit")))
+    records = (tx.sends.filter((F.col("status") == "ok") & F.col("offset").isNotNull())
+               .join(committed, "txn")
+               .select("txn", "value", "topic", "partition", "offset", "_t_commit"))
+    reads = tx.reads.select("reader", "topic", "partition", "offset", "value")
+    seen = (reads.join(records.select("txn", "value"), "value").groupBy("reader", "txn")
+            .agg(F.count("*").alias("_n")))
+    span = reads.groupBy("reader", "topic", "partition").agg(
+        F.min("offset").alias("_lo"), F.max("offset").alias("_hi"))
+    missing = (seen.join(records, "txn").join(span, ["reader", "topic", "partition"])
+               .filter((F.col("_lo") <= F.col("offset")) & (F.col("offset") < F.col("_hi")))
+               .join(reads.select("reader", "value"), ["reader", "value"], "left_anti"))
+    first = F.min(F.struct("partition", "offset", "topic", "value", "reader", "_n", "_hi",
+                           "_t_commit"))
+    torn = missing.groupBy("txn").agg(first.alias("_m")).select("txn", "_m.*")
+    detail = F.format_string(
+        "%s returned %d records of committed transaction %s, and read %s-%d up to offset %d "
+        "without its record at offset %d", "reader", "_n", "txn", "topic", "partition", "_hi",
+        "offset")
+    return _finding(torn, t_commit=F.col("_t_commit"), detail=detail)
+
+
+HANGING_GRACE_S = 15.0
+"""Past `transaction.timeout.ms`, how long the LSO may stay behind an open transaction before
+it counts as hanging: the coordinator looks for expired transactions every
+`transaction.abort.timed.out.transaction.cleanup.interval.ms` (10 s by default,
+`TransactionStateManager.timedOutTransactions`), then writes the abort markers."""
+SAMPLE_GAP_S = 1.0
+"""The most one interval between two cluster samples adds to a stuck LSO's time: a longer gap
+(the leader did not answer) is an outage, not time the LSO was seen stuck."""
+
+
+def hanging_transaction(tx: Transactions) -> DataFrame:
+    """A partition's last stable offset seen stuck below its high watermark, at one offset,
+    for longer than `transaction.timeout.ms` plus HANGING_GRACE_S: an open transaction that
+    nothing ended, which holds every `read_committed` consumer back (a liveness finding).
+    One row per stretch: offset the stuck LSO, t_read when it was first seen there."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    order = Window.partitionBy("topic", "partition").orderBy("t")
+    lso, hw = F.col("last_stable_offset"), F.col("high_watermark")
+    stuck = lso < hw
+    before = F.lag(F.struct(lso.alias("lso"), stuck.alias("stuck"), F.col("t").alias("t")))
+    samples = tx.samples.select("*", before.over(order).alias("_prev"))
+    held_on = stuck & F.coalesce(F.col("_prev.stuck") & (F.col("_prev.lso") == lso),
+                                 F.lit(False))
+    stretch = F.sum((~held_on).cast("int")).over(
+        order.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    seen = F.when(held_on, F.least(F.col("t") - F.col("_prev.t"), F.lit(SAMPLE_GAP_S)))
+    runs = (samples.select("*", stretch.alias("_stretch"), seen.alias("_seen"))
+            .filter(stuck).groupBy("topic", "partition", "_stretch")
+            .agg(F.min("t").alias("_from"), F.max("t").alias("_to"),
+                 F.coalesce(F.sum("_seen"), F.lit(0.0)).alias("_held"),
+                 F.first(lso).alias("offset"), F.max(hw).alias("_hw"))
+            .filter(F.col("_held") > tx.timeout_s + HANGING_GRACE_S))
+    detail = F.format_string(
+        "the last stable offset stayed at %d, below the high watermark (%d), for %.1f s from "
+        "+%.1f s: longer than transaction.timeout.ms (%.1f s) and %.0f s more", "offset",
+        "_hw", "_held", F.col("_from") - tx.start, F.lit(tx.timeout_s),
+        F.lit(HANGING_GRACE_S))
+    return _finding(runs, t_read=F.col("_from"), detail=detail)
+
+
 def _finding(rows: DataFrame, **columns: Column | None) -> DataFrame:
     """`rows` as findings (`FINDING`): each column as given (None: null), else the row's own
     of that name (where, which value), else null."""
@@ -239,6 +362,8 @@ def _text(column: Column) -> Column:
     return F.coalesce(column.cast("string"), F.lit("?"))
 
 
+GROUP, TRANSACTIONS = "group", "transactions"
+"""A checker's scope: the part of the history it is a function of (`Group`, `Transactions`)."""
 INCIDENT, RETRY, OFFSETS = "incident", "retry", "offsets"
 """How the attribution explains a kind's anomalies: records in loss incidents
 (`attribution.incidents`), producer retries in duplicate groups
@@ -265,8 +390,11 @@ class Kind:
     is known, else the last."""
     detail: str | None = None
     """A value check's detail in anomalies/; None: the positions it was drained at."""
-    checker: Callable[[Group], DataFrame] | None = None
-    """A group checker: its findings, anomalies/ rows (`FINDING`), each one counted."""
+    checker: Callable[[Any], DataFrame] | None = None
+    """A checker of one part of the history (`scope`): its findings, anomalies/ rows
+    (`FINDING`), each one counted."""
+    scope: str = GROUP
+    """A checker's: GROUP (it takes a `Group`) or TRANSACTIONS (a `Transactions`)."""
     explained_by: str | None = None
     """INCIDENT, RETRY, OFFSETS, or None: the attribution does not explain it."""
     held_at: str = "t_acked"
@@ -283,9 +411,10 @@ class Kind:
     checker's count is always of its rows."""
 
     def __post_init__(self) -> None:
-        """A row with both checks or neither, or a value check without a position, fails at
-        import."""
-        if (self.check is None) == (self.checker is None) or (self.check and not self.at):
+        """A row with both checks or neither, a value check without a position, or a checker
+        of no known scope, fails at import."""
+        if ((self.check is None) == (self.checker is None) or (self.check and not self.at)
+                or self.scope not in (GROUP, TRANSACTIONS)):
             raise ValueError(f"anomaly kind {self.name}: give either a value check with its "
                              f"position (`at`) or a group checker")
 
@@ -297,7 +426,7 @@ class Kind:
 
 KINDS = (
     Kind("lost", "lost", loss=True, check=lost, at=("acked_at",),
-         help="acked values missing from the drain",
+         help="acked values (a transaction's: committed) missing from the drain",
          detail="acknowledged, missing from the drain", explained_by=INCIDENT),
     Kind("misplaced", "misplaced", loss=True, check=misplaced, at=("acked_at",),
          help="acked values drained, but not where their acknowledgement put them",
@@ -313,8 +442,8 @@ KINDS = (
          at=("acked_at", "drained_at"), help="values drained at more than one position",
          detail=None, explained_by=RETRY, only_if_idempotent=True),
     Kind("aborted_read", "aborted_reads", loss=False, check=aborted_read, at=("read_at",),
-         help="values whose every send failed, yet were read",
-         detail="every send attempt failed, yet it was read"),
+         help="values whose every send failed, or whose transaction aborted, yet were read",
+         detail="every send attempt failed or its transaction aborted, yet it was read"),
     Kind("unexpected", "unexpected", loss=False, check=unexpected, at=("read_at",),
          help="values read but never sent", detail="read, but never sent"),
     Kind("skipped", "skipped", loss=True, check=skipped, at=("drained_at",),
@@ -333,13 +462,25 @@ KINDS = (
     Kind("non_monotonic_poll", "non_monotonic_polls", loss=False, checker=non_monotonic_poll,
          help="reads at an offset not above the previous one of their member, generation "
               "and partition", fault_at="t_read"),
+    Kind("read_past_lso", "reads_past_lso", loss=False, checker=read_past_lso,
+         scope=TRANSACTIONS, help="records a read_committed consumer returned before their "
+                                  "transaction's commit was called", fault_at="t_read"),
+    Kind("torn_transaction", "torn_transactions", loss=False, checker=torn_transaction,
+         scope=TRANSACTIONS, help="committed transactions a read_committed reader saw only "
+                                  "part of", fault_at="t_commit"),
+    Kind("hanging_transaction", "hanging_transactions", loss=False,
+         checker=hanging_transaction, scope=TRANSACTIONS,
+         help="stretches in which a partition's last stable offset stayed stuck behind an "
+              "open transaction past transaction.timeout.ms", fault_at="t_read"),
 )
 COUNTS = tuple(k.count for k in KINDS)
 """The anomaly counts of report.json, in its order."""
 VALUE_KINDS = tuple(k for k in KINDS if k.check is not None)
 """The kinds `checks.classify` flags, one column each."""
-GROUP_KINDS = tuple(k for k in KINDS if k.checker is not None)
+GROUP_KINDS = tuple(k for k in KINDS if k.checker is not None and k.scope == GROUP)
 """The kinds found by a group checker (`groups.findings`)."""
+TXN_KINDS = tuple(k for k in KINDS if k.checker is not None and k.scope == TRANSACTIONS)
+"""The kinds found by a transaction checker (`transactions.findings`)."""
 
 
 def explained_by(how: str) -> tuple[Kind, ...]:

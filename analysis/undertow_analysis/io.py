@@ -105,25 +105,30 @@ EVENT_FIELDS = ("t", "node", "type", "topic", "partition", "leader_epoch", "brok
                 "previous_leader", "kind", "reason", "from_offset", "to_offset",
                 "log_end_offset", "isr", "group", "generation")
 # What the analysis reads of each file: sends without producer and error, group lines without
-# member_id and error, cluster samples without leader_epoch, high_watermark,
-# log_end_offsets and last_known_elr (`elr`, absent from older histories, is null there),
+# member_id and error, transactions without their transactional_id and error, cluster samples
+# without leader_epoch, log_end_offsets and last_known_elr (`elr` and `last_stable_offset`,
+# absent from older histories, are null there),
 # events without detail, old_isr, the ELR lists (elr, old_elr, last_known_elr),
 # broker_epoch, high_watermark, members and member. A query parses only the fields it uses
 # (Spark prunes the others from the scan): the one pass over sends and reads never parses a
 # read's consumer or generation, which only the consumer group checks use.
 FILES = {
     "sends": FileSpec(schema.SENDS, ("value", "topic", "partition", "status", "offset",
-                                     "t_invoke", "t_complete"),
+                                     "t_invoke", "t_complete", "txn"),
                       ("value", "topic", "status", "t_invoke", "t_complete"), ("partition",)),
     "reads": FileSpec(schema.READS, ("consumer", "phase", "topic", "partition", "offset",
-                                     "value", "t", "generation"),
+                                     "value", "t", "generation", "isolation"),
                       ("phase", "topic", "partition", "offset", "value", "t")),
     "groups": FileSpec(schema.GROUPS, ("member", "generation", "type", "topic", "partition",
                                        "offset", "status", "t_invoke", "t"),
                        ("member", "type", "topic", "partition", "t")),
+    "txns": FileSpec(schema.TXNS, ("producer", "txn", "intent", "status", "values", "t_begin",
+                                   "t_end_invoke", "t_complete"),
+                     ("txn", "status", "values", "t_complete"), ranges=()),
     "faults": FileSpec(schema.FAULTS, ("fault", "target", "role", "action", "t"),
                        ("fault", "target", "action", "t")),
-    "cluster": FileSpec(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr", "elr"),
+    "cluster": FileSpec(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr", "elr",
+                                         "high_watermark", "last_stable_offset"),
                         ("t", "topic", "partition", "leader", "isr")),
     "events": FileSpec(schema.EVENTS, EVENT_FIELDS, ("t", "node", "type"),
                        ranges=(("partition", 0, MAX_PARTITION), ("from_offset", 0, MAX_OFFSET),
@@ -131,7 +136,7 @@ FILES = {
                                ("log_end_offset", 0, MAX_OFFSET))),
 }
 META_READ = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
-             "incomplete_reason", "consumer_group", "faults_skipped")
+             "incomplete_reason", "consumer_group", "transactions", "faults_skipped")
 
 
 @dataclass

@@ -37,18 +37,19 @@ from undertow_analysis import (
     prestart,
     report,
     topics,
+    transactions,
 )
-from undertow_analysis.anomalies import FINDING, GROUP_KINDS, Group
+from undertow_analysis.anomalies import FINDING, GROUP_KINDS, TXN_KINDS, Group, Transactions
 from undertow_analysis.grid import Grid, series_grid
 from undertow_analysis.io import History, child, delete, read_history, write_bytes
 from undertow_analysis.session import fresh_lambda_names, keeping_observations, spark_session
 
 VALUE_PART = "value"  # the scratch output's noteworthy values
 TRUNCATION_PART = "truncation"  # acknowledged records at the offsets of each truncation
-GROUP_PART = "group"  # the consumer group checkers' findings; the rest are series rows
-GROUP_COLUMNS = tuple(c for c in ("kind", *FINDING)
-                      if c not in ("value", "t_invoke", "t_acked", "t_read"))
-"""The columns of the group findings in the scratch output that its values lack."""
+FINDINGS_PART = "findings"  # the group and transaction checkers'; the rest are series rows
+FINDING_COLUMNS = tuple(c for c in ("kind", *FINDING)
+                        if c not in ("value", "t_invoke", "t_acked", "t_read"))
+"""The columns of the checkers' findings in the scratch output that its values lack."""
 SERIES_COLUMNS = ("part", "bucket", "column", "attempted", "acked", "failed", "indeterminate",
                   "max_ms", "first", "last", "bad_sends", "bad_reads")
 MAX_LOST_ROWS = 1000
@@ -122,7 +123,7 @@ def _series(written: DataFrame, history: History, grid: Grid
     the series rows `_write_checked` wrote; the malformed lines of sends and reads go to
     `history`. Bounded by the grid (`grid.series_grid`: at most about 100,000 buckets and 1,000 cell
     columns, each with a few dozen latency cells)."""
-    rows = (written.filter(~F.col("part").isin(VALUE_PART, TRUNCATION_PART, GROUP_PART))
+    rows = (written.filter(~F.col("part").isin(VALUE_PART, TRUNCATION_PART, FINDINGS_PART))
             .select(*SERIES_COLUMNS).collect())
     other = [r for r in rows if r["part"] == "other"]
     history.count_malformed("sends", sum(r["bad_sends"] for r in other))
@@ -178,18 +179,18 @@ def _write_checked(written: DataFrame, inconsistent_obs: Observation, scratch: s
     The query writes to `scratch` the noteworthy values (part VALUE_PART), the series rows
     (parts "time", "latency", "cell" and "other", on the grid), when there are truncations
     (events with an `id`) the acknowledged records at their offsets (part TRUNCATION_PART)
-    and, with a consumer group, the group checkers' findings (part GROUP_PART, from a scan
-    of their own), all few, and returns the number of inconsistent offsets (an Observation
-    of the few positions). Nothing is observed line by line or value by value: malformed
-    lines are counted in the series, the other counts come from the written rows
-    (`_counts`) and topic names from `topics.topic_names`.
+    and, with a consumer group or transactions, their checkers' findings (part
+    FINDINGS_PART, from scans of their own), all few, and returns the number of inconsistent
+    offsets (an Observation of the few positions). Nothing is observed line by line or value
+    by value: malformed lines are counted in the series, the other counts come from the
+    written rows (`_counts`) and topic names from `topics.topic_names`.
     """
     written.write.mode("overwrite").parquet(scratch)
     return int(inconsistent_obs.get["inconsistent_offsets"])
 
 
 def checked(history: History, grid: Grid, truncations: DataFrame | None,
-            group: Group | None) -> tuple[DataFrame, Observation]:
+            group: Group | None, txns: Transactions | None) -> tuple[DataFrame, Observation]:
     """The rows `_write_checked` writes, and the Observation that counts the inconsistent offsets
     once they are written."""
     inconsistent_obs = Observation("undertow-inconsistent")
@@ -205,22 +206,24 @@ def checked(history: History, grid: Grid, truncations: DataFrame | None,
         cut = checks.acked_in_truncations(by_value, checks.truncation_ranges(truncations))
         written = written.unionByName(cut.withColumn("part", F.lit(TRUNCATION_PART)),
                                       allowMissingColumns=True)
-    if group is not None:
-        written = written.unionByName(
-            groups.findings(group).withColumn("part", F.lit(GROUP_PART)),
-            allowMissingColumns=True)
+    found = [*([groups.findings(group)] if group is not None else []),
+             *([transactions.findings(txns)] if txns is not None else [])]
+    for rows in found:
+        written = written.unionByName(rows.withColumn("part", F.lit(FINDINGS_PART)),
+                                      allowMissingColumns=True)
     return written, inconsistent_obs
 
 
 def _counts(written: DataFrame, series: report.Series, inconsistent_offsets: int,
-            grouped: bool) -> dict[str, int]:
-    """Every count of the report from the noteworthy values and the group findings `_write_checked`
-    wrote (one aggregation over both) and the number of send attempts in the series (see
-    `checks.value_counts`); a history without a consumer group has no finding."""
-    rows = written.filter(F.col("part").isin(VALUE_PART, GROUP_PART))
-    found = [F.count(F.when(F.col("kind") == k.name, 1)).alias(k.count)
-             for k in GROUP_KINDS] if grouped else []
-    row = {k.count: 0 for k in GROUP_KINDS} | rows.agg(
+            grouped: bool, transactional: bool) -> dict[str, int]:
+    """Every count of the report from the noteworthy values and the checkers' findings
+    `_write_checked` wrote (one aggregation over both) and the number of send attempts in the
+    series (see `checks.value_counts`); a history without a consumer group (transactions) has
+    no group (transaction) finding."""
+    rows = written.filter(F.col("part").isin(VALUE_PART, FINDINGS_PART))
+    kinds = (GROUP_KINDS if grouped else ()) + (TXN_KINDS if transactional else ())
+    found = [F.count(F.when(F.col("kind") == k.name, 1)).alias(k.count) for k in kinds]
+    row = {k.count: 0 for k in GROUP_KINDS + TXN_KINDS} | rows.agg(
         *checks.value_counts(rows), *found).first().asDict()
     attempted = series.attempts - row.pop("retries")
     counts = {**row, "attempted": attempted, "inconsistent_offsets": inconsistent_offsets,
@@ -232,8 +235,8 @@ def _write_anomalies(spark: SparkSession, values: DataFrame, group: Group | None
                      found: DataFrame | None, names: dict[int, str], faults: list[dict[str, Any]],
                      t0: float, t_end: float, uri: str, scratch: str) -> None:
     """anomalies/: the anomalous ones of the values `_write_checked` wrote, one row per kind,
-    with their positions named, and the group findings it wrote (`found`), each with the
-    fault active when it was sent (a group finding: at its kind's `fault_at`).
+    with their positions named, and the checkers' findings it wrote (`found`), each with the
+    fault active when it was sent (a checker's finding: at its kind's `fault_at`).
 
     The fault intervals reach Spark as a JSON Lines file next to `scratch` rather than as
     Python rows: a soak has thousands, and Python rows would start a Python worker."""
@@ -245,7 +248,9 @@ def _write_anomalies(spark: SparkSession, values: DataFrame, group: Group | None
     width = max(1.0, (t_end - t0) / FAULT_BUCKETS)
     rows = checks.value_anomalies(values, names)
     if group is not None:
-        rows = groups.with_first_commit_past(rows, group.actions).unionByName(found)
+        rows = groups.with_first_commit_past(rows, group.actions)
+    if found is not None:
+        rows = rows.unionByName(found)
     (checks.with_active_fault(rows.withColumn("_at", _fault_time()), intervals, width, "_at")
      .drop("_at").write.mode("overwrite").parquet(uri))
 
@@ -425,13 +430,14 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
         if history.parsed["events"] is not None else None
     groups.consumer_group(meta)  # a consumer_group of another shape is bad input, said first
     group = groups.group_history(history)
+    txns = transactions.txn_history(history)
     grid = _grid(history)
     # Every query is built in this thread, one after the other, each with its lambdas
     # numbered from 1 (`fresh_lambda_names`); only their actions run in the pool's: the main
     # pass, the parts `_start_early` starts, and the truncations' records.
     with ThreadPoolExecutor(max_workers=7, thread_name_prefix="undertow-job") as pool:
-        readers = [pool.submit(_write_checked, *checked(history, grid, truncations, group),
-                               scratch)]
+        readers = [pool.submit(_write_checked,
+                               *checked(history, grid, truncations, group, txns), scratch)]
         try:
             cuts = None
             if truncations is not None:
@@ -443,10 +449,11 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
             series, latency, send_times = _series(written, history, grid)
             values = written.filter(F.col("part") == VALUE_PART).drop(
                 *SERIES_COLUMNS, "id", "broker", "t_trunc", "cut_at", "after_cut",
-                *GROUP_COLUMNS)
-            found = written.filter(F.col("part") == GROUP_PART).select("kind", *FINDING) \
-                if group is not None else None
-            counts = _counts(written, series, inconsistent_offsets, group is not None)
+                *FINDING_COLUMNS)
+            found = written.filter(F.col("part") == FINDINGS_PART).select("kind", *FINDING) \
+                if group is not None or txns is not None else None
+            counts = _counts(written, series, inconsistent_offsets, group is not None,
+                             txns is not None)
             t0 = report.clock_zero(meta, send_times["first"])
             t_end = max(_end(history, send_times["last"]) or t0, t0)
             width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from undertow_history import schema
 
-OPTIONAL_FILES = ("groups", "faults", "cluster", "events")
+OPTIONAL_FILES = ("groups", "txns", "faults", "cluster", "events")
 """History files a history may lack (an older run, another harness): the job reads them as
 absent (`io`)."""
 REQUIRED = tuple(f.filename for f in schema.FILES if f.name not in OPTIONAL_FILES)

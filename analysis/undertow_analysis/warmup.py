@@ -51,14 +51,16 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
     topic = topic_spec.get("name") if isinstance(topic_spec, dict) else None
     topic = topic if isinstance(topic, str) else "t"
     lines: dict[str, list[dict[str, Any]]] = {
-        "sends": [], "reads": [], "groups": [], "faults": [], "cluster": [], "events": []}
+        "sends": [], "reads": [], "groups": [], "txns": [], "faults": [], "cluster": [],
+        "events": []}
 
     def read(value: str, offset: int, at: float, consumer: str = "c0") -> None:
         run = consumer != "drain"
         generation = (1 if at < REBALANCE_AT else 2) if group and run else None
         lines["reads"].append({"consumer": consumer, "phase": "run" if run else "drain",
                                "topic": topic, "partition": 0, "offset": offset,
-                               "value": value, "t": start + at, "generation": generation})
+                               "value": value, "t": start + at, "generation": generation,
+                               "isolation": "read_committed"})
 
     def record(value: str, offset: int, t: float, *, drained: bool = True) -> None:
         lines["sends"].append(_send(value, topic, "ok", offset, start + t))
@@ -114,11 +116,13 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
                                  "leader": leader, "leader_epoch": epoch, "isr": isr,
                                  "high_watermark": 0,
                                  "log_end_offsets": {str(b): 0 for b in isr},
-                                 "elr": [], "last_known_elr": []})
+                                 "elr": [], "last_known_elr": [],
+                                 "last_stable_offset": 0})
 
     directory.mkdir(parents=True)
     meta = {**run_meta, "start": start, "end": start + WARM_UP_SECONDS, "incomplete": False,
-            "incomplete_reason": None, "faults_skipped": []}
+            "incomplete_reason": None, "faults_skipped": [],
+            "transactions": run_meta.get("transactions")}
     (directory / "meta.json").write_text(json.dumps(meta))
     for name, rows in lines.items():
         (directory / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -152,4 +156,4 @@ def _send(value: str, topic: str, status: str, offset: int | None, t: float
             "partition": 0 if status == "ok" else None, "status": status, "offset": offset,
             "error": {"ok": None, "fail": "NOT_ENOUGH_REPLICAS"}.get(status, "REQUEST_TIMED_OUT"),
             "t_invoke": t,
-            "t_complete": t + 0.01}
+            "t_complete": t + 0.01, "txn": None}

@@ -72,6 +72,9 @@ KINDS = (
     Kind("committed_offset_lost", "committed_offsets_lost", loss=True),
     Kind("redelivered_past_commit", "redelivered_past_commit", loss=False),
     Kind("non_monotonic_poll", "non_monotonic_polls", loss=False),
+    Kind("read_past_lso", "reads_past_lso", loss=False),
+    Kind("torn_transaction", "torn_transactions", loss=False),
+    Kind("hanging_transaction", "hanging_transactions", loss=False),
 )
 COUNTS = tuple(k.count for k in KINDS)
 """The anomaly counts of report.json, in its order."""
@@ -127,7 +130,7 @@ Spark job (`undertow_analysis.attribution`) and `check_history` give."""
 MAX_PARTITION = 2**23 - 1  # checks.MAX_PARTITION: partition << 40 must stay a long
 MAX_OFFSET = 2**40 - 1  # checks.MAX_OFFSET
 _RANGES = {"partition": MAX_PARTITION, "offset": MAX_OFFSET}
-OPTIONAL = ("groups", "faults", "cluster", "events")  # precheck.OPTIONAL_FILES
+OPTIONAL = ("groups", "txns", "faults", "cluster", "events")  # precheck.OPTIONAL_FILES
 _JSON_WS = " \t\r\n"  # Jackson's whitespace: a line of only these is no record to Spark
 _NON_NUMERIC = {"NaN": math.inf, "Infinity": math.inf, "+Infinity": math.inf, "+INF": math.inf,
                 "-Infinity": -math.inf, "-INF": -math.inf}
@@ -150,6 +153,8 @@ _FILES = {
                    ("partition",)),
     "reads": _File(schema.READS, ("phase", "topic", "partition", "offset", "value", "t")),
     "groups": _File(schema.GROUPS, ("member", "type", "topic", "partition", "t")),
+    "txns": _File(schema.TXNS, ("txn", "status", "values", "t_complete"), ranges=()),
+    "cluster": _File(schema.CLUSTER, ("t", "topic", "partition", "leader", "isr")),
     "events": _File(schema.EVENTS, ("t", "node", "type"),
                     ranges=("partition", "from_offset", "to_offset", "log_end_offset")),
 }
@@ -177,10 +182,15 @@ def _use(name: str, *fields: str) -> _Use:
 
 
 _SENDS = _use("sends", "value", "topic", "partition", "status", "offset", "t_invoke",
-              "t_complete")
-_READS = _use("reads", "phase", "topic", "partition", "offset", "value", "t")  # checks.events
+              "t_complete", "txn")
+_READS = _use("reads", "phase", "topic", "partition", "offset", "value", "t",
+              "isolation")  # checks.events
 _MEMBER_READS = _use("reads", "consumer", "phase", "topic", "partition", "offset", "value", "t",
-                     "generation")  # groups.group_history: the file's every field
+                     "generation", "isolation")  # groups and transactions: every field
+_TXNS = _use("txns", "producer", "txn", "intent", "status", "values", "t_begin", "t_end_invoke",
+             "t_complete")  # transactions.txn_history
+_SAMPLES = _use("cluster", "t", "topic", "partition", "leader", "isr", "high_watermark",
+                "last_stable_offset")
 _GROUP_COMMITS = _use("groups", "member", "type", "topic", "partition", "offset", "status", "t")
 _GROUP_ACTIONS = _use("groups", "member", "generation", "type", "topic", "partition", "offset",
                       "status", "t_invoke", "t")  # committed_offset_lost's rows: every field
@@ -381,40 +391,46 @@ def _rows(path: Path, *uses: _Use) -> Iterator[tuple[dict[str, Any] | None, ...]
 
 _STATUS = {"ok", "fail", "info"}
 _PHASES = {"run", "drain"}
+_ISOLATION = set(schema.READS.field("isolation").values)
 
 
-def _fast_send(obj: dict[str, Any]) -> tuple[str, str, int | None, str, int | None, float] | None:
+def _fast_send(obj: dict[str, Any]) -> tuple[str, str, int | None, str, int | None, float,
+                                             str | None] | None:
     """A send line as `_SENDS` reads it, when every field it parses has its plain type (the
-    runner's lines): value, topic, partition, status, offset, t_complete. None: anything else,
-    which `_usable` decides exactly."""
+    runner's lines): value, topic, partition, status, offset, t_complete, txn. None: anything
+    else, which `_usable` decides exactly."""
     value, topic, status = obj.get("value"), obj.get("topic"), obj.get("status")
     partition, offset = obj.get("partition"), obj.get("offset")
-    t_invoke, t_complete = obj.get("t_invoke"), obj.get("t_complete")
+    t_invoke, t_complete, txn = obj.get("t_invoke"), obj.get("t_complete"), obj.get("txn")
     if (type(value) is str and type(topic) is str and status in _STATUS
+            and (txn is None or type(txn) is str)
             and type(t_invoke) is float and t_invoke == t_invoke
             and type(t_complete) is float and t_complete == t_complete
             and (partition is None or (type(partition) is int and 0 <= partition <= MAX_PARTITION))
             and (offset is None or (type(offset) is int and 0 <= offset <= MAX_OFFSET))
             and (partition is not None or status != "ok")):
-        return value, topic, partition, status, offset, t_complete
+        return value, topic, partition, status, offset, t_complete, txn
     return None
 
 
-def _fast_read(obj: dict[str, Any]) -> tuple[str, str, str, int, int, float, Any, Any] | None:
+def _fast_read(obj: dict[str, Any]) -> tuple[str, str, str, int, int, float, Any, Any,
+                                             Any] | None:
     """A read line as `_MEMBER_READS` (and so `_READS`) reads it, when every field has its
-    plain type: value, phase, topic, partition, offset, t, consumer, generation. None:
-    anything else, which `_usable` decides exactly."""
+    plain type: value, phase, topic, partition, offset, t, consumer, generation, isolation.
+    None: anything else, which `_usable` decides exactly."""
     value, phase, topic = obj.get("value"), obj.get("phase"), obj.get("topic")
     partition, offset, t = obj.get("partition"), obj.get("offset"), obj.get("t")
     consumer, generation = obj.get("consumer"), obj.get("generation")
+    isolation = obj.get("isolation")
     if (type(value) is str and phase in _PHASES and type(topic) is str
+            and (isolation is None or isolation in _ISOLATION)
             and type(partition) is int and 0 <= partition <= MAX_PARTITION
             and type(offset) is int and 0 <= offset <= MAX_OFFSET
             and type(t) is float and t == t
             and (consumer is None or type(consumer) is str)
             and (generation is None or (type(generation) is int
                                         and -(2**31) <= generation < 2**31))):
-        return value, phase, topic, partition, offset, t, consumer, generation
+        return value, phase, topic, partition, offset, t, consumer, generation, isolation
     return None
 
 
@@ -463,20 +479,29 @@ class _Sent:
     acked_at: set[tuple[str, int, int]] | None = None
 
 
-def _sends(path: Path) -> dict[str, _Sent]:
+_TxnSend = tuple[str, str, str, int | None, int | None, str]
+"""A send in a transaction as `transactions.txn_history` keeps it: txn, value, topic,
+partition, offset, status."""
+
+
+def _sends(path: Path, txn_sends: list[_TxnSend] | None) -> dict[str, _Sent]:
+    """Every value's attempts; each send with a `txn` also goes to `txn_sends` when given."""
     sent: dict[str, _Sent] = {}
     for row in _read_rows(path, _fast_send, (_SENDS,)):
         if type(row[0]) is str:
-            value, topic, partition, status, offset, t_complete = row
+            value, topic, partition, status, offset, t_complete, txn = row
         elif row[0] is None:
             continue
         else:
             r = row[0]
-            value, topic, partition, status, offset, t_complete = (
-                r["value"], r["topic"], r["partition"], r["status"], r["offset"], r["t_complete"])
+            value, topic, partition, status, offset, t_complete, txn = (
+                r["value"], r["topic"], r["partition"], r["status"], r["offset"], r["t_complete"],
+                r["txn"])
         s = sent.get(value)
         if s is None:
             s = sent[value] = _Sent()
+        if txn is not None and txn_sends is not None:
+            txn_sends.append((txn, value, topic, partition, offset, status))
         if status == "ok":
             s.n_ok += 1
             if s.t_acked is None or t_complete < s.t_acked:
@@ -494,24 +519,34 @@ def _sends(path: Path) -> dict[str, _Sent]:
 class _Reads:
     """What reads.jsonl tells per value and per position: the positions each value was
     drained at; the values read during the run; the positions at which reads saw two values
-    or more (`checks.inconsistent_offsets`); and the consumer group's member reads (member,
-    generation, topic, partition, offset, value, t), in the file's order."""
+    or more (`checks.inconsistent_offsets`); the consumer group's member reads (member,
+    generation, topic, partition, offset, value, t), in the file's order; and, for a history
+    with transactions, the `read_committed` reads (`transactions.txn_history`: reader, phase,
+    topic, partition, offset, value, t)."""
 
     drained: dict[str, set[tuple[str, int, int]]]
     run_read: set[str]
     inconsistent: set[tuple[str, int, int]]
     member_reads: list[tuple[str, int, str, int, int, str, float]]
+    committed_reads: list[tuple[str | None, str, str, int, int, str, float]]
 
 
-def _reads(path: Path, grouped: bool) -> _Reads:
+def _reader(consumer: str | None, generation: int | None) -> str | None:
+    """`transactions.reader`."""
+    return consumer if generation is None or consumer is None else \
+        f"{consumer} (generation {generation})"
+
+
+def _reads(path: Path, grouped: bool, transactional: bool) -> _Reads:
     drained: dict[str, set[tuple[str, int, int]]] = {}
     run_read: set[str] = set()
     seen: dict[tuple[str, int, int], str] = {}
     inconsistent: set[tuple[str, int, int]] = set()
     member_reads: list[tuple[str, int, str, int, int, str, float]] = []
+    committed_reads: list[tuple[str | None, str, str, int, int, str, float]] = []
     for row in _read_rows(path, _fast_read, (_READS, _MEMBER_READS)):
         if type(row[0]) is str:
-            value, phase, topic, partition, offset, t, consumer, generation = row
+            value, phase, topic, partition, offset, t, consumer, generation, isolation = row
             member = True
         elif row[0] is None:
             continue
@@ -520,7 +555,11 @@ def _reads(path: Path, grouped: bool) -> _Reads:
             value, phase, topic, partition, offset, t = (
                 r["value"], r["phase"], r["topic"], r["partition"], r["offset"], r["t"])
             member = m is not None
-            consumer, generation = (m["consumer"], m["generation"]) if member else (None, None)
+            consumer, generation, isolation = (
+                (m["consumer"], m["generation"], m["isolation"]) if member else (None,) * 3)
+        if transactional and member and (isolation == "read_committed" or phase == "drain"):
+            committed_reads.append((_reader(consumer, generation), phase, topic, partition,
+                                    offset, value, t))
         pos = (topic, partition, offset)
         first = seen.setdefault(pos, value)
         if first != value:
@@ -535,7 +574,7 @@ def _reads(path: Path, grouped: bool) -> _Reads:
         run_read.add(value)
         if grouped and member and consumer is not None and generation is not None:
             member_reads.append((consumer, generation, topic, partition, offset, value, t))
-    return _Reads(drained, run_read, inconsistent, member_reads)
+    return _Reads(drained, run_read, inconsistent, member_reads, committed_reads)
 
 
 # ---- the consumer group (`undertow_analysis.groups`, the group checkers of `anomalies`) ----
@@ -777,6 +816,121 @@ def _deposed(events: _Events, led: list[tuple[float, int | None, int | None, int
     return False
 
 
+# ---- transactions (`undertow_analysis.transactions`, the transaction checkers of `anomalies`)
+
+HANGING_GRACE_S = 15.0  # anomalies.HANGING_GRACE_S
+SAMPLE_GAP_S = 1.0  # anomalies.SAMPLE_GAP_S
+DEFAULT_TIMEOUT_S = 60.0
+"""Kafka's `transaction.timeout.ms` default, for a history whose meta.json does not say."""
+
+
+def transaction_timeout_s(meta: dict[str, Any]) -> float:
+    """meta.json's `transactions.timeout_s` (DEFAULT_TIMEOUT_S when absent), which the Spark
+    job reads too (`undertow_analysis.transactions`); another shape is a clear error."""
+    txns = meta.get("transactions")
+    if txns is None:
+        return DEFAULT_TIMEOUT_S
+    timeout = txns.get("timeout_s") if isinstance(txns, dict) else None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ValueError(f"meta.json's transactions must be {{timeout_s: positive number}}, "
+                         f"got {txns!r}")
+    return float(timeout)
+
+
+def _transaction_counts(history: Path, meta: dict[str, Any], txns_path: Path,
+                        sends: list[_TxnSend],
+                        reads: list[tuple[str | None, str, str, int, int, str, float]],
+                        counts: dict[str, int]) -> None:
+    """The transaction checkers' counts (`anomalies.read_past_lso`, `torn_transaction`,
+    `hanging_transaction`), as their joins count rows."""
+    txns = [row for (row,) in _rows(txns_path, _TXNS) if row is not None]
+    timeout_s = transaction_timeout_s(meta)
+    counts["reads_past_lso"] = _reads_past_lso(txns, sends, reads)
+    counts["torn_transactions"] = _torn_transactions(txns, sends, reads)
+    cluster = _file(history, "cluster")
+    samples = [] if cluster is None else [
+        row for (row,) in _rows(cluster, _SAMPLES) if row is not None
+        and row["high_watermark"] is not None and row["last_stable_offset"] is not None]
+    counts["hanging_transactions"] = _hanging_transactions(samples, timeout_s)
+
+
+def _reads_past_lso(txns: list[dict[str, Any]], sends: list[_TxnSend],
+                    reads: list[tuple[str | None, str, str, int, int, str, float]]) -> int:
+    """`anomalies.read_past_lso`: run reads joined with the distinct (txn, value) of the
+    sends and the transactions whose commit was called, read before it."""
+    ends: dict[str, list[float]] = {}
+    for t in txns:
+        if t["t_end_invoke"] is not None:
+            ends.setdefault(t["txn"], []).append(t["t_end_invoke"])
+    txns_of: dict[str, set[str]] = {}
+    for txn, value, *_ in sends:
+        txns_of.setdefault(value, set()).add(txn)
+    return sum(1 for _reader, phase, _tp, _p, _o, value, t in reads if phase == "run"
+               for txn in txns_of.get(value, ()) for end in ends.get(txn, ()) if t < end)
+
+
+def _torn_transactions(txns: list[dict[str, Any]], sends: list[_TxnSend],
+                       reads: list[tuple[str | None, str, str, int, int, str, float]]) -> int:
+    """`anomalies.torn_transaction`: the committed transactions some reader returned part of
+    while reading past another of their acknowledged records (joins on the reader drop a
+    null one)."""
+    committed = {t["txn"] for t in txns if t["status"] == "ok"}
+    records = [(txn, value, topic, partition, offset)
+               for txn, value, topic, partition, offset, status in sends
+               if status == "ok" and offset is not None and txn in committed]
+    txns_of: dict[str, set[str]] = {}
+    for txn, value, *_ in records:
+        txns_of.setdefault(value, set()).add(txn)
+    seen: set[tuple[str, str]] = set()
+    read_by: set[tuple[str, str]] = set()
+    span: dict[tuple[str, str, int], tuple[int, int]] = {}
+    for reader, _phase, topic, partition, offset, value, _t in reads:
+        if reader is None:
+            continue
+        read_by.add((reader, value))
+        seen.update((reader, txn) for txn in txns_of.get(value, ()))
+        lo, hi = span.get((reader, topic, partition), (offset, offset))
+        span[(reader, topic, partition)] = (min(lo, offset), max(hi, offset))
+    by_txn: dict[str, list[tuple[str, str, int, int]]] = {}
+    for txn, value, topic, partition, offset in records:
+        by_txn.setdefault(txn, []).append((value, topic, partition, offset))
+    torn = set()
+    for reader, txn in seen:
+        for value, topic, partition, offset in by_txn[txn]:
+            lo, hi = span.get((reader, topic, partition), (offset + 1, offset))
+            if lo <= offset < hi and (reader, value) not in read_by:
+                torn.add(txn)
+    return len(torn)
+
+
+def _hanging_transactions(samples: list[dict[str, Any]], timeout_s: float) -> int:
+    """`anomalies.hanging_transaction`: per partition in time order, the stretches of samples
+    with the last stable offset below the high watermark at one offset, each counting the
+    time between its samples (at most SAMPLE_GAP_S a gap), longer than the timeout and
+    HANGING_GRACE_S."""
+    by_partition: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in samples:
+        by_partition.setdefault((row["topic"], row["partition"]), []).append(row)
+    found = 0
+    for rows in by_partition.values():
+        rows.sort(key=lambda r: r["t"])
+        held: float | None = None  # the current stretch's time, None outside one
+        previous: dict[str, Any] | None = None
+        for row in rows:
+            lso, stuck = row["last_stable_offset"], \
+                row["last_stable_offset"] < row["high_watermark"]
+            held_on = (stuck and previous is not None and previous["stuck"]
+                       and previous["lso"] == lso)
+            if not held_on:
+                found += held is not None and held > timeout_s + HANGING_GRACE_S
+                held = 0.0 if stuck else None
+            else:
+                held = (held or 0.0) + min(row["t"] - previous["t"], SAMPLE_GAP_S)
+            previous = {"lso": lso, "stuck": stuck, "t": row["t"]}
+        found += held is not None and held > timeout_s + HANGING_GRACE_S
+    return found
+
+
 # ---- the history -------------------------------------------------------------------------
 
 
@@ -826,7 +980,7 @@ def _meta(history: Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError(f"{path}: expected a JSON object")
     read = ("experiment", "spec", "start", "end", "idempotent", "expect", "incomplete",
-            "incomplete_reason", "consumer_group", "faults_skipped")
+            "incomplete_reason", "consumer_group", "transactions", "faults_skipped")
     problems = schema.META.problems({k: meta[k] for k in read if k in meta}, partial=True)
     if problems:
         raise ValueError(f"{path}: {'; '.join(problems)}")
@@ -930,7 +1084,11 @@ def check_history(history_dir: Path) -> Summary:
     groups, events = _file(history, "groups"), _file(history, "events")
     # A consumer group's history (`groups.group_history`): groups.jsonl with any byte.
     grouped = groups is not None and groups.stat().st_size > 0
-    sent, read = _sends(sends), _reads(reads, grouped)
+    txns = _file(history, "txns")
+    # A transactions' history (`transactions.txn_history`): txns.jsonl with any byte.
+    transactional = txns is not None and txns.stat().st_size > 0
+    txn_sends: list[_TxnSend] | None = [] if transactional else None
+    sent, read = _sends(sends, txn_sends), _reads(reads, grouped, transactional)
     counts = dict.fromkeys(COUNTS, 0)
     committed: dict[tuple[str, int], int] = {}
     if grouped:
@@ -939,6 +1097,9 @@ def check_history(history_dir: Path) -> Summary:
         counts["committed_offsets_lost"] = _committed_offsets_lost(actions)
         counts["redelivered_past_commit"] = _redelivered_past_commit(assigns, read.member_reads)
         counts["non_monotonic_polls"] = _non_monotonic_polls(read.member_reads)
+    if transactional:
+        assert txn_sends is not None
+        _transaction_counts(history, meta, txns, txn_sends, read.committed_reads, counts)
     counts["inconsistent_offsets"] = len(read.inconsistent)
     failed, indeterminate, lost = _by_value(sent, read, committed, counts)
     mechanisms: Counter[str] = Counter()

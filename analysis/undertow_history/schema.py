@@ -171,6 +171,10 @@ META = HistoryFile("meta.json", (
                                     "`__consumer_offsets` that holds its state (Kafka's "
                                     "`abs(groupId.hashCode) % offsets.topic.num.partitions`); "
                                     "null for `assign` mode", nullable=True),
+    Field("transactions", OBJECT, "transactional producers (`workload.transactions`): "
+                                  "`{\"timeout_s\"}`, their `transaction.timeout.ms` in "
+                                  "seconds, which the hanging-transaction check reads; null "
+                                  "without transactions", nullable=True),
     Field("faults_skipped", array_of(OBJECT), "the planned faults the nemesis did not inject, "
                                               "each `{\"index\", \"kind\", \"reason\"}` "
                                               "(a target that never came back in time, an "
@@ -192,14 +196,22 @@ SENDS = HistoryFile("sends.jsonl", (
                             "written (the broker refused the only attempt, and the partition's "
                             "leader epoch did not change while the send was out). `info`: "
                             "indeterminate (timed out, disconnected, an error after retries or "
-                            "during a leader change; `error` keeps what the client said)",
-          values=("ok", "fail", "info")),
+                            "during a leader change; `error` keeps what the client said). A "
+                            "send in a transaction (`txn`) takes its transaction's outcome, "
+                            "since a transactional write is acknowledged by its commit: `ok` "
+                            "committed (the offset is the produce acknowledgement's), `fail` "
+                            "aborted (never visible to `read_committed`), `info` a commit "
+                            "whose outcome is unknown; its line is written when the "
+                            "transaction ends", values=("ok", "fail", "info")),
     Field("offset", LONG, "the offset the acknowledgement gave (`ok` only; null with "
                           "`acks: 0`, where no acknowledgement comes back)", nullable=True),
     Field("error", STRING, "Kafka error name, e.g. `NOT_ENOUGH_REPLICAS`, `REQUEST_TIMED_OUT`, "
                            "`_MSG_TIMED_OUT`; null for `ok`", nullable=True),
     Field("t_invoke", DOUBLE, "when the send was called"),
     Field("t_complete", DOUBLE, "when its outcome was known"),
+    Field("txn", STRING, "the transaction it was sent in, as txns.jsonl names it (`p0-t3`: "
+                         "producer p0's fourth); null outside a transaction, and in a history "
+                         "from before transactions", nullable=True),
 ))
 
 # One line per record a consumer returned.
@@ -216,6 +228,34 @@ READS = HistoryFile("reads.jsonl", (
     Field("generation", INT, "`subscribe` mode: the consumer group's generation the member "
                              "was in when it returned the record; null for `assign` mode and "
                              "the drain", nullable=True),
+    Field("isolation", STRING, "the consumer's `isolation.level`: `read_committed` returns "
+                               "only committed transactional records, up to the last stable "
+                               "offset; null in a history from before the field",
+          nullable=True, values=("read_committed", "read_uncommitted")),
+))
+
+# Transactional producers (`workload.transactions`): one line per transaction, when it ended.
+TXNS = HistoryFile("txns.jsonl", (
+    Field("producer", STRING, "the producer that ran it: `p0`, `p1`, ..."),
+    Field("txn", STRING, "the transaction's name, which its sends' `txn` gives: "
+                         "`{producer}-t{n}`, n counting from 0"),
+    Field("transactional_id", STRING, "the producer's `transactional.id`"),
+    Field("intent", STRING, "what the workload chose to end it with", values=("commit", "abort")),
+    Field("status", STRING, "`ok`: committed (the coordinator acknowledged EndTxn commit). "
+                            "`fail`: aborted, as intended or after a send or the commit failed "
+                            "(the coordinator acknowledged EndTxn abort, or it timed the "
+                            "transaction out). `info`: indeterminate (the commit timed out, or "
+                            "the producer failed fatally while it was out): its records may "
+                            "or may not become visible", values=("ok", "fail", "info")),
+    Field("error", STRING, "the Kafka error that decided a `fail` or an `info`, e.g. "
+                           "`_TIMED_OUT`, `INVALID_PRODUCER_EPOCH`; null for a plain commit or "
+                           "abort", nullable=True),
+    Field("values", array_of(STRING), "the values sent in it, in order (each has its line in "
+                                      "sends.jsonl)"),
+    Field("t_begin", DOUBLE, "when `begin_transaction` was called"),
+    Field("t_end_invoke", DOUBLE, "when the commit or abort was first called (EndTxn); "
+                                  "null when the producer failed before it", nullable=True),
+    Field("t_complete", DOUBLE, "when its outcome was known"),
 ))
 
 # Consumer groups (`workload.consumer.mode: subscribe`): one line per group action of a member.
@@ -289,6 +329,11 @@ CLUSTER = HistoryFile("cluster.jsonl", (
                                            "known leader there); empty when none or unknown, "
                                            "null in a history from before the field",
           nullable=True),
+    Field("last_stable_offset", LONG, "the leader's last stable offset (LSO: the HW, held back "
+                                      "at the first offset of a transaction still open, which "
+                                      "`read_committed` consumers do not read past); null when "
+                                      "the leader did not answer or does not say, or in a "
+                                      "history from before the field", nullable=True),
 ))
 
 # The brokers' and the controller's replication state changes, as they logged them: one line
@@ -389,7 +434,7 @@ EVENTS = HistoryFile("events.jsonl", (
                             "`group_member_removed`: the member id removed", nullable=True),
 ))
 
-FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, GROUPS, FAULTS, CLUSTER, EVENTS)
+FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, GROUPS, TXNS, FAULTS, CLUSTER, EVENTS)
 
 
 # ---- docs/history-format.md's field tables ----------------------------------------------------

@@ -25,6 +25,8 @@ PLANTED_COUNTS = {
     # No consumer group (no groups.jsonl): none of its anomalies.
     "skipped": 0, "committed_offsets_lost": 0, "redelivered_past_commit": 0,
     "non_monotonic_polls": 0,
+    # No transactions (no txns.jsonl): none of theirs.
+    "reads_past_lso": 0, "torn_transactions": 0, "hanging_transactions": 0,
 }
 PLANTED_ANOMALIES = {
     ("lost", "p0-3", "t", 0, 2),
@@ -171,4 +173,58 @@ def group_history() -> HistoryBuilder:
     # Generation 4: c1 holds t-0 again, from 17; its re-reads in generation 2 are judged by
     # its assignment then, not by this later one.
     h.assign("c1", 0, t=14.0, generation=4, committed=17)
+    return h
+
+
+def _transaction(h: HistoryBuilder, txn: str, records: list[tuple[str, int, int]], status: str,
+                 *, t: float, end: float | None = None) -> None:
+    """Transaction `txn` begun at t, its records (value, partition, offset) sent at once, its
+    end called at `end` (t + 0.5 by default) and known 0.1 s later: each send's line has
+    the transaction's outcome (ok: committed, fail: aborted)."""
+    end = t + 0.5 if end is None else end
+    for value, partition, offset in records:
+        h.send(value, status, t=t, partition=partition, offset=offset, txn=txn,
+               latency=end + 0.1 - t, error=None if status == "ok" else "aborted")
+    h.transaction(txn, [v for v, _, _ in records], status, t_begin=t, t_end_invoke=end,
+                  t_complete=end + 0.1, intent="commit" if status == "ok" else "abort")
+
+
+def txn_history() -> HistoryBuilder:
+    """A transactional producer's history over t-0 and t-1, with every transaction check's
+    anomaly planted once or twice and derived by hand (transaction.timeout.ms 10 s):
+
+    - read_past_lso 1: c0 returns c0 of p0-t2 at 3.8 s, before its commit was called at 4.0;
+    - aborted_reads 1: the drain returns d0 of the aborted p0-t3;
+    - lost 1: e1 of the committed p0-t4 is missing from the drain (a lost committed write);
+    - torn_transactions 2: p0-t4, whose e0 the drain returns while it reads t-1 from 0 to 11
+      without e1 at 7; and p0-t5, whose f0 c0 returns while it reads t-1 at 3 and 11 but not
+      f1 at 9 (which the drain has: c0 alone saw it torn);
+    - hanging_transactions 1: t-0's LSO stays at 3 below the HW for 30 s (past 10 + 15 s);
+      t-1's for 12 s, then 11 s more after an 18 s gap in the samples (an outage, which
+      counts 1 s): 24 s seen stuck, not past 25.
+    """
+    h = HistoryBuilder(expect="loss", transaction_timeout_s=10.0, duration=100.0)
+    committed = "read_committed"
+    _transaction(h, "p0-t0", [("a0", 0, 0), ("a1", 1, 0)], "ok", t=2.0)
+    _transaction(h, "p0-t1", [("b0", 0, 1), ("b1", 1, 1)], "fail", t=3.0)
+    _transaction(h, "p0-t2", [("c0", 0, 3), ("c1", 1, 3)], "ok", t=3.5, end=4.0)
+    _transaction(h, "p0-t3", [("d0", 0, 5)], "fail", t=5.0)
+    _transaction(h, "p0-t4", [("e0", 0, 7), ("e1", 1, 7)], "ok", t=6.0)
+    _transaction(h, "p0-t5", [("f0", 0, 9), ("f1", 1, 9)], "ok", t=7.0)
+    _transaction(h, "p0-t6", [("g1", 1, 11)], "ok", t=8.0)
+    for value, partition, offset, t in [("a0", 0, 0, 3.0), ("c0", 0, 3, 3.8),
+                                        ("c1", 1, 3, 4.5), ("f0", 0, 9, 8.0),
+                                        ("g1", 1, 11, 9.0)]:
+        h.read(value, partition, offset, phase="run", t=t, isolation=committed)
+    for value, partition, offset in [("a0", 0, 0), ("a1", 1, 0), ("c0", 0, 3), ("c1", 1, 3),
+                                     ("d0", 0, 5), ("e0", 0, 7), ("f0", 0, 9), ("f1", 1, 9),
+                                     ("g1", 1, 11)]:
+        h.read(value, partition, offset, isolation=committed)
+    for i in range(61):  # t-0: 10 .. 40 s
+        h.sample(t=10.0 + i * 0.5, partition=0, leader=0, isr=[0], high_watermark=10,
+                 last_stable_offset=3)
+    for start, n in ((10.0, 25), (40.0, 23)):  # t-1: 10 .. 22 s, then 40 .. 51 s
+        for i in range(n):
+            h.sample(t=start + i * 0.5, partition=1, leader=0, isr=[0], high_watermark=12,
+                     last_stable_offset=3)
     return h

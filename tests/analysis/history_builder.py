@@ -34,6 +34,8 @@ class HistoryBuilder:
     drain: dict[str, dict] | None = None  # meta.json's drain (partition -> end, read_to)
     groups: list[dict] | None = None  # None: no groups.jsonl (an assign-mode run)
     consumer_group: dict | None = None  # meta.json's consumer_group
+    txns: list[dict] | None = None  # None: no txns.jsonl (no transactional producer)
+    transaction_timeout_s: float | None = None  # meta.json's transactions.timeout_s
 
     def send(
         self,
@@ -46,8 +48,10 @@ class HistoryBuilder:
         latency: float = 0.010,
         topic: str = "t",
         error: str | None = None,
+        txn: str | None = None,
     ) -> None:
-        """One send attempt of `value`, invoked at `t` and completed `latency` later."""
+        """One send attempt of `value`, invoked at `t` and completed `latency` later (in
+        transaction `txn`: its status is the transaction's outcome)."""
         self.sends.append({
             "producer": value.split("-")[0],
             "value": value,
@@ -58,6 +62,7 @@ class HistoryBuilder:
             "error": error,
             "t_invoke": self.start + t,
             "t_complete": self.start + t + latency,
+            "txn": txn,
         })
 
     def read(
@@ -69,11 +74,14 @@ class HistoryBuilder:
         phase: str = "drain",
         t: float | None = None,
         topic: str = "t",
+        consumer: str | None = None,
+        isolation: str | None = None,
     ) -> None:
-        """One record a consumer returned; drain reads default to the end of the run."""
+        """One record a consumer returned (by default c0 during the run, the drain after
+        it); drain reads default to the end of the run."""
         when = self.duration + 1.0 if t is None else t
         self.reads.append({
-            "consumer": "drain" if phase == "drain" else "c0",
+            "consumer": consumer or ("drain" if phase == "drain" else "c0"),
             "phase": phase,
             "topic": topic,
             "partition": partition,
@@ -81,7 +89,23 @@ class HistoryBuilder:
             "value": value,
             "t": self.start + when,
             "generation": None,
+            "isolation": isolation,
         })
+
+    def transaction(self, txn: str, values: list[str], status: str, *, t_begin: float,
+                    t_end_invoke: float | None, t_complete: float,
+                    intent: str = "commit", error: str | None = None) -> None:
+        """One txns.jsonl line: transaction `txn` of producer `txn`'s prefix, its values
+        (their sends are the caller's), its outcome and times."""
+        if self.txns is None:
+            self.txns = []
+        producer = txn.split("-")[0]
+        self.txns.append({
+            "producer": producer, "txn": txn, "transactional_id": f"undertow-{producer}",
+            "intent": intent, "status": status, "error": error, "values": values,
+            "t_begin": self.start + t_begin,
+            "t_end_invoke": None if t_end_invoke is None else self.start + t_end_invoke,
+            "t_complete": self.start + t_complete})
 
     def poll(self, member: str, value: str, partition: int, offset: int, *, generation: int,
              t: float, topic: str = "t") -> None:
@@ -137,14 +161,16 @@ class HistoryBuilder:
 
     def sample(
         self, *, t: float, partition: int, leader: int, isr: list[int], topic: str = "t",
-        elr: list[int] | None = None,
+        elr: list[int] | None = None, high_watermark: int | None = 0,
+        last_stable_offset: int | None = None,
     ) -> None:
-        """One cluster.jsonl sample of a partition's leader, ISR and ELR (KIP-966)."""
+        """One cluster.jsonl sample of a partition's leader, ISR and ELR (KIP-966), HW and
+        LSO."""
         self.cluster.append({
             "t": self.start + t, "topic": topic, "partition": partition, "leader": leader,
-            "leader_epoch": 0, "isr": isr, "high_watermark": 0,
+            "leader_epoch": 0, "isr": isr, "high_watermark": high_watermark,
             "log_end_offsets": {str(b): 0 for b in isr}, "elr": elr or [],
-            "last_known_elr": [],
+            "last_known_elr": [], "last_stable_offset": last_stable_offset,
         })
 
     def event(self, type_: str, *, t: float, node: str, topic: str | None = "t",
@@ -167,6 +193,8 @@ class HistoryBuilder:
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
             "incomplete": False, "incomplete_reason": None,
             "consumer_group": self.consumer_group, "faults_skipped": [],
+            "transactions": None if self.transaction_timeout_s is None else {
+                "timeout_s": self.transaction_timeout_s},
         }
         if self.drain is not None:
             meta["drain"] = self.drain
@@ -178,6 +206,8 @@ class HistoryBuilder:
             files["events"] = self.events
         if self.groups is not None:
             files["groups"] = self.groups
+        if self.txns is not None:
+            files["txns"] = self.txns
         for name, rows in files.items():
             lines = [json.dumps(row) for row in rows] + (extra_lines or {}).get(name, [])
             (out / f"{name}.jsonl").write_text("".join(line + "\n" for line in lines))

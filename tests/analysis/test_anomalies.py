@@ -24,12 +24,14 @@ REPORTED_COUNTS = (
 """report.json's counts as users read them: a new kind may come anywhere, none may move."""
 GROUP_COUNTS = ("skipped", "committed_offsets_lost", "redelivered_past_commit",
                 "non_monotonic_polls")
+TXN_COUNTS = ("reads_past_lso", "torn_transactions", "hanging_transactions")
 TIMES = ("t_invoke", "t_acked", "t_read", "t_commit")  # anomalies/'s times (`FINDING`)
 
 
 def test_every_kind_is_one_complete_row():
     assert len({k.name for k in KINDS}) == len(set(anomalies.COUNTS)) == len(KINDS)
-    assert sorted(anomalies.VALUE_KINDS + anomalies.GROUP_KINDS, key=KINDS.index) == list(KINDS)
+    assert sorted(anomalies.VALUE_KINDS + anomalies.GROUP_KINDS + anomalies.TXN_KINDS,
+                  key=KINDS.index) == list(KINDS)
     for kind in KINDS:
         assert kind.help, kind.name
         assert callable(kind.check) != callable(kind.checker), kind.name
@@ -56,9 +58,9 @@ def test_report_counts_and_help_come_from_the_table_in_its_order():
     derived = (*report.SEND_COUNTS, *anomalies.COUNTS, *report.INDETERMINATE_COUNTS)
     assert derived == report.COUNT_NAMES
     assert [c for c in report.COUNT_NAMES if c in REPORTED_COUNTS] == list(REPORTED_COUNTS)
-    # The consumer group's counts come after the record anomalies'.
+    # The consumer group's counts, then the transactions', come after the record anomalies'.
     after_unexpected = REPORTED_COUNTS.index("unexpected") + 1
-    assert (*REPORTED_COUNTS[:after_unexpected], *GROUP_COUNTS,
+    assert (*REPORTED_COUNTS[:after_unexpected], *GROUP_COUNTS, *TXN_COUNTS,
             *REPORTED_COUNTS[after_unexpected:]) == report.COUNT_NAMES
     assert {k.count: k.help for k in KINDS}.items() <= report.COUNT_HELP.items()
     assert all(report.COUNT_HELP[name] for name in report.COUNT_NAMES)

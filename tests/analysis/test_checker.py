@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from analysis_histories import group_history
+from analysis_histories import group_history, txn_history
 from history_builder import START, HistoryBuilder
 
 from undertow.runner.verdict import disagreement, report_summary
@@ -141,6 +141,39 @@ def non_monotonic_poll(h: HistoryBuilder) -> None:
                  ("c0", 1, "p1-2", 2, 1.7))
 
 
+def committed_txn(h: HistoryBuilder, *records: tuple[str, int], t: float = 2.0,
+                  end: float = 2.5) -> None:
+    """Transaction p5-t0 (timeout 10 s), committed at `end` + 0.1: its records (value,
+    offset of t-0)."""
+    h.transaction_timeout_s = 10.0
+    for value, offset in records:
+        h.send(value, t=t, offset=offset, txn="p5-t0", latency=end + 0.1 - t)
+    h.transaction("p5-t0", [v for v, _ in records], "ok", t_begin=t, t_end_invoke=end,
+                  t_complete=end + 0.1)
+
+
+def read_past_lso(h: HistoryBuilder) -> None:
+    committed_txn(h, ("p5-0", 2), end=3.0)
+    h.read("p5-0", 0, 2, phase="run", t=2.5, isolation="read_committed")  # before EndTxn
+    h.read("p5-0", 0, 2)
+
+
+def torn_transaction(h: HistoryBuilder) -> None:
+    committed_txn(h, ("p5-0", 2), ("p5-1", 3), ("p5-2", 4))
+    for value, offset in (("p5-0", 2), ("p5-2", 4)):  # c0 reads past p5-1 at 3
+        h.read(value, 0, offset, phase="run", t=3.0, isolation="read_committed")
+    for value, offset in (("p5-0", 2), ("p5-1", 3), ("p5-2", 4)):
+        h.read(value, 0, offset)
+
+
+def hanging_transaction(h: HistoryBuilder) -> None:
+    committed_txn(h, ("p5-0", 2))
+    h.read("p5-0", 0, 2)
+    for i in range(53):  # the LSO held at 2 for 26 s: past 10 s and 15 s more
+        h.sample(t=3.0 + i * 0.5, partition=0, leader=0, isr=[0], high_watermark=3,
+                 last_stable_offset=2)
+
+
 KIND_CASES = {
     "lost": (lost, {"lost": 1}, "loss"),
     "misplaced": (misplaced, {"misplaced": 1}, "loss"),
@@ -154,6 +187,9 @@ KIND_CASES = {
     "redelivered_past_commit": (redelivered_past_commit, {"redelivered_past_commit": 1},
                                 "anomalies"),
     "non_monotonic_poll": (non_monotonic_poll, {"non_monotonic_polls": 1}, "anomalies"),
+    "read_past_lso": (read_past_lso, {"reads_past_lso": 1}, "anomalies"),
+    "torn_transaction": (torn_transaction, {"torn_transactions": 1}, "anomalies"),
+    "hanging_transaction": (hanging_transaction, {"hanging_transactions": 1}, "anomalies"),
 }
 
 
@@ -563,3 +599,32 @@ def test_every_kind_and_odd_lines_get_the_spark_job_s_answer(spark, tmp_path):
         "duplicates": 1, "aborted_reads": 1, "unexpected": 2, "skipped": 6,
         "committed_offsets_lost": 1, "redelivered_past_commit": 3, "non_monotonic_polls": 1})
     assert (mine["failed"], mine["indeterminate"]) == (1, 2)
+
+
+# ---- transactions ------------------------------------------------------------------------
+
+TXN_COUNTS = {"reads_past_lso": 1, "aborted_reads": 1, "lost": 1, "torn_transactions": 2,
+              "hanging_transactions": 1}
+"""txn_history's anomalies, derived by hand in its docstring."""
+
+
+def test_each_transaction_check_on_a_hand_planted_history(tmp_path):
+    s = summary_of(txn_history(), tmp_path)
+    assert (nonzero(s), s.verdict) == (TXN_COUNTS, "loss")
+    # Sends of p0-t1 and p0-t3 were aborted: failed; every other transaction committed.
+    assert (s.attempted, s.acked, s.failed, s.indeterminate) == (12, 9, 3, 0)
+
+
+def test_a_transaction_check_counts_only_with_transaction_lines(tmp_path):
+    h = txn_history()
+    h.txns = None  # the same sends and reads without txns.jsonl: no transaction check runs
+    s = summary_of(h, tmp_path)
+    assert nonzero(s) == {"aborted_reads": 1, "lost": 1}
+
+
+def test_the_transaction_checks_get_the_spark_job_s_answer(spark, tmp_path):
+    history = txn_history().write(tmp_path / "history")
+    report = analyze(spark, str(history), str(tmp_path / "report"))
+    assert as_dict(check_history(history)) == spark_summary(report)
+    assert {k: n for k, n in report["counts"].items() if k in anomalies.COUNTS and n} == \
+        TXN_COUNTS

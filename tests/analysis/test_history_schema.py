@@ -37,7 +37,7 @@ def test_a_drifted_or_missing_table_is_found() -> None:
 
 SAMPLE = {"t": 1.5, "topic": "t", "partition": 0, "leader": -1, "leader_epoch": 3,
           "isr": [1, 2], "high_watermark": None, "log_end_offsets": {"1": 120},
-          "elr": [3], "last_known_elr": []}
+          "elr": [3], "last_known_elr": [], "last_stable_offset": None}
 
 
 @pytest.mark.parametrize(("change", "problem"), [
@@ -96,7 +96,7 @@ def test_problems_of_a_kip_966_event(change: dict, problem: str | None) -> None:
 
 def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
     send = {"producer": "p0", "value": "p0-1", "topic": "t", "status": "maybe", "offset": None,
-            "error": None, "t_invoke": 1.0, "t_complete": 2.0}
+            "error": None, "t_invoke": 1.0, "t_complete": 2.0, "txn": None}
     assert schema.SENDS.problems(send) == ["field 'partition' is missing",
                                            "field 'status' must be one of ok, fail, info"]
     assert schema.SENDS.problems({"status": "ok"}, partial=True) == []
@@ -104,7 +104,7 @@ def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
     meta = {"experiment": "e", "spec": {}, "seed": 2**40, "start": 1.0, "end": None,
             "idempotent": False, "expect": "clean", "incomplete": False,
             "incomplete_reason": None, "consumer_group": None, "faults_skipped": [],
-            "plan": []}
+            "transactions": None, "plan": []}
     assert schema.META.problems(meta) == []
 
 
@@ -113,8 +113,8 @@ def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     schema, with its types."""
     unused = {"sends": {"producer", "error"}, "reads": set(),
               "groups": {"member_id", "error"}, "faults": set(),
-              "cluster": {"leader_epoch", "high_watermark", "log_end_offsets",
-                          "last_known_elr"},
+              "txns": {"transactional_id", "error"},
+              "cluster": {"leader_epoch", "log_end_offsets", "last_known_elr"},
               "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "members",
                          "member", "elr", "old_elr", "last_known_elr"}}
     for name, spec in io.FILES.items():
@@ -158,13 +158,14 @@ def test_the_analysis_imports_nothing_of_the_runner() -> None:
 def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -> None:
     """The analysis tests and benchmarks feed histories they write themselves: those must be
     histories the runner could have written, or the tests prove nothing about real runs."""
-    from analysis_histories import clean_history, group_history, planted_history
+    from analysis_histories import clean_history, group_history, planted_history, txn_history
     from history_builder import HistoryBuilder
     from scaled_history import write_scaled_history
 
     written = [planted_history().write(tmp_path / "planted"),
                clean_history(idempotent=True).write(tmp_path / "clean"),
-               group_history().write(tmp_path / "group")]
+               group_history().write(tmp_path / "group"),
+               txn_history().write(tmp_path / "txn")]
     write_scaled_history(tmp_path / "scaled", 500, plant_every=101)
     write_scaled_history(tmp_path / "scaled-group", 500, plant_every=101, group=True)
     written += [tmp_path / "scaled", tmp_path / "scaled-group"]
@@ -181,9 +182,10 @@ def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -
     written.append(with_events.write(tmp_path / "events"))
     for directory in written:
         for file in schema.FILES:
-            if file in (schema.EVENTS, schema.GROUPS) \
+            if file in (schema.EVENTS, schema.GROUPS, schema.TXNS) \
                     and not (directory / file.filename).exists():
-                continue  # optional: a history from before events, or without a group
+                continue  # optional: a history from before events, without a group or
+                # transactions
             text = (directory / file.filename).read_text()
             records = ([json.loads(line) for line in text.splitlines()] if file.json_lines
                        else [json.loads(text)])

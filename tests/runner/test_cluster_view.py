@@ -101,7 +101,8 @@ def test_every_sample_carries_the_elr_and_the_table_shows_it_when_there_is_one()
     samples = [to_sample(p, 100.0) for p in view.topic_partitions("t")]
     assert samples[0] == {"t": 100.0, "topic": "t", "partition": 0, "leader": -1,
                           "leader_epoch": 6, "isr": [], "high_watermark": None,
-                          "log_end_offsets": {}, "elr": [2, 0], "last_known_elr": [2]}
+                          "log_end_offsets": {}, "elr": [2, 0], "last_known_elr": [2],
+                          "last_stable_offset": None}
     assert (samples[1]["elr"], samples[1]["last_known_elr"]) == ([], [])
     for sample in [*samples, to_sample(view_from_states(CONTROLLER).partition("t", 0), 1.0)]:
         assert CLUSTER.problems(sample) == [], sample

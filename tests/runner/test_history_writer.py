@@ -41,6 +41,14 @@ def test_every_line_the_writer_writes_has_the_schema_fields_and_types(tmp_path: 
                  partition=2, offset=6, status="ok", t_invoke=1763830041.0, t=1763830041.1)
     writer.group(member="c1", member_id=None, generation=None, type="assign", topic="t",
                  partition=2, t=1763830039.0)
+    writer.transaction(producer="p2", txn="p2-t0", transactional_id="undertow-p2",
+                       intent="commit", status="ok", error=None, values=["p2-0", "p2-1"],
+                       t_begin=1763830000.0, t_end_invoke=1763830000.3,
+                       t_complete=1763830000.4)
+    writer.send(producer="p2", value="p2-0", topic="t", partition=1, status="ok", offset=7,
+                error=None, t_invoke=1763830000.1, t_complete=1763830000.4, txn="p2-t0")
+    writer.read(consumer="c0", phase="run", topic="t", partition=1, offset=7, value="p2-0",
+                t=1763830000.5, isolation="read_committed")
     writer.fault(fault="partition", target="broker-0|broker-1,broker-2", role="split",
                  action="inject")
     # A node's event as it served it: the writer's line has every field, and the node.
@@ -61,7 +69,8 @@ def test_every_line_the_writer_writes_has_the_schema_fields_and_types(tmp_path: 
     written = {f: [json.loads(line) for line in (tmp_path / f.filename).read_text().splitlines()]
                for f in schema.FILES if f.json_lines}
     assert {f.name: len(lines) for f, lines in written.items()} == {
-        "sends": 2, "reads": 1, "groups": 2, "faults": 1, "cluster": 1, "events": 2}
+        "sends": 3, "reads": 2, "groups": 2, "txns": 1, "faults": 1, "cluster": 1,
+        "events": 2}
     elr_change = written[schema.EVENTS][1]
     assert (elr_change["type"], elr_change["elr"], elr_change["old_elr"],
             elr_change["last_known_elr"], elr_change["node"]) == (

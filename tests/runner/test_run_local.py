@@ -35,6 +35,43 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def test_a_transactional_run_writes_each_transaction_with_its_outcome(tmp_path: Path) -> None:
+    """A transactional producer (every fourth transaction aborted) and a read_committed
+    consumer through a leader kill: each transaction's line, its sends with its outcome,
+    committed records drained where their produce response put them, aborted ones never
+    read, and the partitions' last stable offsets sampled."""
+    experiment = tmp_path / "txn.yaml"
+    experiment.write_text(small_experiment("txn", "6s", workload={
+        "retries": 3, "transactions": "{recordsPerTransaction: 4, abortRatio: 0.25}"}))
+    out = tmp_path / "out"
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7")
+    output, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, output
+
+    history = out / "history"
+    written = {f: lines(history / f.filename) for f in history_schema.FILES if f.json_lines}
+    for file, records in written.items():
+        assert [p for r in records for p in file.problems(r)] == [], file.filename
+    meta = json.loads((history / "meta.json").read_text())
+    assert (meta["idempotent"], meta["transactions"]) == (True, {"timeout_s": 10.0})
+    txns = written[history_schema.TXNS]
+    assert {t["intent"] for t in txns} == {"commit", "abort"}
+    assert all(t["status"] == "fail" for t in txns if t["intent"] == "abort")
+    sends = {s["value"]: s for s in written[history_schema.SENDS]}
+    for t in txns:
+        assert {sends[v]["txn"] for v in t["values"]} == {t["txn"]}
+        assert {sends[v]["status"] for v in t["values"]} <= {t["status"], "info"}
+    reads = written[history_schema.READS]
+    assert {r["isolation"] for r in reads} == {"read_committed"}
+    drained = {r["value"]: (r["partition"], r["offset"]) for r in reads if r["phase"] == "drain"}
+    committed = [s for s in sends.values() if s["status"] == "ok"]
+    aborted = {s["value"] for s in sends.values() if s["status"] == "fail"}
+    assert len(committed) > 100 and aborted
+    assert all(drained.get(s["value"]) == (s["partition"], s["offset"]) for s in committed)
+    assert not aborted & {r["value"] for r in reads}, "read_committed returned an aborted record"
+    assert any(c["last_stable_offset"] for c in written[history_schema.CLUSTER])
+
+
 def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
     """Two consumers in a group (subscribe mode), so that every file has lines."""
     experiment = tmp_path / "kill-leader.yaml"
@@ -54,7 +91,8 @@ def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
         if not file.json_lines:
             continue
         records = lines(history / file.filename)
-        assert records, f"{file.filename} is empty"
+        # Its producers are not transactional: the test below writes txns.jsonl.
+        assert records or file is history_schema.TXNS, f"{file.filename} is empty"
         for record in records:
             assert not file.problems(record), (file.filename, record, file.problems(record))
     meta = json.loads((history / "meta.json").read_text())

@@ -42,6 +42,8 @@ LIBRARY = {
     "pod-delete-ephemeral-elr": "loss",
     "last-replica-standing-elr": "clean",
     "last-replica-standing-no-elr": "loss",
+    "txn-coordinator-kill": "clean",
+    "txn-partition-leader-kill": "clean",
 }
 
 
@@ -241,7 +243,8 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         exp("spec/workload/producer", 2),
         EXP,
         "spec.workload.producer: unknown field 'producer'; expected one of: producers, consumers, "
-        "acks, retries, requestTimeout, rate, recordSize, duration, idempotent, consumer",
+        "acks, retries, requestTimeout, rate, recordSize, duration, idempotent, consumer, "
+        "transactions",
     ),
     (
         "wrong-type",
@@ -389,6 +392,41 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "(workload.consumer.mode: subscribe)",
     ),
     (
+        "txn-coordinator-without-transactions",
+        exp("spec/faults/0/target", {"role": "txn-coordinator"}),
+        EXP,
+        "spec.faults[0].target.role: txn-coordinator needs transactional producers "
+        "(workload.transactions)",
+    ),
+    (
+        "transactions-with-acks-1",
+        both(exp("spec/workload/acks", 1), exp("spec/workload/transactions", {})),
+        EXP,
+        "spec.workload.acks: a transactional producer is idempotent and needs acks all, not 1",
+    ),
+    (
+        "transactions-read-uncommitted",
+        both(exp("spec/workload/transactions", {}),
+             exp("spec/workload/consumer", {"mode": "subscribe",
+                                            "isolationLevel": "read_uncommitted"})),
+        EXP,
+        "spec.workload.consumer.isolationLevel: with transactions the consumers read "
+        "committed: a read_uncommitted one returns aborted records, which the checks would "
+        "count as aborted reads",
+    ),
+    (
+        "transaction-timeout-too-short",
+        exp("spec/workload/transactions", {"timeout": "500ms"}),
+        EXP,
+        "spec.workload.transactions.timeout: must be at least 1s (transaction.timeout.ms)",
+    ),
+    (
+        "abort-ratio-above-one",
+        exp("spec/workload/transactions", {"abortRatio": 1.5}),
+        EXP,
+        "spec.workload.transactions.abortRatio: expected less than or equal to 1, got 1.5",
+    ),
+    (
         "group-field-in-assign-mode",
         exp("spec/workload/consumer", {"commit": "manual"}),
         EXP,
@@ -406,7 +444,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         exp("spec/faults/0/target", {"role": "boss"}),
         EXP,
         "spec.faults[0].target.role: expected 'leader', 'follower', 'isr-member', "
-        "'all-isr-but-one', 'controller' or 'group-coordinator', got 'boss'",
+        "'all-isr-but-one', 'controller', 'group-coordinator' or 'txn-coordinator', got 'boss'",
     ),
     (
         "pod-delete-controller",
@@ -844,7 +882,11 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "replica.fetch.min.bytes, replica.high.watermark.checkpoint.interval.ms, segment.bytes, "
         "offsets.topic.replication.factor, offsets.topic.num.partitions, "
         "offsets.commit.required.acks, group.initial.rebalance.delay.ms, "
-        "group.min.session.timeout.ms, group.max.session.timeout.ms",
+        "group.min.session.timeout.ms, group.max.session.timeout.ms, "
+        "transaction.state.log.replication.factor, transaction.state.log.min.isr, "
+        "transaction.state.log.num.partitions, "
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms, "
+        "transaction.partition.verification.enable",
     ),
     (
         "config-bool-string",

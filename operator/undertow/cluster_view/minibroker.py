@@ -64,7 +64,9 @@ def broker_report(state: Mapping[str, Any]) -> BrokerReport:
                 is_leader=p["role"] == "leader", leader=int(p["leader"]),
                 leader_epoch=int(p["leader_epoch"]), isr=tuple(p["isr"]),
                 high_watermark=int(p["high_watermark"]),
-                log_end_offset=int(p["log_end_offset"]))
+                log_end_offset=int(p["log_end_offset"]),
+                last_stable_offset=(None if p.get("last_stable_offset") is None
+                                    else int(p["last_stable_offset"])))
                 for p in state.get("partitions", [])))
     except (KeyError, TypeError, ValueError) as exc:
         raise StateDocumentError(f"broker state: {exc!r}") from exc
@@ -81,5 +83,6 @@ def _partition(topic: str, index: int, reg: Mapping[str, Any],
         elr=tuple(int(b) for b in reg.get("elr") or ()),
         last_known_elr=tuple(int(b) for b in reg.get("last_known_elr") or ()),
         high_watermark=on_leader.high_watermark if on_leader else None,
+        last_stable_offset=on_leader.last_stable_offset if on_leader else None,
         log_end_offsets={b: r.log_end_offset for (t, i, b), r in sorted(replicas.items())
                          if (t, i) == (topic, index)})

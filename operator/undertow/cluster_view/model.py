@@ -45,6 +45,8 @@ class ReplicaState:
     isr: tuple[int, ...]
     high_watermark: int
     log_end_offset: int
+    last_stable_offset: int | None = None
+    """Kafka's `Partition.lastStableOffset`; None when the broker does not say."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ class PartitionView:
     """KIP-966's last known ELR, kept once the ISR and the ELR are both empty (Kafka 4.1+
     keeps the last known leader there). Empty when there is none, or the source does not
     say."""
+    last_stable_offset: int | None = None
+    """As the current leader reports it (the HW, held back at the first offset of an open
+    transaction); None when it did not answer or does not say."""
 
     @property
     def has_leader(self) -> bool:
@@ -86,11 +91,14 @@ class PartitionView:
 
 
 OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 def offsets_partition(group_id: str, partitions: int) -> int:
     """Kafka's ``GroupMetadataManager.partitionFor``: ``Utils.abs(groupId.hashCode) %
-    partitions``, with Java's ``String.hashCode`` (over UTF-16 code units)."""
+    partitions``, with Java's ``String.hashCode`` (over UTF-16 code units). The transaction
+    coordinator's ``TransactionStateManager.partitionFor`` is the same function of a
+    transactional id."""
     data = group_id.encode("utf-16-be")
     h = 0
     for i in range(0, len(data), 2):
@@ -152,6 +160,15 @@ class ClusterView:
         if not count:
             raise KeyError(f"{OFFSETS_TOPIC} does not exist yet")
         return self.partition(OFFSETS_TOPIC, offsets_partition(group_id, count))
+
+    def transaction_partition(self, transactional_id: str) -> PartitionView:
+        """The partition of ``__transaction_state`` that holds ``transactional_id``'s state,
+        whose leader is its transaction coordinator; KeyError while the topic does not
+        exist (the first transactional producer makes it)."""
+        count = len(self.topic_partitions(TRANSACTION_STATE_TOPIC))
+        if not count:
+            raise KeyError(f"{TRANSACTION_STATE_TOPIC} does not exist yet")
+        return self.partition(TRANSACTION_STATE_TOPIC, offsets_partition(transactional_id, count))
 
     def healthy(self, topic: str, replication_factor: int) -> bool:
         """Every partition of ``topic`` has a leader and a full ISR."""

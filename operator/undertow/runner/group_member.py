@@ -171,7 +171,7 @@ class GroupMember:
             self._history.read(consumer=self.name, phase="run", topic=self._topic,
                                partition=message.partition(), offset=message.offset(),
                                value=decode_value(message.value()), t=time.time(),
-                               generation=generation)
+                               generation=generation, isolation=self._settings.isolation_level)
             self._positions[message.partition()] = message.offset() + 1
 
     def _current_generation(self) -> int | None:

@@ -82,16 +82,29 @@ class HistoryWriter:
         self.abort.fail(HistoryWriteError(path, error))
 
     def send(self, *, producer: str, value: str, topic: str, partition: int | None, status: str,
-             offset: int | None, error: str | None, t_invoke: float, t_complete: float) -> None:
+             offset: int | None, error: str | None, t_invoke: float, t_complete: float,
+             txn: str | None = None) -> None:
         self._append("sends", {"producer": producer, "value": value, "topic": topic,
                                "partition": partition, "status": status, "offset": offset,
-                               "error": error, "t_invoke": t_invoke, "t_complete": t_complete})
+                               "error": error, "t_invoke": t_invoke, "t_complete": t_complete,
+                               "txn": txn})
 
     def read(self, *, consumer: str, phase: str, topic: str, partition: int, offset: int,
-             value: str, t: float, generation: int | None = None) -> None:
+             value: str, t: float, generation: int | None = None,
+             isolation: str | None = None) -> None:
         self._append("reads", {"consumer": consumer, "phase": phase, "topic": topic,
                                "partition": partition, "offset": offset, "value": value, "t": t,
-                               "generation": generation})
+                               "generation": generation, "isolation": isolation})
+
+    def transaction(self, *, producer: str, txn: str, transactional_id: str, intent: str,
+                    status: str, error: str | None, values: list[str], t_begin: float,
+                    t_end_invoke: float | None, t_complete: float) -> None:
+        """One transaction, when it ended (``txns.jsonl``)."""
+        self._append("txns", {"producer": producer, "txn": txn,
+                              "transactional_id": transactional_id, "intent": intent,
+                              "status": status, "error": error, "values": values,
+                              "t_begin": t_begin, "t_end_invoke": t_end_invoke,
+                              "t_complete": t_complete})
 
     def group(self, *, member: str, member_id: str | None, generation: int | None, type: str,
               topic: str, partition: int, t: float, offset: int | None = None,

@@ -36,6 +36,11 @@ DEFINITE_ERRORS = {
 }
 
 
+def error_name(error: KafkaError) -> str:
+    """The name librdkafka gives an error, without a local error's leading underscore."""
+    return error.name().lstrip("_") if error.name() else str(error.code())
+
+
 def classify(error: KafkaError, retries: int) -> str:
     """``fail`` for a definite error on a single attempt (subject to the gate), else ``info``."""
     if error.code() in DEFINITE_ERRORS and retries == 0:

@@ -43,6 +43,7 @@ from undertow.runner.nemesis import Nemesis
 from undertow.runner.phases import PhaseClock
 from undertow.runner.phases import write as write_timings
 from undertow.runner.sampler import ClusterSampler
+from undertow.runner.transactional_producer import TxnSettings
 from undertow.runner.verdict import agreement_text, disagreement, first_verdict
 from undertow.runner.workload import WorkloadConfig, outcomes_wait_s
 from undertow.runner.world import READY_TIMEOUT_S, World
@@ -88,8 +89,12 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
         topic=spec.topic.name, partitions=spec.topic.partitions, producers=w.producers,
         consumers=w.consumers, acks=str(w.acks), retries=w.retries,
         request_timeout_ms=int(w.request_timeout * 1000), rate=float(w.rate),
-        record_size=w.record_size, idempotent=w.idempotent, group=group,
-        rebalance_every_s=c.rebalance_every)
+        record_size=w.record_size, idempotent=w.idempotent or w.transactions is not None,
+        group=group, rebalance_every_s=c.rebalance_every,
+        transactions=None if w.transactions is None else TxnSettings(
+            records_per_transaction=w.transactions.records_per_transaction,
+            abort_ratio=w.transactions.abort_ratio,
+            timeout_ms=int(w.transactions.timeout * 1000)))
 
 
 def consumer_group(platform: Platform, group_id: str) -> dict[str, Any] | None:
@@ -238,6 +243,8 @@ def first_meta(loaded: LoadedExperiment, seed: int, planned: list[PlannedFault],
         "incomplete": False,
         "incomplete_reason": None,
         "consumer_group": None,
+        "transactions": None if cfg.transactions is None else {
+            "timeout_s": cfg.transactions.timeout_ms / 1000},
         "faults_skipped": [],  # the nemesis's, written once the faults are over
     }
 

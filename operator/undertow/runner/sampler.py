@@ -2,8 +2,8 @@
 
 Leader, leader epoch, ISR and the eligible leader replicas (KIP-966's ELR and last known
 ELR, empty where the controller keeps none) come from the controller (the source of truth);
-each replica's LEO and the leader's HW come from the brokers' ``/v1/state``. A node that does
-not answer (killed, paused, partitioned) is simply missing from that sample.
+each replica's LEO and the leader's HW and LSO come from the brokers' ``/v1/state``. A node
+that does not answer (killed, paused, partitioned) is simply missing from that sample.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def to_sample(p: PartitionView, t: float) -> dict[str, Any]:
             "leader_epoch": p.leader_epoch, "isr": list(p.isr),
             "high_watermark": p.high_watermark,
             "log_end_offsets": {str(b): leo for b, leo in sorted(p.log_end_offsets.items())},
-            "elr": list(p.elr), "last_known_elr": list(p.last_known_elr)}
+            "elr": list(p.elr), "last_known_elr": list(p.last_known_elr),
+            "last_stable_offset": p.last_stable_offset}
 
 
 class ClusterSampler:

@@ -66,6 +66,24 @@ def coordinator(view: ClusterView, group_id: str | None) -> int:
     return p.leader
 
 
+FIRST_TRANSACTIONAL_ID = "undertow-p0"
+"""The transactional id of the workload's first producer (`TransactionalProducer`), whose
+coordinator `txn-coordinator` names."""
+
+
+def txn_coordinator(view: ClusterView) -> int:
+    """The broker coordinating FIRST_TRANSACTIONAL_ID now: the leader of its
+    ``__transaction_state`` partition (Kafka's FindCoordinator answer for key type 1)."""
+    try:
+        p = view.transaction_partition(FIRST_TRANSACTIONAL_ID)
+    except KeyError as exc:
+        raise TargetError(f"no transaction coordinator yet: {exc.args[0]}") from None
+    if not p.has_leader:
+        raise TargetError(f"no transaction coordinator right now: {p.topic}-{p.partition} "
+                          f"has no leader")
+    return p.leader
+
+
 Unable = Callable[[str], "str | None"]
 """Why a node cannot take the fault now (``it is not running``), or None when it can."""
 
@@ -94,6 +112,8 @@ def resolve(selector: TargetSelector, view: ClusterView, topic: str,
         return _able(unable, [CONTROLLER], label)
     if selector.role == "group-coordinator":
         return _able(unable, [broker_node(coordinator(view, group_id))], label)
+    if selector.role == "txn-coordinator":
+        return _able(unable, [broker_node(txn_coordinator(view))], label)
     by_node = {broker_node(b): b for b in candidates(selector, view, topic)}
     found = [by_node[node] for node in _able(unable, list(by_node), label)]
     if not found:

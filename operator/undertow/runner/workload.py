@@ -12,6 +12,7 @@ their outstanding sends' outcomes and the drain stops, so neither holds up a run
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -26,7 +27,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from undertow.runner.abort import Abort
 from undertow.runner.group_member import GroupMember, GroupSettings
 from undertow.runner.history import HistoryWriter
-from undertow.runner.outcomes import LeaderEpochGate, classify
+from undertow.runner.outcomes import LeaderEpochGate, classify, error_name
+from undertow.runner.transactional_producer import TransactionalProducer, TxnSettings
 from undertow.runner.values import SEPARATOR, decode_value
 
 log = logging.getLogger("undertow.workload")
@@ -42,6 +44,9 @@ WATERMARK_RETRY_S = 0.5
 """Between the drain's end-offset requests for a partition without a reachable leader."""
 END_OFFSETS_SHARE = 0.25
 """The part of the drain's time it may spend asking for end offsets; the rest is reading."""
+ISOLATION_LEVEL = "read_committed"
+"""The `assign` consumers' and the drain's isolation.level (librdkafka's default, said
+explicitly): the transactional workload's checks read what committed readers see."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ class WorkloadConfig:
     """subscribe mode: the consumers are the members of this consumer group."""
     rebalance_every_s: float | None = None
     """subscribe mode: every this often one member (in turn) leaves and joins again."""
+    transactions: TxnSettings | None = None
+    """The producers are transactional (KIP-98)."""
 
 
 def outcomes_wait_s(cfg: WorkloadConfig) -> float:
@@ -68,8 +75,21 @@ def outcomes_wait_s(cfg: WorkloadConfig) -> float:
     return cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5
 
 
-def error_name(error: KafkaError) -> str:
-    return error.name().lstrip("_") if error.name() else str(error.code())
+def producer_config(name: str, bootstrap: str, cfg: WorkloadConfig) -> dict[str, Any]:
+    """librdkafka's configuration of producer `name`."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "client.id": f"undertow-{name}",
+        "acks": cfg.acks,
+        "retries": cfg.retries,
+        "enable.idempotence": cfg.idempotent,
+        "request.timeout.ms": cfg.request_timeout_ms,
+        "message.timeout.ms": cfg.request_timeout_ms * (cfg.retries + 1) + 1000,
+        "linger.ms": 2,
+        "max.in.flight.requests.per.connection": 5,
+        "topic.metadata.refresh.interval.ms": 1000,
+        "log_level": LIBRDKAFKA_LOG_LEVEL,
+    }
 
 
 class ProducerWorker:
@@ -80,19 +100,7 @@ class ProducerWorker:
         self._submit = submit
         self._abort = abort
         self._stop = threading.Event()
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap,
-            "client.id": f"undertow-{self.name}",
-            "acks": cfg.acks,
-            "retries": cfg.retries,
-            "enable.idempotence": cfg.idempotent,
-            "request.timeout.ms": cfg.request_timeout_ms,
-            "message.timeout.ms": cfg.request_timeout_ms * (cfg.retries + 1) + 1000,
-            "linger.ms": 2,
-            "max.in.flight.requests.per.connection": 5,
-            "topic.metadata.refresh.interval.ms": 1000,
-            "log_level": LIBRDKAFKA_LOG_LEVEL,
-        })
+        self._producer = Producer(producer_config(self.name, bootstrap, cfg))
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def start(self) -> None:
@@ -194,6 +202,11 @@ class SendOutcomes:
         else:
             self._record(send)
 
+    def settled(self, send: dict[str, Any]) -> None:
+        """A send whose transaction decided its outcome, recorded at once: an abort is
+        final whatever leadership did while it was out, so no gate holds it."""
+        self._record(send)
+
     def progress(self, acks_per_second: float) -> dict[str, Any]:
         """The progress line's counts, errors and rate."""
         return {"counts": dict(self.stats.counts), "errors": dict(self.stats.errors),
@@ -222,6 +235,7 @@ class ConsumerWorker:
             "client.id": f"undertow-{name}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "isolation.level": ISOLATION_LEVEL,
             "topic.metadata.refresh.interval.ms": 1000,
             "log_level": LIBRDKAFKA_LOG_LEVEL,
         })
@@ -256,8 +270,20 @@ class ConsumerWorker:
                 continue
             self._history.read(consumer=self.name, phase=self._phase, topic=self._topic,
                                partition=message.partition(), offset=message.offset(),
-                               value=decode_value(message.value()), t=time.time())
+                               value=decode_value(message.value()), t=time.time(),
+                               isolation=ISOLATION_LEVEL)
             self.positions[message.partition()] = message.offset() + 1
+
+    def read_positions(self) -> None:
+        """Take each partition's position from the client, which also moves past what it
+        does not return: a transaction's control records (markers) and, read committed, its
+        aborted records. Without it a drain would wait for the offsets of markers."""
+        with contextlib.suppress(KafkaException):
+            for tp in self._consumer.position([KafkaTopicPartition(self._topic, p)
+                                               for p in range(self._partitions)]):
+                if tp.offset >= 0:
+                    self.positions[tp.partition] = max(self.positions.get(tp.partition, 0),
+                                                       tp.offset)
 
     def end_offsets(self, deadline: float, abort: Abort) -> dict[int, int | None]:
         """Each partition's end offset (its HW, the last offset a consumer can read), asked
@@ -300,6 +326,7 @@ def drain(bootstrap: str, topic: str, partitions: int, history: HistoryWriter,
     while time.monotonic() < deadline and not abort.is_set() and any(
             end is not None and consumer.positions.get(p, 0) < end for p, end in ends.items()):
         consumer.poll_once(ABORT_POLL_S)
+        consumer.read_positions()
     consumer.close()
     return {p: (end, consumer.positions.get(p, 0)) for p, end in ends.items()}
 
@@ -315,8 +342,13 @@ class Workload:
         own = consumer_bootstrap or (lambda _name: bootstrap)
         self.outcomes = SendOutcomes(history)
         self.epoch_gate = self.outcomes.epoch_gate
-        self.producers = [ProducerWorker(i, bootstrap, cfg, self.outcomes.submit, abort)
-                          for i in range(cfg.producers)]
+        self.producers: list[ProducerWorker | TransactionalProducer] = [
+            ProducerWorker(i, bootstrap, cfg, self.outcomes.submit, abort)
+            if cfg.transactions is None else TransactionalProducer(
+                i, producer_config(f"p{i}", bootstrap, cfg), cfg.topic, cfg.partitions,
+                cfg.rate, cfg.record_size, cfg.transactions, outcomes_wait_s(cfg), history,
+                self.outcomes.settled, abort)
+            for i in range(cfg.producers)]
         self.consumers: list[ConsumerWorker | GroupMember] = [
             GroupMember(f"c{i}", own(f"c{i}"), cfg.topic, cfg.group, history)
             if cfg.group is not None else

@@ -145,6 +145,28 @@ class BrokerConfig(TopicConfig):
         None, alias="group.max.session.timeout.ms")
     """The longest session timeout a group member may ask for."""
 
+    transaction_state_log_replication_factor: PositiveInt | None = Field(
+        None, alias="transaction.state.log.replication.factor")
+    """Replicas of each `__transaction_state` partition, where transaction coordinators keep
+    each transactional id's state (Kafka: 3; created on the first FindCoordinator for a
+    transactional id)."""
+    transaction_state_log_min_isr: PositiveInt | None = Field(
+        None, alias="transaction.state.log.min.isr")
+    """min.insync.replicas of `__transaction_state` (Kafka: 2)."""
+    transaction_state_log_num_partitions: PositiveInt | None = Field(
+        None, alias="transaction.state.log.num.partitions")
+    """Partitions of `__transaction_state`; a transactional id lives in one of them, whose
+    leader is its coordinator (Kafka: 50, minibroker: 10)."""
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: PositiveInt | None = Field(
+        None, alias="transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    """How often a coordinator aborts the transactions open past their timeout (Kafka:
+    10000)."""
+    transaction_partition_verification_enable: bool | None = Field(
+        None, alias="transaction.partition.verification.enable")
+    """KIP-890 part 1 (Kafka 3.6+, default true): a leader asks the coordinator whether a
+    partition is in the transaction before the first transactional write to it; false
+    matches Kafka up to 3.5."""
+
     @classmethod
     def unknown_key_message(cls, key: object, known: list[str]) -> str:
         return f"unknown broker config key {key!r}; known keys: {', '.join(known)}"

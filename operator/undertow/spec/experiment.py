@@ -119,6 +119,11 @@ class ChaosExperimentSpec(SpecModel):
                 if selector.role == "group-coordinator":
                     raise FieldError((*loc, "role"), "group-coordinator needs a consumer group "
                                                      "(workload.consumer.mode: subscribe)")
+        if self.workload.transactions is None:
+            for loc, selector in self.all_selectors():
+                if selector.role == "txn-coordinator":
+                    raise FieldError((*loc, "role"), "txn-coordinator needs transactional "
+                                                     "producers (workload.transactions)")
         if self.cluster.inline is not None:
             check_against_cluster(self, self.cluster.inline, "the inline cluster")
         return self

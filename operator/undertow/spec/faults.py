@@ -92,7 +92,7 @@ PartitionMode = Literal["isolate", "split", "one-way"]
 """How a partition cuts: see `NetworkFault`."""
 
 Role = Literal["leader", "follower", "isr-member", "all-isr-but-one", "controller",
-               "group-coordinator"]
+               "group-coordinator", "txn-coordinator"]
 Mode = Literal["one", "all", "fixed", "fixed-percent"]
 Event = Literal["injected", "recovered", "in-sync", "out-of-sync"]
 """What a sequence step waits for, about the previous step's fault and targets:
@@ -106,7 +106,8 @@ STEP_TIMEOUT = 30
 PARTITION_ROLES = ("leader", "follower", "isr-member", "all-isr-but-one")
 CONSUMER_TARGETS = ("a consumer can only be the target of a partition of mode isolate (its "
                     "links to every broker cut)")
-SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator"}
+SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator",
+                "txn-coordinator": "the transaction coordinator"}
 """Roles that name one process: they take no partition, mode or value."""
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -121,7 +122,10 @@ class TargetSelector(SpecModel):
     `isr-member` any ISR member; `all-isr-but-one` the ISR without one member (the
     classic way to leave a single replica holding the data); `controller` the controller;
     `group-coordinator` the broker coordinating the workload's consumer group (the leader of
-    its `__consumer_offsets` partition; `workload.consumer.mode: subscribe` only).
+    its `__consumer_offsets` partition; `workload.consumer.mode: subscribe` only);
+    `txn-coordinator` the broker coordinating the first producer's transactions (the leader
+    of the `__transaction_state` partition of transactional id `undertow-p0`;
+    `workload.transactions` only).
     `{broker: 2}` is broker id 2, whatever its role. `{consumer: 1}` is the workload's
     consumer `c1` (a group member in subscribe mode), for a partition that isolates it.
     `mode` picks among the candidates:
@@ -132,8 +136,8 @@ class TargetSelector(SpecModel):
     model_config = one_of("role", "broker", "consumer")
 
     role: Role | None = None
-    """leader, follower, isr-member or all-isr-but-one (of `partition`), controller or
-    group-coordinator."""
+    """leader, follower, isr-member or all-isr-but-one (of `partition`), controller,
+    group-coordinator or txn-coordinator."""
     broker: NonNegativeInt | None = None
     """A broker id, 0 .. brokers-1."""
     consumer: NonNegativeInt | None = None

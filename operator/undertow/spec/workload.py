@@ -10,7 +10,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from .durations import Duration
 from .meta import FieldError, SpecModel
 
-__all__ = ["Acks", "ConsumerSpec", "Workload"]
+__all__ = ["Acks", "ConsumerSpec", "TransactionsSpec", "Workload"]
 
 
 def _check_acks(value: Any) -> Any:
@@ -88,6 +88,28 @@ class ConsumerSpec(SpecModel):
         return self
 
 
+class TransactionsSpec(SpecModel):
+    """Transactional producers (KIP-98): each producer is a stock transactional producer
+    (`transactional.id` `undertow-pN`) that writes `recordsPerTransaction` records spread
+    over the topic's partitions, then commits, or aborts one transaction in every
+    1 / `abortRatio`. A transactional record is acknowledged by its transaction's commit:
+    sends.jsonl gives each the transaction's outcome, txns.jsonl each transaction
+    (docs/history-format.md), and the consumers and the drain read committed."""
+
+    records_per_transaction: Annotated[int, Field(ge=1, le=10_000)] = 10
+    abort_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+    """The share of transactions ended with an abort, spread evenly (0.1: every tenth)."""
+    timeout: Duration = Field("10s", validate_default=True)
+    """The producers' transaction.timeout.ms: the coordinator aborts a transaction open
+    longer (Kafka's default is 60s; the brokers' transaction.max.timeout.ms bounds it)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> TransactionsSpec:
+        if self.timeout < 1:
+            raise FieldError(("timeout",), "must be at least 1s (transaction.timeout.ms)")
+        return self
+
+
 class Workload(SpecModel):
     """Producers and consumers with a stock Kafka client; every send and read is recorded."""
 
@@ -109,6 +131,8 @@ class Workload(SpecModel):
     """enable.idempotence: no duplicates from retries. Kafka requires acks=all and retries."""
     consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
     """How the consumers read: by partition (assign) or as a consumer group (subscribe)."""
+    transactions: TransactionsSpec | None = None
+    """Make the producers transactional (KIP-98); unset: plain producers."""
 
     @model_validator(mode="after")
     def _check(self) -> Workload:
@@ -121,6 +145,17 @@ class Workload(SpecModel):
             )
         if self.idempotent and self.retries == 0:
             raise FieldError(("idempotent",), "an idempotent producer needs retries > 0")
+        if self.transactions is not None:
+            if self.acks != "all":
+                raise FieldError(("acks",), f"a transactional producer is idempotent and needs "
+                                            f"acks all, not {self.acks}")
+            if self.retries == 0:
+                raise FieldError(("retries",), "a transactional producer needs retries > 0")
+            if self.consumer.isolation_level == "read_uncommitted":
+                raise FieldError(("consumer", "isolationLevel"),
+                                 "with transactions the consumers read committed: a "
+                                 "read_uncommitted one returns aborted records, which the "
+                                 "checks would count as aborted reads")
         if self.consumer.mode == "subscribe" and self.consumers < 1:
             raise FieldError(("consumers",), "a consumer group (consumer.mode subscribe) needs "
                                              "at least one member")
