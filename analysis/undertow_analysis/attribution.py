@@ -40,6 +40,13 @@ truncating brokers that qualify, the first to truncate), the leader by time is t
 election (its `leader_election` came before t), there is no cause, and B's truncation on
 learning of the new epoch is among the removals.
 
+A record of a transactional history at or past its partition's *stuck* last stable offset
+(the last cluster sample has it below the high watermark: a transaction that nothing ended
+holds it there) is `hanging_transaction`, before any of the rules above: it is on the
+brokers, but `read_committed` readers, the drain among them, never read past the open
+transaction's first batch (Kafka's `Partition.fetchRecords` reads up to
+`lastStableOffset`).
+
 The mechanism is the first of these that applies; a record that none explains is
 `unexplained`, itself a finding (a bug in the broker or the harness). Records dropped by the
 same election from the same holder's epoch form one loss incident.
@@ -101,7 +108,20 @@ def prefixed(events: DataFrame, columns: tuple[str, ...]) -> DataFrame:
     return F.broadcast(events.select(*[F.col(c).alias(f"e_{c}") for c in columns]))
 
 
-def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFrame:
+def stuck_offsets(samples: DataFrame) -> DataFrame:
+    """topic, partition, hanging_lso: each partition whose last cluster sample with a high
+    watermark and a last stable offset has the LSO below the HW, with that LSO (few rows)."""
+    known = samples.filter(F.col("high_watermark").isNotNull()
+                           & F.col("last_stable_offset").isNotNull())
+    last = F.max_by(F.struct("last_stable_offset", "high_watermark"), "t")
+    return (known.groupBy("topic", "partition").agg(last.alias("_last"))
+            .filter(F.col("_last.last_stable_offset") < F.col("_last.high_watermark"))
+            .select("topic", "partition",
+                    F.col("_last.last_stable_offset").alias("hanging_lso")))
+
+
+def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool,
+              stuck: DataFrame | None = None) -> DataFrame:
     """One row per subject: its columns, holder, holder_epoch, dropper, drop_epoch, drop_t,
     dropper_end (the dropping leader's log end offset), deposed (the holder was a deposed
     leader: the dropping election came before t), election (t, kind, reason, isr,
@@ -110,7 +130,8 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
     registered again, or loaded a log that ends at or below the offset), removals (brokers
     that truncated it after the election and t), removal_t, removal_reason, and mechanism (a
     code of `undertow_history.checker.MECHANISMS`). `acks_one`: the producers used acks=1 (a
-    clean election of a replica that never had the record explains it only then).
+    clean election of a replica that never had the record explains it only then). `stuck`:
+    a transactional history's `stuck_offsets`, which give hanging_lso (null elsewhere).
     """
     leaders = prefixed(of_type(events, "become_leader", "truncation"),
                        ("topic", "partition", "t", "type", "broker", "leader_epoch",
@@ -186,6 +207,15 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool) -> DataFra
              F.min_by(F.col("e_reason"), F.when(removal_row, F.col("e_t")))
              .alias("removal_reason"))
     )
+    if stuck is None:
+        attributed = attributed.withColumn("hanging_lso", F.lit(None).cast("long"))
+    else:
+        h = F.broadcast(stuck.select(F.col("topic").alias("_h_topic"),
+                                     F.col("partition").alias("_h_partition"), "hanging_lso"))
+        on = (attributed["topic"] == h["_h_topic"]) & (
+            attributed["partition"] == h["_h_partition"]) & (
+            attributed["offset"] >= h["hanging_lso"])
+        attributed = attributed.join(h, on, "left").drop("_h_topic", "_h_partition")
     return attributed.withColumn("mechanism", _mechanism(acks_one))
 
 
@@ -213,7 +243,8 @@ def _mechanism(acks_one: bool) -> Column:
     """The first rule that explains the record (see the module docstring)."""
     cause = F.col("cause.reason")
     kind = F.col("election.kind")
-    return (F.when(F.col("dropper").isNull(), "unexplained")
+    return (F.when(F.col("hanging_lso").isNotNull(), "hanging_transaction")
+            .when(F.col("dropper").isNull(), "unexplained")
             .when(F.col("deposed"), "deposed_leader")
             .when(cause == "log_recovery", "power_loss")
             .when(cause == "high_watermark", "high_watermark_truncation")
@@ -226,7 +257,8 @@ def _mechanism(acks_one: bool) -> Column:
 
 
 INCIDENT_KEY = ("topic", "partition", "mechanism", "holder", "holder_epoch", "dropper",
-                "drop_epoch", "drop_t", "dropper_end", "election", "cause", "restarted")
+                "drop_epoch", "drop_t", "dropper_end", "election", "cause", "restarted",
+                "hanging_lso")
 
 
 def incidents(attributed: DataFrame) -> DataFrame:

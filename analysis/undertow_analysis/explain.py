@@ -162,6 +162,11 @@ def incident_sentence(inc: dict[str, Any], t0: float) -> str:
         return (f"UNEXPLAINED: {subject} {held} {holder}, and no election or truncation in "
                 f"events.jsonl removed them: this is a bug in the broker or in the harness, "
                 f"not a property of the configuration.")
+    if mechanism == "hanging_transaction":
+        return (f"{subject} {held} {holder}, and are still on the brokers, but behind a "
+                f"transaction nothing ended: {where}'s last stable offset stayed at "
+                f"{inc['hanging_lso']}, its first batch, and read_committed consumers never "
+                f"read past it (no coordinator ended the transaction with a marker).")
     cause = inc.get("cause") or {}
     if mechanism == "acks1_before_replication":
         why = f" with acks=1, before broker {inc['dropper']} had fetched them"

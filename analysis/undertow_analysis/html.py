@@ -200,8 +200,8 @@ def _truncations(report: dict[str, Any]) -> list[str]:
     if lost > ex["truncations_lost"]:
         said += (f" {lost - ex['truncations_lost']:,} of the {lost:,} lost records were "
                  f"lost without a truncation the table counts (a lost disk, a log no "
-                 f"replica ever held again, or a deposed leader's acknowledgements): see the "
-                 f"incidents.")
+                 f"replica ever held again, a deposed leader's acknowledgements, or records "
+                 f"behind a hanging transaction): see the incidents.")
     sentences = "".join(f"<li>{escape(c['sentence'])}</li>" for c in cuts)
     return [f"<p class='muted'>{len(cuts)} truncation(s). {escape(said)}</p>", table,
             f"<details><summary>each truncation in words</summary><ol>{sentences}</ol>"

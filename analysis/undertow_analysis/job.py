@@ -279,13 +279,25 @@ def _cluster(history: History, t0: float, width: float) -> tuple[list[dict], lis
     return offline, isr
 
 
-def _truncation_records(written: DataFrame, values: DataFrame) -> dict[int, dict[str, int]]:
+def _truncation_records(written: DataFrame, values: DataFrame,
+                        stuck: DataFrame | None) -> dict[int, dict[str, int]]:
     """Per truncation id, the acknowledged records it cut and their fate
-    (`checks.truncation_records`); nothing without truncations."""
+    (`checks.truncation_records`); nothing without truncations. A record lost behind a
+    hanging transaction (`stuck`: `attribution.stuck_offsets`) is on the other replicas:
+    no truncation took it."""
     if "cut_at" not in written.columns:
         return {}
     candidates = written.filter(F.col("part") == TRUNCATION_PART).select(
         "id", "broker", "t_trunc", "value", "cut_at", "t_acked", "after_cut")
+    if stuck is not None:
+        h = F.broadcast(stuck.select(
+            checks.topic_key(F.col("topic")).alias("_h_tk"),
+            checks.packed_position(F.col("partition"), F.lit(0)).alias("_h_lo"),
+            checks.packed_position(F.col("partition"), F.col("hanging_lso")).alias("_h_pos")))
+        at = F.col("acked_at")
+        behind = ((at["tk"] == h["_h_tk"]) & (at["pos"] >= h["_h_pos"])
+                  & (at["pos"] < h["_h_lo"] + (1 << checks.OFFSET_BITS)))
+        values = values.join(h, behind, "left_anti")
     return {r["id"]: {k: r[k] for k in ("acked", "lost", "lost_before", "kept")}
             for r in checks.truncation_records(candidates, values).collect()}
 
@@ -299,14 +311,15 @@ def _acks_one(meta: dict[str, Any]) -> bool:
 
 def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
              cut_records: dict[int, dict[str, int]], faults: list[dict[str, Any]], t0: float,
-             drain_short: list[dict[str, Any]], cuts: Callable[[], list[dict[str, Any]]]
-             ) -> dict[str, Any]:
+             drain_short: list[dict[str, Any]], cuts: Callable[[], list[dict[str, Any]]],
+             stuck: DataFrame | None) -> dict[str, Any]:
     """The loss incidents (of records and of committed offsets), the truncations and the
     duplicates (`attribution`, `offsets`, `explain`) of `anomaly_rows` (anomalies/); none
     without events.jsonl. A run with nothing to explain (no anomaly of a kind explained by
     an incident, none by a retry, no committed offset lost) runs no attribution for it.
     `cuts`: the rows of the truncations (`attribution.truncations`), collected while the
-    checks ran (`_start_early`)."""
+    checks ran (`_start_early`); `stuck`: a transactional history's stuck last stable
+    offsets (`attribution.stuck_offsets`), None elsewhere."""
     if history.parsed["events"] is None:
         return explain.WITHOUT_EVENTS
     events = history.usable("events")
@@ -318,8 +331,9 @@ def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
     queries: list[DataFrame | None] = []
     for wanted, build in (
             (_to_explain(counts, anomalies.INCIDENT), lambda: attribution.incidents(
-                attribution.attribute(attribution.subjects(anomaly_rows), events,
-                                      _acks_one(history.meta)))),
+                attribution.attribute(
+                    attribution.subjects(anomaly_rows), events, _acks_one(history.meta),
+                    stuck))),
             (_to_explain(counts, anomalies.RETRY), lambda: attribution.duplicate_groups(
                 anomaly_rows, events, bool(history.meta.get("idempotent")))),
             (_to_explain(counts, anomalies.OFFSETS), lambda: offsets.commit_losses(
@@ -459,7 +473,9 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
             width = float(max(1, math.ceil((t_end - t0) / PLOT_BUCKETS)))
             # Without an anomaly anomalies/ is empty, and nothing needs naming.
             anomalous = any(counts[name] for name in anomalies.COUNTS)
-            readers.append(pool.submit(_truncation_records, written, values))
+            stuck = attribution.stuck_offsets(history.usable("cluster")) \
+                if txns is not None else None
+            readers.append(pool.submit(_truncation_records, written, values, stuck))
             faults, names, (offline, isr), marks = _concurrently(
                 early.get("faults", lambda: _faults(history, t0, t_end)),
                 lambda: topics.topic_names(history, values) if anomalous else {},
@@ -497,7 +513,8 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
 
         explained, (result, lost, other, png) = _concurrently(
             lambda: _explain(history, anomaly_rows, counts, cut_records, faults, t0,
-                             drain_short, early.get("cuts", lambda: _rows(cuts, recursive=False))),
+                             drain_short, early.get("cuts", lambda: _rows(cuts, recursive=False)),
+                             stuck),
             reported)
     result = report.explained(result, explained)
     write_bytes(spark, outputs["report.json"], report.to_json(result))

@@ -119,6 +119,7 @@ MECHANISMS = {
     "deposed_leader": "a deposed leader's acknowledgements before it learned of the new epoch",
     "retry_across_election": "a producer retry across a leader change",
     "retry_after_timeout": "a producer retry after a request timeout",
+    "hanging_transaction": "a transaction nothing ended, which read_committed readers stop at",
     "unexplained": "unexplained",
 }
 """Mechanism code -> its name in Kafka's terms (the report's wording): the codes both the
@@ -744,13 +745,17 @@ def _events(path: Path) -> _Events:
 
 
 def _mechanism(events: _Events, topic: str, partition: int, offset: int, t: float,
-              acks_one: bool) -> str:
+              acks_one: bool, stuck: dict[tuple[str, int], int]) -> str:
     """`attribution.attribute` and `_mechanism` for one record at `offset` of the partition,
     surely on its leader at `t`: the first `become_leader` after t whose log ended at or
     below the offset dropped it; that broker's own truncation over it in between (a power
     loss's `log_recovery`, the pre-KIP-101 `high_watermark` rule), the election's kind, or a
     restart of that broker in between (its disk lost) says why. With none, a deposed leader
-    may have acknowledged it (`_deposed`)."""
+    may have acknowledged it (`_deposed`). Before all that, a record at or past its
+    partition's stuck last stable offset (`stuck`, `attribution.stuck_offsets`) is behind a
+    hanging transaction."""
+    if offset >= stuck.get((topic, partition), MAX_OFFSET + 1):
+        return "hanging_transaction"
     leaders = events.leaders.get((topic, partition), [])
     start = bisect.bisect_right(events.leader_times.get((topic, partition), []), t)
     drop = next((r for r in leaders[start:] if r[3] is not None and r[3] <= offset), None)
@@ -847,11 +852,7 @@ def _transaction_counts(history: Path, meta: dict[str, Any], txns_path: Path,
     timeout_s = transaction_timeout_s(meta)
     counts["reads_past_lso"] = _reads_past_lso(txns, sends, reads)
     counts["torn_transactions"] = _torn_transactions(txns, sends, reads)
-    cluster = _file(history, "cluster")
-    samples = [] if cluster is None else [
-        row for (row,) in _rows(cluster, _SAMPLES) if row is not None
-        and row["high_watermark"] is not None and row["last_stable_offset"] is not None]
-    counts["hanging_transactions"] = _hanging_transactions(samples, timeout_s)
+    counts["hanging_transactions"] = _hanging_transactions(_samples(history), timeout_s)
 
 
 def _reads_past_lso(txns: list[dict[str, Any]], sends: list[_TxnSend],
@@ -901,6 +902,26 @@ def _torn_transactions(txns: list[dict[str, Any]], sends: list[_TxnSend],
             if lo <= offset < hi and (reader, value) not in read_by:
                 torn.add(txn)
     return len(torn)
+
+
+def _samples(history: Path) -> list[dict[str, Any]]:
+    """cluster.jsonl's usable samples with a high watermark and a last stable offset."""
+    cluster = _file(history, "cluster")
+    return [] if cluster is None else [
+        row for (row,) in _rows(cluster, _SAMPLES) if row is not None
+        and row["high_watermark"] is not None and row["last_stable_offset"] is not None]
+
+
+def _stuck_offsets(history: Path) -> dict[tuple[str, int], int]:
+    """`attribution.stuck_offsets`: per partition whose last sample (by time; of equal
+    times, the last in the file) has its LSO below its HW, that LSO."""
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in _samples(history):
+        key = (row["topic"], row["partition"])
+        if key not in last or row["t"] >= last[key]["t"]:
+            last[key] = row
+    return {key: row["last_stable_offset"] for key, row in last.items()
+            if row["last_stable_offset"] < row["high_watermark"]}
 
 
 def _hanging_transactions(samples: list[dict[str, Any]], timeout_s: float) -> int:
@@ -1105,8 +1126,10 @@ def check_history(history_dir: Path) -> Summary:
     mechanisms: Counter[str] = Counter()
     if events is not None and lost:  # `job._explain`: no attribution without events.jsonl
         explained, acks_one = _events(events), _acks_one(meta)
+        stuck = _stuck_offsets(history) if transactional else {}
         for topic, partition, offset, t in lost:
-            mechanisms[_mechanism(explained, topic, partition, offset, t, acks_one)] += 1
+            mechanisms[_mechanism(explained, topic, partition, offset, t, acks_one,
+                                  stuck)] += 1
     attempted = len(sent)
     return Summary(verdict=verdict(counts, bool(meta.get("idempotent", False))), counts=counts,
                    attempted=attempted, acked=attempted - failed - indeterminate, failed=failed,

@@ -170,6 +170,9 @@ class TransactionalProducer:
                     next_send = time.monotonic()  # fell behind: do not burst
             t_end_invoke = time.time()
             status, error, fatal = self._end(producer, intent)
+            # The records are paced within a transaction; its end's time is not made up
+            # by a burst of the next one's.
+            next_send = max(next_send, time.monotonic())
             _poll(producer, 0)  # the delivery reports of the last sends
             self._write(txn, intent, status, error, sends, t_begin, t_end_invoke, time.time())
             n += 1
