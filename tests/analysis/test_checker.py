@@ -628,3 +628,20 @@ def test_the_transaction_checks_get_the_spark_job_s_answer(spark, tmp_path):
     assert as_dict(check_history(history)) == spark_summary(report)
     assert {k: n for k, n in report["counts"].items() if k in anomalies.COUNTS and n} == \
         TXN_COUNTS
+
+
+def test_a_record_behind_a_stuck_last_stable_offset_is_lost_to_a_hanging_transaction(
+        spark, tmp_path):
+    """txn_history's lost e1 is at t-1@7, past t-1's last sampled LSO (3, below the HW 12):
+    a transaction nothing ended holds read_committed readers there. Without samples that
+    show it stuck, no event explains it."""
+    h = txn_history()
+    h.events = []
+    history = h.write(tmp_path / "history")
+    report = analyze(spark, str(history), str(tmp_path / "report"))
+    assert as_dict(check_history(history)) == spark_summary(report)
+    assert check_history(history).mechanisms == {"hanging_transaction": 1}
+    [incident] = report["explained"]["incidents"]
+    assert "t-1's last stable offset stayed at 3" in incident["sentence"]
+    h.cluster = [c for c in h.cluster if c["partition"] != 1]
+    assert summary_of(h, tmp_path / "unstuck").mechanisms == {"unexplained": 1}
