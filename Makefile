@@ -55,8 +55,9 @@ images:
 
 # The images built (scripts/images.sh) and run as the operator renders them (tests/containers);
 # then acks1-leader-kill, acksall-leader-kill, pod-delete-ephemeral, pod-delete-persistent,
-# disk-full-leader-acksall and group-coordinator-kill on the operator's own pods under podman
-# (tests/pods): they must give loss, clean, loss, clean, clean and clean, as they do locally;
+# disk-full-leader-acksall, group-coordinator-kill and txn-partition-leader-kill on the
+# operator's own pods under podman (tests/pods): they must give loss, clean, loss, clean,
+# clean, clean and clean, as they do locally;
 # then pause, partition and disk stall through the pods' fault agents. make test skips both
 # folders: building the images takes minutes on a fresh machine.
 e2e-pods: $(STAMP)

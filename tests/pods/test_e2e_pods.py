@@ -32,6 +32,7 @@ LOGS = Path(os.environ.get("E2E_PODS_LOGS", REPO / "e2e-logs" / "pods"))
     ("pod-delete-persistent", "pod-delete", "clean", None),
     ("disk-full-leader-acksall", "disk-full", "clean", None),
     ("group-coordinator-kill", "kill", "clean", None),
+    ("txn-partition-leader-kill", "kill", "clean", None),
 ])
 def test_the_experiment_gives_the_local_verdict_on_pods(experiment: str, kind: str,
                                                         expected: str, mechanism: str | None,

@@ -28,6 +28,11 @@ The model follows the settings ``undertow.runner.workload`` gives confluent-kafk
 - **Consumer.** ``assign`` of every partition from the beginning, fetching from each
   partition's leader (``fetch.wait.max.ms`` 500, ``fetch.min.bytes`` 1) with no leader
   epoch; OFFSET_OUT_OF_RANGE resets to the log start (``auto.offset.reset=earliest``).
+  It reads committed (``isolation.level``, librdkafka's default, which the workload sets):
+  the broker answers up to the last stable offset with the aborted transactions in range,
+  and the consumer drops their batches and every control batch as Kafka's consumer does
+  (``CompletedFetch.nextFetchedRecord``), its position moving past them; the end it asks for
+  (ListOffsets latest) is the last stable offset.
 
 Every client runs on the ``client`` host of the virtual network, which no fault kills (a
 consumer that a partition may isolate has a host of its own), with connections of its own
@@ -55,7 +60,9 @@ from minibroker.cluster.types import (
     ProduceResult,
     TopicPartition,
 )
-from minibroker.storage.records import build_batch, decode_values
+from minibroker.storage.control_records import end_txn_marker_of
+from minibroker.storage.records import build_batch, decode_records, iter_batches
+from minibroker.storage.transaction_index import AbortedTxn
 from undertow.runner.outcomes import classify
 from undertow.runner.values import SEPARATOR, decode_value
 from undertow.runner.workload import WorkloadConfig
@@ -413,6 +420,35 @@ class SimProducer:
                       "t_complete": self._clock_s()})
 
 
+READ_COMMITTED = 1  # Kafka's IsolationLevel.READ_COMMITTED
+
+
+def committed_records(records: bytes, aborted: list[AbortedTxn] | None
+                      ) -> tuple[list[tuple[int, bytes | None]], int | None]:
+    """The (offset, value) a read_committed consumer returns from one fetched partition, and
+    the offset past its last batch (None: no batch): Kafka's consumer
+    (``CompletedFetch.nextFetchedRecord``) drops a transactional batch of a producer whose
+    aborted transaction (``aborted``, from the Fetch response) began at or before the
+    batch's end, until that producer's ABORT marker, and every control batch."""
+    pending = sorted(aborted or [], key=lambda a: a.first_offset)
+    open_aborts: set[int] = set()
+    found: list[tuple[int, bytes | None]] = []
+    end = None
+    for header, batch in iter_batches(records, validate_crc=False):
+        end = header.last_offset + 1
+        if header.producer_id >= 0:
+            while pending and pending[0].first_offset <= header.last_offset:
+                open_aborts.add(pending.pop(0).producer_id)
+        if header.is_control:
+            if end_txn_marker_of(header, batch).is_abort:
+                open_aborts.discard(header.producer_id)
+            continue
+        if header.is_transactional and header.producer_id in open_aborts:
+            continue
+        found.extend((r.offset, r.value) for r in decode_records(batch))
+    return found, end
+
+
 Read = Callable[[str, int, int, str, float], None]
 """Records one read: consumer, partition, offset, value, time."""
 
@@ -481,7 +517,7 @@ class SimConsumer:
             on_offset(answer[1])
 
         self._client.call(leader[1], ("list_offset", (TopicPartition(self._topic, p), timestamp,
-                                                      -1, 0, -1)),
+                                                      -1, READ_COMMITTED, -1)),
                           SOCKET_TIMEOUT_MS, answered)
 
     def _reset(self, p: int) -> None:
@@ -516,7 +552,8 @@ class SimConsumer:
         request = FetchRequestData(replica_id=-1, max_wait_ms=FETCH_WAIT_MAX_MS, min_bytes=1,
                                    max_bytes=FETCH_MAX_BYTES,
                                    partitions=[FetchPartition(tp, position,
-                                                              max_bytes=FETCH_MAX_BYTES)])
+                                                              max_bytes=FETCH_MAX_BYTES)],
+                                   isolation_level=READ_COMMITTED)
 
         def answered(results: Any, error: NetworkError | None) -> None:
             if self._stopped:
@@ -532,10 +569,13 @@ class SimConsumer:
                 self._retry(p, self._fetch)
                 return
             now = self._clock_s()
-            for offset, value in decode_values(result.records):
+            records, end = committed_records(result.records, result.aborted_transactions)
+            for offset, value in records:
                 if offset >= self.positions[p]:
                     self._on_read(self.name, p, offset, decode_value(value), now)
                     self.positions[p] = offset + 1
+            if end is not None:
+                self.positions[p] = max(self.positions[p], end)
             self._fetch(p)
 
         self._client.call(leader[1], ("fetch", request),

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from kio.schema.add_partitions_to_txn.v3 import request as add_req
+from kio.schema.end_txn.v1 import request as end_req
 from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.find_coordinator.v4 import request as find_req
 from kio.schema.heartbeat.v4 import request as heartbeat_req
@@ -60,6 +62,7 @@ from minibroker.cluster.types import (
 from minibroker.network.channel import REQUEST_CHANNEL
 from minibroker.network.codec import KafkaProtocolError, Request
 from minibroker.network.fetch_session import FINAL_EPOCH, INVALID_SESSION_ID
+from minibroker.storage.transaction_index import AbortedTxn
 from undertow.sim.clients import Endpoint, NetworkError
 from undertow.sim.virtual_streams import ParcelChannel
 
@@ -117,10 +120,11 @@ def _init_producer_id() -> _Exchange:
         lambda r: (ErrorCode(r.error_code), r.producer_id))
 
 
-def _produce(acks: int, timeout_ms: int, tp: TopicPartition, records: bytes) -> _Exchange:
+def _produce(acks: int, timeout_ms: int, tp: TopicPartition, records: bytes,
+             transactional_id: str | None = None) -> _Exchange:
     # The model's own numbers, in range: typed without kio's range check (as the fetcher's).
     request = produce_req.ProduceRequest(
-        transactional_id=None, acks=cast(i16, acks),
+        transactional_id=transactional_id, acks=cast(i16, acks),
         timeout=datetime.timedelta(milliseconds=timeout_ms),
         topic_data=(produce_req.TopicProduceData(name=tp.topic, partition_data=(
             produce_req.PartitionProduceData(index=cast(i32, tp.partition),
@@ -134,9 +138,11 @@ def _produce(acks: int, timeout_ms: int, tp: TopicPartition, records: bytes) -> 
     return _Exchange(request, decode if acks != 0 else None)
 
 
-def _list_offset(tp: TopicPartition, timestamp: int, *_: int) -> _Exchange:
+def _list_offset(tp: TopicPartition, timestamp: int, _epoch: int = -1,
+                 isolation_level: int = 0, *_: int) -> _Exchange:
+    """ListOffsets; read committed, latest is the last stable offset."""
     request = list_req.ListOffsetsRequest(
-        replica_id=i32(-1), isolation_level=i8(0),
+        replica_id=i32(-1), isolation_level=cast(i8, isolation_level),
         topics=(list_req.ListOffsetsTopic(name=tp.topic, partitions=(
             list_req.ListOffsetsPartition(partition_index=i32(tp.partition),
                                           current_leader_epoch=i32(-1),
@@ -175,7 +181,10 @@ def _fetch(data: FetchRequestData) -> _Exchange:
                     for fp in data.partitions}
         return {TopicPartition(t.topic, p.partition_index): FetchResult(
             ErrorCode(p.error_code), p.high_watermark, p.last_stable_offset,
-            p.log_start_offset, p.records or b"")
+            p.log_start_offset, p.records or b"",
+            None if p.aborted_transactions is None else [
+                AbortedTxn(a.producer_id, a.first_offset, -1, -1)
+                for a in p.aborted_transactions])
             for t in response.responses for p in t.partitions}
 
     return _Exchange(request, decode,
@@ -290,6 +299,57 @@ def _offset_fetch(body: dict[str, Any]) -> _Exchange:
         for t in r.topics for p in t.partitions}))
 
 
+# ---- transactions (``clients.SimTransactionalProducer``), at librdkafka 2.16's versions ---
+
+
+def _find_txn_coordinator(transactional_id: str) -> _Exchange:
+    """FindCoordinator for a transactional id (key type 1)."""
+    exchange = _find_coordinator(transactional_id)
+    return _Exchange(find_req.FindCoordinatorRequest(
+        key_type=i8(1), coordinator_keys=(transactional_id,)), exchange.decode)
+
+
+def _init_txn_producer_id(args: tuple[str, int, int, int]) -> _Exchange:
+    """InitProducerId with a transactional id: (error, producer id, epoch)."""
+    transactional_id, timeout_ms, producer_id, epoch = args
+    return _Exchange(init_req.InitProducerIdRequest(
+        transactional_id=transactional_id,
+        transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
+        producer_id=cast(i64, producer_id), producer_epoch=cast(i16, epoch)),
+        lambda r: (ErrorCode(r.error_code), r.producer_id, r.producer_epoch))
+
+
+def _add_partitions_to_txn(args: tuple[str, int, int, list[TopicPartition]]) -> _Exchange:
+    """AddPartitionsToTxn v3 (a client's: one transaction): the first partition error, or
+    none."""
+    transactional_id, producer_id, epoch, tps = args
+    by_topic: dict[str, list[i32]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(cast(i32, tp.partition))
+    request = add_req.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=cast(i64, producer_id),
+        v3_and_below_producer_epoch=cast(i16, epoch),
+        v3_and_below_topics=tuple(add_req.AddPartitionsToTxnTopic(name=t, partitions=tuple(ps))
+                                  for t, ps in by_topic.items()))
+
+    def decode(response: Any) -> ErrorCode:
+        errors = [p.partition_error_code for t in response.results_by_topic_v3_and_below
+                  for p in t.results_by_partition if p.partition_error_code != ErrorCode.none]
+        return ErrorCode(errors[0]) if errors else ErrorCode.none
+
+    return _Exchange(request, decode)
+
+
+def _end_txn(args: tuple[str, int, int, bool]) -> _Exchange:
+    """EndTxn v1 (librdkafka's): commit or abort."""
+    transactional_id, producer_id, epoch, commit = args
+    return _Exchange(end_req.EndTxnRequest(
+        transactional_id=transactional_id, producer_id=cast(i64, producer_id),
+        producer_epoch=cast(i16, epoch), committed=commit),
+        lambda r: ErrorCode(r.error_code))
+
+
 MESSAGES: dict[str, Callable[..., _Exchange]] = {
     "metadata": lambda topic: _metadata(topic),
     "init_producer_id": lambda _: _init_producer_id(),
@@ -297,6 +357,10 @@ MESSAGES: dict[str, Callable[..., _Exchange]] = {
     "list_offset": lambda args: _list_offset(*args),
     "fetch": _fetch,
     "find_coordinator": _find_coordinator,
+    "find_txn_coordinator": _find_txn_coordinator,
+    "init_txn_producer_id": _init_txn_producer_id,
+    "add_partitions_to_txn": _add_partitions_to_txn,
+    "end_txn": _end_txn,
     "join_group": _join_group,
     "sync_group": _sync_group,
     "heartbeat": _heartbeat,

@@ -15,12 +15,14 @@ from typing import Any, Protocol
 from undertow.runner.history import HistoryWriter
 from undertow.runner.workload import (
     END_OFFSETS_SHARE,
+    ISOLATION_LEVEL,
     SendOutcomes,
     WorkloadConfig,
     outcomes_wait_s,
 )
 from undertow.sim.clients import Endpoint, SimConsumer, SimProducer
 from undertow.sim.group_member import SimGroupMember
+from undertow.sim.transactional_producer import SimTransactionalProducer
 
 log = logging.getLogger("undertow.sim")
 
@@ -58,7 +60,7 @@ def reader(history: HistoryWriter, topic: str, phase: str
            ) -> Callable[[str, int, int, str, float], None]:
     def read(consumer: str, partition: int, offset: int, value: str, t: float) -> None:
         history.read(consumer=consumer, phase=phase, topic=topic, partition=partition,
-                     offset=offset, value=value, t=t)
+                     offset=offset, value=value, t=t, isolation=ISOLATION_LEVEL)
 
     return read
 
@@ -73,7 +75,7 @@ class SimWorkload:
         self._history = history
         self.outcomes = SendOutcomes(history)
         self.epoch_gate = self.outcomes.epoch_gate
-        self.producers: list[SimProducer] = []
+        self.producers: list[SimProducer | SimTransactionalProducer] = []
         self.consumers: list[SimConsumer | SimGroupMember] = []
 
     def start(self) -> None:
@@ -98,8 +100,15 @@ class SimWorkload:
         consumer.start()
 
     def _start_producer(self, index: int) -> None:
-        producer = SimProducer(index, self._side.endpoint(f"p{index}"), self._cfg,
-                               self.outcomes.submit, self._side.now)
+        cfg, endpoint = self._cfg, self._side.endpoint(f"p{index}")
+        producer: SimProducer | SimTransactionalProducer
+        if cfg.transactions is None:
+            producer = SimProducer(index, endpoint, cfg, self.outcomes.submit, self._side.now)
+        else:
+            producer = SimTransactionalProducer(
+                index, endpoint, cfg.topic, cfg.partitions, cfg.rate, cfg.record_size,
+                cfg.transactions, cfg.request_timeout_ms, outcomes_wait_s(cfg) * 1000,
+                self._history, self.outcomes.settled, self._side.now)
         self.producers.append(producer)
         producer.start()
 

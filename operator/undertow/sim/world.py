@@ -19,11 +19,13 @@ from undertow.spec import LoadedExperiment, choose_seed
 
 
 def not_simulated(loaded: LoadedExperiment) -> str | None:
-    """Why `loaded` cannot run in simulation, or None when it can: the client models have no
-    transactional producer yet (librdkafka's transaction manager)."""
-    if loaded.experiment.spec.workload.transactions is not None:
-        return ("workload.transactions: transactional producers are not simulated yet; run "
-                "the experiment on local processes (undertow run FILE) or on pods")
+    """Why `loaded` cannot run in simulation, or None when it can: the group member model
+    does not read committed yet, which a transactional workload's members must."""
+    workload = loaded.experiment.spec.workload
+    if workload.transactions is not None and workload.consumer.mode == "subscribe":
+        return ("workload.transactions with consumer.mode subscribe: the simulated group "
+                "members do not read committed yet; run the experiment on local processes "
+                "(undertow run FILE) or on pods, or with assign-mode consumers")
     return None
 
 

@@ -1,0 +1,383 @@
+"""A virtual transactional producer, as librdkafka's transaction manager drives one
+(``rdkafka_txnmgr.c``), with the workload's transactions: ``runner.transactional_producer``'s
+loop over the model (docs/simulation.md, "The client model").
+
+- **Coordinator.** FindCoordinator (key type 1) at a bootstrap broker; NOT_COORDINATOR,
+  COORDINATOR_NOT_AVAILABLE or a failed exchange with it sends the producer to look it up
+  again after ``retry.backoff.ms``.
+- **Producer id.** InitProducerId with the transactional id, retried while the coordinator
+  answers COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS or moved; it gives the
+  epoch every batch carries. A new instance (after a fatal error or a commit whose outcome
+  is unknown) calls it again, which bumps the epoch and fences the old one.
+- **Partitions.** A record's partition is registered (AddPartitionsToTxn, one request at a
+  time with every partition waiting) before any batch of it is sent; CONCURRENT_TRANSACTIONS
+  (the previous transaction's markers still being written) is retried after 20 ms, as
+  librdkafka does.
+- **Batches** as the idempotent producer's (``clients.SimProducer``): per partition, one
+  batch in flight, sequence numbers from 0 per epoch, the transactional attribute, acks=all;
+  NOT_LEADER_OR_FOLLOWER and a failed exchange are retried, anything else makes the
+  transaction abortable, and PRODUCER_FENCED or INVALID_PRODUCER_EPOCH fatal.
+- **Epoch bump** (KIP-360). A transaction aborted with a batch whose answer was lost (it
+  may be in the log, at its sequence numbers) ends with a new InitProducerId, which bumps
+  the epoch and starts the sequences again: without it the next transaction's first batch
+  would reuse those numbers and be taken for the lost one's duplicate.
+- **End.** Commit waits for every batch, then EndTxn(commit), retried on a retriable error
+  until the workload's end timeout (then unknown: ``info``); an abortable error turns it
+  into an abort. Abort drops what was not sent, waits for what was, and sends
+  EndTxn(abort) once any AddPartitionsToTxn went out, even one that was refused (librdkafka
+  counts requests sent: in CompleteCommit the coordinator refuses it with
+  INVALID_TXN_STATE, which is fatal to librdkafka, issue 4849).
+
+Each transaction and its sends are recorded as the real producer records them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from minibroker.cluster.types import ErrorCode, ProduceResult, TopicPartition
+from minibroker.storage.records import TRANSACTIONAL_FLAG, build_batch
+from undertow.runner.history import HistoryWriter
+from undertow.runner.transactional_producer import TxnSettings, aborts
+from undertow.runner.values import SEPARATOR
+from undertow.sim.clients import (
+    LEADER_MOVED,
+    RETRY_BACKOFF_MS,
+    SOCKET_TIMEOUT_MS,
+    Endpoint,
+    Metadata,
+    NetworkError,
+    error_name,
+)
+
+CONCURRENT_RETRY_MS = 20.0
+"""librdkafka's quick retry of a request the coordinator answered CONCURRENT_TRANSACTIONS."""
+RETRIABLE = {ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions,
+             ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+             ErrorCode.request_timed_out}
+MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
+FATAL = {ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch,
+         ErrorCode.invalid_producer_id_mapping, ErrorCode.invalid_txn_state,
+         ErrorCode.transactional_id_authorization_failed}
+TRANSPORT = "TRANSPORT"
+
+
+@dataclass
+class _Send:
+    value: str
+    partition: int
+    payload: bytes
+    t_invoke: float
+    offset: int | None = None
+    error: str | None = None
+    sent: bool = False
+    uncertain: bool = False  # sent, its answer lost: it may be in the log
+
+
+@dataclass
+class _Txn:
+    name: str
+    intent: str
+    t_begin: float
+    sends: list[_Send] = field(default_factory=list)
+    registered: set[int] = field(default_factory=set)
+    requested: bool = False  # an AddPartitionsToTxn went out
+    abortable: str | None = None  # the error that made it abortable
+    t_end_invoke: float | None = None
+
+
+class SimTransactionalProducer:
+    """One transactional producer (``transactional.id`` ``undertow-pN``): transactions back
+    to back at the workload's rate of records until stopped."""
+
+    def __init__(self, index: int, client: Endpoint, topic: str, partitions: int,
+                 rate: float, record_size: int, settings: TxnSettings, request_timeout_ms: int,
+                 end_timeout_ms: float, history: HistoryWriter,
+                 record_send: Callable[[dict[str, Any]], None],
+                 clock_s: Callable[[], float]) -> None:
+        self.name = f"p{index}"
+        self.transactional_id = f"undertow-{self.name}"
+        self._client = client
+        self._topic, self._partitions = topic, partitions
+        self._interval_ms = 1000.0 / rate if rate > 0 else 0.0
+        self._pad = max(record_size - len(self.name) - 12, 0)
+        self._settings = settings
+        self._request_timeout_ms = request_timeout_ms
+        self._end_timeout_ms = end_timeout_ms
+        self._history = history
+        self._record_send = record_send
+        self._clock_s = clock_s
+        self._metadata = Metadata(client, topic, first=index)
+        self._metadata.listeners.append(self._pump)
+        self._coordinator: tuple[str, int] | None = None
+        self._pid, self._epoch = -1, -1
+        self._sequences: dict[int, int] = {}
+        self._in_flight: set[int] = set()
+        self._adding = False
+        self._txn: _Txn | None = None
+        self._n = self._seq = 0
+        self._stopped = False
+        self._ending = False
+        self._fatal = False  # the open transaction's error is fatal to this instance
+        self._deadline_ms = 0.0  # when the transaction's end gives up
+        self.outstanding = 1  # until the last transaction ends after `stop`
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._metadata.start()
+        self._init()
+
+    def stop(self) -> None:
+        """No new transaction; the one open ends (``outstanding`` drops to 0 then)."""
+        self._stopped = True
+        if self._txn is None and not self._ending:
+            self.outstanding = 0
+
+    def close(self) -> None:
+        self._metadata.stop()
+
+    def _init(self) -> None:
+        """A new instance: InitProducerId (bumping the epoch), then the next transaction."""
+        self._sequences.clear()
+
+        def answered(answer: Any) -> None:
+            error, pid, epoch = answer
+            if error == ErrorCode.none:
+                self._pid, self._epoch = pid, epoch
+                self._begin()
+            elif error in RETRIABLE:
+                self._client.later(RETRY_BACKOFF_MS, self._init)
+            else:  # fatal: the producer stops, as init_transactions raising would stop it
+                self.outstanding = 0
+
+        self._coordinated(("init_txn_producer_id", (self.transactional_id,
+                                                    self._settings.timeout_ms, -1, -1)),
+                          answered)
+
+    # ---- the coordinator ---------------------------------------------------------------------
+
+    def _coordinated(self, message: tuple[str, Any], on_answer: Callable[[Any], None]) -> None:
+        """Send ``message`` to the coordinator (found first); its answer, or a retry of it
+        after a failed exchange or a coordinator that moved (the answer's first element is
+        its error code, or the answer is one)."""
+        if self._coordinator is None:
+            self._find_coordinator(lambda: self._coordinated(message, on_answer))
+            return
+
+        def answered(answer: Any, error: NetworkError | None) -> None:
+            code = None if error is not None else (
+                answer[0] if isinstance(answer, tuple) else answer)
+            if error is not None or code in MOVED:
+                self._coordinator = None
+                self._client.later(RETRY_BACKOFF_MS,
+                                   lambda: self._coordinated(message, on_answer))
+                return
+            on_answer(answer)
+
+        self._client.call(self._coordinator, message, SOCKET_TIMEOUT_MS, answered)
+
+    def _find_coordinator(self, then: Callable[[], None]) -> None:
+        address = self._client.bootstrap[(self._n + self._seq) % len(self._client.bootstrap)]
+
+        def answered(answer: Any, error: NetworkError | None) -> None:
+            if error is None and answer[0] == ErrorCode.none and answer[2] is not None:
+                self._coordinator = answer[2]
+                then()
+            else:
+                self._client.later(RETRY_BACKOFF_MS, lambda: self._find_coordinator(then))
+
+        self._client.call(address, ("find_txn_coordinator", self.transactional_id),
+                          SOCKET_TIMEOUT_MS, answered)
+
+    # ---- a transaction ---------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        if self._stopped:
+            self.outstanding = 0
+            return
+        n = self._n
+        self._txn = _Txn(f"{self.name}-t{n}", "abort" if aborts(n, self._settings.abort_ratio)
+                         else "commit", self._clock_s())
+        self._n += 1
+        self._produce_next()
+
+    def _produce_next(self) -> None:
+        txn = self._txn
+        if txn is None or self._ending:
+            return
+        if len(txn.sends) >= self._settings.records_per_transaction or self._stopped:
+            self._end()
+            return
+        seq = self._seq
+        self._seq += 1
+        value = f"{self.name}-{seq}"
+        txn.sends.append(_Send(value, seq % self._partitions,
+                               f"{value}{SEPARATOR}{'x' * self._pad}".encode(),
+                               self._clock_s()))
+        self._register()
+        self._pump()
+        self._client.later(self._interval_ms, self._produce_next)
+
+    def _register(self) -> None:
+        """AddPartitionsToTxn of the partitions not yet in the transaction, one request at a
+        time."""
+        txn = self._txn
+        if txn is None or self._adding or txn.abortable is not None:
+            return
+        wanted = sorted({s.partition for s in txn.sends} - txn.registered)
+        if not wanted or (self._ending and txn.intent == "abort"):
+            return
+        self._adding = True
+        txn.requested = True
+
+        def answered(code: ErrorCode) -> None:
+            self._adding = False
+            if self._txn is not txn:
+                return
+            if code == ErrorCode.none:
+                txn.registered.update(wanted)
+                self._pump()
+            elif code == ErrorCode.concurrent_transactions:
+                self._client.later(CONCURRENT_RETRY_MS, self._register)
+                return
+            elif code in RETRIABLE:
+                self._client.later(RETRY_BACKOFF_MS, self._register)
+                return
+            else:
+                self._fail(txn, code)
+            self._register()
+            self._maybe_finish()
+
+        self._coordinated(("add_partitions_to_txn", (
+            self.transactional_id, self._pid, self._epoch,
+            [TopicPartition(self._topic, p) for p in wanted])), answered)
+
+    def _pump(self) -> None:
+        """A batch of each registered partition with unsent records and none in flight."""
+        txn = self._txn
+        if txn is None or txn.abortable is not None:
+            return
+        for p in sorted(txn.registered - self._in_flight):
+            batch = [s for s in txn.sends if s.partition == p and not s.sent]
+            if not batch or (self._ending and txn.intent == "abort"):
+                continue
+            leader = self._metadata.leader(p)
+            if leader is None:
+                continue
+            if self._client.connectable(leader[1]):
+                self._client.later(RETRY_BACKOFF_MS, self._pump)
+                continue
+            self._send(txn, p, leader[1], batch)
+
+    def _send(self, txn: _Txn, p: int, address: tuple[str, int], batch: list[_Send]) -> None:
+        base = self._sequences.get(p, 0)
+        records = build_batch([s.payload for s in batch],
+                              timestamp_ms=int(self._client.now_ms()), producer_id=self._pid,
+                              producer_epoch=self._epoch, base_sequence=base,
+                              attributes=TRANSACTIONAL_FLAG)
+        for s in batch:
+            s.sent = True
+        self._in_flight.add(p)
+        message = ("produce", (-1, self._request_timeout_ms, TopicPartition(self._topic, p),
+                               records, self.transactional_id))
+
+        def answered(result: ProduceResult | None, error: NetworkError | None) -> None:
+            self._in_flight.discard(p)
+            if self._txn is not txn:
+                return
+            if error is not None or (result is not None and result.error in LEADER_MOVED):
+                self._metadata.refresh()
+                for s in batch:  # sent again whole, at the same sequence
+                    s.sent = False
+                    s.uncertain = s.uncertain or error is not None
+            elif result is not None and result.error == ErrorCode.none:
+                self._sequences[p] = base + len(batch)
+                for i, s in enumerate(batch):
+                    s.offset = result.base_offset + i
+                    s.uncertain = False
+            else:
+                assert result is not None
+                self._fail(txn, result.error)
+            self._client.later(0 if error is None else RETRY_BACKOFF_MS, self._pump)
+            self._maybe_finish()
+
+        self._client.call(address, message, self._request_timeout_ms, answered)
+
+    def _fail(self, txn: _Txn, code: int) -> None:
+        """An error that makes the transaction abortable (or the producer fatal)."""
+        if txn.abortable is None:
+            txn.abortable = error_name(code)
+            self._fatal = code in FATAL
+
+    # ---- the end ---------------------------------------------------------------------------
+
+    def _end(self) -> None:
+        txn = self._txn
+        assert txn is not None
+        self._ending = True
+        txn.t_end_invoke = self._clock_s()
+        self._deadline_ms = self._client.now_ms() + self._end_timeout_ms
+        self._client.later(self._end_timeout_ms, lambda: self._gave_up(txn))
+        self._maybe_finish()
+
+    def _gave_up(self, txn: _Txn) -> None:
+        """The workload's end timeout passed with the transaction still open: its outcome is
+        unknown (as the real producer's commit that keeps timing out)."""
+        if self._txn is txn:
+            self._finish(txn, "info" if txn.intent == "commit" else "fail", "TIMED_OUT",
+                         fatal=True)
+
+    def _maybe_finish(self) -> None:
+        """Once nothing is in flight (and, committing, every record acknowledged), EndTxn."""
+        txn = self._txn
+        if txn is None or not self._ending or self._in_flight or self._adding:
+            return
+        aborting = txn.intent == "abort" or txn.abortable is not None
+        if not aborting and any(s.offset is None for s in txn.sends):
+            return  # still registering or sending
+        if self._fatal:
+            self._finish(txn, "fail", txn.abortable, fatal=True)
+            return
+        if aborting and not txn.requested:
+            self._finish(txn, "fail", txn.abortable)  # nothing reached the coordinator
+            return
+        self._end_txn(txn, commit=not aborting)
+
+    def _end_txn(self, txn: _Txn, commit: bool) -> None:
+        def answered(code: ErrorCode) -> None:
+            if code == ErrorCode.none:
+                self._finish(txn, "ok" if commit else "fail", txn.abortable)
+            elif code in RETRIABLE and self._client.now_ms() < self._deadline_ms:
+                delay = CONCURRENT_RETRY_MS if code == ErrorCode.concurrent_transactions \
+                    else RETRY_BACKOFF_MS
+                self._client.later(delay, lambda: self._end_txn(txn, commit))
+            else:  # a commit may have happened; an abort never committed
+                self._finish(txn, "info" if commit else "fail", error_name(code), fatal=True)
+
+        self._coordinated(("end_txn", (self.transactional_id, self._pid, self._epoch, commit)),
+                          answered)
+
+    def _finish(self, txn: _Txn, status: str, error: str | None, fatal: bool = False) -> None:
+        t_complete = self._clock_s()
+        for s in txn.sends:
+            committed = status == "ok" and s.offset is not None
+            self._record_send({
+                "producer": self.name, "value": s.value, "topic": self._topic,
+                "partition": s.partition, "status": status if status != "ok" or committed
+                else "info", "offset": s.offset if committed else None,
+                "error": None if committed else (s.error or error or "ABORTED"),
+                "t_invoke": s.t_invoke, "t_complete": t_complete, "txn": txn.name})
+        self._history.transaction(
+            producer=self.name, txn=txn.name, transactional_id=self.transactional_id,
+            intent=txn.intent, status=status, error=error, values=[s.value for s in txn.sends],
+            t_begin=txn.t_begin, t_end_invoke=txn.t_end_invoke, t_complete=t_complete)
+        self._txn, self._ending, self._fatal = None, False, False
+        # KIP-360, as librdkafka: an aborted transaction with a batch whose answer was lost
+        # may have written it, so its sequence numbers cannot go on: the epoch is bumped.
+        if status == "info" or fatal or any(s.uncertain for s in txn.sends):
+            self._init()  # a new instance: its InitProducerId fences this one
+        else:
+            self._begin()
