@@ -47,14 +47,17 @@ def expectation(path: Path) -> str:
     return "loss" if "expect: loss" in path.read_text() else "clean"
 
 
-def run_once(path: Path, keep: Path, index: int) -> dict:
+def run_once(path: Path, keep: Path, index: int, platform: str = "local") -> dict:
+    """One run of `path` (analysis included); in simulation (`platform` sim) with seed
+    `index`, so that each run of an experiment is another interleaving."""
     reference = Reference.measure()
+    simulated = ["--platform", "sim", "--seed", str(index)] if platform == "sim" else []
     with tempfile.TemporaryDirectory(prefix="undertow-reliability-") as out:
         load = os.getloadavg()[0]
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "undertow", "run", str(path), "--out", out, "--no-progress"],
-            cwd=REPO, capture_output=True, text=True)
+            [sys.executable, "-m", "undertow", "run", str(path), "--out", out, "--no-progress",
+             *simulated], cwd=REPO, capture_output=True, text=True)
         seconds = time.monotonic() - started
         written = Path(out) / "report.json"
         report = json.loads(written.read_text()) if written.exists() else None
@@ -75,12 +78,21 @@ def run_once(path: Path, keep: Path, index: int) -> dict:
             shutil.copytree(out, kept, ignore=shutil.ignore_patterns("cluster"))
             (kept / "output.txt").write_text(proc.stdout + proc.stderr)
     reference.finish()
-    return {"experiment": path.stem, "expect": expectation(path), "verdict": verdict,
+    return {"experiment": path.stem, "platform": platform,
+            "expect": expectation(path), "verdict": verdict,
             "seconds": round(seconds, 1), "load_before": round(load, 2), "commit": commit(),
             "t": round(time.time(), 1), "unexplained": unexplained, "mechanisms": mechanisms,
             "lost": lost, "truncations_lost": cut_lost,
             "machine": {k: v for k, v in machine().items() if k != "load"},
             "reference": reference.record()}
+
+
+SIM_SUFFIX = " (sim)"
+
+
+def _row(experiment: str, platform: str) -> str:
+    """The summary's row of an experiment's runs on a platform (older rows: local)."""
+    return experiment + (SIM_SUFFIX if platform == "sim" else "")
 
 
 def summary(ledger: Path, names: list[str], commits: list[str] | None = None) -> str:
@@ -96,13 +108,16 @@ def summary(ledger: Path, names: list[str], commits: list[str] | None = None) ->
             if line.strip():
                 entry = json.loads(line)
                 if not commits or any(entry["commit"].startswith(c) for c in commits):
-                    runs[entry["experiment"]].append(entry)
+                    runs[_row(entry["experiment"], entry.get("platform", "local"))].append(
+                        entry)
     lines = [f"{'experiment':32} {'expect':6} {'as expected':>12} {'mean s':>7} {'max s':>6} "
              f"{'<120 s':>7} {'load':>5} {'ref s':>5} {'unexpl.':>7} {'cuts=lost':>9}  "
              f"other verdicts; "
              f"mechanisms"]
-    for name in names:
+    for name in [_row(n, p) for n in names for p in ("local", "sim")]:
         done = runs.get(name, [])
+        if not done and name.endswith(SIM_SUFFIX):
+            continue
         if not done:
             lines.append(f"{name:32} (no runs)")
             continue
@@ -138,6 +153,8 @@ def main() -> int:
     parser.add_argument("--commits", default=None,
                         help="summary of the runs at these commits only (comma-separated prefixes)")
     parser.add_argument("--jobs", type=int, default=1, help="experiments run at the same time")
+    parser.add_argument("--platform", choices=("local", "sim"), default="local",
+                        help="local processes, or the simulator (seed = the run's index)")
     parser.add_argument("--keep", type=Path, default=Path("runs/reliability-unexpected"),
                         help="where runs whose verdict was not the expected one are kept")
     args = parser.parse_args()
@@ -153,7 +170,7 @@ def main() -> int:
         lock = threading.Lock()
 
         def record(index: int, path: Path) -> None:
-            entry = run_once(path, args.keep, index)
+            entry = run_once(path, args.keep, index, args.platform)
             with lock, args.ledger.open("a") as ledger:
                 ledger.write(json.dumps(entry) + "\n")
                 print(f"[{index}/{args.runs}] {entry['experiment']}: {entry['verdict']} "

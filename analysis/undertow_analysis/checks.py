@@ -544,12 +544,17 @@ def send_series(by_value: DataFrame, grid: Grid) -> DataFrame:
 def isr_per_bucket(cluster: DataFrame, t0: float, width: float) -> DataFrame:
     """topic, partition, bucket, isr (smallest ISR size sampled), elr (largest number of
     eligible leader replicas sampled, KIP-966; 0 where the samples have none or no `elr`),
-    offline (leader -1 sampled)."""
+    offline (leader -1 sampled), lso_held (every sample with a last stable offset had the
+    same one, below the HW: an open transaction held read_committed readers back the whole
+    bucket; false without such samples)."""
     elr = F.when(F.col("elr").isNotNull(), F.size("elr"))  # size(null) is -1 to Spark
+    lso = F.col("last_stable_offset")
+    held = (F.min(lso) == F.max(lso)) & (F.min(F.col("high_watermark") - lso) > 0)
     return cluster.groupBy(
         "topic", "partition", F.floor((F.col("t") - t0) / width).cast("long").alias("bucket"),
     ).agg(F.min(F.size("isr")).alias("isr"), F.coalesce(F.max(elr), F.lit(0)).alias("elr"),
-          F.max(F.col("leader") == -1).alias("offline"))
+          F.max(F.col("leader") == -1).alias("offline"),
+          F.coalesce(held, F.lit(False)).alias("lso_held"))
 
 
 def offline_windows(cluster: DataFrame) -> DataFrame:

@@ -59,6 +59,10 @@ OUTCOME_NAMES = {"acked": "acknowledged", "failed": "failed", "indeterminate": "
 FAULT_COLOURS = ("#e76f51", "#8ab17d", "#a48ad4", "#e9c46a", "#7fb7d9", "#e07a9f")
 NO_ACKS = "#9b2226"
 LOST = "#d62828"
+HELD = "#7b2cbf"
+LSO_HELD_MIN_S = 5.0
+"""The shortest stretch of a last stable offset held below the HW that the ISR panel hatches:
+shorter ones are transactions still open, as they are while they write."""
 EVENT_MARKS = ("leader_election", "truncation", "broker_fenced", "group_rebalance",
                "group_stable", "group_empty", "coordinator_load")
 """The events.jsonl types the timeline marks (the job keeps only the elections, truncations
@@ -478,6 +482,14 @@ def _isr(ax: Axes, isr: list[dict[str, Any]], width: float) -> None:
     if offline:
         _spans(ax, _runs(sorted(set(offline)), width), color=LOST, alpha=0.18)
         handles.append(Patch(color=LOST, alpha=0.25, label="no leader"))
+    held = [span for _, rows in shown for span in _runs(
+        [r["bucket"] * width for r in sorted(rows, key=lambda r: r["bucket"])
+         if r.get("lso_held")], width) if span[1] - span[0] >= LSO_HELD_MIN_S]
+    if held:
+        _spans(ax, _merged(held), facecolor="none", edgecolor=HELD, hatch="//")
+        handles.append(Patch(facecolor="none", edgecolor=HELD, hatch="//",
+                             label="last stable offset held below the HW (read_committed "
+                                   "readers stopped)"))
     top = max((max(r["isr"], r.get("elr") or 0) for r in isr), default=1)
     ax.set_ylim(-0.3, top + 0.5)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))

@@ -112,11 +112,27 @@ def test_isr_per_bucket_counts_the_eligible_leader_replicas(spark):
     samples = [(0.2, 0, [1, 2, 3], []), (0.7, 0, [1], [2, 3]), (1.2, -1, [], [2]),
                (1.6, 1, [1], None), (2.5, 1, [1, 2], None)]
     cluster = spark.createDataFrame(
-        [(t, "t", 0, leader, isr, elr) for t, leader, isr, elr in samples],
-        "t double, topic string, partition int, leader int, isr array<int>, elr array<int>")
+        [(t, "t", 0, leader, isr, elr, None, None) for t, leader, isr, elr in samples],
+        "t double, topic string, partition int, leader int, isr array<int>, elr array<int>, "
+        "high_watermark long, last_stable_offset long")
     got = sorted(tuple(r) for r in checks.isr_per_bucket(cluster, 0.0, 1.0).collect())
-    assert got == [("t", 0, 0, 1, 2, False), ("t", 0, 1, 0, 1, True),
-                   ("t", 0, 2, 2, 0, False)]
+    assert got == [("t", 0, 0, 1, 2, False, False), ("t", 0, 1, 0, 1, True, False),
+                   ("t", 0, 2, 2, 0, False, False)]
+
+
+def test_isr_per_bucket_finds_the_last_stable_offset_held(spark):
+    """A bucket whose samples all have one LSO below the HW is held; one where the LSO
+    moved, reached the HW, or was not sampled is not."""
+    samples = [(0.2, 10, 4), (0.7, 12, 4),  # held at 4
+               (1.2, 12, 4), (1.7, 14, 9),  # moved
+               (2.2, 14, 14),  # at the HW
+               (3.2, None, None)]  # not sampled
+    cluster = spark.createDataFrame(
+        [(t, "t", 0, 1, [1], [], hw, lso) for t, hw, lso in samples],
+        "t double, topic string, partition int, leader int, isr array<int>, elr array<int>, "
+        "high_watermark long, last_stable_offset long")
+    got = {r["bucket"]: r["lso_held"] for r in checks.isr_per_bucket(cluster, 0.0, 1.0).collect()}
+    assert got == {0: True, 1: False, 2: False, 3: False}
 
 
 @pytest.mark.parametrize(("changes", "idempotent", "expected"), [

@@ -46,9 +46,13 @@ def busy_run() -> dict:
         {"type": "group_stable", "group": "g", "generation": 2, "t_s": 29.0},
         {"type": "group_rebalance", "group": "g", "t_s": 38.0},
     ]
+    # t-1's last stable offset held below its HW from 30 s to 36 s (hatched) and for 3 s at
+    # 5 s, as a transaction open while it writes (not hatched).
     isr = [{"topic": "t", "partition": p, "bucket": b, "isr": 2 if 10 <= b < 15 else 3,
             "elr": 1 if p == 0 and 10 <= b < 15 else 0,
-            "offline": p == 1 and b == 22} for p in (0, 1) for b in range(40)]
+            "offline": p == 1 and b == 22,
+            "lso_held": p == 1 and (30 <= b < 36 or 5 <= b < 8)}
+           for p in (0, 1) for b in range(40)]
     unavailable = [{"kind": "no_acks", "start_s": 10.0, "duration_s": 4.0},
                    {"kind": "offline", "start_s": 22.0, "duration_s": 1.0}]
     return {"series": series_of(grid, buckets, cells), "t0": 1000.0, "t_end": 1040.0,
@@ -87,7 +91,11 @@ def test_the_timeline_renders_every_panel_legibly():
             "healed → recovered", "broker fenced", "log truncated",
             "elected leader (unclean)", "election found no leader", "no leader",
             "elected leader (ELR, KIP-966)", "elected leader (last known leader, KIP-966)",
-            "ELR size (KIP-966)"} <= legends
+            "ELR size (KIP-966)",
+            "last stable offset held below the HW (read_committed readers stopped)"} <= legends
+    hatched = [c for c in isr.collections if c.get_hatch() == "//"]
+    assert [[tuple(v) for v in p.vertices[:3]] for c in hatched for p in c.get_paths()] == [
+        [(30.0, 0.0), (30.0, 1.0), (36.0, 1.0)]]
     # KIP-966's elections have colours of their own; t-0's ELR is drawn dashed in its colour.
     assert {plots.ELECTION_COLOURS["elr"], plots.ELECTION_COLOURS["last_known_leader"]} <= {
         line.get_color() for line in lanes.get_lines()}
