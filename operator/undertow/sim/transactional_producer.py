@@ -61,7 +61,6 @@ MOVED = {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
 FATAL = {ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch,
          ErrorCode.invalid_producer_id_mapping, ErrorCode.invalid_txn_state,
          ErrorCode.transactional_id_authorization_failed}
-TRANSPORT = "TRANSPORT"
 
 
 @dataclass
