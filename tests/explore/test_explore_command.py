@@ -15,7 +15,14 @@ from explore_experiments import TINY_ACKS1, TINY_CLUSTER
 from undertow.cli import _explore_summary
 from undertow.explore.command import Exploration, explore
 from undertow.explore.draw import draw, experiment_with
-from undertow.explore.matrix import Configuration, cell_of, markdown_table, run_matrix, wilson
+from undertow.explore.matrix import (
+    TRANSACTIONAL,
+    Configuration,
+    cell_of,
+    markdown_table,
+    run_matrix,
+    wilson,
+)
 from undertow.explore.report import write_report
 from undertow.explore.runs import Outcome, simulate
 from undertow.explore.space import FaultSpace
@@ -81,6 +88,20 @@ def test_a_matrix_cell_counts_its_schedules(tiny: Path) -> None:
     table = markdown_table(cells)
     assert "100% [" in table and "| acks=all RF=3 minISR=2" in table
     assert "| acks=1 RF=2 minISR=1" in table
+
+
+def test_the_matrix_has_a_transactional_row(tiny: Path) -> None:
+    """The transactional configuration's schedules run transactional producers, whose
+    records crashes do not lose."""
+    loaded = load_experiment(tiny)
+    trial = TRANSACTIONAL.apply(loaded)
+    assert trial.experiment.spec.workload.transactions is not None
+    assert trial.cluster.spec.config.transaction_state_log_replication_factor == 3
+    [cell] = run_matrix(explore_session("local[2]"), loaded, 2, [TRANSACTIONAL],
+                        {"crash": ("kill",)})
+    assert (cell.runs, cell.errors, cell.losses) == (2, 0, 0)
+    assert "acks=all RF=3 minISR=2 unclean=off fsync=never rules=current transactions" in \
+        markdown_table([cell])
 
 
 def test_the_wilson_interval_is_sound_at_the_edges() -> None:

@@ -1,8 +1,6 @@
 """Every experiment of the library gives, in simulation, the verdict it expects (and gives on
 local processes: benchmarks/RESULTS.md's reliability rows), by the mechanism its comment
-names, as the pods tests hold the same for Kubernetes. A transactional workload whose
-consumers are a group's members is not simulated yet (the member model does not read
-committed): `undertow run --platform sim` refuses it, naming why.
+names, as the pods tests hold the same for Kubernetes.
 
 The history is checked with the Spark-free checker (``undertow_history.checker``), which
 gives the Spark analysis's verdict and counts (``tests/analysis/test_checker.py``). The
@@ -11,16 +9,13 @@ simulations run two at a time, one per core, before the tests look at them."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from small_experiment import small_experiment
 
-from undertow.sim.world import not_simulated, run_simulated
+from undertow.sim.world import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import Summary, check_history
 
@@ -63,18 +58,3 @@ def test_the_simulation_gives_the_expected_verdict(
     if path.stem in MECHANISMS:
         assert max(summary.mechanisms, key=summary.mechanisms.__getitem__) == \
             MECHANISMS[path.stem], summary.mechanisms
-
-
-def test_an_experiment_the_simulation_cannot_run_is_refused_before_it_starts(
-        tmp_path: Path) -> None:
-    experiment = tmp_path / "txn-group.yaml"
-    experiment.write_text(small_experiment("txn-group", workload={
-        "retries": 3, "transactions": "{}", "consumer": "{mode: subscribe}"}))
-    assert not_simulated(load_experiment(experiment)) is not None
-    run = subprocess.run([sys.executable, "-m", "undertow", "run", str(experiment),
-                          "--platform", "sim", "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2, run.stdout + run.stderr
-    assert ("workload.transactions with consumer.mode subscribe: the simulated group members "
-            "do not read committed yet") in run.stderr
-    assert not (tmp_path / "out" / "history").exists()

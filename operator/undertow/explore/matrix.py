@@ -2,10 +2,12 @@
 faults, as a probability per cell.
 
 Configurations are acks x min.insync.replicas x replication factor x unclean election x
-fsync policy x rule set, on the file's cluster, topic and workload; fault classes are groups
-of fault kinds. Every cell gets the same budget of drawn schedules (the same seeds in every
-cell, so cells differ only by what they vary), all run as one Spark job; a cell's probability
-of loss comes with its 95 % Wilson score interval and the mechanism behind most of its losses.
+fsync policy x rule set, on the file's cluster, topic and workload, and one transactional
+row (`TRANSACTIONAL`: the safe configuration with transactional producers); fault classes
+are groups of fault kinds. Every cell gets the
+same budget of drawn schedules (the same seeds in every cell, so cells differ only by what
+they vary), all run as one Spark job; a cell's probability of loss comes with its 95 % Wilson
+score interval and the mechanism behind most of its losses.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from undertow.explore.runs import Outcome, dominant
 from undertow.spec import LoadedExperiment
+from undertow.spec.workload import Workload
 
 Z_95 = 1.959964
 
@@ -35,13 +38,17 @@ class Configuration:
     """``current``: Kafka 4.2's (leader epochs, KAFKA-15583's HW rule, KIP-966's ELR);
     ``legacy``: pre-KIP-101 high-watermark truncation, the HW rule of Kafka <= 3.6 and no
     ELR."""
+    transactional: bool = False
+    """The producers are transactional (`workload.transactions` with its defaults), with
+    `__transaction_state` replicated as the topic is."""
 
     @property
     def label(self) -> str:
         return (f"acks={self.acks} RF={self.replication_factor} "
                 f"minISR={self.min_insync_replicas} "
                 f"unclean={'on' if self.unclean else 'off'} "
-                f"fsync={'each' if self.fsync else 'never'} rules={self.rules}")
+                f"fsync={'each' if self.fsync else 'never'} rules={self.rules}"
+                + (" transactions" if self.transactional else ""))
 
     def broker_config(self) -> dict[str, Any]:
         config: dict[str, Any] = {
@@ -53,6 +60,10 @@ class Configuration:
             config.update({"replication.truncation.mode": "high-watermark",
                            "high.watermark.min.isr.rule": "legacy",
                            "eligible.leader.replicas.version": 0})
+        if self.transactional:
+            config.update({"transaction.state.log.replication.factor":
+                           self.replication_factor,
+                           "transaction.state.log.min.isr": self.min_insync_replicas})
         return config
 
     def apply(self, loaded: LoadedExperiment) -> LoadedExperiment:
@@ -65,6 +76,10 @@ class Configuration:
             "config": type(cluster_spec.config).model_validate(merged)})})
         spec = loaded.experiment.spec
         workload = spec.workload.model_copy(update={"acks": self.acks})
+        if self.transactional:
+            workload = Workload.model_validate({
+                **workload.model_dump(by_alias=True, exclude_none=True), "transactions": {},
+                "retries": max(workload.retries, 1)})
         topic = spec.topic.model_copy(update={"replication_factor": self.replication_factor})
         experiment = loaded.experiment.model_copy(update={"spec": spec.model_copy(update={
             "workload": workload, "topic": topic})})
@@ -79,6 +94,11 @@ DEFAULT_AXES: dict[str, tuple[Any, ...]] = {
     "fsync": (False, True),
     "rules": ("current", "legacy"),
 }
+TRANSACTIONAL = Configuration(acks="all", min_insync_replicas=2, replication_factor=3,
+                              unclean=False, fsync=False, rules="current", transactional=True)
+"""The transactional row: the configuration Kafka recommends, with transactional producers
+(transactional.id, read_committed consumers) and `__transaction_state` replicated as the
+topic."""
 FAULT_CLASSES: dict[str, tuple[str, ...]] = {
     "crash": ("kill",),
     "power loss": ("power-loss",),
@@ -165,7 +185,7 @@ def run_matrix(spark: Any, loaded: LoadedExperiment, budget: int,
     from undertow.explore.space import FaultSpace
     from undertow.explore.spark import outcomes
 
-    configs = configurations() if configs is None else configs
+    configs = [*configurations(), TRANSACTIONAL] if configs is None else configs
     classes = dict(FAULT_CLASSES if fault_classes is None else fault_classes)
     if loaded.cluster.spec.storage.type != "ephemeral":
         classes.pop("disk loss", None)  # a deleted pod keeps its disk: nothing to lose

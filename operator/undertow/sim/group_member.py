@@ -39,7 +39,8 @@ The member's model (librdkafka's ``rdkafka_cgrp.c``, with the workload's setting
   ``committed`` lines, and each partition resumes from its committed offset or, with none,
   from its log start (``auto.offset.reset=earliest``: ListOffsets -2; also on
   OFFSET_OUT_OF_RANGE). It fetches from each partition's leader as the assign-mode consumer
-  does (``fetch.wait.max.ms`` 500), at the group's ``isolation.level``.
+  does (``fetch.wait.max.ms`` 500), at the group's ``isolation.level``, dropping control
+  batches and (read committed) aborted transactions' batches as it does.
 - **Heartbeats** every ``heartbeat.interval.ms``, one at a time, each bounded by
   ``session.timeout.ms``. REBALANCE_IN_PROGRESS: the eager rebalance, the partitions revoked
   (``manual``: the application's synchronous commit first; ``auto``: librdkafka commits the
@@ -90,7 +91,6 @@ from minibroker.cluster.types import (
     FetchResult,
     TopicPartition,
 )
-from minibroker.storage.records import decode_values
 from undertow.runner.group_member import GroupSettings, commit_outcome
 from undertow.runner.history import HistoryWriter
 from undertow.runner.values import decode_value
@@ -102,6 +102,7 @@ from undertow.sim.clients import (
     Endpoint,
     Metadata,
     NetworkError,
+    committed_records,
 )
 
 PROTOCOL = "range"
@@ -177,6 +178,7 @@ class SimGroupMember:
         self._rebalance_timeout_ms: int = config["max.poll.interval.ms"]
         self._auto = bool(config["enable.auto.commit"])
         self._commit_ms: int = settings.commit_interval_ms
+        self._isolation_level = settings.isolation_level
         self._isolation = 1 if settings.isolation_level == "read_committed" else 0
         self._require_stable = self._isolation == 1
         self.closed = False
@@ -638,12 +640,16 @@ class SimGroupMember:
                 self._retry(token, p, self._fetch)
                 return
             now = self._clock_s()
-            for offset, value in decode_values(result.records):
+            records, end = committed_records(result.records, result.aborted_transactions)
+            for offset, value in records:
                 if offset >= self._fetch_positions[p]:
                     self._history.read(consumer=self.name, phase="run", topic=self._topic,
                                        partition=p, offset=offset, value=decode_value(value),
-                                       t=now, generation=self._generation)
+                                       t=now, generation=self._generation,
+                                       isolation=self._isolation_level)
                     self._fetch_positions[p] = self._positions[p] = offset + 1
+            if end is not None and end > self._fetch_positions[p]:  # past markers, aborts
+                self._fetch_positions[p] = self._positions[p] = end
             self._fetch(token, p)
 
         self._call(leader[1], ("fetch", request), FETCH_WAIT_MAX_MS + SOCKET_TIMEOUT_MS,

@@ -18,23 +18,9 @@ from undertow.sim.timing import NOMINAL, Timing
 from undertow.spec import LoadedExperiment, choose_seed
 
 
-def not_simulated(loaded: LoadedExperiment) -> str | None:
-    """Why `loaded` cannot run in simulation, or None when it can: the group member model
-    does not read committed yet, which a transactional workload's members must."""
-    workload = loaded.experiment.spec.workload
-    if workload.transactions is not None and workload.consumer.mode == "subscribe":
-        return ("workload.transactions with consumer.mode subscribe: the simulated group "
-                "members do not read committed yet; run the experiment on local processes "
-                "(undertow run FILE) or on pods, or with assign-mode consumers")
-    return None
-
-
 def simulated_platform(loaded: LoadedExperiment, root: Path, seed: int,
                        timing: Timing = NOMINAL) -> SimulatedPlatform:
     """The experiment's cluster in simulation, its nodes' data under ``root``."""
-    reason = not_simulated(loaded)
-    if reason is not None:
-        raise ValueError(reason)
     cluster = loaded.cluster.spec
     shutil.rmtree(root, ignore_errors=True)  # the nodes' data start empty
     return SimulatedPlatform(root, cluster.brokers, cluster.config.as_overrides(),
