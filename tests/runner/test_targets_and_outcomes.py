@@ -13,6 +13,7 @@ from undertow.cluster_view import view_from_states
 from undertow.runner.group_member import commit_outcome, generation_of
 from undertow.runner.outcomes import LeaderEpochGate, classify
 from undertow.runner.targets import TargetError, resolve, role_label
+from undertow.runner.transactional_producer import aborts
 from undertow.runner.values import decode_value
 from undertow.spec import TargetSelector
 
@@ -90,6 +91,26 @@ def test_the_group_coordinator_is_the_leader_of_the_groups_offsets_partition() -
         resolve(coordinator, CONTROLLER, "t", random.Random(1), "g")
     with pytest.raises(TargetError, match="no consumer group"):
         resolve(coordinator, view, "t", random.Random(1), None)
+
+
+def test_the_txn_coordinator_is_the_leader_of_the_first_producers_state_partition() -> None:
+    """TransactionStateManager.partitionFor: "undertow-p0".hashCode() is 1165093033, so its
+    state lives in partition 1165093033 % 10 = 3 of __transaction_state."""
+    state = {str(p): {"leader": 2 if p == 3 else 0, "isr": [0], "replicas": [0],
+                      "leader_epoch": 0} for p in range(10)}
+    view = view_from_states({"brokers": [{"id": b, "fenced": False} for b in range(3)],
+                             "topics": {"t": {"partitions": {}},
+                                        "__transaction_state": {"partitions": state}}})
+    assert view.transaction_partition("undertow-p0").partition == 3
+    coordinator = TargetSelector(role="txn-coordinator")
+    assert resolve(coordinator, view, "t", random.Random(1)) == ["broker-2"]
+    with pytest.raises(TargetError, match="__transaction_state does not exist yet"):
+        resolve(coordinator, CONTROLLER, "t", random.Random(1))
+    state["3"]["leader"] = -1
+    offline = view_from_states({"brokers": [{"id": 0, "fenced": False}],
+                                "topics": {"__transaction_state": {"partitions": state}}})
+    with pytest.raises(TargetError, match="__transaction_state-3 has no leader"):
+        resolve(coordinator, offline, "t", random.Random(1))
 
 
 def test_a_members_generation_and_commit_outcomes() -> None:
@@ -175,3 +196,10 @@ def test_what_the_gate_cannot_confirm_is_indeterminate() -> None:
 def test_a_partition_missing_from_the_metadata_is_named() -> None:
     with pytest.raises(TargetError, match="partition t-7 is not in the cluster's metadata"):
         pick(role="leader", partition=7)
+
+
+def test_the_aborted_transactions_are_spread_evenly() -> None:
+    assert [n for n in range(30) if aborts(n, 0.1)] == [9, 19, 29]
+    assert [n for n in range(12) if aborts(n, 0.25)] == [3, 7, 11]
+    assert not any(aborts(n, 0.0) for n in range(50))
+    assert all(aborts(n, 1.0) for n in range(50))
