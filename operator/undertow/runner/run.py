@@ -48,6 +48,7 @@ from undertow.runner.verdict import agreement_text, disagreement, first_verdict
 from undertow.runner.workload import WorkloadConfig, outcomes_wait_s
 from undertow.runner.world import READY_TIMEOUT_S, World
 from undertow.spec import LoadedExperiment, PlannedFault, choose_seed, plan
+from undertow_history.checker import HANGING_GRACE_S
 
 log = logging.getLogger("undertow.run")
 
@@ -114,7 +115,7 @@ def max_run_duration_s(loaded: LoadedExperiment) -> float:
     the drain). The platform's own start and the faults' recovery are not counted."""
     return (2 * READY_TIMEOUT_S + loaded.experiment.spec.workload.duration
             + outcomes_wait_s(workload_config(loaded)) + HEAL_TIMEOUT_S + COMMIT_TIMEOUT_S
-            + DRAIN_TIMEOUT_S)
+            + transactions_end_timeout_s(workload_config(loaded)) + DRAIN_TIMEOUT_S)
 
 
 def partitions_healthy(platform: Platform, topic: str, replication_factor: int) -> bool:
@@ -131,6 +132,25 @@ def partitions_committed(platform: Platform, topic: str) -> bool:
     return bool(partitions) and all(
         p.has_leader and p.high_watermark is not None and p.leader in p.log_end_offsets
         and p.high_watermark >= p.log_end_offsets[p.leader] for p in partitions)
+
+
+def transactions_ended(platform: Platform, topic: str) -> bool:
+    """Every partition's last stable offset has reached its high watermark: no transaction
+    is open on it. Once the producers have stopped, a transaction still open ends within its
+    timeout (the coordinator aborts it, `TransactionStateManager.timedOutTransactions`), and a
+    drain that read committed before then would count what lies past it lost."""
+    partitions = platform.cluster_view(replicas=True).topic_partitions(topic)
+    return bool(partitions) and all(
+        p.last_stable_offset is None or p.high_watermark is None
+        or p.last_stable_offset >= p.high_watermark for p in partitions)
+
+
+def transactions_end_timeout_s(cfg: WorkloadConfig) -> float:
+    """How long the run waits for the transactions still open to end: the producers'
+    transaction.timeout.ms and the hanging-transaction check's grace (HANGING_GRACE_S), past
+    which one still open is a hanging transaction; 0 without transactions."""
+    return 0.0 if cfg.transactions is None else \
+        cfg.transactions.timeout_ms / 1000 + HANGING_GRACE_S
 
 
 def _settle(meta: dict[str, Any], key: str, wait: Callable[[], None]) -> None:
@@ -314,6 +334,11 @@ def run_phases(world: World, loaded: LoadedExperiment, platform: Platform,
             _settle(meta, "committed", lambda: world.until(
                 lambda: partitions_committed(platform, topic), COMMIT_TIMEOUT_S,
                 "every high watermark to reach its leader's log end", abort))
+        if meta["healed"] and cfg.transactions is not None:
+            _settle(meta, "transactions_ended", lambda: world.until(
+                lambda: transactions_ended(platform, topic), transactions_end_timeout_s(cfg),
+                "every transaction left open to end (each partition's last stable offset to "
+                "reach its high watermark)", abort))
         phases.mark("recovery")
         workload.stop_consumers()
         if group_id is not None:
