@@ -44,6 +44,7 @@ LIBRARY = {
     "last-replica-standing-no-elr": "loss",
     "txn-coordinator-kill": "clean",
     "txn-partition-leader-kill": "clean",
+    "txn-state-rf1-power-loss": "loss",
 }
 
 
