@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -50,6 +50,52 @@ def aborts(n: int, ratio: float) -> bool:
     """Whether transaction n (from 0) is one the workload aborts: `ratio` of them, spread
     evenly and deterministically (0.1: transactions 9, 19, 29, ...)."""
     return int((n + 1) * ratio) > int(n * ratio)
+
+
+class SentRecord(Protocol):
+    """A send of a transaction, as a producer (real or simulated) keeps it."""
+
+    value: str
+    partition: int
+    t_invoke: float
+    offset: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A transaction that ended: whose, and how."""
+
+    producer: str
+    topic: str
+    transactional_id: str
+    txn: str
+    intent: str
+    status: str
+    error: str | None
+    t_begin: float
+    t_end_invoke: float | None
+    t_complete: float
+
+
+def record_transaction(history: HistoryWriter, record_send: Callable[[dict[str, Any]], None],
+                       ended: Ended, sends: Sequence[SentRecord]) -> None:
+    """Each send's line with its transaction's outcome (a send of a committed transaction
+    without an acknowledged offset is `info`), then the transaction's line."""
+    for send in sends:
+        committed = ended.status == "ok" and send.offset is not None and send.offset >= 0
+        record_send({
+            "producer": ended.producer, "value": send.value, "topic": ended.topic,
+            "partition": send.partition,
+            "status": ended.status if ended.status != "ok" or committed else "info",
+            "offset": send.offset if committed else None,
+            "error": None if committed else (send.error or ended.error or "ABORTED"),
+            "t_invoke": send.t_invoke, "t_complete": ended.t_complete, "txn": ended.txn})
+    history.transaction(
+        producer=ended.producer, txn=ended.txn, transactional_id=ended.transactional_id,
+        intent=ended.intent, status=ended.status, error=ended.error,
+        values=[s.value for s in sends], t_begin=ended.t_begin,
+        t_end_invoke=ended.t_end_invoke, t_complete=ended.t_complete)
 
 
 @dataclass
@@ -240,15 +286,7 @@ class TransactionalProducer:
     def _write(self, txn: str, intent: str, status: str, error: str | None,
                sends: list[_Send], t_begin: float, t_end_invoke: float,
                t_complete: float) -> None:
-        for send in sends:
-            committed = status == "ok" and send.offset is not None and send.offset >= 0
-            self._record_send({
-                "producer": self.name, "value": send.value, "topic": self._topic,
-                "partition": send.partition, "status": status if status != "ok" or committed
-                else "info", "offset": send.offset if committed else None,
-                "error": None if committed else (send.error or error or "ABORTED"),
-                "t_invoke": send.t_invoke, "t_complete": t_complete, "txn": txn})
-        self._history.transaction(
-            producer=self.name, txn=txn, transactional_id=self.transactional_id,
-            intent=intent, status=status, error=error, values=[s.value for s in sends],
-            t_begin=t_begin, t_end_invoke=t_end_invoke, t_complete=t_complete)
+        record_transaction(
+            self._history, self._record_send, Ended(
+                self.name, self._topic, self.transactional_id, txn, intent, status, error,
+                t_begin, t_end_invoke, t_complete), sends)

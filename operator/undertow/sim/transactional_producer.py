@@ -40,7 +40,12 @@ from typing import Any
 from minibroker.cluster.types import ErrorCode, ProduceResult, TopicPartition
 from minibroker.storage.records import TRANSACTIONAL_FLAG, build_batch
 from undertow.runner.history import HistoryWriter
-from undertow.runner.transactional_producer import TxnSettings, aborts
+from undertow.runner.transactional_producer import (
+    Ended,
+    TxnSettings,
+    aborts,
+    record_transaction,
+)
 from undertow.runner.values import SEPARATOR
 from undertow.sim.clients import (
     LEADER_MOVED,
@@ -360,19 +365,10 @@ class SimTransactionalProducer:
                           answered)
 
     def _finish(self, txn: _Txn, status: str, error: str | None, fatal: bool = False) -> None:
-        t_complete = self._clock_s()
-        for s in txn.sends:
-            committed = status == "ok" and s.offset is not None
-            self._record_send({
-                "producer": self.name, "value": s.value, "topic": self._topic,
-                "partition": s.partition, "status": status if status != "ok" or committed
-                else "info", "offset": s.offset if committed else None,
-                "error": None if committed else (s.error or error or "ABORTED"),
-                "t_invoke": s.t_invoke, "t_complete": t_complete, "txn": txn.name})
-        self._history.transaction(
-            producer=self.name, txn=txn.name, transactional_id=self.transactional_id,
-            intent=txn.intent, status=status, error=error, values=[s.value for s in txn.sends],
-            t_begin=txn.t_begin, t_end_invoke=txn.t_end_invoke, t_complete=t_complete)
+        record_transaction(
+            self._history, self._record_send, Ended(
+                self.name, self._topic, self.transactional_id, txn.name, txn.intent, status,
+                error, txn.t_begin, txn.t_end_invoke, self._clock_s()), txn.sends)
         self._txn, self._ending, self._fatal = None, False, False
         # KIP-360, as librdkafka: an aborted transaction with a batch whose answer was lost
         # may have written it, so its sequence numbers cannot go on: the epoch is bumped.
