@@ -242,7 +242,7 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
             "end": start + duration + 2, "idempotent": idempotent, "expect": "loss",
             "incomplete": False, "incomplete_reason": None,
             "consumer_group": GROUP if group else None, "faults_skipped": [],
-            "transactions": None}
+            "transactions": None, "pipeline": None}
     (out / "meta.json").write_text(json.dumps(meta))
     kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]
     with open(out / "faults.jsonl", "w") as f:

@@ -67,7 +67,8 @@ class Group:
     reads: the members' reads (reads.jsonl's run reads with a generation): member,
     generation, topic, partition, offset, value, t, and line, their order in the file;
     actions: groups.jsonl's usable lines (member, generation, type, topic, partition, offset,
-    status, t_invoke, t); start: the run's start, from which details count seconds."""
+    status, t_invoke, t); start: the report's zero (`report.clock_zero`: the workload's
+    start), from which details count seconds."""
 
     reads: DataFrame
     actions: DataFrame
@@ -86,7 +87,10 @@ class Transactions:
     generation in `subscribe` mode), phase, topic, partition, offset, value, t; samples:
     cluster.jsonl's lines with a high watermark and a last stable offset (t, topic,
     partition, high_watermark, last_stable_offset); timeout_s, the producers'
-    `transaction.timeout.ms`; start: the run's start, from which details count seconds."""
+    `transaction.timeout.ms`; start: the report's zero (`report.clock_zero`: the workload's
+    start), from which details count seconds; pipeline: a consume-transform-produce
+    pipeline's input and output topics, None without one; commits: groups.jsonl's
+    acknowledged commits (topic, partition, offset, t)."""
 
     txns: DataFrame
     sends: DataFrame
@@ -94,6 +98,8 @@ class Transactions:
     samples: DataFrame
     timeout_s: float
     start: float
+    pipeline: tuple[str, str] | None
+    commits: DataFrame
 
 
 FINDING_TYPES = {"topic": "string", "partition": "int", "offset": "bigint", "value": "string",
@@ -343,6 +349,73 @@ def hanging_transaction(tx: Transactions) -> DataFrame:
     return _finding(runs, t_read=F.col("_from"), detail=detail)
 
 
+OUTPUT_SEPARATOR = "/"
+"""A pipeline's output value is `{input value}/{transaction}` (`runner.pipeline_member`)."""
+
+
+def _pipeline_drains(tx: Transactions) -> tuple[DataFrame, DataFrame]:
+    """The drain's reads of the pipeline's input topic, and of its output topic with each
+    output's `input` value; both empty without a pipeline."""
+    from pyspark.sql import functions as F
+
+    input_topic, output_topic = tx.pipeline or ("", "")
+    drained = tx.reads.filter((F.col("phase") == "drain") & F.lit(tx.pipeline is not None))
+    inputs = drained.filter(F.col("topic") == input_topic)
+    outputs = drained.filter(F.col("topic") == output_topic).select(
+        "*", F.regexp_extract("value", f"^(.*){OUTPUT_SEPARATOR}[^{OUTPUT_SEPARATOR}]*$", 1)
+        .alias("input"))
+    return inputs, outputs
+
+
+def duplicate_output(tx: Transactions) -> DataFrame:
+    """The pipeline's output topic, drained `read_committed`, holds the result of one input
+    record more than once: two transactions that both committed transformed it, which
+    exactly-once forbids (the second should have been fenced, or have read past the first's
+    committed offsets). One row per such input: value the input, where the last copy lies,
+    t_commit when the transaction that wrote it committed."""
+    from pyspark.sql import functions as F
+
+    _, outputs = _pipeline_drains(tx)
+    committed = F.broadcast(tx.txns.select("txn", F.col("t_complete").alias("_t")))
+    copies = (outputs.filter(F.col("input") != "").groupBy("input").agg(
+        F.count_distinct("partition", "offset").alias("_n"),
+        F.min(F.struct("partition", "offset", "value")).alias("_a"),
+        F.max(F.struct("partition", "offset", "value", "topic")).alias("_b"))
+        .filter(F.col("_n") > 1))
+    last = copies.join(tx.sends.select(F.col("value").alias("_value"), "txn"),
+                       F.col("_b.value") == F.col("_value"), "left").join(committed, "txn",
+                                                                          "left")
+    detail = F.format_string(
+        "input %s was transformed into %d committed output records: %s at %s-%d offset %d "
+        "and %s at offset %d", "input", "_n", "_a.value", "_b.topic", "_a.partition",
+        "_a.offset", "_b.value", "_b.offset")
+    return _finding(last, topic=F.col("_b.topic"), partition=F.col("_b.partition"),
+                    offset=F.col("_b.offset"), value=F.col("input"), t_commit=F.col("_t"),
+                    detail=detail)
+
+
+def missing_output(tx: Transactions) -> DataFrame:
+    """An input record below an offset the pipeline's group committed (an acknowledged commit,
+    the offsets committed with a transaction) has no record in the drained output topic: the
+    offsets committed without the output they stand for. One row per such input record:
+    committed the offset, t_commit when it was committed."""
+    from pyspark.sql import functions as F
+
+    inputs, outputs = _pipeline_drains(tx)
+    committed = F.broadcast(tx.commits.filter(F.col("topic") == (tx.pipeline or ("",))[0])
+                            .groupBy("partition").agg(
+        F.max_by(F.struct("offset", "t"), "offset").alias("_c")))
+    missing = (inputs.join(committed, "partition").filter(F.col("offset") < F.col("_c.offset"))
+               .join(outputs.select(F.col("input").alias("value")).distinct(), "value",
+                     "left_anti"))
+    detail = F.format_string(
+        "the pipeline's group committed %s-%d up to offset %d at +%.1f s, past this record, "
+        "and its output topic holds no record of it", "topic", "partition", "_c.offset",
+        F.col("_c.t") - tx.start)
+    return _finding(missing, committed=F.col("_c.offset"), t_commit=F.col("_c.t"),
+                    detail=detail)
+
+
 def _finding(rows: DataFrame, **columns: Column | None) -> DataFrame:
     """`rows` as findings (`FINDING`): each column as given (None: null), else the row's own
     of that name (where, which value), else null."""
@@ -472,6 +545,12 @@ KINDS = (
          checker=hanging_transaction, scope=TRANSACTIONS,
          help="stretches in which a partition's last stable offset stayed stuck behind an "
               "open transaction past transaction.timeout.ms", fault_at="t_read"),
+    Kind("duplicate_output", "duplicate_outputs", loss=False, checker=duplicate_output,
+         scope=TRANSACTIONS, help="input records whose result a pipeline's committed output "
+                                  "holds more than once", fault_at="t_commit"),
+    Kind("missing_output", "missing_outputs", loss=True, checker=missing_output,
+         scope=TRANSACTIONS, help="input records below an offset a pipeline committed, with "
+                                  "no record in its committed output", fault_at="t_commit"),
 )
 COUNTS = tuple(k.count for k in KINDS)
 """The anomaly counts of report.json, in its order."""

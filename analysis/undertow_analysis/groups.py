@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from undertow_analysis import checks
 from undertow_analysis.anomalies import FINDING, GROUP_KINDS, Group
 from undertow_analysis.io import History
+from undertow_analysis.report import clock_zero
 
 MEMBER_READ = ("consumer", "generation", "topic", "partition", "offset", "value", "t")
 
@@ -57,7 +58,7 @@ def group_history(history: History) -> Group | None:
              .select(F.col("consumer").alias("member"), *MEMBER_READ[1:], "line")
              .repartition("topic", "partition"))
     return Group(reads=reads, actions=history.usable("groups"),
-                 start=float(history.meta.get("start") or 0.0))
+                 start=clock_zero(history.meta, None))
 
 
 def _ok_commits(actions: DataFrame) -> DataFrame:

@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 
 from undertow_analysis.anomalies import FINDING, TXN_KINDS, Transactions
 from undertow_analysis.io import History
-from undertow_history.checker import transaction_timeout_s
+from undertow_analysis.report import clock_zero
+from undertow_history.checker import pipeline_topics, transaction_timeout_s
 
 
 def reader(consumer: Any, generation: Any) -> Any:
@@ -46,7 +47,10 @@ def txn_history(history: History) -> Transactions | None:
         sends=history.usable("sends").filter(F.col("txn").isNotNull())
         .select("txn", "value", "topic", "partition", "offset", "status"),
         reads=reads, samples=samples, timeout_s=transaction_timeout_s(history.meta),
-        start=float(history.meta.get("start") or 0.0))
+        start=clock_zero(history.meta, None), pipeline=pipeline_topics(history.meta),
+        commits=history.usable("groups").filter(
+            (F.col("type") == "commit") & (F.col("status") == "ok")
+            & F.col("offset").isNotNull()).select("topic", "partition", "offset", "t"))
 
 
 def findings(tx: Transactions) -> DataFrame:

@@ -75,6 +75,8 @@ KINDS = (
     Kind("read_past_lso", "reads_past_lso", loss=False),
     Kind("torn_transaction", "torn_transactions", loss=False),
     Kind("hanging_transaction", "hanging_transactions", loss=False),
+    Kind("duplicate_output", "duplicate_outputs", loss=False),
+    Kind("missing_output", "missing_outputs", loss=True),
 )
 COUNTS = tuple(k.count for k in KINDS)
 """The anomaly counts of report.json, in its order."""
@@ -824,6 +826,7 @@ def _deposed(events: _Events, led: list[tuple[float, int | None, int | None, int
 # ---- transactions (`undertow_analysis.transactions`, the transaction checkers of `anomalies`)
 
 HANGING_GRACE_S = 15.0  # anomalies.HANGING_GRACE_S
+OUTPUT_SEPARATOR = "/"  # anomalies.OUTPUT_SEPARATOR
 SAMPLE_GAP_S = 1.0  # anomalies.SAMPLE_GAP_S
 DEFAULT_TIMEOUT_S = 60.0
 """Kafka's `transaction.timeout.ms` default, for a history whose meta.json does not say."""
@@ -842,17 +845,56 @@ def transaction_timeout_s(meta: dict[str, Any]) -> float:
     return float(timeout)
 
 
+def pipeline_topics(meta: dict[str, Any]) -> tuple[str, str] | None:
+    """meta.json's pipeline (`workload.pipeline`) as (input topic, output topic), None
+    without one; another shape is a clear error."""
+    pipeline = meta.get("pipeline")
+    if pipeline is None:
+        return None
+    topics = tuple(pipeline.get(k) for k in ("input_topic", "output_topic")) \
+        if isinstance(pipeline, dict) else ()
+    if len(topics) != 2 or not all(isinstance(t, str) for t in topics):
+        raise ValueError(f"meta.json's pipeline must be {{input_topic: string, output_topic: "
+                         f"string, ...}}, got {pipeline!r}")
+    return topics[0], topics[1]
+
+
 def _transaction_counts(history: Path, meta: dict[str, Any], txns_path: Path,
                         sends: list[_TxnSend],
                         reads: list[tuple[str | None, str, str, int, int, str, float]],
-                        counts: dict[str, int]) -> None:
+                        committed: dict[tuple[str, int], int], counts: dict[str, int]) -> None:
     """The transaction checkers' counts (`anomalies.read_past_lso`, `torn_transaction`,
-    `hanging_transaction`), as their joins count rows."""
+    `hanging_transaction`, `duplicate_output`, `missing_output`), as their joins count
+    rows; `committed`: the group's committed positions."""
     txns = [row for (row,) in _rows(txns_path, _TXNS) if row is not None]
     timeout_s = transaction_timeout_s(meta)
     counts["reads_past_lso"] = _reads_past_lso(txns, sends, reads)
     counts["torn_transactions"] = _torn_transactions(txns, sends, reads)
     counts["hanging_transactions"] = _hanging_transactions(_samples(history), timeout_s)
+    pipeline = pipeline_topics(meta)
+    if pipeline is not None:
+        counts["duplicate_outputs"], counts["missing_outputs"] = _pipeline_outputs(
+            pipeline, reads, committed)
+
+
+def _pipeline_outputs(pipeline: tuple[str, str],
+                      reads: list[tuple[str | None, str, str, int, int, str, float]],
+                      committed: dict[tuple[str, int], int]) -> tuple[int, int]:
+    """`anomalies.duplicate_output` and `missing_output`: of the drain's reads, the inputs
+    whose output lies at two positions or more of the output topic, and the input records
+    below their partition's committed offset (`committed`) with no output."""
+    input_topic, output_topic = pipeline
+    positions: dict[str, set[tuple[int, int]]] = {}
+    for _reader, phase, topic, partition, offset, value, _t in reads:
+        if phase == "drain" and topic == output_topic:
+            head, separator, _txn = value.rpartition(OUTPUT_SEPARATOR)
+            if separator and head:
+                positions.setdefault(head, set()).add((partition, offset))
+    duplicates = sum(1 for found in positions.values() if len(found) > 1)
+    missing = sum(1 for _reader, phase, topic, partition, offset, value, _t in reads
+                  if phase == "drain" and topic == input_topic
+                  and offset < committed.get((topic, partition), -1) and value not in positions)
+    return duplicates, missing
 
 
 def _reads_past_lso(txns: list[dict[str, Any]], sends: list[_TxnSend],
@@ -1120,7 +1162,8 @@ def check_history(history_dir: Path) -> Summary:
         counts["non_monotonic_polls"] = _non_monotonic_polls(read.member_reads)
     if transactional:
         assert txn_sends is not None
-        _transaction_counts(history, meta, txns, txn_sends, read.committed_reads, counts)
+        _transaction_counts(history, meta, txns, txn_sends, read.committed_reads, committed,
+                            counts)
     counts["inconsistent_offsets"] = len(read.inconsistent)
     failed, indeterminate, lost = _by_value(sent, read, committed, counts)
     mechanisms: Counter[str] = Counter()

@@ -175,6 +175,12 @@ META = HistoryFile("meta.json", (
                                   "`{\"timeout_s\"}`, their `transaction.timeout.ms` in "
                                   "seconds, which the hanging-transaction check reads; null "
                                   "without transactions", nullable=True),
+    Field("pipeline", OBJECT, "a consume-transform-produce pipeline (`workload.pipeline`): "
+                              "`{\"input_topic\", \"output_topic\", \"members\", "
+                              "\"drain\"}`, the drain of the output topic as `drain` gives "
+                              "the topic's (null until it ran); the duplicate- and "
+                              "missing-output checks read the output topic's drain against "
+                              "the input topic's; null without a pipeline", nullable=True),
     Field("faults_skipped", array_of(OBJECT), "the planned faults the nemesis did not inject, "
                                               "each `{\"index\", \"kind\", \"reason\"}` "
                                               "(a target that never came back in time, an "
@@ -236,7 +242,9 @@ READS = HistoryFile("reads.jsonl", (
 
 # Transactional producers (`workload.transactions`): one line per transaction, when it ended.
 TXNS = HistoryFile("txns.jsonl", (
-    Field("producer", STRING, "the producer that ran it: `p0`, `p1`, ..."),
+    Field("producer", STRING, "the producer that ran it: `p0`, `p1`, ...; a pipeline "
+                              "member's process: `c0.0`, `c0.1` (member c0's first and "
+                              "second process)"),
     Field("txn", STRING, "the transaction's name, which its sends' `txn` gives: "
                          "`{producer}-t{n}`, n counting from 0"),
     Field("transactional_id", STRING, "the producer's `transactional.id`"),
@@ -248,14 +256,20 @@ TXNS = HistoryFile("txns.jsonl", (
                             "the producer failed fatally while it was out): its records may "
                             "or may not become visible", values=("ok", "fail", "info")),
     Field("error", STRING, "the Kafka error that decided a `fail` or an `info`, e.g. "
-                           "`_TIMED_OUT`, `INVALID_PRODUCER_EPOCH`; null for a plain commit or "
-                           "abort", nullable=True),
+                           "`_TIMED_OUT`, `INVALID_PRODUCER_EPOCH`, or `MEMBER_DIED` (a "
+                           "pipeline member's process died with it open: `fail` when it had "
+                           "not called the commit, `info` when it had); null for a plain "
+                           "commit or abort", nullable=True),
     Field("values", array_of(STRING), "the values sent in it, in order (each has its line in "
                                       "sends.jsonl)"),
     Field("t_begin", DOUBLE, "when `begin_transaction` was called"),
     Field("t_end_invoke", DOUBLE, "when the commit or abort was first called (EndTxn); "
                                   "null when the producer failed before it", nullable=True),
     Field("t_complete", DOUBLE, "when its outcome was known"),
+    Field("offsets", map_of(LONG), "a pipeline member's: input partition (as a string) to the "
+                                   "offset committed with it (`send_offsets_to_transaction`, "
+                                   "the next one to read); null for a producer's, and in a "
+                                   "history from before the field", nullable=True),
 ))
 
 # Consumer groups (`workload.consumer.mode: subscribe`): one line per group action of a member.

@@ -228,3 +228,81 @@ def txn_history() -> HistoryBuilder:
             h.sample(t=start + i * 0.5, partition=1, leader=0, isr=[0], high_watermark=12,
                      last_stable_offset=3)
     return h
+
+
+def _pipeline_txn(h: HistoryBuilder, txn: str, inputs: list[tuple[str, int, int]],
+                  outputs: list[int], status: str, *, t: float, commit: int | None,
+                  drained: bool = True) -> None:
+    """Pipeline member `txn`'s prefix transforms inputs (value, partition, offset) of `in`
+    into `out` at `outputs` (offsets, same partition) in transaction `txn`, begun at t, its
+    commit called at t + 0.5 with the input offset `commit` (None: never called) and its
+    outcome known 0.1 s later; the drain reads the outputs when `drained`."""
+    member = txn.rsplit("-t", 1)[0]
+    values = []
+    for (value, partition, offset), out_offset in zip(inputs, outputs, strict=True):
+        h.poll(member, value, partition, offset, generation=int(member[-1]) + 1, t=t,
+               topic="in")
+        out = f"{value}/{txn}"
+        h.send(out, status, t=t + 0.1, partition=partition, offset=out_offset, topic="out",
+               txn=txn, latency=0.5, error=None if status == "ok" else "MEMBER_DIED")
+        if drained:
+            h.read(out, partition, out_offset, topic="out")
+        values.append(out)
+    partition = inputs[0][1] if inputs else 1
+    h.transaction(txn, values, status, t_begin=t,
+                  t_end_invoke=None if commit is None else t + 0.5, t_complete=t + 0.6,
+                  error=None if status == "ok" else "MEMBER_DIED",
+                  offsets=None if commit is None else {str(partition): commit})
+    if commit is not None:
+        h.commit(member, partition, commit, t=t + 0.6, generation=int(member[-1]) + 1,
+                 status=status, topic="in")
+
+
+def pipeline_history() -> HistoryBuilder:
+    """A consume-transform-produce pipeline from `in` (two partitions) to `out`, its member
+    c0 killed twice and c1 replaced by a zombie-like process, with each pipeline check's
+    anomaly planted and derived by hand:
+
+    - duplicate_outputs 1: p1-1 is in out twice, from c1.0-t0 (out-1@1) and c1.1-t0
+      (out-1@3), both committed. p1-0's output read twice at one position (out-1@0) is not
+      a duplicate;
+    - missing_outputs 1: c1.1-t1 commits in-1 up to 4 with no output, so p1-3 (in-1@3) has
+      none; p0-4 (in-0@4), without output either, lies at in-0's acknowledged commit, 4, not
+      below it (c0.1-t1's 5 is indeterminate), and p0-5 past it;
+    - skipped 1: p1-3, never returned to a member, below in-1's committed 4;
+    - redelivered_past_commit 1: c1.1 returns p1-1 again, below the 2 committed before its
+      assignment;
+    - unexpected 2: the strays `/stray-a` and `/stray-b` at out-1@9 and @10, never sent (and,
+      with nothing before their `/`, the output of no input: not duplicates of one
+      another).
+
+    c0.0-t1 died before its commit was called (`fail`) and c0.1-t1 after (`info`): the
+    outputs of neither were drained.
+    """
+    h = HistoryBuilder(expect="loss", transaction_timeout_s=10.0, duration=30.0)
+    h.pipeline = ("in", "out")
+    for partition, n in ((0, 6), (1, 4)):
+        for i in range(n):
+            h.send(f"p{partition}-{i}", t=1.0, partition=partition, offset=i, topic="in")
+            h.read(f"p{partition}-{i}", partition, i, topic="in")
+    h.assign("c0.0", 0, t=1.5, generation=1, topic="in")
+    h.assign("c1.0", 1, t=1.5, generation=1, topic="in")
+    _pipeline_txn(h, "c0.0-t0", [("p0-0", 0, 0), ("p0-1", 0, 1)], [0, 1], "ok", t=2.0,
+                  commit=2)
+    _pipeline_txn(h, "c1.0-t0", [("p1-0", 1, 0), ("p1-1", 1, 1)], [0, 1], "ok", t=2.0,
+                  commit=2)
+    h.read("p1-0/c1.0-t0", 1, 0, topic="out")  # the drain reads out-1@0 again
+    _pipeline_txn(h, "c0.0-t1", [("p0-2", 0, 2), ("p0-3", 0, 3)], [2, 3], "fail", t=3.0,
+                  commit=None, drained=False)
+    h.assign("c0.1", 0, t=4.0, generation=2, committed=2, topic="in")
+    _pipeline_txn(h, "c0.1-t0", [("p0-2", 0, 2), ("p0-3", 0, 3)], [5, 6], "ok", t=5.0,
+                  commit=4)
+    _pipeline_txn(h, "c0.1-t1", [("p0-4", 0, 4)], [8], "info", t=6.0, commit=5,
+                  drained=False)
+    h.assign("c1.1", 1, t=4.0, generation=2, committed=2, topic="in")
+    _pipeline_txn(h, "c1.1-t0", [("p1-1", 1, 1), ("p1-2", 1, 2)], [3, 4], "ok", t=5.0,
+                  commit=3)
+    _pipeline_txn(h, "c1.1-t1", [], [], "ok", t=6.0, commit=4)
+    for value, offset in (("/stray-a", 9), ("/stray-b", 10)):
+        h.read(value, 1, offset, topic="out")
+    return h

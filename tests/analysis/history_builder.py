@@ -36,6 +36,7 @@ class HistoryBuilder:
     consumer_group: dict | None = None  # meta.json's consumer_group
     txns: list[dict] | None = None  # None: no txns.jsonl (no transactional producer)
     transaction_timeout_s: float | None = None  # meta.json's transactions.timeout_s
+    pipeline: tuple[str, str] | None = None  # meta.json's pipeline: (input, output topic)
 
     def send(
         self,
@@ -94,18 +95,20 @@ class HistoryBuilder:
 
     def transaction(self, txn: str, values: list[str], status: str, *, t_begin: float,
                     t_end_invoke: float | None, t_complete: float,
-                    intent: str = "commit", error: str | None = None) -> None:
+                    intent: str = "commit", error: str | None = None,
+                    offsets: dict[str, int] | None = None) -> None:
         """One txns.jsonl line: transaction `txn` of producer `txn`'s prefix, its values
-        (their sends are the caller's), its outcome and times."""
+        (their sends are the caller's), its outcome and times (a pipeline member's: the input
+        offsets committed with it)."""
         if self.txns is None:
             self.txns = []
-        producer = txn.split("-")[0]
+        producer = txn.rsplit("-t", 1)[0]
         self.txns.append({
             "producer": producer, "txn": txn, "transactional_id": f"undertow-{producer}",
             "intent": intent, "status": status, "error": error, "values": values,
             "t_begin": self.start + t_begin,
             "t_end_invoke": None if t_end_invoke is None else self.start + t_end_invoke,
-            "t_complete": self.start + t_complete})
+            "t_complete": self.start + t_complete, "offsets": offsets})
 
     def poll(self, member: str, value: str, partition: int, offset: int, *, generation: int,
              t: float, topic: str = "t") -> None:
@@ -195,6 +198,9 @@ class HistoryBuilder:
             "consumer_group": self.consumer_group, "faults_skipped": [],
             "transactions": None if self.transaction_timeout_s is None else {
                 "timeout_s": self.transaction_timeout_s},
+            "pipeline": None if self.pipeline is None else {
+                "input_topic": self.pipeline[0], "output_topic": self.pipeline[1],
+                "members": 2, "drain": None},
         }
         if self.drain is not None:
             meta["drain"] = self.drain

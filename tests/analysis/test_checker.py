@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from analysis_histories import group_history, txn_history
+from analysis_histories import group_history, pipeline_history, txn_history
 from history_builder import START, HistoryBuilder
 
 from undertow.runner.verdict import disagreement, report_summary
@@ -174,6 +174,36 @@ def hanging_transaction(h: HistoryBuilder) -> None:
                  last_stable_offset=2)
 
 
+def transformed(h: HistoryBuilder, *inputs: tuple[str, int, int], txn: str,
+                out_offset: int) -> None:
+    """Pipeline member `txn`'s prefix returned inputs (value, partition, offset) of t in
+    generation 1, and transaction `txn` committed their outputs to `out` from `out_offset`,
+    with the offsets past them; the drain read the outputs."""
+    h.pipeline, h.transaction_timeout_s = ("t", "out"), 10.0
+    member = txn.rsplit("-t", 1)[0]
+    outputs = []
+    for i, (value, partition, offset) in enumerate(inputs):
+        h.poll(member, value, partition, offset, generation=1, t=2.0)
+        out = f"{value}/{txn}"
+        h.send(out, t=2.1, partition=partition, offset=out_offset + i, topic="out", txn=txn,
+               latency=0.5)
+        h.read(out, partition, out_offset + i, topic="out")
+        outputs.append(out)
+    h.transaction(txn, outputs, "ok", t_begin=2.0, t_end_invoke=2.5, t_complete=2.6,
+                  offsets={str(inputs[-1][1]): inputs[-1][2] + 1})
+    h.commit(member, inputs[-1][1], inputs[-1][2] + 1, t=2.6, generation=1)
+
+
+def duplicate_output(h: HistoryBuilder) -> None:
+    transformed(h, ("p0-0", 0, 0), ("p0-1", 0, 1), txn="c0.0-t0", out_offset=0)
+    transformed(h, ("p0-1", 0, 1), txn="c0.1-t0", out_offset=3)  # p0-1 again
+
+
+def missing_output(h: HistoryBuilder) -> None:
+    transformed(h, ("p0-0", 0, 0), ("p0-1", 0, 1), txn="c0.0-t0", out_offset=0)
+    h.reads = [r for r in h.reads if r["value"] != "p0-1/c0.0-t0"]  # (and lost)
+
+
 KIND_CASES = {
     "lost": (lost, {"lost": 1}, "loss"),
     "misplaced": (misplaced, {"misplaced": 1}, "loss"),
@@ -190,6 +220,8 @@ KIND_CASES = {
     "read_past_lso": (read_past_lso, {"reads_past_lso": 1}, "anomalies"),
     "torn_transaction": (torn_transaction, {"torn_transactions": 1}, "anomalies"),
     "hanging_transaction": (hanging_transaction, {"hanging_transactions": 1}, "anomalies"),
+    "duplicate_output": (duplicate_output, {"duplicate_outputs": 1}, "anomalies"),
+    "missing_output": (missing_output, {"missing_outputs": 1, "lost": 1}, "loss"),
 }
 
 
@@ -620,6 +652,36 @@ def test_a_transaction_check_counts_only_with_transaction_lines(tmp_path):
     h.txns = None  # the same sends and reads without txns.jsonl: no transaction check runs
     s = summary_of(h, tmp_path)
     assert nonzero(s) == {"aborted_reads": 1, "lost": 1}
+
+
+PIPELINE_COUNTS = {"duplicate_outputs": 1, "missing_outputs": 1, "skipped": 1,
+                   "redelivered_past_commit": 1, "unexpected": 2}
+"""pipeline_history's anomalies, derived by hand in its docstring."""
+
+
+def test_each_pipeline_check_on_a_hand_planted_history(tmp_path):
+    s = summary_of(pipeline_history(), tmp_path)
+    assert (nonzero(s), s.verdict) == (PIPELINE_COUNTS, "loss")
+    # 10 inputs and 11 outputs sent; c0.0-t1's 2 failed, c0.1-t1's 1 indeterminate.
+    assert (s.attempted, s.acked, s.failed, s.indeterminate) == (21, 18, 2, 1)
+
+
+def test_the_pipeline_checks_get_the_spark_job_s_answer(spark, tmp_path):
+    history = pipeline_history().write(tmp_path / "history")
+    report = analyze(spark, str(history), str(tmp_path / "report"))
+    assert as_dict(check_history(history)) == spark_summary(report)
+    assert {k: n for k, n in report["counts"].items() if k in anomalies.COUNTS and n} == \
+        PIPELINE_COUNTS
+    rows = {(a.kind, a.value): a.detail
+            for a in spark.read.parquet(str(tmp_path / "report" / "anomalies")).collect()
+            if a.kind in ("duplicate_output", "missing_output")}
+    assert rows == {
+        ("duplicate_output", "p1-1"): "input p1-1 was transformed into 2 committed output "
+                                      "records: p1-1/c1.0-t0 at out-1 offset 1 and "
+                                      "p1-1/c1.1-t0 at offset 3",
+        ("missing_output", "p1-3"): "the pipeline's group committed in-1 up to offset 4 at "
+                                    "+6.6 s, past this record, and its output topic holds "
+                                    "no record of it"}
 
 
 def test_the_transaction_checks_get_the_spark_job_s_answer(spark, tmp_path):

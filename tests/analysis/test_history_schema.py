@@ -104,7 +104,7 @@ def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
     meta = {"experiment": "e", "spec": {}, "seed": 2**40, "start": 1.0, "end": None,
             "idempotent": False, "expect": "clean", "incomplete": False,
             "incomplete_reason": None, "consumer_group": None, "faults_skipped": [],
-            "transactions": None, "plan": []}
+            "transactions": None, "pipeline": None, "plan": []}
     assert schema.META.problems(meta) == []
 
 
@@ -113,7 +113,7 @@ def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     schema, with its types."""
     unused = {"sends": {"producer", "error"}, "reads": set(),
               "groups": {"member_id", "error"}, "faults": set(),
-              "txns": {"transactional_id", "error"},
+              "txns": {"transactional_id", "error", "offsets"},
               "cluster": {"leader_epoch", "log_end_offsets", "last_known_elr"},
               "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "members",
                          "member", "elr", "old_elr", "last_known_elr"}}
@@ -158,14 +158,21 @@ def test_the_analysis_imports_nothing_of_the_runner() -> None:
 def test_the_hand_built_and_scaled_histories_are_in_the_schema(tmp_path: Path) -> None:
     """The analysis tests and benchmarks feed histories they write themselves: those must be
     histories the runner could have written, or the tests prove nothing about real runs."""
-    from analysis_histories import clean_history, group_history, planted_history, txn_history
+    from analysis_histories import (
+        clean_history,
+        group_history,
+        pipeline_history,
+        planted_history,
+        txn_history,
+    )
     from history_builder import HistoryBuilder
     from scaled_history import write_scaled_history
 
     written = [planted_history().write(tmp_path / "planted"),
                clean_history(idempotent=True).write(tmp_path / "clean"),
                group_history().write(tmp_path / "group"),
-               txn_history().write(tmp_path / "txn")]
+               txn_history().write(tmp_path / "txn"),
+               pipeline_history().write(tmp_path / "pipeline")]
     write_scaled_history(tmp_path / "scaled", 500, plant_every=101)
     write_scaled_history(tmp_path / "scaled-group", 500, plant_every=101, group=True)
     written += [tmp_path / "scaled", tmp_path / "scaled-group"]

@@ -35,6 +35,14 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def schema_lines(history: Path) -> dict:
+    """Each JSON Lines file of `history` by its schema file, every line checked against it."""
+    written = {f: lines(history / f.filename) for f in history_schema.FILES if f.json_lines}
+    for file, records in written.items():
+        assert [p for r in records for p in file.problems(r)] == [], file.filename
+    return written
+
+
 def test_a_transactional_run_writes_each_transaction_with_its_outcome(tmp_path: Path) -> None:
     """A transactional producer (every fourth transaction aborted) and a read_committed
     consumer through a leader kill: each transaction's line, its sends with its outcome,
@@ -49,9 +57,7 @@ def test_a_transactional_run_writes_each_transaction_with_its_outcome(tmp_path: 
     assert proc.returncode == 0, output
 
     history = out / "history"
-    written = {f: lines(history / f.filename) for f in history_schema.FILES if f.json_lines}
-    for file, records in written.items():
-        assert [p for r in records for p in file.problems(r)] == [], file.filename
+    written = schema_lines(history)
     meta = json.loads((history / "meta.json").read_text())
     assert (meta["idempotent"], meta["transactions"]) == (True, {"timeout_s": 10.0})
     txns = written[history_schema.TXNS]
@@ -70,6 +76,55 @@ def test_a_transactional_run_writes_each_transaction_with_its_outcome(tmp_path: 
     assert all(drained.get(s["value"]) == (s["partition"], s["offset"]) for s in committed)
     assert not aborted & {r["value"] for r in reads}, "read_committed returned an aborted record"
     assert any(c["last_stable_offset"] for c in written[history_schema.CLUSTER])
+
+
+def test_a_pipeline_run_kills_members_mid_transaction_and_records_what_they_did(
+        tmp_path: Path) -> None:
+    """A consume-transform-produce pipeline of two member processes, one SIGKILLed every
+    2.5 s: the transaction each kill left open is `fail` with MEMBER_DIED (the replacement's
+    InitProducerId aborted it), its outputs never drained; every kill is in faults.jsonl with
+    its replacement's recovery; the output topic is drained, one committed output per input
+    record below the committed offsets, and the group's commits are the transactions'."""
+    experiment = tmp_path / "pipe.yaml"
+    experiment.write_text(small_experiment("pipe", "8s", "    []", workload={
+        "consumers": 2, "retries": 3,
+        "consumer": "{mode: subscribe, commitInterval: 300ms, sessionTimeout: 2s}",
+        "transactions": "{recordsPerTransaction: 5, abortRatio: 0.2}",
+        "pipeline": "{killEvery: 2500ms}"}))
+    out = tmp_path / "out"
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "3")
+    output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, output
+
+    history = out / "history"
+    written = schema_lines(history)
+    meta = json.loads((history / "meta.json").read_text())
+    assert {k: meta["pipeline"][k] for k in ("input_topic", "output_topic", "members")} == {
+        "input_topic": "t", "output_topic": "t-out", "members": 2}
+    assert meta["output_ended"] is True and set(meta["pipeline"]["drain"]) == {"0", "1"}
+    faults = written[history_schema.FAULTS]
+    injects = [f for f in faults if f["action"] == "inject"]
+    assert len(injects) >= 2 and {f["target"] for f in injects} == {"c0", "c1"}
+    assert len([f for f in faults if f["action"] == "recover"]) >= len(injects) - 1
+    txns = [t for t in written[history_schema.TXNS] if t["producer"].startswith("c")]
+    died = [t for t in txns if t["error"] == "MEMBER_DIED"]
+    assert died and all(t["status"] in ("fail", "info") for t in died)
+    assert {t["producer"] for t in txns} >= {"c0.0", "c0.1", "c1.0"}
+    reads = written[history_schema.READS]
+    outputs = [r["value"] for r in reads if r["phase"] == "drain" and r["topic"] == "t-out"]
+    dead_outputs = {v for t in died if t["status"] == "fail" for v in t["values"]}
+    assert outputs and not dead_outputs & set(outputs)
+    inputs = [r["value"].rsplit("/", 1)[0] for r in reads if r["topic"] == "t-out"]
+    assert len(inputs) == len(set(inputs)), "an input record's output drained twice"
+    commits = [g for g in written[history_schema.GROUPS] if g["type"] == "commit"]
+    assert commits and {g["member"] for g in commits} <= {t["producer"] for t in txns}
+    committed = {}
+    for g in commits:
+        if g["status"] == "ok":
+            committed[g["partition"]] = max(committed.get(g["partition"], 0), g["offset"])
+    below = {r["value"] for r in reads if r["phase"] == "drain" and r["topic"] == "t"
+             and r["offset"] < committed.get(r["partition"], 0)}
+    assert below and below <= set(inputs), "an input record below a commit has no output"
 
 
 def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ LIBRARY = {
     "txn-coordinator-kill": "clean",
     "txn-partition-leader-kill": "clean",
     "txn-state-rf1-power-loss": "loss",
+    "eos-pipeline-member-kill": "clean",
 }
 
 
@@ -245,7 +246,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         EXP,
         "spec.workload.producer: unknown field 'producer'; expected one of: producers, consumers, "
         "acks, retries, requestTimeout, rate, recordSize, duration, idempotent, consumer, "
-        "transactions",
+        "transactions, pipeline",
     ),
     (
         "wrong-type",
@@ -414,6 +415,61 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.workload.consumer.isolationLevel: with transactions the consumers read "
         "committed: a read_uncommitted one returns aborted records, which the checks would "
         "count as aborted reads",
+    ),
+    (
+        "pipeline-without-transactions",
+        exp("spec/workload/pipeline", {}),
+        EXP,
+        "spec.workload.pipeline: a pipeline's members are transactional: set "
+        "workload.transactions (its timeout is theirs)",
+    ),
+    (
+        "pipeline-in-assign-mode",
+        both(exp("spec/workload/transactions", {}), exp("spec/workload/pipeline", {})),
+        EXP,
+        "spec.workload.consumer.mode: a pipeline's members are a consumer group: set it to "
+        "subscribe",
+    ),
+    (
+        "pipeline-with-manual-commits",
+        both(exp("spec/workload/transactions", {}), exp("spec/workload/pipeline", {}),
+             exp("spec/workload/consumer", {"mode": "subscribe", "commit": "manual"})),
+        EXP,
+        "spec.workload.consumer.commit: a pipeline's members commit their offsets in their "
+        "transactions: transaction (the default)",
+    ),
+    (
+        "pipeline-with-rebalances",
+        both(exp("spec/workload/transactions", {}), exp("spec/workload/pipeline", {}),
+             exp("spec/workload/consumers", 2),
+             exp("spec/workload/consumer", {"mode": "subscribe", "rebalanceEvery": "5s"})),
+        EXP,
+        "spec.workload.consumer.rebalanceEvery: not with a pipeline: its members are replaced "
+        "(killEvery)",
+    ),
+    (
+        "transaction-commits-without-pipeline",
+        exp("spec/workload/consumer", {"mode": "subscribe", "commit": "transaction"}),
+        EXP,
+        "spec.workload.consumer.commit: transaction commits belong to a pipeline's members: "
+        "set workload.pipeline",
+    ),
+    (
+        "pipeline-output-is-its-input",
+        both(exp("spec/workload/transactions", {}),
+             exp("spec/workload/pipeline", {"outputTopic": "t"}),
+             exp("spec/workload/consumer", {"mode": "subscribe"})),
+        EXP,
+        "spec.workload.pipeline.outputTopic: must differ from topic.name: the pipeline reads "
+        "that one",
+    ),
+    (
+        "pipeline-kill-every-zero",
+        both(exp("spec/workload/transactions", {}),
+             exp("spec/workload/pipeline", {"killEvery": "0s"}),
+             exp("spec/workload/consumer", {"mode": "subscribe"})),
+        EXP,
+        "spec.workload.pipeline.killEvery: must be positive",
     ),
     (
         "transaction-timeout-too-short",
@@ -962,6 +1018,22 @@ def _drop_none(node: Any) -> None:
     elif isinstance(node, list):
         for value in node:
             _drop_none(value)
+
+
+def test_a_pipeline_s_defaults(tmp_path: Path) -> None:
+    """Its output topic is the topic's name with `-out`; its members commit in their
+    transactions; the simulator refuses it, by name, before anything starts."""
+    docs = base_docs()
+    workload = docs[1]["spec"]["workload"]
+    workload.update(transactions={}, pipeline={}, consumer={"mode": "subscribe"})
+    loaded = load_experiment(write(tmp_path, docs))
+    spec = loaded.experiment.spec
+    assert (spec.workload.pipeline.output_topic, spec.workload.consumer.commit) == (
+        "t-out", "transaction")
+    from undertow.sim.world import not_simulable
+
+    assert "workload.pipeline" in not_simulable(loaded)
+    assert not_simulable(load_experiment(write(tmp_path, base_docs(), "plain.yaml"))) is None
 
 
 def test_parse_of_api_object_uses_model_defaults() -> None:

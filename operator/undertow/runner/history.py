@@ -98,13 +98,14 @@ class HistoryWriter:
 
     def transaction(self, *, producer: str, txn: str, transactional_id: str, intent: str,
                     status: str, error: str | None, values: list[str], t_begin: float,
-                    t_end_invoke: float | None, t_complete: float) -> None:
+                    t_end_invoke: float | None, t_complete: float,
+                    offsets: dict[str, int] | None = None) -> None:
         """One transaction, when it ended (``txns.jsonl``)."""
         self._append("txns", {"producer": producer, "txn": txn,
                               "transactional_id": transactional_id, "intent": intent,
                               "status": status, "error": error, "values": values,
                               "t_begin": t_begin, "t_end_invoke": t_end_invoke,
-                              "t_complete": t_complete})
+                              "t_complete": t_complete, "offsets": offsets})
 
     def group(self, *, member: str, member_id: str | None, generation: int | None, type: str,
               topic: str, partition: int, t: float, offset: int | None = None,

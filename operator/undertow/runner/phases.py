@@ -30,7 +30,9 @@ PHASES: Mapping[str, str] = {
     "last sends": "the producers wait for their outstanding sends' outcomes",
     "recovery": "every partition has a leader and a full ISR again, then every high "
                 "watermark reaches its leader's log end offset",
-    "drain": "the run's consumers stop; a fresh consumer reads every partition to its end",
+    "drain": "the run's consumers stop (a pipeline's members end their transactions, which "
+             "then end on the output topic); a fresh consumer reads every partition to its "
+             "end, and then the pipeline's output topic's",
     "history": "the sampler and the event collector stop; the history is closed",
     "verdict": "the history checker's verdict on the closed history, printed "
                "(`undertow.runner.verdict`)",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from undertow.runner.history import HistoryWriter
 from undertow.runner.nemesis import Nemesis
 from undertow.runner.phases import PhaseClock
 from undertow.runner.phases import write as write_timings
+from undertow.runner.pipeline import PipelineSettings
 from undertow.runner.sampler import ClusterSampler
 from undertow.runner.transactional_producer import TxnSettings
 from undertow.runner.verdict import agreement_text, disagreement, first_verdict
@@ -95,7 +96,9 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
         transactions=None if w.transactions is None else TxnSettings(
             records_per_transaction=w.transactions.records_per_transaction,
             abort_ratio=w.transactions.abort_ratio,
-            timeout_ms=int(w.transactions.timeout * 1000)))
+            timeout_ms=int(w.transactions.timeout * 1000)),
+        pipeline=None if w.pipeline is None else PipelineSettings(
+            output_topic=str(w.pipeline.output_topic), kill_every_s=w.pipeline.kill_every))
 
 
 def consumer_group(platform: Platform, group_id: str) -> dict[str, Any] | None:
@@ -115,7 +118,9 @@ def max_run_duration_s(loaded: LoadedExperiment) -> float:
     the drain). The platform's own start and the faults' recovery are not counted."""
     return (2 * READY_TIMEOUT_S + loaded.experiment.spec.workload.duration
             + outcomes_wait_s(workload_config(loaded)) + HEAL_TIMEOUT_S + COMMIT_TIMEOUT_S
-            + transactions_end_timeout_s(workload_config(loaded)) + DRAIN_TIMEOUT_S)
+            + transactions_end_timeout_s(workload_config(loaded)) * (
+                2 if loaded.experiment.spec.workload.pipeline else 1)
+            + DRAIN_TIMEOUT_S * (2 if loaded.experiment.spec.workload.pipeline else 1))
 
 
 def partitions_healthy(platform: Platform, topic: str, replication_factor: int) -> bool:
@@ -265,6 +270,9 @@ def first_meta(loaded: LoadedExperiment, seed: int, planned: list[PlannedFault],
         "consumer_group": None,
         "transactions": None if cfg.transactions is None else {
             "timeout_s": cfg.transactions.timeout_ms / 1000},
+        "pipeline": None if cfg.pipeline is None else {
+            "input_topic": cfg.topic, "output_topic": cfg.pipeline.output_topic,
+            "members": cfg.consumers, "drain": None},
         "faults_skipped": [],  # the nemesis's, written once the faults are over
     }
 
@@ -289,9 +297,10 @@ def run_phases(world: World, loaded: LoadedExperiment, platform: Platform,
     in `meta` and marks `phases` as it goes."""
     spec = loaded.experiment.spec
     topic, rf = spec.topic.name, spec.topic.replication_factor
+    topics = [topic] if cfg.pipeline is None else [topic, cfg.pipeline.output_topic]
     world.create_topic(loaded, abort)
-    world.until(lambda: partitions_healthy(platform, topic, rf), READY_TIMEOUT_S,
-                "every partition to have a leader and a full ISR", abort)
+    world.until(lambda: all(partitions_healthy(platform, t, rf) for t in topics),
+                READY_TIMEOUT_S, "every partition to have a leader and a full ISR", abort)
     on_progress({"phase": "starting"})
     before_workload()
     group_id = cfg.group.group_id if cfg.group is not None else None
@@ -328,7 +337,7 @@ def run_phases(world: World, loaded: LoadedExperiment, platform: Platform,
         workload.await_outcomes()
         phases.mark("last sends")
         _settle(meta, "healed", lambda: world.until(
-            lambda: partitions_healthy(platform, topic, rf), HEAL_TIMEOUT_S,
+            lambda: all(partitions_healthy(platform, t, rf) for t in topics), HEAL_TIMEOUT_S,
             "every partition to have a leader and a full ISR after healing", abort))
         if meta["healed"]:
             _settle(meta, "committed", lambda: world.until(
@@ -341,14 +350,27 @@ def run_phases(world: World, loaded: LoadedExperiment, platform: Platform,
                 "reach its high watermark)", abort))
         phases.mark("recovery")
         workload.stop_consumers()
+        if cfg.pipeline is not None and meta["healed"]:
+            output = cfg.pipeline.output_topic
+            _settle(meta, "output_ended", lambda: world.until(
+                lambda: partitions_committed(platform, output)
+                and transactions_ended(platform, output), transactions_end_timeout_s(cfg),
+                "the pipeline's output: every transaction to end, every high watermark to "
+                "reach its leader's log end", abort))
         if group_id is not None:
             meta["consumer_group"] = consumer_group(platform, group_id)
         on_progress({"phase": "draining", "partitions": sampler.latest})
         drained = world.drain(cfg, history, abort, DRAIN_TIMEOUT_S)
-        phases.mark("drain")
         abort.raise_if_set()
         meta["drain"] = {str(p): {"end": end, "read_to": pos}
                          for p, (end, pos) in drained.items()}
+        if cfg.pipeline is not None:
+            drained = world.drain(replace(cfg, topic=cfg.pipeline.output_topic), history,
+                                  abort, DRAIN_TIMEOUT_S)
+            abort.raise_if_set()
+            meta["pipeline"]["drain"] = {str(p): {"end": end, "read_to": pos}
+                                         for p, (end, pos) in drained.items()}
+        phases.mark("drain")
         meta["faults_skipped"] = [
             {"index": r.planned.index, "kind": r.planned.kind, "reason": r.skipped}
             for r in nemesis.runs if r.skipped]

@@ -76,6 +76,8 @@ class Ended:
     t_begin: float
     t_end_invoke: float | None
     t_complete: float
+    offsets: dict[int, int] | None = None
+    """A pipeline member's: the input offsets committed with it, per partition."""
 
 
 def record_transaction(history: HistoryWriter, record_send: Callable[[dict[str, Any]], None],
@@ -95,11 +97,16 @@ def record_transaction(history: HistoryWriter, record_send: Callable[[dict[str, 
         producer=ended.producer, txn=ended.txn, transactional_id=ended.transactional_id,
         intent=ended.intent, status=ended.status, error=ended.error,
         values=[s.value for s in sends], t_begin=ended.t_begin,
-        t_end_invoke=ended.t_end_invoke, t_complete=ended.t_complete)
+        t_end_invoke=ended.t_end_invoke, t_complete=ended.t_complete,
+        offsets=None if ended.offsets is None else {
+            str(p): o for p, o in sorted(ended.offsets.items())})
 
 
 @dataclass
-class _Send:
+class Send:
+    """A send of a transaction (`SentRecord`), its offset or error filled in by its delivery
+    report."""
+
     value: str
     partition: int
     t_invoke: float
@@ -190,11 +197,11 @@ class TransactionalProducer:
                             self.name, exc.args[0])
                 producer = self._new_producer()
                 continue
-            sends: list[_Send] = []
+            sends: list[Send] = []
             for _ in range(self._settings.records_per_transaction):
                 if self._stopping():
                     break
-                send = _Send(f"{self.name}-{seq}", seq % self._partitions, time.time())
+                send = Send(f"{self.name}-{seq}", seq % self._partitions, time.time())
                 payload = f"{send.value}{SEPARATOR}{'x' * self._pad}".encode()
                 try:
                     producer.produce(self._topic, payload, partition=send.partition,
@@ -274,7 +281,7 @@ class TransactionalProducer:
         handled (`_end`)."""
         log.debug("%s: %s", self.name, error)
 
-    def _on_delivery(self, send: _Send) -> Callable[[KafkaError | None, Any], None]:
+    def _on_delivery(self, send: Send) -> Callable[[KafkaError | None, Any], None]:
         def callback(err: KafkaError | None, msg: Any) -> None:
             if err is None:
                 send.offset = msg.offset()
@@ -284,7 +291,7 @@ class TransactionalProducer:
         return callback
 
     def _write(self, txn: str, intent: str, status: str, error: str | None,
-               sends: list[_Send], t_begin: float, t_end_invoke: float,
+               sends: list[Send], t_begin: float, t_end_invoke: float,
                t_complete: float) -> None:
         record_transaction(
             self._history, self._record_send, Ended(

@@ -28,6 +28,7 @@ from undertow.runner.abort import Abort
 from undertow.runner.group_member import GroupMember, GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.outcomes import LeaderEpochGate, classify, error_name
+from undertow.runner.pipeline import Pipeline, PipelineSettings, member_config
 from undertow.runner.transactional_producer import TransactionalProducer, TxnSettings
 from undertow.runner.values import SEPARATOR, decode_value
 
@@ -67,6 +68,8 @@ class WorkloadConfig:
     """subscribe mode: every this often one member (in turn) leaves and joins again."""
     transactions: TxnSettings | None = None
     """The producers are transactional (KIP-98)."""
+    pipeline: PipelineSettings | None = None
+    """The group's members are a consume-transform-produce pipeline (`runner.pipeline`)."""
 
 
 def outcomes_wait_s(cfg: WorkloadConfig) -> float:
@@ -349,7 +352,9 @@ class Workload:
                 cfg.rate, cfg.record_size, cfg.transactions, outcomes_wait_s(cfg), history,
                 self.outcomes.settled, abort)
             for i in range(cfg.producers)]
-        self.consumers: list[ConsumerWorker | GroupMember] = [
+        self.pipeline = None if cfg.pipeline is None else self._pipeline(cfg, own, history,
+                                                                         abort)
+        self.consumers: list[ConsumerWorker | GroupMember] = [] if self.pipeline else [
             GroupMember(f"c{i}", own(f"c{i}"), cfg.topic, cfg.group, history)
             if cfg.group is not None else
             ConsumerWorker(f"c{i}", own(f"c{i}"), cfg.topic, cfg.partitions, history, "run")
@@ -359,9 +364,23 @@ class Workload:
         self._rebalancer = threading.Thread(target=self._rebalance, name="rebalancer",
                                             daemon=True)
 
+    def _pipeline(self, cfg: WorkloadConfig, own: Callable[[str], str],
+                  history: HistoryWriter, abort: Abort) -> Pipeline:
+        assert cfg.pipeline is not None and cfg.group is not None \
+            and cfg.transactions is not None, "a pipeline's spec has a group and transactions"
+        settings, group, txns = cfg.pipeline, cfg.group, cfg.transactions
+        return Pipeline.build(
+            cfg.consumers, lambda slot, name: member_config(
+                slot, name, bootstrap=own(slot), input_topic=cfg.topic, settings=settings,
+                group=group, producer=producer_config(name, own(slot), cfg),
+                transaction_timeout_ms=txns.timeout_ms, end_timeout_s=outcomes_wait_s(cfg)),
+            settings, history, self.outcomes.settled, abort, outcomes_wait_s(cfg))
+
     def start(self) -> None:
         for worker in (*self.consumers, *self.producers):
             worker.start()
+        if self.pipeline is not None:
+            self.pipeline.start()
         if self._rebalance_every_s is not None:
             self._rebalancer.start()
 
@@ -391,6 +410,8 @@ class Workload:
     def stop_consumers(self) -> None:
         for consumer in self.consumers:
             consumer.stop()
+        if self.pipeline is not None:
+            self.pipeline.stop()
 
     def stop(self) -> None:
         """On every way out of a run: no more sends, no more reads (idempotent). Producers
@@ -401,4 +422,6 @@ class Workload:
             producer.stop()
         for consumer in self.consumers:
             consumer.stop()
+        if self.pipeline is not None:
+            self.pipeline.stop()
 

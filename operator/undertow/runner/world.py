@@ -80,8 +80,8 @@ class World(Protocol):
         after `timeout_s`, the run's failure as soon as it is aborted."""
 
     def create_topic(self, loaded: LoadedExperiment, abort: Abort) -> None:
-        """The experiment's topic, created as a client creates it; returns once the
-        platform serves it."""
+        """The experiment's topic (and a pipeline's output topic, made the same way),
+        created as a client creates it; returns once the platform serves it."""
 
     def workload(self, cfg: WorkloadConfig, history: HistoryWriter,
                  abort: Abort) -> RunWorkload: ...
@@ -95,6 +95,14 @@ class World(Protocol):
 
     def history_fields(self) -> dict[str, Any]:
         """What meta.json says of this world (the simulation's `platform`)."""
+
+
+def topic_names(loaded: LoadedExperiment) -> list[str]:
+    """The topics a run creates: the experiment's, and its pipeline's output topic (same
+    partitions, replication factor and config)."""
+    spec = loaded.experiment.spec
+    pipeline = spec.workload.pipeline
+    return [spec.topic.name, *([str(pipeline.output_topic)] if pipeline else [])]
 
 
 class RealWorld:
@@ -126,15 +134,16 @@ class RealWorld:
         serves."""
         topic = loaded.experiment.spec.topic
         admin = admin_client(self._platform.bootstrap)
+        for name in topic_names(loaded):
 
-        def created() -> bool:
-            create_topic(admin, topic.name, topic.partitions, topic.replication_factor,
-                         topic.config.as_overrides())
-            return True
+            def created(name: str = name) -> bool:
+                create_topic(admin, name, topic.partitions, topic.replication_factor,
+                             topic.config.as_overrides())
+                return True
 
-        wait_for(created, READY_TIMEOUT_S, f"topic {topic.name} to be created", interval=0.5,
-                 ignore=(KafkaAdminError,))
-        abort.raise_if_set()
+            wait_for(created, READY_TIMEOUT_S, f"topic {name} to be created", interval=0.5,
+                     ignore=(KafkaAdminError,))
+            abort.raise_if_set()
 
     def workload(self, cfg: WorkloadConfig, history: HistoryWriter,
                  abort: Abort) -> RunWorkload:

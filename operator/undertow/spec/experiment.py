@@ -124,6 +124,11 @@ class ChaosExperimentSpec(SpecModel):
                 if selector.role == "txn-coordinator":
                     raise FieldError((*loc, "role"), "txn-coordinator needs transactional "
                                                      "producers (workload.transactions)")
+        if (pipeline := self.workload.pipeline) is not None:
+            pipeline.output_topic = pipeline.output_topic or f"{self.topic.name}-out"
+            if pipeline.output_topic == self.topic.name:
+                raise FieldError(("workload", "pipeline", "outputTopic"),
+                                 "must differ from topic.name: the pipeline reads that one")
         if self.cluster.inline is not None:
             check_against_cluster(self, self.cluster.inline, "the inline cluster")
         return self

@@ -10,7 +10,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 from .durations import Duration
 from .meta import FieldError, SpecModel
 
-__all__ = ["Acks", "ConsumerSpec", "TransactionsSpec", "Workload"]
+__all__ = ["Acks", "ConsumerSpec", "PipelineSpec", "TransactionsSpec", "Workload"]
 
 
 def _check_acks(value: Any) -> Any:
@@ -46,12 +46,15 @@ class ConsumerSpec(SpecModel):
     mode: Literal["assign", "subscribe"] = "assign"
     group_id: str | None = Field(None, min_length=1, max_length=249)
     """subscribe: the group's id (default `undertow`)."""
-    commit: Literal["auto", "manual"] | None = None
-    """subscribe: `auto` (the client commits every `commitInterval`, enable.auto.commit) or
+    commit: Literal["auto", "manual", "transaction"] | None = None
+    """subscribe: `auto` (the client commits every `commitInterval`, enable.auto.commit),
     `manual` (the member commits synchronously every `commitInterval`, and when its
-    partitions are revoked). Default auto."""
+    partitions are revoked) or `transaction` (a `pipeline`'s members: the offsets go into
+    each transaction, `send_offsets_to_transaction`). Default auto, transaction with a
+    pipeline."""
     commit_interval: Duration | None = None
-    """subscribe: auto.commit.interval.ms, or the manual commit period (default 1s)."""
+    """subscribe: auto.commit.interval.ms, the manual commit period, or a pipeline member's
+    transaction period (Kafka Streams' commit.interval.ms) (default 1s)."""
     isolation_level: Literal["read_committed", "read_uncommitted"] | None = None
     """subscribe: isolation.level (default librdkafka's, read_committed)."""
     static_membership: bool | None = None
@@ -110,6 +113,31 @@ class TransactionsSpec(SpecModel):
         return self
 
 
+class PipelineSpec(SpecModel):
+    """A consume-transform-produce pipeline, as Kafka Streams runs one with exactly-once: the
+    consumer group's members (`consumer.mode: subscribe`) read the topic read_committed and,
+    in one transaction every `consumer.commitInterval`, write one output record per input
+    record to `outputTopic` and commit their input offsets with it
+    (`send_offsets_to_transaction`). Each member is a process of its own, so that it can be
+    SIGKILLed; its replacement reuses its `transactional.id`, and its InitProducerId fences
+    the dead one (KIP-98's zombie fencing)."""
+
+    output_topic: str | None = Field(None, min_length=1, max_length=249,
+                                     pattern=r"^[a-zA-Z0-9._-]+$")
+    """The output topic (default `{topic}-out`), created like the topic: same partitions,
+    replication factor and config."""
+    kill_every: Duration | None = None
+    """Every this often one member (in turn) is SIGKILLed while its transaction is open, and
+    a replacement with the same transactional.id starts; unset: members run the whole
+    run."""
+
+    @model_validator(mode="after")
+    def _check(self) -> PipelineSpec:
+        if self.kill_every is not None and self.kill_every <= 0:
+            raise FieldError(("killEvery",), "must be positive")
+        return self
+
+
 class Workload(SpecModel):
     """Producers and consumers with a stock Kafka client; every send and read is recorded."""
 
@@ -133,6 +161,9 @@ class Workload(SpecModel):
     """How the consumers read: by partition (assign) or as a consumer group (subscribe)."""
     transactions: TransactionsSpec | None = None
     """Make the producers transactional (KIP-98); unset: plain producers."""
+    pipeline: PipelineSpec | None = None
+    """Make the consumer group a consume-transform-produce pipeline (needs `transactions`
+    and `consumer.mode: subscribe`); unset: the members only read."""
 
     @model_validator(mode="after")
     def _check(self) -> Workload:
@@ -156,6 +187,7 @@ class Workload(SpecModel):
                                  "with transactions the consumers read committed: a "
                                  "read_uncommitted one returns aborted records, which the "
                                  "checks would count as aborted reads")
+        self._check_pipeline()
         if self.consumer.mode == "subscribe" and self.consumers < 1:
             raise FieldError(("consumers",), "a consumer group (consumer.mode subscribe) needs "
                                              "at least one member")
@@ -163,3 +195,27 @@ class Workload(SpecModel):
             raise FieldError(("consumer", "rebalanceEvery"),
                              "needs two members or more: one stays while another rejoins")
         return self
+
+    def _check_pipeline(self) -> None:
+        """A pipeline's members are the group's, and transactional; `commit: transaction`
+        belongs to a pipeline only."""
+        if self.pipeline is None:
+            if self.consumer.commit == "transaction":
+                raise FieldError(("consumer", "commit"),
+                                 "transaction commits belong to a pipeline's members: set "
+                                 "workload.pipeline")
+            return
+        if self.transactions is None:
+            raise FieldError(("pipeline",), "a pipeline's members are transactional: set "
+                                            "workload.transactions (its timeout is theirs)")
+        if self.consumer.mode != "subscribe":
+            raise FieldError(("consumer", "mode"), "a pipeline's members are a consumer group: "
+                                                   "set it to subscribe")
+        if self.consumer.commit == "manual":
+            raise FieldError(("consumer", "commit"), "a pipeline's members commit their "
+                                                     "offsets in their transactions: "
+                                                     "transaction (the default)")
+        self.consumer.commit = "transaction"  # the default of a pipeline, over auto
+        if self.consumer.rebalance_every is not None:
+            raise FieldError(("consumer", "rebalanceEvery"),
+                             "not with a pipeline: its members are replaced (killEvery)")
