@@ -135,6 +135,7 @@ def scaled_expected_counts(n_sends: int, plant_every: int, *, group: bool = Fals
         "skipped": c[IND_COMMITTED] + c[ABORTED] if group else 0,
         "committed_offsets_lost": 0, "redelivered_past_commit": 0, "non_monotonic_polls": 0,
         "reads_past_lso": 0, "torn_transactions": 0, "hanging_transactions": 0,
+        "duplicate_outputs": 0, "missing_outputs": 0,
     }
 
 

@@ -122,7 +122,8 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
     directory.mkdir(parents=True)
     meta = {**run_meta, "start": start, "end": start + WARM_UP_SECONDS, "incomplete": False,
             "incomplete_reason": None, "faults_skipped": [],
-            "transactions": run_meta.get("transactions")}
+            "transactions": run_meta.get("transactions"),
+            "pipeline": None}  # no transaction planted: the pipeline's checks never run
     (directory / "meta.json").write_text(json.dumps(meta))
     for name, rows in lines.items():
         (directory / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -27,6 +27,7 @@ PLANTED_COUNTS = {
     "non_monotonic_polls": 0,
     # No transactions (no txns.jsonl): none of theirs.
     "reads_past_lso": 0, "torn_transactions": 0, "hanging_transactions": 0,
+    "duplicate_outputs": 0, "missing_outputs": 0,
 }
 PLANTED_ANOMALIES = {
     ("lost", "p0-3", "t", 0, 2),

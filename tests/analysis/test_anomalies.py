@@ -24,7 +24,8 @@ REPORTED_COUNTS = (
 """report.json's counts as users read them: a new kind may come anywhere, none may move."""
 GROUP_COUNTS = ("skipped", "committed_offsets_lost", "redelivered_past_commit",
                 "non_monotonic_polls")
-TXN_COUNTS = ("reads_past_lso", "torn_transactions", "hanging_transactions")
+TXN_COUNTS = ("reads_past_lso", "torn_transactions", "hanging_transactions",
+              "duplicate_outputs", "missing_outputs")
 TIMES = ("t_invoke", "t_acked", "t_read", "t_commit")  # anomalies/'s times (`FINDING`)
 
 

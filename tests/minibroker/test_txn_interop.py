@@ -61,6 +61,18 @@ def coordinated(cluster: Cluster, transactional_id: str) -> dict[str, Any]:
     raise AssertionError(f"no broker coordinates {transactional_id}")
 
 
+def partition_states(cluster: Cluster, topic: str, partition: int) -> list[dict[str, Any]]:
+    """The partition as each broker's ``/v1/state`` shows it (HW, LSO, LEO, ongoing
+    transactions): what a failed wait on a consumer's position says about why."""
+    states = []
+    for broker in range(1, BROKERS + 1):
+        url = f"http://127.0.0.1:{cluster.base_port + 100 + broker}/v1/state"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            states += [{"broker": broker, **p} for p in json.load(response)["partitions"]
+                       if (p["topic"], p["partition"]) == (topic, partition)]
+    return states
+
+
 def ask(cluster: Cluster, broker: int, request: Any) -> Any:
     async def call() -> Any:
         conn = await KafkaConnection.connect("127.0.0.1", cluster.base_port + broker,
@@ -279,7 +291,7 @@ def test_confluent_kafka_consume_transform_produce_commits_offsets_with_the_tran
             message = reader.poll(0.5)
             if message is not None and message.error() is None:
                 got.append(message.value())
-        assert reader.position([out])[0].offset == 8
+        assert reader.position([out])[0].offset == 8, partition_states(cluster, "pipe-out", 0)
     finally:
         reader.close()
     assert got == [b"out-0", b"out-1", b"out-2"]

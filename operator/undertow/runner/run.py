@@ -305,7 +305,7 @@ def run_phases(world: World, loaded: LoadedExperiment, platform: Platform,
     before_workload()
     group_id = cfg.group.group_id if cfg.group is not None else None
     workload = world.workload(cfg, history, abort)
-    sampler = ClusterSampler(platform, topic, history, on_round=workload.epoch_gate.observe,
+    sampler = ClusterSampler(platform, topics, history, on_round=workload.epoch_gate.observe,
                              group_id=group_id, clock=world.now, scheduler=world.scheduler())
     nemesis = Nemesis(platform, planned, topic, history, seed, group_id, clock=world.now,
                       scheduler=world.scheduler())

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from undertow.cluster_view import PartitionView
@@ -27,16 +27,17 @@ STOP_WAIT_S = 30.0
 """How long `stop` waits for a round under way (a controller that answers slowly)."""
 
 
-def sample(platform: Platform, topic: str, group_id: str | None = None,
+def sample(platform: Platform, topics: Sequence[str], group_id: str | None = None,
            clock: Callable[[], float] = time.time) -> list[dict[str, Any]]:
-    """One sample per partition of ``topic``, and of the ``__consumer_offsets`` partition
-    holding ``group_id`` once it exists; empty when the controller does not answer."""
+    """One sample per partition of each of ``topics`` (the experiment's, and a pipeline's
+    output topic), and of the ``__consumer_offsets`` partition holding ``group_id`` once it
+    exists; empty when the controller does not answer."""
     try:
         view = platform.cluster_view(replicas=True)
     except Exception:  # a paused or killed controller: no sample this round
         return []
     now = clock()
-    partitions = view.topic_partitions(topic)
+    partitions = [p for topic in topics for p in view.topic_partitions(topic)]
     if group_id is not None:
         with contextlib.suppress(KeyError):  # the group's first member creates the topic
             partitions.append(view.group_partition(group_id))
@@ -59,12 +60,12 @@ class ClusterSampler:
     for progress and hands every round to `on_round(began, samples)` (the workload's
     leader-epoch gate)."""
 
-    def __init__(self, platform: Platform, topic: str, history: HistoryWriter,
+    def __init__(self, platform: Platform, topics: Sequence[str], history: HistoryWriter,
                  on_round: Callable[[float, list[dict[str, Any]]], None] = lambda _t, _s: None,
                  group_id: str | None = None, clock: Callable[[], float] = time.time,
                  scheduler: Scheduler | None = None) -> None:
         self._platform = platform
-        self._topic = topic
+        self._topics = tuple(topics)
         self._group_id = group_id
         self._history = history
         self._on_round = on_round
@@ -86,7 +87,7 @@ class ClusterSampler:
         if self._stop.is_set():
             return
         started, began = self._scheduler.monotonic(), self._clock()
-        samples = sample(self._platform, self._topic, self._group_id, self._clock)
+        samples = sample(self._platform, self._topics, self._group_id, self._clock)
         for record in samples:
             self._history.cluster_sample(record)
         if samples:
