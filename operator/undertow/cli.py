@@ -328,8 +328,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     loaded = load_experiment(args.file)
     seed = choose_seed(loaded.experiment.spec) if args.seed is None else args.seed
-    print(json.dumps({"seed": seed, "plan": [p.to_json() for p in plan(loaded.experiment, seed)]},
-                     indent=2))
+    shown: dict[str, object] = {
+        "seed": seed, "plan": [p.to_json() for p in plan(loaded.experiment, seed)]}
+    pipeline = loaded.experiment.spec.workload.pipeline
+    if pipeline is not None and pipeline.kill_every is not None:
+        # Not the nemesis's: the workload kills its own pipeline members (runner.pipeline).
+        shown["pipeline_kills"] = (f"every {pipeline.kill_every:g}s from the workload's start, "
+                                   f"a pipeline member in turn, SIGKILLed mid-transaction")
+    print(json.dumps(shown, indent=2))
     return EXIT_AS_EXPECTED
 
 

@@ -6,6 +6,7 @@ message it must get, which the loader's one entry point gives."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -1034,6 +1035,18 @@ def test_a_pipeline_s_defaults(tmp_path: Path) -> None:
 
     assert "workload.pipeline" in not_simulable(loaded)
     assert not_simulable(load_experiment(write(tmp_path, base_docs(), "plain.yaml"))) is None
+
+
+def test_plan_says_when_the_workload_kills_pipeline_members(tmp_path: Path, capsys) -> None:
+    from undertow.cli import main
+
+    docs = base_docs()
+    docs[1]["spec"]["workload"].update(transactions={}, pipeline={"killEvery": "4s"},
+                                       consumer={"mode": "subscribe"})
+    assert main(["plan", str(write(tmp_path, docs)), "--seed", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["pipeline_kills"] == (
+        "every 4s from the workload's start, a pipeline member in turn, SIGKILLed "
+        "mid-transaction")
 
 
 def test_parse_of_api_object_uses_model_defaults() -> None:
