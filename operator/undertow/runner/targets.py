@@ -13,7 +13,7 @@ import math
 import random
 from collections.abc import Callable
 
-from undertow.cluster_view import ClusterView
+from undertow.cluster_view import ClusterView, PartitionView
 from undertow.platform.base import CONTROLLER, broker_node, consumer_endpoint
 from undertow.spec.faults import TargetSelector
 
@@ -51,19 +51,25 @@ def candidates(selector: TargetSelector, view: ClusterView, topic: str) -> list[
     raise AssertionError(selector.role)
 
 
+def _coordinating(partition: Callable[[], PartitionView], what: str) -> int:
+    """The leader of the partition holding a coordinator's state (Kafka's FindCoordinator
+    answer); TargetError while it does not exist or has no leader."""
+    try:
+        p = partition()
+    except KeyError as exc:
+        raise TargetError(f"no {what} yet: {exc.args[0]}") from None
+    if not p.has_leader:
+        raise TargetError(f"no {what} right now: {p.topic}-{p.partition} has no leader")
+    return p.leader
+
+
 def coordinator(view: ClusterView, group_id: str | None) -> int:
     """The broker coordinating ``group_id`` now: the leader of its ``__consumer_offsets``
-    partition (Kafka's FindCoordinator answer)."""
+    partition."""
     if group_id is None:
         raise TargetError("no consumer group: the workload's consumers do not subscribe")
-    try:
-        p = view.group_partition(group_id)
-    except KeyError as exc:
-        raise TargetError(f"no coordinator of group {group_id} yet: {exc.args[0]}") from None
-    if not p.has_leader:
-        raise TargetError(f"no coordinator of group {group_id} right now: "
-                          f"{p.topic}-{p.partition} has no leader")
-    return p.leader
+    return _coordinating(lambda: view.group_partition(group_id),
+                         f"coordinator of group {group_id}")
 
 
 FIRST_TRANSACTIONAL_ID = "undertow-p0"
@@ -73,15 +79,9 @@ coordinator `txn-coordinator` names."""
 
 def txn_coordinator(view: ClusterView) -> int:
     """The broker coordinating FIRST_TRANSACTIONAL_ID now: the leader of its
-    ``__transaction_state`` partition (Kafka's FindCoordinator answer for key type 1)."""
-    try:
-        p = view.transaction_partition(FIRST_TRANSACTIONAL_ID)
-    except KeyError as exc:
-        raise TargetError(f"no transaction coordinator yet: {exc.args[0]}") from None
-    if not p.has_leader:
-        raise TargetError(f"no transaction coordinator right now: {p.topic}-{p.partition} "
-                          f"has no leader")
-    return p.leader
+    ``__transaction_state`` partition (FindCoordinator with key type 1)."""
+    return _coordinating(lambda: view.transaction_partition(FIRST_TRANSACTIONAL_ID),
+                         "transaction coordinator")
 
 
 Unable = Callable[[str], "str | None"]
