@@ -164,14 +164,6 @@ def main() -> int:
         if unknown:
             parser.error(f"--only: no experiment named {', '.join(sorted(unknown))}")
         files = [f for f in files if f.stem in args.only]
-    if args.platform == "sim":
-        from undertow.sim.world import not_simulable
-        from undertow.spec import load_experiment
-
-        refused = [f.stem for f in files if not_simulable(load_experiment(f)) is not None]
-        if refused:
-            print(f"not in simulation (no client model yet): {', '.join(refused)}")
-        files = [f for f in files if f.stem not in refused]
     names = [f.stem for f in files]
     if not args.summary:
         args.ledger.parent.mkdir(parents=True, exist_ok=True)

@@ -170,12 +170,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from undertow.runner.preflight import InsufficientSpace, check_free_space, estimate
     from undertow.runner.progress import Progress
     from undertow.runner.run import run_experiment
-    from undertow.sim.world import not_simulable, simulated_platform
+    from undertow.sim.world import simulated_platform
 
     loaded = load_experiment(args.file, args.cluster_file)
-    if args.platform == "sim" and (reason := not_simulable(loaded)) is not None:
-        print(f"undertow: {args.file}: {reason}", file=sys.stderr)
-        return EXIT_ERROR
     name = loaded.experiment.metadata.name
     out = args.out or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (out / "history").exists() and any((out / "history").iterdir()):
@@ -242,15 +239,11 @@ def _verdict(report: dict, loaded: LoadedExperiment, out: Path) -> int:
 
 def cmd_explore(args: argparse.Namespace) -> int:
     from undertow.explore.command import Interrupted, explore
-    from undertow.sim.world import not_simulable
 
     if args.runs < 1 or args.confirm < 0:
         print("undertow: --runs must be at least 1 and --confirm at least 0", file=sys.stderr)
         return EXIT_ERROR
     loaded = load_experiment(args.file)
-    if (reason := not_simulable(loaded)) is not None:
-        print(f"undertow: {args.file}: {reason}", file=sys.stderr)
-        return EXIT_ERROR
     name = loaded.experiment.metadata.name
     out = args.out or Path("runs") / f"explore-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.matrix:

@@ -1023,7 +1023,7 @@ def _drop_none(node: Any) -> None:
 
 def test_a_pipeline_s_defaults(tmp_path: Path) -> None:
     """Its output topic is the topic's name with `-out`; its members commit in their
-    transactions; the simulator refuses it, by name, before anything starts."""
+    transactions."""
     docs = base_docs()
     workload = docs[1]["spec"]["workload"]
     workload.update(transactions={}, pipeline={}, consumer={"mode": "subscribe"})
@@ -1031,10 +1031,6 @@ def test_a_pipeline_s_defaults(tmp_path: Path) -> None:
     spec = loaded.experiment.spec
     assert (spec.workload.pipeline.output_topic, spec.workload.consumer.commit) == (
         "t-out", "transaction")
-    from undertow.sim.world import not_simulable
-
-    assert "workload.pipeline" in not_simulable(loaded)
-    assert not_simulable(load_experiment(write(tmp_path, base_docs(), "plain.yaml"))) is None
 
 
 def test_plan_says_when_the_workload_kills_pipeline_members(tmp_path: Path, capsys) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from undertow.sim.world import not_simulable, run_simulated
+from undertow.sim.world import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import Summary, check_history
 
@@ -24,10 +24,7 @@ from undertow_history.checker import Summary, check_history
 # suite's 300 s per test.
 pytestmark = [pytest.mark.long, pytest.mark.timeout(900)]
 
-LIBRARY = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
-NOT_SIMULATED = {"eos-pipeline-member-kill"}
-"""The library's experiments the simulator refuses (`not_simulable`): no client model yet."""
-EXPERIMENTS = [p for p in LIBRARY if p.stem not in NOT_SIMULATED]
+EXPERIMENTS = sorted((Path(__file__).parents[2] / "experiments").glob("*.yaml"))
 MECHANISMS = {
     "acks1-leader-kill": "acks1_before_replication",
     "last-replica-standing-no-elr": "power_loss",
@@ -61,8 +58,3 @@ def test_the_simulation_gives_the_expected_verdict(
     if path.stem in MECHANISMS:
         assert max(summary.mechanisms, key=summary.mechanisms.__getitem__) == \
             MECHANISMS[path.stem], summary.mechanisms
-
-
-def test_the_simulator_refuses_by_name_only_what_it_cannot_model() -> None:
-    refused = {p.stem for p in LIBRARY if not_simulable(load_experiment(p)) is not None}
-    assert refused == NOT_SIMULATED

@@ -87,7 +87,12 @@ class MemberRecorder:
 
     def line(self, text: str) -> None:
         """One line of the process's stdout."""
-        message = json.loads(text)
+        self.message(json.loads(text))
+
+    def message(self, message: dict[str, Any]) -> None:
+        """One report of the process (`pipeline_member`'s lines, or the simulated member's
+        own, `sim.pipeline`)."""
+        message = dict(message)
         kind = message.pop("k")
         if kind == "ready":
             self.ready.set()

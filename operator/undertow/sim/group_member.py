@@ -80,7 +80,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError
 
@@ -118,8 +118,30 @@ LOST = (ErrorCode.unknown_member_id, ErrorCode.illegal_generation,
         ErrorCode.fenced_instance_id)
 """Answers after which the member's partitions are lost and it joins with no member id."""
 COORDINATOR_MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available)
+BUSY_RETRY_MS = 10.0
+"""A pipeline member's fetch answered while its transaction ends is fetched again after
+this."""
 
 Address = tuple[str, int]
+
+
+class TransactionalCommits(Protocol):
+    """A pipeline member's transactional side (`sim.pipeline`), which a member in
+    `commit: transaction` mode hands each record it returns and its commits to, as the real
+    member (`runner.pipeline_member`) does: each commit is its transaction's end with the
+    offsets in it, a lost partition aborts it."""
+
+    @property
+    def busy(self) -> bool:
+        """Ending a transaction (or not ready): the member reads nothing meanwhile, as the
+        real member's loop is in its synchronous commit."""
+
+    def transform(self, partition: int, offset: int, value: str) -> None: ...
+
+    def commit(self, offsets: dict[int, int], then: Callable[[bool], None]) -> None:
+        """End the open transaction with ``offsets``; ``then(committed)``."""
+
+    def abort(self) -> None: ...
 
 
 def range_assignment(members: Sequence[tuple[str, str | None, bytes]], topic: str,
@@ -162,8 +184,11 @@ class SimGroupMember:
     """One member (``c0``, ``c1``, ...) and its consecutive consumers (``rejoin``)."""
 
     def __init__(self, name: str, client: Endpoint, topic: str, settings: GroupSettings,
-                 history: HistoryWriter, clock_s: Callable[[], float], first: int = 0) -> None:
+                 history: HistoryWriter, clock_s: Callable[[], float], first: int = 0,
+                 transactional: TransactionalCommits | None = None) -> None:
+        """`transactional`: a pipeline member's transactional side (`commit: transaction`)."""
         self.name = name
+        self.transactional = transactional
         self._client = client
         self._topic = topic
         self._settings = settings
@@ -217,6 +242,19 @@ class SimGroupMember:
     @property
     def stopping(self) -> bool:
         return self._stopping
+
+    def with_coordinator(self, action: Callable[[Address], None]) -> None:
+        """``action(address)`` once the group's coordinator is known (a pipeline member's
+        TxnOffsetCommit goes there)."""
+        self._with_coordinator(action)
+
+    @property
+    def instance_id(self) -> str | None:
+        return self._instance_id
+
+    @property
+    def topic(self) -> str:
+        return self._topic
 
     @property
     def member_id(self) -> str | None:
@@ -525,13 +563,28 @@ class SimGroupMember:
         if partitions:
             self._fetch_committed(token, partitions)
 
-    def _fetch_committed(self, token: int, partitions: list[int]) -> None:
-        """OffsetFetch: a ``committed`` line per partition, which then resumes from it."""
+    def rewind(self) -> None:
+        """Read every assigned partition again from the group's committed offset (a
+        pipeline member after an aborted transaction: `runner.pipeline_member`'s seek)."""
+        if self._phase != "up":
+            return
+        token = self._set_phase("up")
+        self._heartbeat_busy = False  # the one in flight answers the old phase: dropped
+        for p in self._assignment:
+            self._positions.pop(p, None)
+        self._later(self._heartbeat_ms, lambda: self._heartbeat(token))
+        if self._assignment:
+            self._fetch_committed(token, self._assignment, record=False)
+
+    def _fetch_committed(self, token: int, partitions: list[int], record: bool = True) -> None:
+        """OffsetFetch: a ``committed`` line per partition (`record`), which then resumes
+        from it."""
         if token != self._token:
             return
 
         def retry() -> None:
-            self._later(RETRY_BACKOFF_MS, lambda: self._fetch_committed(token, partitions))
+            self._later(RETRY_BACKOFF_MS,
+                        lambda: self._fetch_committed(token, partitions, record))
 
         def answered(answer: Any, error: NetworkError | None, address: Address) -> None:
             if token != self._token:
@@ -552,14 +605,16 @@ class SimGroupMember:
                     unstable.append(p)
                     continue
                 offset = committed.offset if committed.offset >= 0 else None
-                self._group("committed", p, offset=offset)
+                if record:
+                    self._group("committed", p, offset=offset)
                 if offset is None:
                     self._reset(token, p)
                 else:
                     self._fetch_positions[p] = offset
                     self._fetch(token, p)
             if unstable:
-                self._later(RETRY_BACKOFF_MS, lambda: self._fetch_committed(token, unstable))
+                self._later(RETRY_BACKOFF_MS,
+                            lambda: self._fetch_committed(token, unstable, record))
 
         def send(address: Address) -> None:
             if token != self._token:
@@ -633,6 +688,9 @@ class SimGroupMember:
                 self._retry(token, p, self._fetch)
                 return
             result: FetchResult = results[tp]
+            if self.transactional is not None and self.transactional.busy:
+                self._later(BUSY_RETRY_MS, lambda: self._fetch(token, p))  # read it again
+                return
             if result.error == ErrorCode.offset_out_of_range:
                 self._reset(token, p)
                 return
@@ -648,6 +706,8 @@ class SimGroupMember:
                                        t=now, generation=self._generation,
                                        isolation=self._isolation_level)
                     self._fetch_positions[p] = self._positions[p] = offset + 1
+                    if self.transactional is not None:
+                        self.transactional.transform(p, offset, decode_value(value))
             if end is not None and end > self._fetch_positions[p]:  # past markers, aborts
                 self._fetch_positions[p] = self._positions[p] = end
             self._fetch(token, p)
@@ -713,7 +773,10 @@ class SimGroupMember:
             self._commit(offsets, None, rejoin)
 
     def _lose(self) -> None:
-        """The partitions are lost: nothing is committed, the member joins afresh."""
+        """The partitions are lost: nothing is committed (a pipeline member aborts its
+        transaction), the member joins afresh."""
+        if self.transactional is not None:
+            self.transactional.abort()
         self._give_up(self._assignment)
         self._assignment = []
         self._member_id, self._generation = NO_MEMBER, -1
@@ -772,6 +835,17 @@ class SimGroupMember:
         for one, up to ``session.timeout.ms`` (librdkafka's deferred commit)."""
         if not offsets:
             then()
+            return
+        if self.transactional is not None:
+            instance = self._instance
+
+            def ended(committed: bool) -> None:
+                if committed and instance == self._instance:
+                    self._committed.update({p: o for p, o in offsets.items()
+                                            if p in self._positions})
+                then()
+
+            self.transactional.commit(offsets, ended)
             return
         member_id, generation, instance = self._member_id, self._generation, self._instance
         done = deferred = sent = False

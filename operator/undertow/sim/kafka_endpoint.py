@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from kio.schema.add_offsets_to_txn.v3 import request as add_offsets_req
 from kio.schema.add_partitions_to_txn.v3 import request as add_req
 from kio.schema.end_txn.v1 import request as end_req
 from kio.schema.fetch.v12 import request as fetch_req
@@ -44,6 +45,7 @@ from kio.schema.offset_commit.v8 import request as commit_req
 from kio.schema.offset_fetch.v7 import request as offset_fetch_req
 from kio.schema.produce.v9 import request as produce_req
 from kio.schema.sync_group.v5 import request as sync_req
+from kio.schema.txn_offset_commit.v3 import request as txn_commit_req
 from kio.static.primitive import i8, i16, i32, i64
 from kio.static.protocol import RequestPayload
 
@@ -350,6 +352,39 @@ def _end_txn(args: tuple[str, int, int, bool]) -> _Exchange:
         lambda r: ErrorCode(r.error_code))
 
 
+def _add_offsets_to_txn(args: tuple[str, int, int, str]) -> _Exchange:
+    """AddOffsetsToTxn v3: the group's offsets partition joins the transaction."""
+    transactional_id, producer_id, epoch, group_id = args
+    return _Exchange(add_offsets_req.AddOffsetsToTxnRequest(
+        transactional_id=transactional_id, producer_id=cast(i64, producer_id),
+        producer_epoch=cast(i16, epoch), group_id=group_id),
+        lambda r: ErrorCode(r.error_code))
+
+
+def _txn_offset_commit(body: dict[str, Any]) -> _Exchange:
+    """TxnOffsetCommit v3 (KIP-447: with the member id and generation): the first partition
+    error, or none."""
+    by_topic: dict[str, list[txn_commit_req.TxnOffsetCommitRequestPartition]] = {}
+    for tp, offset in body["offsets"].items():
+        by_topic.setdefault(tp.topic, []).append(txn_commit_req.TxnOffsetCommitRequestPartition(
+            partition_index=cast(i32, tp.partition), committed_offset=cast(i64, offset),
+            committed_leader_epoch=i32(-1), committed_metadata=""))
+    request = txn_commit_req.TxnOffsetCommitRequest(
+        transactional_id=body["transactional_id"], group_id=body["group_id"],
+        producer_id=cast(i64, body["producer_id"]), producer_epoch=cast(i16, body["epoch"]),
+        generation_id=cast(i32, body["generation_id"]), member_id=body["member_id"],
+        group_instance_id=body["instance_id"],
+        topics=tuple(txn_commit_req.TxnOffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+                     for t, ps in by_topic.items()))
+
+    def decode(response: Any) -> ErrorCode:
+        errors = [p.error_code for t in response.topics for p in t.partitions
+                  if p.error_code != ErrorCode.none]
+        return ErrorCode(errors[0]) if errors else ErrorCode.none
+
+    return _Exchange(request, decode)
+
+
 MESSAGES: dict[str, Callable[..., _Exchange]] = {
     "metadata": lambda topic: _metadata(topic),
     "init_producer_id": lambda _: _init_producer_id(),
@@ -361,6 +396,8 @@ MESSAGES: dict[str, Callable[..., _Exchange]] = {
     "init_txn_producer_id": _init_txn_producer_id,
     "add_partitions_to_txn": _add_partitions_to_txn,
     "end_txn": _end_txn,
+    "add_offsets_to_txn": _add_offsets_to_txn,
+    "txn_offset_commit": _txn_offset_commit,
     "join_group": _join_group,
     "sync_group": _sync_group,
     "heartbeat": _heartbeat,

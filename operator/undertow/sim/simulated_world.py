@@ -29,7 +29,7 @@ from undertow.runner.events import EventCollector
 from undertow.runner.history import HistoryWriter
 from undertow.runner.scheduler import Scheduler
 from undertow.runner.workload import WorkloadConfig
-from undertow.runner.world import READY_TIMEOUT_S, Collector
+from undertow.runner.world import READY_TIMEOUT_S, Collector, topic_names
 from undertow.sim.cluster import EPOCH
 from undertow.sim.kafka_endpoint import KafkaEndpoint
 from undertow.sim.virtual_loop import SimulationTimeout, VirtualTimeLoop
@@ -74,7 +74,7 @@ class SimulatedWorld:
         self._platform = platform
         self._loop = platform.loop
         self._contexts: dict[str, contextvars.Context] = {}
-        self._endpoints: dict[str, KafkaEndpoint] = {}
+        self._endpoints: dict[tuple[str, str], KafkaEndpoint] = {}
         self._topic = ""
 
     def now(self) -> float:
@@ -109,7 +109,10 @@ class SimulatedWorld:
         return True
 
     def create_topic(self, loaded: LoadedExperiment, abort: Abort) -> None:
-        self.create(loaded.experiment.spec.topic, abort)
+        """The experiment's topic, and a pipeline's output topic made the same way."""
+        topic = loaded.experiment.spec.topic
+        for name in reversed(topic_names(loaded)):  # the experiment's last: `_topic`
+            self.create(topic.model_copy(update={"name": name}), abort)
 
     def create(self, topic: TopicSpec, abort: Abort) -> None:
         """With a CreateTopics request to a broker, retried until one creates it."""
@@ -162,12 +165,13 @@ class SimulatedWorld:
                 host, wall_clock=self.now))
         return self._contexts[host]
 
-    def endpoint(self, client: str) -> KafkaEndpoint:
-        """A client's own connections, as each stock client has (made among its code)."""
-        if client not in self._endpoints:
-            self._endpoints[client] = KafkaEndpoint(self._platform.cluster.bootstrap,
-                                                    self._topic)
-        return self._endpoints[client]
+    def endpoint(self, client: str, topic: str | None = None) -> KafkaEndpoint:
+        """A client's own connections, as each stock client has (made among its code), its
+        metadata of `topic` (default the experiment's)."""
+        key = (client, topic or self._topic)
+        if key not in self._endpoints:
+            self._endpoints[key] = KafkaEndpoint(self._platform.cluster.bootstrap, key[1])
+        return self._endpoints[key]
 
     def among(self, client: str, action: Callable[[], None]) -> None:
         self._loop.call_soon(action, context=self._context(self._host(client)))

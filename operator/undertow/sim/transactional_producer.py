@@ -90,6 +90,7 @@ class _Txn:
     requested: bool = False  # an AddPartitionsToTxn went out
     abortable: str | None = None  # the error that made it abortable
     t_end_invoke: float | None = None
+    offsets: dict[int, int] = field(default_factory=dict)  # a pipeline member's input offsets
 
 
 class SimTransactionalProducer:

@@ -22,6 +22,7 @@ from undertow.runner.workload import (
 )
 from undertow.sim.clients import Endpoint, SimConsumer, SimProducer
 from undertow.sim.group_member import SimGroupMember
+from undertow.sim.pipeline import SimPipeline, SimPipelineProcess
 from undertow.sim.transactional_producer import SimTransactionalProducer
 
 log = logging.getLogger("undertow.sim")
@@ -36,8 +37,9 @@ class ClientSide(Protocol):
     def now(self) -> float:
         """The history's clock."""
 
-    def endpoint(self, client: str) -> Endpoint:
-        """The transport of client `client` (`p0`, `c1`, `drain`), called among its code."""
+    def endpoint(self, client: str, topic: str | None = None) -> Endpoint:
+        """The transport of client `client` (`p0`, `c1`, `drain`), called among its code,
+        with the metadata of `topic` (default the experiment's)."""
 
     def among(self, client: str, action: Callable[[], None]) -> None:
         """Run `action` as client `client`'s code (on its host, with its connections)."""
@@ -77,10 +79,15 @@ class SimWorkload:
         self.epoch_gate = self.outcomes.epoch_gate
         self.producers: list[SimProducer | SimTransactionalProducer] = []
         self.consumers: list[SimConsumer | SimGroupMember] = []
+        self.pipeline = None if cfg.pipeline is None else SimPipeline(
+            side, history, self._pipeline_process, cfg.consumers, cfg.pipeline.kill_every_s)
 
     def start(self) -> None:
-        """Each client made and started as its own code: the consumers, then the producers."""
-        for i in range(self._cfg.consumers):
+        """Each client made and started as its own code: the consumers (or the pipeline's
+        member processes), then the producers."""
+        if self.pipeline is not None:
+            self.pipeline.start()
+        for i in range(self._cfg.consumers if self.pipeline is None else 0):
             self._side.among(f"c{i}", lambda i=i: self._start_consumer(i))
         for i in range(self._cfg.producers):
             self._side.among(f"p{i}", lambda i=i: self._start_producer(i))
@@ -98,6 +105,16 @@ class SimWorkload:
                                    first=index)
         self.consumers.append(consumer)
         consumer.start()
+
+    def _pipeline_process(self, slot: str, incarnation: int, index: int,
+                          on_exit: Callable[[SimPipelineProcess], None]) -> SimPipelineProcess:
+        cfg = self._cfg
+        assert cfg.pipeline is not None and cfg.group is not None \
+            and cfg.transactions is not None, "a pipeline's spec has a group and transactions"
+        return SimPipelineProcess(
+            slot, incarnation, index, self._side, cfg.topic, cfg.partitions, cfg.pipeline,
+            cfg.group, cfg.transactions, cfg.request_timeout_ms, outcomes_wait_s(cfg) * 1000,
+            self._history, self.outcomes.settled, on_exit)
 
     def _start_producer(self, index: int) -> None:
         cfg, endpoint = self._cfg, self._side.endpoint(f"p{index}")
@@ -129,7 +146,11 @@ class SimWorkload:
         for consumer in self.consumers:
             self._side.among(consumer.name, consumer.stop)
         members = self._members()
-        self._side.settle(lambda: all(m.closed for m in members), MEMBERS_CLOSE_TIMEOUT_S)
+        pipeline = self.pipeline
+        if pipeline is not None:
+            pipeline.stop()
+        self._side.settle(lambda: all(m.closed for m in members)
+                          and (pipeline is None or pipeline.closed), MEMBERS_CLOSE_TIMEOUT_S)
         for producer in self.producers:
             self._side.among(producer.name, producer.close)
 
@@ -138,6 +159,8 @@ class SimWorkload:
             producer.stop()
         for consumer in self.consumers:
             self._side.among(consumer.name, consumer.stop)
+        if self.pipeline is not None:
+            self.pipeline.stop()
 
     def _members(self) -> list[SimGroupMember]:
         return [c for c in self.consumers if isinstance(c, SimGroupMember)]
@@ -174,7 +197,8 @@ def drain(side: ClientSide, cfg: WorkloadConfig, history: HistoryWriter,
     made: list[SimConsumer] = []
 
     def begin() -> None:
-        consumer = SimConsumer("drain", side.endpoint("drain"), cfg.topic, cfg.partitions,
+        consumer = SimConsumer("drain", side.endpoint("drain", cfg.topic), cfg.topic,
+                               cfg.partitions,
                                reader(history, cfg.topic, "drain"), side.now)
         made.append(consumer)
         consumer.end_offsets(lambda p, end: ends.__setitem__(p, end))

@@ -12,27 +12,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from undertow.platform.base import PlatformError
 from undertow.platform.simulated import SimulatedPlatform
 from undertow.runner.run import RunResult, run_experiment
 from undertow.sim.timing import NOMINAL, Timing
 from undertow.spec import LoadedExperiment, choose_seed
 
 
-def not_simulable(loaded: LoadedExperiment) -> str | None:
-    """Why the simulator cannot run `loaded`, None when it can."""
-    if loaded.experiment.spec.workload.pipeline is not None:
-        return ("workload.pipeline has no client model in the simulator yet (its members are "
-                "processes of their own): run it on local processes or pods")
-    return None
-
-
 def simulated_platform(loaded: LoadedExperiment, root: Path, seed: int,
                        timing: Timing = NOMINAL) -> SimulatedPlatform:
-    """The experiment's cluster in simulation, its nodes' data under ``root``; PlatformError
-    when the simulator cannot run it (`not_simulable`)."""
-    if (reason := not_simulable(loaded)) is not None:
-        raise PlatformError(reason)
+    """The experiment's cluster in simulation, its nodes' data under ``root``."""
     cluster = loaded.cluster.spec
     shutil.rmtree(root, ignore_errors=True)  # the nodes' data start empty
     return SimulatedPlatform(root, cluster.brokers, cluster.config.as_overrides(),
