@@ -190,7 +190,7 @@ class MemberSlot:
             if self._restarts <= MAX_RESTARTS:
                 self.start()
 
-    def kill(self, history: HistoryWriter, stopped: threading.Event) -> None:
+    def kill(self, stopped: threading.Event) -> None:
         """SIGKILL the process mid-transaction (waiting up to KILL_WAIT_S for one) and start
         its replacement; faults.jsonl gets the kill, the replacement's start (`heal`) and its
         readiness (`recover`: its InitProducerId fenced the dead process). Gives way as soon
@@ -207,24 +207,24 @@ class MemberSlot:
                 return
             mid = recorder.mid_transaction()
             process.kill()
-            history.fault(fault="kill", target=self.slot, action="inject",
-                          role=f"pipeline member {recorder.name}"
-                               f"{', mid-transaction' if mid else ''}")
+            self._history.fault(fault="kill", target=self.slot, action="inject",
+                                role=f"pipeline member {recorder.name}"
+                                     f"{', mid-transaction' if mid else ''}")
         assert self._relay is not None
         self._relay.join()
         with self._lock:
             if self._stopping or stopped.is_set():
                 return
-            history.fault(fault="kill", target=self.slot, role="pipeline member",
-                          action="heal")
+            self._history.fault(fault="kill", target=self.slot, role="pipeline member",
+                                action="heal")
             self.start()
             replacement, process = self.recorder, self._process
         assert replacement is not None and process is not None
         while not replacement.ready.wait(0.1):
             if stopped.is_set() or process.poll() is not None:
                 return  # stopped, or it died before it was ready: no recovery to record
-        history.fault(fault="kill", target=self.slot, role="pipeline member",
-                      action="recover")
+        self._history.fault(fault="kill", target=self.slot, role="pipeline member",
+                            action="recover")
 
     def request_stop(self) -> None:
         """Close the process's stdin: it ends its transaction and leaves the group."""
@@ -266,11 +266,10 @@ def _python_path() -> str:
 class Pipeline:
     """The pipeline's member slots, and the kills of `PipelineSettings.kill_every_s`."""
 
-    def __init__(self, slots: list[MemberSlot], settings: PipelineSettings,
-                 history: HistoryWriter, abort: Abort, stop_timeout_s: float) -> None:
+    def __init__(self, slots: list[MemberSlot], settings: PipelineSettings, abort: Abort,
+                 stop_timeout_s: float) -> None:
         self.slots = slots
         self._settings = settings
-        self._history = history
         self._abort = abort
         self._stop_timeout_s = stop_timeout_s
         self._stopped = threading.Event()
@@ -286,7 +285,7 @@ class Pipeline:
         logs = history.directory.parent / "pipeline"
         slots = [MemberSlot(f"c{i}", lambda name, slot=f"c{i}": config(slot, name), history,
                             record_send, logs) for i in range(members)]
-        return cls(slots, settings, history, abort, end_timeout_s + STOP_GRACE_S)
+        return cls(slots, settings, abort, end_timeout_s + STOP_GRACE_S)
 
     def start(self) -> None:
         for slot in self.slots:
@@ -299,7 +298,7 @@ class Pipeline:
         assert every is not None
         turn = 0
         while not self._stopped.wait(every) and not self._abort.is_set():
-            self.slots[turn % len(self.slots)].kill(self._history, self._stopped)
+            self.slots[turn % len(self.slots)].kill(self._stopped)
             turn += 1
 
     def stop(self) -> None:

@@ -258,7 +258,7 @@ class SimPipelineProcess:
         self.recorder = MemberRecorder(self.name, transactional_id, cfg_topic,
                                        settings.output_topic, history, record_send)
         self._side = side
-        self._made = lambda: self._make(slot, transactional_id, first, cfg_topic, partitions,
+        self._made = lambda: self._make(transactional_id, first, cfg_topic, partitions,
                                         settings, group, txns, request_timeout_ms,
                                         end_timeout_ms, history, on_exit)
         self._links: list[KillableEndpoint] = []
@@ -266,12 +266,11 @@ class SimPipelineProcess:
         self.member: SimGroupMember | None = None
         self.exited = False
 
-    def _make(self, slot: str, transactional_id: str, first: int, cfg_topic: str,
+    def _make(self, transactional_id: str, first: int, cfg_topic: str,
               partitions: int, settings: PipelineSettings, group: GroupSettings,
               txns: TxnSettings, request_timeout_ms: int, end_timeout_ms: float,
               history: HistoryWriter, on_exit: Callable[[SimPipelineProcess], None]) -> None:
         """Its clients, made among its code (each connection on its host)."""
-        del slot
         consumer_link = KillableEndpoint(self._side.endpoint(self.name, cfg_topic))
         producer_link = KillableEndpoint(self._side.endpoint(self.name, settings.output_topic))
         self._links = [consumer_link, producer_link]
