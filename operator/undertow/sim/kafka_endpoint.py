@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -335,12 +335,15 @@ def _add_partitions_to_txn(args: tuple[str, int, int, list[TopicPartition]]) -> 
         v3_and_below_topics=tuple(add_req.AddPartitionsToTxnTopic(name=t, partitions=tuple(ps))
                                   for t, ps in by_topic.items()))
 
-    def decode(response: Any) -> ErrorCode:
-        errors = [p.partition_error_code for t in response.results_by_topic_v3_and_below
-                  for p in t.results_by_partition if p.partition_error_code != ErrorCode.none]
-        return ErrorCode(errors[0]) if errors else ErrorCode.none
+    return _Exchange(request, lambda r: _first_error(
+        p.partition_error_code for t in r.results_by_topic_v3_and_below
+        for p in t.results_by_partition))
 
-    return _Exchange(request, decode)
+
+def _first_error(codes: Iterable[int]) -> ErrorCode:
+    """A per-partition response's first partition error, or none (a client's requests of
+    one transaction stand or fall together)."""
+    return next((ErrorCode(c) for c in codes if c != ErrorCode.none), ErrorCode.none)
 
 
 def _end_txn(args: tuple[str, int, int, bool]) -> _Exchange:
@@ -377,12 +380,8 @@ def _txn_offset_commit(body: dict[str, Any]) -> _Exchange:
         topics=tuple(txn_commit_req.TxnOffsetCommitRequestTopic(name=t, partitions=tuple(ps))
                      for t, ps in by_topic.items()))
 
-    def decode(response: Any) -> ErrorCode:
-        errors = [p.error_code for t in response.topics for p in t.partitions
-                  if p.error_code != ErrorCode.none]
-        return ErrorCode(errors[0]) if errors else ErrorCode.none
-
-    return _Exchange(request, decode)
+    return _Exchange(request, lambda r: _first_error(
+        p.error_code for t in r.topics for p in t.partitions))
 
 
 MESSAGES: dict[str, Callable[..., _Exchange]] = {
