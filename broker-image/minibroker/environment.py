@@ -1,5 +1,5 @@
 """Where a node's code meets the world: the network it listens and connects on, the wall
-clock, and randomness.
+clock, the disk's fsync, and randomness.
 
 A broker process runs on TCP and the system clock. The simulation runs the same code on an
 in-memory network and a virtual clock (``undertow.sim.virtual_streams``, ``virtual_loop``):
@@ -50,6 +50,10 @@ class Environment:
     event_queue: Callable[[str], EventQueue] = ThreadEventQueue
     rng: random.Random | None = None
     """The node's random source in simulation; None: the operating system's."""
+    fsync: Callable[[int], None] = os.fsync
+    """The disk's flush of a file descriptor. The simulated disk has no page cache that a
+    crash could take: what a power loss keeps is what the broker marked durable
+    (``storage.durability``), so its fsync returns at once, as on a RAM disk."""
     halt: Callable[[int], None] = os._exit
     """Kafka's ``Exit.halt``: the node ends now with this status, running nothing more
     (a power loss, a failed log directory). In simulation it kills the node and raises
@@ -107,6 +111,11 @@ def random_source() -> random.Random:
     """The node's random source for draws a component keeps making (fetch session ids)."""
     rng = current().rng
     return random.SystemRandom() if rng is None else rng
+
+
+def fsync(fd: int) -> None:
+    """``os.fsync`` in a process; the simulated disk's (``Environment.fsync``)."""
+    current().fsync(fd)
 
 
 def halt(status: int) -> None:

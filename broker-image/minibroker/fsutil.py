@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from minibroker.environment import fsync
+
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
@@ -15,7 +17,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -25,6 +27,6 @@ def atomic_write(path: Path, data: bytes) -> None:
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)

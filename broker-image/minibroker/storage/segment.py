@@ -19,6 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from minibroker.environment import fsync
 from minibroker.storage.durability import DurabilityTracker
 from minibroker.storage.records import (
     BATCH_HEADER_SIZE,
@@ -241,9 +242,9 @@ class LogSegment:
 
     def flush(self) -> None:
         self._durability.check_space(self.log_path)
-        os.fsync(self._fd)
+        fsync(self._fd)
         self._durability.mark_durable(self.log_path, self.size)
-        os.fsync(self._index_fd_open())
+        fsync(self._index_fd_open())
         self._durability.mark_durable(self.index_path,
                                       len(self._index_positions) * _INDEX_ENTRY.size)
 

@@ -1,5 +1,6 @@
 """Where a simulation's files go: its nodes' data directories and histories on scratch
-space, its nodes' log lines in one file stamped with virtual time."""
+space, its nodes' log lines in one file stamped with virtual time; and the simulated disk's
+fsync."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ def scratch_root() -> Path:
     it (/dev/shm), else the temporary directory."""
     shm = Path("/dev/shm")
     return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
+def simulated_fsync(_fd: int) -> None:
+    """The simulated disk's fsync (``minibroker.environment.Environment.fsync``): at once.
+    No crash of the machine takes the page cache in simulation; a power loss keeps what the
+    broker marked durable (``minibroker.storage.durability``), whether or not the OS wrote
+    it. A real fsync costs the explorer time and tells the simulation nothing."""
 
 
 @contextlib.contextmanager

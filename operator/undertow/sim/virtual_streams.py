@@ -43,6 +43,7 @@ from minibroker.environment import Environment
 from minibroker.event_queue import LoopEventQueue
 from minibroker.network.channel import REQUEST_CHANNEL
 from minibroker.network.codec import KafkaProtocolError, Request
+from undertow.sim.files import simulated_fsync
 
 Address = tuple[str, int]
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None] | None]
@@ -363,7 +364,8 @@ class VirtualNetwork:
 
         return Environment(start_server=start_server, open_connection=open_connection,
                            open_object_connection=open_object_connection,
-                           wall_clock=wall_clock, event_queue=LoopEventQueue, rng=rng)
+                           wall_clock=wall_clock, event_queue=LoopEventQueue, rng=rng,
+                           fsync=simulated_fsync)
 
     async def start_server(self, handler: Handler, host: str, port: int, *,
                            limit: int = STREAM_LIMIT) -> VirtualServer:
