@@ -86,6 +86,29 @@ def generation_of(metadata: object) -> int | None:
     return None
 
 
+def known_generation(consumer: Consumer, last: int | None) -> int | None:
+    """The generation in ``consumer``'s group metadata now; ``last`` while it has none (it
+    is between generations, or its coordinator is away)."""
+    with contextlib.suppress(KafkaException):
+        return generation_of(consumer.consumer_group_metadata())
+    return last
+
+
+def committed_offsets(consumer: Consumer, partitions: list[KafkaTopicPartition], name: str
+                      ) -> dict[int, int | None]:
+    """The group's committed offset of each of ``partitions`` that the coordinator answered
+    for (None: nothing committed), asked once the member holds them; none when it does not
+    answer within ``COMMITTED_TIMEOUT_S``."""
+    try:
+        answered = consumer.committed(partitions, timeout=COMMITTED_TIMEOUT_S)
+    except KafkaException as exc:
+        log.info("%s: no committed offsets for %s: %s", name,
+                 [tp.partition for tp in partitions], exc)
+        return {}
+    return {tp.partition: tp.offset if tp.offset >= 0 else None
+            for tp in answered if tp.error is None}
+
+
 def commit_outcome(error: KafkaError | None) -> tuple[str, str | None]:
     """groups.jsonl's status and error of one partition's commit."""
     if error is None:
@@ -175,9 +198,7 @@ class GroupMember:
             self._positions[message.partition()] = message.offset() + 1
 
     def _current_generation(self) -> int | None:
-        # No group metadata right now: keep the last one known.
-        with contextlib.suppress(KafkaException):
-            self._generation = generation_of(self._consumer.consumer_group_metadata())
+        self._generation = known_generation(self._consumer, self._generation)
         return self._generation
 
     # ---- rebalance callbacks ----------------------------------------------------------------
@@ -206,16 +227,9 @@ class GroupMember:
 
     def _record_committed(self) -> None:
         partitions, self._to_fetch = self._to_fetch, []
-        try:
-            answered = self._consumer.committed(partitions, timeout=COMMITTED_TIMEOUT_S)
-        except KafkaException as exc:
-            log.info("%s: no committed offsets for %s: %s", self.name,
-                     [tp.partition for tp in partitions], exc)
-            return
-        for tp in answered:
-            if tp.error is None:
-                self._group("committed", tp.partition,
-                            offset=tp.offset if tp.offset >= 0 else None)
+        for partition, offset in committed_offsets(self._consumer, partitions,
+                                                   self.name).items():
+            self._group("committed", partition, offset=offset)
 
     # ---- commits ----------------------------------------------------------------------------
 

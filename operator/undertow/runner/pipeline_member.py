@@ -22,7 +22,6 @@ Run as ``python -m undertow.runner.pipeline_member CONFIG`` (CONFIG: `MemberConf
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -36,7 +35,12 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from undertow.runner.group_member import COMMITTED_TIMEOUT_S, GroupSettings, generation_of
+from undertow.runner.group_member import (
+    COMMITTED_TIMEOUT_S,
+    GroupSettings,
+    committed_offsets,
+    known_generation,
+)
 from undertow.runner.outcomes import error_name
 from undertow.runner.transactional_producer import INIT_ATTEMPT_S
 from undertow.runner.values import decode_value
@@ -277,9 +281,7 @@ class Member:
     # ---- the group ----------------------------------------------------------------------------
 
     def _current_generation(self) -> int | None:
-        # No group metadata right now: keep the last one known.
-        with contextlib.suppress(KafkaException):
-            self._generation = generation_of(self._consumer.consumer_group_metadata())
+        self._generation = known_generation(self._consumer, self._generation)
         return self._generation
 
     def _group(self, type_: str, partition: int, consumer: Consumer,
@@ -312,15 +314,9 @@ class Member:
 
     def _record_committed(self) -> None:
         partitions, self._to_fetch = self._to_fetch, []
-        try:
-            answered = self._consumer.committed(partitions, timeout=COMMITTED_TIMEOUT_S)
-        except KafkaException as exc:
-            log.info("%s: no committed offsets: %s", self._config.name, exc)
-            return
-        for tp in answered:
-            if tp.error is None:
-                self._group("committed", tp.partition, self._consumer,
-                            offset=tp.offset if tp.offset >= 0 else None)
+        for partition, offset in committed_offsets(self._consumer, partitions,
+                                                   self._config.name).items():
+            self._group("committed", partition, self._consumer, offset=offset)
 
 
 def _stop_when_stdin_closes(stopping: threading.Event) -> None:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -29,7 +30,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from undertow.runner.abort import Abort
 from undertow.runner.history import HistoryWriter
 from undertow.runner.outcomes import error_name
-from undertow.runner.values import SEPARATOR
+from undertow.runner.pacing import Pacer
+from undertow.runner.values import padding
 
 log = logging.getLogger("undertow.workload")
 
@@ -144,8 +146,8 @@ class TransactionalProducer:
                                                   settings.timeout_ms),
                         "error_cb": self._on_error}
         self._topic, self._partitions = topic, partitions
-        self._interval = 1.0 / rate if rate > 0 else 0.0
-        self._pad = max(record_size - len(self.name) - 12, 0)
+        self._rate = rate
+        self._pad = padding(self.name, record_size)
         self._settings = settings
         self._end_timeout_s = end_timeout_s
         self._history = history
@@ -185,7 +187,7 @@ class TransactionalProducer:
     def _run(self) -> None:
         producer = self._new_producer()
         n = seq = 0
-        next_send = time.monotonic()
+        pacer = Pacer(self._rate)
         while producer is not None and not self._stopping():
             txn = f"{self.name}-t{n}"
             intent = "abort" if aborts(n, self._settings.abort_ratio) else "commit"
@@ -202,9 +204,9 @@ class TransactionalProducer:
                 if self._stopping():
                     break
                 send = Send(f"{self.name}-{seq}", seq % self._partitions, time.time())
-                payload = f"{send.value}{SEPARATOR}{'x' * self._pad}".encode()
                 try:
-                    producer.produce(self._topic, payload, partition=send.partition,
+                    producer.produce(self._topic, (send.value + self._pad).encode(),
+                                     partition=send.partition,
                                      on_delivery=self._on_delivery(send))
                 except BufferError:
                     _poll(producer, 0.05)
@@ -216,16 +218,10 @@ class TransactionalProducer:
                     break
                 sends.append(send)
                 seq += 1
-                next_send += self._interval
-                while (delay := next_send - time.monotonic()) > 0 and not self._stopping():
-                    _poll(producer, delay)
-                if delay < -1.0:
-                    next_send = time.monotonic()  # fell behind: do not burst
+                pacer.wait(partial(_poll, producer), self._stopping)
             t_end_invoke = time.time()
             status, error, fatal = self._end(producer, intent)
-            # The records are paced within a transaction; its end's time is not made up
-            # by a burst of the next one's.
-            next_send = max(next_send, time.monotonic())
+            pacer.resume()  # the end's time is not made up by a burst of the next one's
             _poll(producer, 0)  # the delivery reports of the last sends
             self._write(txn, intent, status, error, sends, t_begin, t_end_invoke, time.time())
             n += 1

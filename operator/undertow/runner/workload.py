@@ -28,9 +28,10 @@ from undertow.runner.abort import Abort
 from undertow.runner.group_member import GroupMember, GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.outcomes import LeaderEpochGate, classify, error_name
+from undertow.runner.pacing import Pacer
 from undertow.runner.pipeline import Pipeline, PipelineSettings, member_config
 from undertow.runner.transactional_producer import TransactionalProducer, TxnSettings
-from undertow.runner.values import SEPARATOR, decode_value
+from undertow.runner.values import decode_value, padding
 
 log = logging.getLogger("undertow.workload")
 
@@ -117,29 +118,22 @@ class ProducerWorker:
 
     def _run(self) -> None:
         cfg = self._cfg
-        pad = max(cfg.record_size - len(self.name) - 12, 0)
-        interval = 1.0 / cfg.rate if cfg.rate > 0 else 0.0
+        pad = padding(self.name, cfg.record_size)
+        pacer = Pacer(cfg.rate)
         seq = 0
-        next_send = time.monotonic()
         while not self._stop.is_set():
             value = f"{self.name}-{seq}"
             partition = seq % cfg.partitions
-            payload = f"{value}{SEPARATOR}{'x' * pad}".encode()
             t_invoke = time.time()
             try:
-                self._producer.produce(cfg.topic, payload, partition=partition,
+                self._producer.produce(cfg.topic, (value + pad).encode(), partition=partition,
                                        on_delivery=self._on_delivery(value, partition, t_invoke))
             except BufferError:
                 self._producer.poll(0.05)
                 continue
             seq += 1
             self._producer.poll(0)
-            next_send += interval
-            # poll() returns early whenever a delivery report is served: wait out the rest.
-            while (delay := next_send - time.monotonic()) > 0 and not self._stop.is_set():
-                self._producer.poll(delay)
-            if delay < -1.0:
-                next_send = time.monotonic()  # fell behind (a full queue): do not burst
+            pacer.wait(self._producer.poll, self._stop.is_set)
         # Wait for every outstanding send's outcome: each ends ok, fail or (timed out) info;
         # unless the run was aborted, when the outcomes could not be recorded anyway.
         deadline = time.monotonic() + outcomes_wait_s(cfg)

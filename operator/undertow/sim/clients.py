@@ -64,7 +64,7 @@ from minibroker.storage.control_records import end_txn_marker_of
 from minibroker.storage.records import build_batch, decode_records, iter_batches
 from minibroker.storage.transaction_index import AbortedTxn
 from undertow.runner.outcomes import classify
-from undertow.runner.values import SEPARATOR, decode_value
+from undertow.runner.values import decode_value, padding
 from undertow.runner.workload import WorkloadConfig
 
 LINGER_MS = 2.0
@@ -254,6 +254,7 @@ class SimProducer:
         self._pump_scheduled = False
         self._stopped = False
         self._seq = 0
+        self._pad = padding(self.name, cfg.record_size)
         self.outstanding = 0
         self._producer_id: int | None = None if cfg.idempotent else -1
         self._init_attempts = 0
@@ -295,11 +296,10 @@ class SimProducer:
         seq = self._seq
         self._seq += 1
         value = f"{self.name}-{seq}"
-        pad = max(cfg.record_size - len(self.name) - 12, 0)
         partition = seq % cfg.partitions
         now = self._client.now_ms()
         self._queues[partition].queue.append(_Message(
-            seq, value, partition, f"{value}{SEPARATOR}{'x' * pad}".encode(), self._clock_s(),
+            seq, value, partition, (value + self._pad).encode(), self._clock_s(),
             now + self._message_timeout_ms))
         self.outstanding += 1
         if not self._pump_scheduled:

@@ -46,7 +46,7 @@ from undertow.runner.transactional_producer import (
     aborts,
     record_transaction,
 )
-from undertow.runner.values import SEPARATOR
+from undertow.runner.values import padding
 from undertow.sim.clients import (
     LEADER_MOVED,
     RETRY_BACKOFF_MS,
@@ -107,7 +107,7 @@ class SimTransactionalProducer:
         self._client = client
         self._topic, self._partitions = topic, partitions
         self._interval_ms = 1000.0 / rate if rate > 0 else 0.0
-        self._pad = max(record_size - len(self.name) - 12, 0)
+        self._pad = padding(self.name, record_size)
         self._settings = settings
         self._request_timeout_ms = request_timeout_ms
         self._end_timeout_ms = end_timeout_ms
@@ -220,7 +220,7 @@ class SimTransactionalProducer:
         self._seq += 1
         value = f"{self.name}-{seq}"
         txn.sends.append(_Send(value, seq % self._partitions,
-                               f"{value}{SEPARATOR}{'x' * self._pad}".encode(),
+                               (value + self._pad).encode(),
                                self._clock_s()))
         self._register()
         self._pump()
