@@ -99,6 +99,31 @@ class NetworkError(Exception):
         self.reason = reason
 
 
+class Wakeup:
+    """At most one pending call of ``callback``, at the earliest time asked for. A client
+    waiting for several partitions' unreachable leaders wakes once when the first may be
+    tried again: a timer per partition at each wake multiplied the timers at every reconnect
+    backoff, without bound while a leader stayed down (librdkafka's broker thread wakes its
+    queued partitions once per connection attempt)."""
+
+    def __init__(self, client: Endpoint, callback: Callable[[], None]) -> None:
+        self._client = client
+        self._callback = callback
+        self._due: float | None = None
+
+    def at(self, when_ms: float) -> None:
+        if self._due is not None and self._due <= when_ms:
+            return
+        self._due = when_ms
+        self._client.later(when_ms - self._client.now_ms(), lambda: self._fire(when_ms))
+
+    def _fire(self, when_ms: float) -> None:
+        if self._due != when_ms:
+            return  # an earlier wake superseded this one, and it has run
+        self._due = None
+        self._callback()
+
+
 class Endpoint:
     """What the client models send through: requests to brokers by address, each answered
     or failed (``NetworkError``), with librdkafka's reconnect backoff per address. The
@@ -255,6 +280,7 @@ class SimProducer:
         self._stopped = False
         self._seq = 0
         self._pad = padding(self.name, cfg.record_size)
+        self._reconnected = Wakeup(client, self._pump)
         self.outstanding = 0
         self._producer_id: int | None = None if cfg.idempotent else -1
         self._init_attempts = 0
@@ -329,7 +355,7 @@ class SimProducer:
                 continue
             retry_at = self._client.connectable(address)
             if retry_at:
-                self._client.later(retry_at - now, self._pump)
+                self._reconnected.at(retry_at)
                 continue
             if pq.retries:
                 batch = pq.retries.pop(0)

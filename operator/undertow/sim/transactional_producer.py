@@ -54,6 +54,7 @@ from undertow.sim.clients import (
     Endpoint,
     Metadata,
     NetworkError,
+    Wakeup,
     error_name,
 )
 
@@ -108,6 +109,7 @@ class SimTransactionalProducer:
         self._topic, self._partitions = topic, partitions
         self._interval_ms = 1000.0 / rate if rate > 0 else 0.0
         self._pad = padding(self.name, record_size)
+        self._reconnected = Wakeup(client, self._pump)
         self._settings = settings
         self._request_timeout_ms = request_timeout_ms
         self._end_timeout_ms = end_timeout_ms
@@ -272,8 +274,8 @@ class SimTransactionalProducer:
             leader = self._metadata.leader(p)
             if leader is None:
                 continue
-            if self._client.connectable(leader[1]):
-                self._client.later(RETRY_BACKOFF_MS, self._pump)
+            if retry_at := self._client.connectable(leader[1]):
+                self._reconnected.at(retry_at)
                 continue
             self._send(txn, p, leader[1], batch)
 
