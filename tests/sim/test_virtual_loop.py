@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from undertow.sim.virtual_loop import SimulationStalled, SimulationTimeout, VirtualTimeLoop
+from undertow.sim import virtual_loop
+from undertow.sim.virtual_loop import (
+    SimulationRunaway,
+    SimulationStalled,
+    SimulationTimeout,
+    VirtualTimeLoop,
+)
 from undertow.sim.virtual_streams import VirtualNetwork
 
 LATENCY = 0.001
@@ -94,6 +100,27 @@ def test_waiting_on_what_never_comes_is_said_not_hung():
 
     with pytest.raises(SimulationStalled, match="no callback is ready and no timer"):
         run(main)
+
+
+def test_timers_that_multiply_are_said_not_crawled_through(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each timer sets two more 100 ms on: virtual time would crawl for ever (the client
+    models once did this while leaders were unreachable). The loop stops it, and winds
+    down without running it further (the bound lowered here: the rule, not the number)."""
+    monkeypatch.setattr(virtual_loop, "MAX_PENDING_TIMERS", 1000)
+    loop = VirtualTimeLoop()
+
+    def spread() -> None:
+        loop.call_later(0.1, spread)
+        loop.call_later(0.1, spread)
+
+    loop.call_soon(spread)
+    started = time.monotonic()
+    with pytest.raises(SimulationRunaway, match="more than 1000"):
+        loop.run_until_complete(loop.create_future())
+    assert loop.time() < 1.2 and time.monotonic() - started < 10
+    loop.wind_down()
+    loop.close()
 
 
 def test_blocking_calls_run_inline_and_take_no_virtual_time():

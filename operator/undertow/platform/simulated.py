@@ -121,8 +121,10 @@ class SimulatedPlatform(Platform):
             return
         self._stopped = True
         self._serving.clear()
-        self.loop.wind_down()
-        self.loop.close()
+        try:
+            self.loop.wind_down()
+        finally:
+            self.loop.close()
 
     # ---- names and addresses ----------------------------------------------------------------
 

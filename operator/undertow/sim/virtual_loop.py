@@ -41,6 +41,15 @@ class SimulationStalled(RuntimeError):
     is set. A real loop would block for ever here; a simulation says so instead."""
 
 
+class SimulationRunaway(RuntimeError):
+    """More timers pending than any run sets (``MAX_PENDING_TIMERS``): something schedules
+    timers faster than they fire, and virtual time would crawl for ever. A real process
+    would spin on its CPU and memory; a simulation says so instead, and an exploration
+    records the schedule as an error rather than never finishing it."""
+
+
+MAX_PENDING_TIMERS = 250_000
+"""Two orders of magnitude above what a library experiment keeps pending."""
 MIN_SCHEDULED_TIMER_HANDLES = 100
 MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
 """asyncio's thresholds (``base_events``) for sweeping cancelled timers out of the heap."""
@@ -136,12 +145,13 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         for node in self._nodes.values():
             node.state, node.held = NodeState.RUNNING, []
         deadline = self.time() + bound_s
-        while (left := [task for task in self._live_tasks if not task.done()]) \
-                and self.time() < deadline:
-            for task in left:
-                if not task.cancelling():  # a second cancel would cut its cleanup short
-                    task.cancel()
-            self.run_until_complete(asyncio.wait(left, timeout=deadline - self.time()))
+        with contextlib.suppress(SimulationRunaway):  # the run ended so: no winding down
+            while (left := [task for task in self._live_tasks if not task.done()]) \
+                    and self.time() < deadline:
+                for task in left:
+                    if not task.cancelling():  # a second cancel would cut its cleanup short
+                        task.cancel()
+                self.run_until_complete(asyncio.wait(left, timeout=deadline - self.time()))
         for node in self._nodes.values():
             node.state = NodeState.DEAD
         stuck, self._live_tasks = self._live_tasks, set()
@@ -229,6 +239,10 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         while timers and timers[0][2]._cancelled:
             self._timer_cancelled_count -= 1
             heapq.heappop(timers)[2]._scheduled = False
+        if count > MAX_PENDING_TIMERS:
+            raise SimulationRunaway(
+                f"at t={self._now:.6f} s (virtual) {count} timers are pending (more than "
+                f"{MAX_PENDING_TIMERS}): something schedules timers faster than they fire")
         # Where a real loop would select() until its next timer, the clock moves to it.
         if not self._ready and not self._stopping:
             if not timers:
