@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from undertow.sim.files import scratch_root
+from undertow.sim.files import scratch_dir
 from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.world import run_simulated
 from undertow.spec import LoadedExperiment
@@ -69,7 +67,7 @@ def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]],
     """Run ``loaded`` (whose faults are ``faults``) in simulation with ``seed`` and check it."""
     logging.getLogger("undertow").setLevel(logging.ERROR)
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="undertow-explore-", dir=scratch_root()))
+    work = scratch_dir("undertow-explore-")
     schedule = json.dumps(faults, separators=(",", ":"), sort_keys=True)
     try:
         run_simulated(loaded, work, seed=seed, timing=timing)

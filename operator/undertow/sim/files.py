@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +18,29 @@ def scratch_root() -> Path:
     it (/dev/shm), else the temporary directory."""
     shm = Path("/dev/shm")
     return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new directory on scratch space for one simulation, named ``{prefix}{pid}-...``
+    after this process. Those of processes that are gone are removed first: a worker that
+    was SIGKILLed (Spark kills its Python workers when an exploration is interrupted) never
+    ran its cleanup, and on /dev/shm what it left holds memory."""
+    root = scratch_root()
+    for stale in root.glob(f"{prefix}*"):
+        pid = stale.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def simulated_fsync(_fd: int) -> None:
