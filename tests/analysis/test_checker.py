@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from analysis_histories import group_history, pipeline_history, txn_history
 from history_builder import START, HistoryBuilder
+from library_sims import library_history, shared_root
 
 from undertow.runner.verdict import disagreement, report_summary
 from undertow_analysis import anomalies, checks, io, precheck
@@ -25,7 +26,6 @@ from undertow_history.checker import Summary, check_history
 
 pytestmark = pytest.mark.long  # run first (tests/conftest.py)
 
-REPO = Path(__file__).resolve().parents[2]
 C = "controller"
 
 
@@ -538,27 +538,10 @@ def as_dict(s: Summary) -> dict:
             "mechanisms": s.mechanisms, "faults_skipped": s.faults_skipped}
 
 
-@pytest.fixture(scope="module")
-def simulated(tmp_path_factory) -> Callable[[str], Path]:
-    """Each experiment's history from the deterministic simulator (seed 1), made once."""
-    from undertow.sim.world import run_simulated
-    from undertow.spec import load_experiment
-
-    made: dict[str, Path] = {}
-
-    def history(name: str) -> Path:
-        if name not in made:
-            out = tmp_path_factory.mktemp(name)
-            run_simulated(load_experiment(REPO / "experiments" / f"{name}.yaml"), out, seed=1)
-            made[name] = out / "history"
-        return made[name]
-
-    return history
-
-
 @pytest.mark.parametrize("name", SIMULATED)
-def test_a_simulated_run_gets_the_spark_job_s_answer(spark, simulated, tmp_path, name):
-    history = simulated(name)
+def test_a_simulated_run_gets_the_spark_job_s_answer(spark, tmp_path_factory, tmp_path, name):
+    # The deterministic simulator's history (seed 1), which test_sim_verdicts checks too.
+    history = library_history(shared_root(tmp_path_factory), name)
     report = analyze(spark, str(history), str(tmp_path / "report"))
     assert report["malformed"]["skipped"] == 0
     mine = as_dict(check_history(history))

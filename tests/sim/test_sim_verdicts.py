@@ -8,14 +8,14 @@ simulations run two at a time, one per core, before the tests look at them."""
 
 from __future__ import annotations
 
+import functools
 import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
+from library_sims import library_history, shared_root
 
-from undertow.sim.world import run_simulated
 from undertow.spec import load_experiment
 from undertow_history.checker import Summary, check_history
 
@@ -37,16 +37,17 @@ MECHANISMS = {
 """The mechanism each lossy experiment's comment names, where records (not offsets) are lost."""
 
 
-def _simulate(path: Path) -> Summary:
-    with tempfile.TemporaryDirectory(prefix="undertow-sim-verdict-") as out:
-        run_simulated(load_experiment(path), Path(out), seed=1)
-        return check_history(Path(out) / "history")
+def _simulate(root: Path, path: Path) -> Summary:
+    return check_history(library_history(root, path.stem))
 
 
 @pytest.fixture(scope="module")
-def summaries() -> dict[str, Summary]:
+def summaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Summary]:
+    """Each experiment's checked history, simulated at seed 1 (`library_sims`: the other
+    tests that read one of them take it from here, or make it for this fixture)."""
+    simulate = functools.partial(_simulate, shared_root(tmp_path_factory))
     with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
-        return dict(zip([p.stem for p in EXPERIMENTS], pool.map(_simulate, EXPERIMENTS),
+        return dict(zip([p.stem for p in EXPERIMENTS], pool.map(simulate, EXPERIMENTS),
                         strict=True))
 
 
