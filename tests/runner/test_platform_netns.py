@@ -47,8 +47,9 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsNetwork]:
     try:
         for server in servers:
             server.start()
-        for node in NODES:
-            wait_for(lambda n=node: _can_connect_from(None, n, net), 10, f"{node}'s echo server")
+        for node in NODES:  # refused: its server does not listen yet (a loaded machine)
+            wait_for(lambda n=node: _can_connect_from(None, n, net, not_yet=NOT_LISTENING), 10,
+                     f"{node}'s echo server")
         yield net
     finally:
         for server in servers:
@@ -58,12 +59,19 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsNetwork]:
         guardian.close()
 
 
-def _can_connect_from(src: str | None, dst: str, net: NetnsNetwork) -> bool:
-    """Connect from ``src``'s namespace (the root namespace for None) within half a second."""
+DROPPED = ("TimeoutError",)
+"""A connection a DROP rule stops: no answer within the half second."""
+NOT_LISTENING = (*DROPPED, "ConnectionRefusedError")
+
+
+def _can_connect_from(src: str | None, dst: str, net: NetnsNetwork, *,
+                      not_yet: tuple[str, ...] = DROPPED) -> bool:
+    """Connect from ``src``'s namespace (the root namespace for None) within half a second;
+    a failure other than those of `not_yet` fails the test."""
     prefix = ["ip", "netns", "exec", net.namespace(src)] if src else []
     result = subprocess.run([*prefix, sys.executable, "-c", CONNECT, net.address(dst), str(PORT)],
                             capture_output=True, text=True, check=False)
-    if result.returncode != 0 and "TimeoutError" not in result.stderr:
+    if result.returncode != 0 and not any(error in result.stderr for error in not_yet):
         raise AssertionError(f"connect {src}->{dst} failed otherwise: {result.stderr}")
     return result.returncode == 0
 
