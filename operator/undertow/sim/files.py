@@ -12,6 +12,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from undertow.platform.procfs import alive
+
 
 def scratch_root() -> Path:
     """Where throwaway simulated clusters and histories go: memory when the machine offers
@@ -28,19 +30,9 @@ def scratch_dir(prefix: str) -> Path:
     root = scratch_root()
     for stale in root.glob(f"{prefix}*"):
         pid = stale.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def simulated_fsync(_fd: int) -> None:
