@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	-$(BIN)/python -m undertow_analysis.class_archive
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from undertow_analysis import class_archive
 from undertow_analysis.jvm_lookups import remember_jvm_lookups
 
 SESSION_DEFAULTS = {
@@ -63,6 +64,10 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None, *,
             defaults["spark.driver.extraJavaOptions"] += (
                 " -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
                 " -XX:CompileThresholdScaling=0.1")
+        # Spark's classes mapped from this environment's archive, if `make install` made one.
+        archive = class_archive.java_options()
+        if archive:
+            defaults["spark.driver.extraJavaOptions"] += " " + archive
     return {**defaults, **(conf or {})}
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from undertow_analysis import class_archive
 from undertow_analysis.session import SMALL_RUN_SENDS, session_conf
 
 # The scaled-history generator lives with the benchmarks, its main user; a test here checks
@@ -31,3 +32,10 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def no_class_archive(tmp_path, monkeypatch):
+    """An environment without Spark's class archive (`undertow_analysis.class_archive`): the
+    JVM options a session gets otherwise, whatever `make install` made here."""
+    monkeypatch.setenv(class_archive.ENV_DIRECTORY, str(tmp_path / "no-class-archive"))

@@ -361,7 +361,8 @@ def test_module_entry_point_parses_the_command_line():
     assert "--out" in run.stdout and "--master" in run.stdout
 
 
-def test_a_local_session_gets_the_throughput_collector_unless_the_user_says_otherwise():
+def test_a_local_session_gets_the_throughput_collector_unless_the_user_says_otherwise(
+        no_class_archive):
     local = session_conf("local[*]")
     assert local["spark.driver.extraJavaOptions"] == "-XX:+UseParallelGC"
     assert local["spark.sql.shuffle.partitions"] == "32"

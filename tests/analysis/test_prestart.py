@@ -74,7 +74,7 @@ def test_a_history_never_closed_is_a_clear_error_at_the_deadline(spark, tmp_path
     assert ("meta.json's end is still null" if meta else "no meta.json") in str(caught.value)
 
 
-def test_a_small_planned_run_gets_a_jvm_for_small_jobs() -> None:
+def test_a_small_planned_run_gets_a_jvm_for_small_jobs(no_class_archive) -> None:
     small = session_conf("local[*]", planned_sends=SMALL_RUN_SENDS)
     assert small["spark.driver.extraJavaOptions"] == (
         "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m "

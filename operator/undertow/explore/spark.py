@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pyspark.sql import DataFrame, SparkSession
 
 from undertow.explore.runs import Outcome
+from undertow_analysis import class_archive
 
 OUTCOME_COLUMNS = ("seed", "faults", "schedule", "verdict", "lost", "counts", "mechanisms",
                    "mechanism", "seconds", "error", "faults_skipped")
@@ -62,6 +63,9 @@ def session_config(master: str | None) -> dict[str, str]:
               "spark.sql.session.timeZone": "UTC"}
     if (master or "local").startswith("local"):
         config["spark.network.timeout"] = LOCAL_NETWORK_TIMEOUT
+        archive = class_archive.java_options()  # Spark's classes mapped, if `make install` ran
+        if archive:
+            config["spark.driver.extraJavaOptions"] = archive
     return config
 
 
