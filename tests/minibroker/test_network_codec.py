@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import io
 import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.offset_commit.v2.request import OffsetCommitRequest
 from kio.schema.request_header.v1 import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2 import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0 import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1 import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import Records
+from kio.static.primitive import Records, i64Timedelta
 
 from minibroker.network.codec import (
     SUPPORTED_API_VERSIONS,
@@ -29,6 +31,21 @@ from minibroker.network.codec import (
 from minibroker.network.prescan import NullField, Underflow, check_layout
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+
+I64_MS_READ = (2**63 - 1) // 1000
+"""The largest i64 millisecond count kio's reader turns into a timedelta (it goes through
+microseconds in an i64: about 292,000 years), where kio's own strategy draws up to
+timedelta.max. A request beyond it is refused as malformed
+(`test_a_retention_beyond_what_kio_reads_closes_the_connection_as_malformed`)."""
+
+
+def _survives_milliseconds(delta: datetime.timedelta) -> bool:
+    """The writer sends total_seconds() * 1000, a float: some large values move by 1 ms."""
+    return delta == datetime.timedelta(milliseconds=round(delta.total_seconds() * 1000))
+
+
+st.register_type_strategy(i64Timedelta, st.integers(-I64_MS_READ, I64_MS_READ).map(
+    lambda ms: datetime.timedelta(milliseconds=ms)).filter(_survives_milliseconds))
 
 ALL_VERSIONS = [(api, v) for api, (low, high) in SUPPORTED_API_VERSIONS.items()
                 for v in range(low, high + 1)]
@@ -70,6 +87,22 @@ def test_requests_round_trip_through_parse_request(api: ApiKey, version: int) ->
         assert parsed.body == body
 
     round_trip()
+
+
+def test_a_retention_beyond_what_kio_reads_closes_the_connection_as_malformed() -> None:
+    """Kafka reads any i64 retention_time_ms (OffsetCommit v2-v4); minibroker, through kio,
+    none past I64_MS_READ: such a request is refused like a malformed one (its connection
+    closed, the broker serving on), not an error of the broker."""
+    for days, readable in ((106_751_991, True), (106_751_992, False)):
+        body = OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=-1,
+                                   member_id="", retention_time=datetime.timedelta(days=days),
+                                   topics=())
+        frame = encode_request(body, 7, None)[4:]
+        if readable:
+            assert parse_request(frame).body == body
+        else:
+            with pytest.raises(KafkaProtocolError, match="malformed OFFSET_COMMIT request"):
+                parse_request(frame)
 
 
 @pytest.mark.parametrize("api", [ApiKey.FETCH, ApiKey.LIST_OFFSETS])
