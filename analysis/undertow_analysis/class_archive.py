@@ -65,7 +65,9 @@ def make(path: Path) -> None:
     os.unlink(partial)  # the JVM creates the file itself
     conf = session.session_conf("local[2]", {"spark.ui.enabled": "false"},
                                 planned_sends=session.SMALL_RUN_SENDS)
-    conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={partial} {QUIET}"
+    # Not on top of an archive already there: the JVM refuses to record while mapping one.
+    options = conf["spark.driver.extraJavaOptions"].replace(java_options(), "").strip()
+    conf["spark.driver.extraJavaOptions"] = f"{options} -XX:ArchiveClassesAtExit={partial} {QUIET}"
     builder = SparkSession.builder.master("local[2]").appName("undertow-class-archive")
     for key, value in conf.items():
         builder = builder.config(key, value)
