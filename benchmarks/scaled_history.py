@@ -243,6 +243,7 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
             "end": start + duration + 2, "idempotent": idempotent, "expect": "loss",
             "incomplete": False, "incomplete_reason": None,
             "consumer_group": GROUP if group else None, "faults_skipped": [],
+            "consumers_not_closed": [],
             "transactions": None, "pipeline": None}
     (out / "meta.json").write_text(json.dumps(meta))
     kills = [(k, 5.0 + 30 * k) for k in range(int(duration // 30) + 1) if 5.0 + 30 * k < duration]

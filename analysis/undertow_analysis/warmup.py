@@ -122,6 +122,7 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
     directory.mkdir(parents=True)
     meta = {**run_meta, "start": start, "end": start + WARM_UP_SECONDS, "incomplete": False,
             "incomplete_reason": None, "faults_skipped": [],
+            "consumers_not_closed": [],
             "transactions": run_meta.get("transactions"),
             "pipeline": None}  # no transaction planted: the pipeline's checks never run
     (directory / "meta.json").write_text(json.dumps(meta))

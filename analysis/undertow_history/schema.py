@@ -188,6 +188,12 @@ META = HistoryFile("meta.json", (
                                               "its whole schedule, which `undertow run`, the "
                                               "report and the operator's status say; `[]` "
                                               "when every fault ran"),
+    Field("consumers_not_closed", array_of(STRING),
+          "the run's consumers (`c0`, ...) that had not committed and left their group "
+          "within a minute of being stopped after the faults (librdkafka's close waits as long "
+          "as the group's coordinator does not answer, as when its `__consumer_offsets` "
+          "partition stayed offline): the drain went ahead without them, and a commit they "
+          "made as they closed has no `groups.jsonl` line; `[]` when every one closed"),
 ), closed=False)
 
 # One line per send attempt, written when it completes.

@@ -195,7 +195,7 @@ class HistoryBuilder:
             "seed": 0, "start": self.start,
             "end": self.start + self.duration, "idempotent": self.idempotent, "expect": self.expect,
             "incomplete": False, "incomplete_reason": None,
-            "consumer_group": self.consumer_group, "faults_skipped": [],
+            "consumer_group": self.consumer_group, "faults_skipped": [], "consumers_not_closed": [],
             "transactions": None if self.transaction_timeout_s is None else {
                 "timeout_s": self.transaction_timeout_s},
             "pipeline": None if self.pipeline is None else {

@@ -104,6 +104,7 @@ def test_a_missing_field_and_a_value_outside_its_set_are_problems() -> None:
     meta = {"experiment": "e", "spec": {}, "seed": 2**40, "start": 1.0, "end": None,
             "idempotent": False, "expect": "clean", "incomplete": False,
             "incomplete_reason": None, "consumer_group": None, "faults_skipped": [],
+            "consumers_not_closed": [],
             "transactions": None, "pipeline": None, "plan": []}
     assert schema.META.problems(meta) == []
 

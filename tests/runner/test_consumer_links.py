@@ -8,18 +8,18 @@ proxies' own counters and the clients' own progress, with bounded waits.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from planned_faults import planned
 from processes import needs_local_minibroker
+from seeded_topic import seed_topic
 
 from undertow.faults import Nodes, build_fault
 from undertow.platform.base import CLIENT, Link, consumer_endpoint, wait_for
-from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
+from undertow.platform.local import LocalPlatform, LocalPlatformConfig
 
 pytestmark = needs_local_minibroker()
 
@@ -34,14 +34,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform
                                  broker_config=FAST, controller_config=FAST,
                                  consumers=("c0", "c1"))
     with LocalPlatform(config) as cluster:
-        argv = [*default_command(), "topics", "create", "--bootstrap",
-                cluster.bootstrap.split(",")[0], "--topic", TOPIC, "--partitions", "2",
-                "--replication-factor", "2"]
-        assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
-        for i in range(20):
-            producer.produce(TOPIC, f"v{i}".encode(), partition=i % 2)
-        assert producer.flush(20) == 0
+        seed_topic(cluster, TOPIC)
         yield cluster
 
 

@@ -6,10 +6,12 @@ codes, and that nothing outlives an interrupted run."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +27,34 @@ def write_experiment(tmp_path: Path, name: str, duration: str, faults: str) -> P
     return write_small_experiment(tmp_path / f"{name}.yaml", name, duration, faults)
 
 
+STARTED: list[subprocess.Popen] = []
+"""Every `undertow` process this module started, for `no_run_outlives_its_test`."""
+
+
 def undertow(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "undertow", *args], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "undertow", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, **kwargs)
+    STARTED.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def no_run_outlives_its_test() -> Iterator[None]:
+    """A run still going when its test ends (a `communicate` that timed out, a failed
+    assertion) is stopped as a user would stop it: SIGTERM, on which it heals and stops its
+    cluster, then SIGKILL after a minute (its guardian then stops what it left)."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is not None:
+            continue
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
 
 
 def lines(path: Path) -> list[dict]:

@@ -143,12 +143,18 @@ class GroupMember:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop reading, commit (manual) and leave the group; a second call does nothing."""
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join()
+    def stop(self, timeout_s: float) -> bool:
+        """Stop reading, commit (manual) and leave the group, waiting at most `timeout_s`
+        for it; whether the member has left. A later call waits no more.
+
+        The wait is bounded because librdkafka's close is not: it commits and sends
+        LeaveGroup through the group's coordinator, and retries FindCoordinator for as long
+        as none answers (librdkafka#3740), as when the group's `__consumer_offsets`
+        partition is offline after the faults. The member's thread is then left closing."""
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     def rejoin(self) -> None:
         """Leave the group and join it again as a new consumer (the group rebalances)."""

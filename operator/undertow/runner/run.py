@@ -46,7 +46,7 @@ from undertow.runner.pipeline import PipelineSettings
 from undertow.runner.sampler import ClusterSampler
 from undertow.runner.transactional_producer import TxnSettings
 from undertow.runner.verdict import agreement_text, disagreement, first_verdict
-from undertow.runner.workload import WorkloadConfig, outcomes_wait_s
+from undertow.runner.workload import MEMBERS_CLOSE_TIMEOUT_S, WorkloadConfig, outcomes_wait_s
 from undertow.runner.world import READY_TIMEOUT_S, World
 from undertow.spec import LoadedExperiment, PlannedFault, choose_seed, plan
 from undertow_history.checker import HANGING_GRACE_S
@@ -115,9 +115,11 @@ def max_run_duration_s(loaded: LoadedExperiment) -> float:
     """The longest, in seconds, a run of `loaded` can take to close its history once its
     platform has started: the bounds of its waits in turn (the topic's creation, the
     cluster's readiness, the workload, the producers' last outcomes, the healing, the commit,
-    the drain). The platform's own start and the faults' recovery are not counted."""
+    the consumers' close, the drain). The platform's own start and the faults' recovery are
+    not counted."""
     return (2 * READY_TIMEOUT_S + loaded.experiment.spec.workload.duration
             + outcomes_wait_s(workload_config(loaded)) + HEAL_TIMEOUT_S + COMMIT_TIMEOUT_S
+            + MEMBERS_CLOSE_TIMEOUT_S
             + transactions_end_timeout_s(workload_config(loaded)) * (
                 2 if loaded.experiment.spec.workload.pipeline else 1)
             + DRAIN_TIMEOUT_S * (2 if loaded.experiment.spec.workload.pipeline else 1))
@@ -274,6 +276,7 @@ def first_meta(loaded: LoadedExperiment, seed: int, planned: list[PlannedFault],
             "input_topic": cfg.topic, "output_topic": cfg.pipeline.output_topic,
             "members": cfg.consumers, "drain": None},
         "faults_skipped": [],  # the nemesis's, written once the faults are over
+        "consumers_not_closed": [],
     }
 
 
@@ -349,7 +352,14 @@ def run_phases(world: World, loaded: LoadedExperiment, platform: Platform,
                 "every transaction left open to end (each partition's last stable offset to "
                 "reach its high watermark)", abort))
         phases.mark("recovery")
-        workload.stop_consumers()
+        meta["consumers_not_closed"] = workload.stop_consumers()
+        if meta["consumers_not_closed"]:
+            log.warning(
+                "%s did not commit and leave the group within %.0f s (librdkafka's close "
+                "waits for as long as the group's coordinator does not answer); draining "
+                "without %s", ", ".join(meta["consumers_not_closed"]),
+                MEMBERS_CLOSE_TIMEOUT_S,
+                "them" if len(meta["consumers_not_closed"]) > 1 else "it")
         if cfg.pipeline is not None and meta["healed"]:
             output = cfg.pipeline.output_topic
             _settle(meta, "output_ended", lambda: world.until(

@@ -46,6 +46,10 @@ WATERMARK_RETRY_S = 0.5
 """Between the drain's end-offset requests for a partition without a reachable leader."""
 END_OFFSETS_SHARE = 0.25
 """The part of the drain's time it may spend asking for end offsets; the rest is reading."""
+MEMBERS_CLOSE_TIMEOUT_S = 60.0
+"""How long the run's consumers may take, in all, to commit and leave once stopped (the
+same in simulation); those still closing then are named in meta.json's
+`consumers_not_closed`."""
 ISOLATION_LEVEL = "read_committed"
 """The `assign` consumers' and the drain's isolation.level (librdkafka's default, said
 explicitly): the transactional workload's checks read what committed readers see."""
@@ -246,13 +250,15 @@ class ConsumerWorker:
         self.assign()
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop reading and close; a second call does nothing."""
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join()
-        self.close()
+    def stop(self, timeout_s: float) -> bool:
+        """Stop reading and close, as `GroupMember.stop` (without a group, its close has no
+        coordinator to wait for); whether it has closed. A later call waits no more."""
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(timeout_s)
+            if not self._thread.is_alive():
+                self.close()
+        return not self._thread.is_alive()
 
     def close(self) -> None:
         self._consumer.close()
@@ -401,11 +407,16 @@ class Workload:
         for producer in self.producers:
             producer.join()
 
-    def stop_consumers(self) -> None:
-        for consumer in self.consumers:
-            consumer.stop()
+    def stop_consumers(self) -> list[str]:
+        """The group's members commit and leave, within `MEMBERS_CLOSE_TIMEOUT_S` in all;
+        the names of those still closing then (the pipeline's members are SIGKILLed at
+        its own bound instead)."""
+        deadline = time.monotonic() + MEMBERS_CLOSE_TIMEOUT_S
+        closing = [consumer.name for consumer in self.consumers
+                   if not consumer.stop(max(0.0, deadline - time.monotonic()))]
         if self.pipeline is not None:
             self.pipeline.stop()
+        return closing
 
     def stop(self) -> None:
         """On every way out of a run: no more sends, no more reads (idempotent). Producers
@@ -414,8 +425,9 @@ class Workload:
         self._stopped.set()
         for producer in self.producers:
             producer.stop()
+        deadline = time.monotonic() + MEMBERS_CLOSE_TIMEOUT_S
         for consumer in self.consumers:
-            consumer.stop()
+            consumer.stop(max(0.0, deadline - time.monotonic()))
         if self.pipeline is not None:
             self.pipeline.stop()
 

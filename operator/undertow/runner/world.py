@@ -48,8 +48,9 @@ class RunWorkload(Protocol):
     def await_outcomes(self) -> None:
         """Until every send's outcome is known (bounded: `outcomes_wait_s`)."""
 
-    def stop_consumers(self) -> None:
-        """The run's consumers stop (a group's members commit and leave)."""
+    def stop_consumers(self) -> list[str]:
+        """The run's consumers stop (a group's members commit and leave), within
+        `MEMBERS_CLOSE_TIMEOUT_S`: the names of those still closing then."""
 
     def stop(self) -> None:
         """On every way out: no more sends, no more reads (idempotent)."""

@@ -16,6 +16,7 @@ from undertow.runner.history import HistoryWriter
 from undertow.runner.workload import (
     END_OFFSETS_SHARE,
     ISOLATION_LEVEL,
+    MEMBERS_CLOSE_TIMEOUT_S,
     SendOutcomes,
     WorkloadConfig,
     outcomes_wait_s,
@@ -26,10 +27,6 @@ from undertow.sim.pipeline import SimPipeline, SimPipelineProcess
 from undertow.sim.transactional_producer import SimTransactionalProducer
 
 log = logging.getLogger("undertow.sim")
-
-MEMBERS_CLOSE_TIMEOUT_S = 60.0
-"""How long the group's members may take to commit and leave once stopped."""
-
 
 class ClientSide(Protocol):
     """Where a simulated world's client models run."""
@@ -140,9 +137,10 @@ class SimWorkload:
         self._side.settle(lambda: all(p.outstanding == 0 for p in self.producers),
                           outcomes_wait_s(self._cfg))
 
-    def stop_consumers(self) -> None:
-        """The members commit and leave, as the real ones do as they close; the producers'
-        clients close."""
+    def stop_consumers(self) -> list[str]:
+        """The members commit and leave, as the real ones do as they close, within
+        `MEMBERS_CLOSE_TIMEOUT_S`; the producers' clients close. The names of the members
+        still closing then, as `Workload.stop_consumers`'s."""
         for consumer in self.consumers:
             self._side.among(consumer.name, consumer.stop)
         members = self._members()
@@ -153,6 +151,7 @@ class SimWorkload:
                           and (pipeline is None or pipeline.closed), MEMBERS_CLOSE_TIMEOUT_S)
         for producer in self.producers:
             self._side.among(producer.name, producer.close)
+        return [m.name for m in members if not m.closed]
 
     def stop(self) -> None:
         for producer in self.producers:
