@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -206,9 +207,20 @@ async def running_operator(server: str, api: KubeApi,
         yield reconciler
     finally:
         stop.set()
-        await asyncio.to_thread(thread.join, 15)
-        assert not thread.is_alive(), "the operator did not stop"
+        # kopf ends a sync handler's task only once its thread returns (kopf's
+        # invocation.invoke postpones the cancellation), and a handler's API call is bounded
+        # by KubeApi's 10 s, which urllib3 retries up to 3 times: under a loaded machine one
+        # slow answer of the emulator has held the stop past 15 s.
+        await asyncio.to_thread(thread.join, 60)
+        assert not thread.is_alive(), "the operator did not stop:\n" + threads_now()
         assert not failure, failure
+
+
+def threads_now() -> str:
+    """Every thread's stack, for a stop that did not come."""
+    frames = sys._current_frames()
+    return "\n".join(f"--- {t.name}\n" + "".join(traceback.format_stack(frames[t.ident]))
+                     for t in threading.enumerate() if t.ident in frames)
 
 
 def serve_undertow_kinds(emulator: Any) -> None:
