@@ -21,8 +21,14 @@ def experiment(*faults: dict[str, Any], topic: str = "t") -> ChaosExperimentSpec
     })
 
 
+KIND_SETTINGS: dict[str, dict[str, Any]] = {"delay": {"delay": {"latency": "200ms"}}}
+"""What a kind needs besides its target and duration, for the tests of every kind."""
+
+
 def planned(fault: dict[str, Any]) -> PlannedFault:
     """The one planned fault of an entry such as ``{"kind": "kill", "target": {"role":
-    "leader"}}`` (``duration`` defaults to 1m: the tests give units their own time limit)."""
-    (only,) = plan(experiment({"duration": "1m", **fault}), seed=0)
+    "leader"}}`` (``duration`` defaults to 1m: the tests give units their own time limit;
+    a kind's other settings to ``KIND_SETTINGS``)."""
+    (only,) = plan(experiment({"duration": "1m", **KIND_SETTINGS.get(fault["kind"], {}),
+                               **fault}), seed=0)
     return only

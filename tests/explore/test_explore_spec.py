@@ -81,7 +81,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
      "spec.explore.count: unknown field 'count'; expected one of: kinds, targets, faults, "
      "duration, gap, partitionModes"),
     ("bad-kind", {"explore": {"kinds": ["explode"]}},
-     "spec.explore.kinds[0]: expected 'kill', 'pause', 'partition', 'disk-stall', "
+     "spec.explore.kinds[0]: expected 'kill', 'pause', 'partition', 'delay', 'disk-stall', "
      "'disk-full', 'power-loss' or 'pod-delete', got 'explode'"),
     ("kind-without-target",
      {"explore": {"kinds": ["kill", "power-loss"], "targets": [{"role": "controller"}]}},
@@ -90,7 +90,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("target-without-kind",
      {"explore": {"kinds": ["kill"], "targets": [{"role": "leader"}, {"consumer": 0}]}},
      "spec.explore.targets[1]: no kind in 'kinds' can hit it: a consumer can only be the "
-     "target of a partition of mode isolate (its links to every broker cut)"),
+     "target of a partition or delay of mode isolate (its links to every broker cut or "
+     "slowed)"),
     ("no-follower", {"replication_factor": 1, "explore": {"targets": [{"role": "follower"}]}},
      "spec.explore.targets[0].role: no follower can exist with replicationFactor 1"),
     ("no-broker", {"explore": {"targets": [{"broker": 5}]}},

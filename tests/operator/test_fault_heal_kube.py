@@ -40,6 +40,12 @@ from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_
 
 pytestmark = pytest.mark.asyncio
 
+KINDS = [pytest.param(kind, marks=pytest.mark.skip(
+            reason="no delay on Kubernetes yet: such a run is refused before it starts "
+                   "(docs/faults.md)")) if kind == "delay" else kind
+         for kind in FAULT_UNITS]
+"""Every kind the pods take."""
+
 FAST = {"replica.lag.time.max.ms": "1000", "broker.session.timeout.ms": "1500",
         "broker.heartbeat.interval.ms": "200"}
 DEADLINE_S = 1.5
@@ -170,7 +176,7 @@ async def injected(api: KubeApi, pods: Pods, kind: str,
     return platform, fault
 
 
-@pytest.mark.parametrize("kind", list(FAULT_UNITS))
+@pytest.mark.parametrize("kind", KINDS)
 async def test_the_operators_heal_clears_every_kind_in_every_pod(
         api: KubeApi, healthy: Pods, kind: str) -> None:
     platform, fault = await injected(api, healthy, kind, 600)
@@ -183,7 +189,7 @@ async def test_the_operators_heal_clears_every_kind_in_every_pod(
     assert healthy.leftovers() == []
 
 
-@pytest.mark.parametrize("kind", list(FAULT_UNITS))
+@pytest.mark.parametrize("kind", KINDS)
 async def test_every_kind_heals_at_its_deadline_in_the_pods_when_the_runner_is_gone(
         api: KubeApi, healthy: Pods, kind: str) -> None:
     platform, fault = await injected(api, healthy, kind, DEADLINE_S)

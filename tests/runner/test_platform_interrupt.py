@@ -42,12 +42,15 @@ experiment = ChaosExperimentSpec.model_validate({
     "cluster": {"inline": {"brokers": brokers}},
     "topic": {"name": "t", "replicationFactor": 3},
     "workload": {"duration": "1h"}, "expect": "clean",
-    "faults": [{"kind": kind, "target": {"broker": index}, "duration": "10m"}
+    "faults": [{"kind": kind, "target": {"broker": index}, "duration": "10m",
+                **({"delay": {"latency": "200ms"}} if kind == "delay" else {})}
                for index, kind in enumerate(FAULT_UNITS)]})
 faults = []
 with sigterm_as_interrupt(), LocalPlatform(config) as platform:
     try:
         for spec in plan(experiment, 0):
+            if spec.kind == "delay" and platform.delay_unsupported():
+                continue  # netns: no delay yet (docs/faults.md)
             node = platform.brokers[spec.target.broker]
             fault = build_fault(spec, platform, Nodes(node), time_limit_s=600)
             fault.inject()

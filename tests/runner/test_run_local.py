@@ -18,6 +18,8 @@ import pytest
 from procs import processes_mentioning
 from small_experiment import small_experiment, write_small_experiment
 
+from undertow.runner.run import max_run_duration_s
+from undertow.spec import load_experiment
 from undertow_history import schema as history_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +39,13 @@ def undertow(*args: str, **kwargs) -> subprocess.Popen:
                             start_new_session=True, **kwargs)
     STARTED.append(proc)
     return proc
+
+
+def bound_s(experiment: Path) -> float:
+    """How long a run of `experiment` may take: the bounds of its own waits
+    (`max_run_duration_s`; a run that is well takes a fraction of it) and two minutes for
+    the cluster's start and the faults' recovery. Past that, the run hangs."""
+    return max_run_duration_s(load_experiment(experiment)) + 120
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +88,7 @@ def test_a_transactional_run_writes_each_transaction_with_its_outcome(tmp_path: 
         "retries": 3, "transactions": "{recordsPerTransaction: 4, abortRatio: 0.25}"}))
     out = tmp_path / "out"
     proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7")
-    output, _ = proc.communicate(timeout=180)
+    output, _ = proc.communicate(timeout=bound_s(experiment))
     assert proc.returncode == 0, output
 
     history = out / "history"
@@ -119,7 +128,7 @@ def test_a_pipeline_run_kills_members_mid_transaction_and_records_what_they_did(
         "pipeline": "{killEvery: 2500ms}"}))
     out = tmp_path / "out"
     proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "3")
-    output, _ = proc.communicate(timeout=240)
+    output, _ = proc.communicate(timeout=bound_s(experiment))
     assert proc.returncode == 0, output
 
     history = out / "history"
@@ -164,7 +173,7 @@ def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
                                   "consumer": "{mode: subscribe, groupId: documented}"}))
     out = tmp_path / "out"
     proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7")
-    output, _ = proc.communicate(timeout=180)
+    output, _ = proc.communicate(timeout=bound_s(experiment))
     assert proc.returncode == 0, output
 
     history = out / "history"

@@ -376,8 +376,8 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "consumer-not-isolated",
         exp("spec/faults/0/target", {"consumer": 0}),
         EXP,
-        "spec.faults[0].target.consumer: a consumer can only be the target of a partition of "
-        "mode isolate (its links to every broker cut)",
+        "spec.faults[0].target.consumer: a consumer can only be the target of a partition or "
+        "delay of mode isolate (its links to every broker cut or slowed)",
     ),
     (
         "consumer-out-of-range",
@@ -552,7 +552,53 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "network-on-kill",
         exp("spec/faults/0/network", {"mode": "isolate"}),
         EXP,
-        "spec.faults[0].network: only partition faults take 'network', not kill",
+        "spec.faults[0].network: only partition and delay faults take 'network', not kill",
+    ),
+    (
+        "delay-without-its-delay",
+        exp("spec/faults/0/kind", "delay"),
+        EXP,
+        "spec.faults[0].delay: required: how late the packets arrive, e.g. {latency: 100ms, "
+        "jitter: 20ms}",
+    ),
+    (
+        "delay-on-kill",
+        exp("spec/faults/0/delay", {"latency": "100ms"}),
+        EXP,
+        "spec.faults[0].delay: only delay faults take 'delay', not kill",
+    ),
+    (
+        "delay-jitter-above-latency",
+        both(exp("spec/faults/0/kind", "delay"),
+             exp("spec/faults/0/delay", {"latency": "10ms", "jitter": "20ms"})),
+        EXP,
+        "spec.faults[0].delay.jitter: 20ms is above the latency 10ms: a packet would arrive "
+        "before it was sent",
+    ),
+    (
+        "delay-correlation-above-100",
+        both(exp("spec/faults/0/kind", "delay"),
+             exp("spec/faults/0/delay", {"latency": "10ms", "correlation": 150})),
+        EXP,
+        "spec.faults[0].delay.correlation: expected less than or equal to 100, got 150",
+    ),
+    (
+        "random-delay",
+        exp(
+            "spec/faults/0",
+            {
+                "random": {
+                    "kinds": ["kill", "delay"],
+                    "targets": [{"role": "leader"}],
+                    "interval": {"min": "1s", "max": "2s"},
+                    "duration": {"min": "1s", "max": "2s"},
+                },
+            },
+        ),
+        EXP,
+        "spec.faults[0].random.kinds[1]: delays are not drawn at random yet (their latency "
+        "has no range to draw from): give each delay as a fault of its own, with its `delay` "
+        "block",
     ),
     (
         "split-with-target",

@@ -64,13 +64,12 @@ def _one_way(_platform: Platform, nodes: Nodes) -> tuple[str, list[Link]]:
 CUTS: dict[PartitionMode, Cut] = {"isolate": _isolate, "split": _split, "one-way": _one_way}
 
 
-@fault_unit
-class Partition(Fault):
-    kind = "partition"
-    restored = "links pass again"
+class LinkFault(Fault):
+    """A fault on the directed links a `network` shape names (partition, delay), each held
+    under its own owner name so that overlapping ones heal apart."""
+
     links: frozenset[Link]
     owner: str
-    """The name its links are blocked under, so that overlapping partitions heal apart."""
 
     @classmethod
     def unable(cls, platform: Platform, node: str) -> str | None:
@@ -79,15 +78,21 @@ class Partition(Fault):
         return super().unable(platform, node)
 
     def _aim(self, nodes: Nodes) -> str:
-        assert self.spec.network is not None, "the spec gives every partition its network"
+        assert self.spec.network is not None, f"the spec gives every {self.kind} its network"
         target, links = CUTS[self.spec.network.mode](self.platform, nodes)
         for node in sorted({end for link in links for end in (link.src, link.dst)}):
             self.platform.check_endpoint(node)
         if not links:
-            raise FaultError(f"partition {target}: no link to cut")
+            raise FaultError(f"{self.kind} {target}: no link to act on")
         self.links = frozenset(links)
-        self.owner = f"partition-{next(_owners)} {target}"
+        self.owner = f"{self.kind}-{next(_owners)} {target}"
         return target
+
+
+@fault_unit
+class Partition(LinkFault):
+    kind = "partition"
+    restored = "links pass again"
 
     def _inject(self) -> None:
         self.platform.block(self.links, self.owner)

@@ -22,6 +22,7 @@ from undertow.cluster_view import ClusterView, broker_report, view_from_states
 from undertow.platform.admin import AdminClient
 from undertow.platform.control import EndpointError
 from undertow.platform.errors import PlatformError
+from undertow.platform.link_delay import LinkDelay
 
 if TYPE_CHECKING:
     from undertow.runner.world import World
@@ -110,13 +111,16 @@ def sigterm_as_interrupt() -> Iterator[None]:
 class Platform(ABC):
     """A running cluster and the primitive operations fault units call.
 
-    Blocked links are kept per owner (one owner per fault), so two overlapping partitions
-    heal independently: a link carries traffic again only when no owner blocks it.
+    Blocked and delayed links are kept per owner (one owner per fault), so two overlapping
+    partitions heal independently: a link carries traffic again only when no owner blocks
+    it. A link two delays hold takes the later one's, and the earlier one's again when the
+    later one heals.
     """
 
     def __init__(self) -> None:
         self._links_lock = threading.RLock()
         self._blocks: dict[str, frozenset[Link]] = {}
+        self._delays: dict[str, tuple[frozenset[Link], LinkDelay]] = {}
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -369,8 +373,7 @@ class Platform(ABC):
         with self._links_lock:
             return frozenset().union(*self._blocks.values())
 
-    def block(self, links: Iterable[Link], owner: str) -> None:
-        """Drop the packets of ``links`` on behalf of ``owner`` until ``unblock(owner)``."""
+    def _known_links(self, links: Iterable[Link]) -> frozenset[Link]:
         wanted = frozenset(links)
         for link in wanted:
             for end in (link.src, link.dst):
@@ -379,6 +382,11 @@ class Platform(ABC):
                                         f"endpoints are {', '.join(self.endpoints)}")
             if link.src == link.dst:
                 raise PlatformError(f"link {link} connects a node to itself")
+        return wanted
+
+    def block(self, links: Iterable[Link], owner: str) -> None:
+        """Drop the packets of ``links`` on behalf of ``owner`` until ``unblock(owner)``."""
+        wanted = self._known_links(links)
         with self._links_lock:
             if owner in self._blocks:
                 raise PlatformError(f"{owner!r} already blocks links; unblock it first")
@@ -400,3 +408,44 @@ class Platform(ABC):
             for owner, links in list(self._blocks.items()):
                 if any(node in (link.src, link.dst) for link in links):
                     self.unblock(owner)
+
+    def delay_unsupported(self) -> str | None:
+        """Why this platform cannot take `delay` faults, or None when it can (it then
+        implements ``_set_link_delay``); asked before a run starts."""
+        return f"{type(self).__name__} has no delay fault yet"
+
+    def _set_link_delay(self, link: Link, delay: LinkDelay | None) -> None:
+        """Delay the packets of one link from now on (None: no more)."""
+        raise PlatformError(self.delay_unsupported() or "delay is not implemented")
+
+    @property
+    def delayed_links(self) -> dict[Link, LinkDelay]:
+        """Each delayed link with the delay it takes (the latest owner's)."""
+        with self._links_lock:
+            return {link: delay for links, delay in self._delays.values() for link in links}
+
+    def delay(self, links: Iterable[Link], delay: LinkDelay, owner: str) -> None:
+        """Delay the packets of ``links`` on behalf of ``owner`` until ``undelay(owner)``."""
+        wanted = self._known_links(links)
+        with self._links_lock:
+            if owner in self._delays:
+                raise PlatformError(f"{owner!r} already delays links; undelay it first")
+            self._delays[owner] = (wanted, delay)
+            for link in sorted(wanted):
+                self._set_link_delay(link, delay)
+
+    def undelay(self, owner: str) -> None:
+        """Take ``owner``'s delay off its links: each takes the delay another owner still
+        holds it with, or none."""
+        with self._links_lock:
+            released, _ = self._delays.pop(owner, (frozenset(), None))
+            remaining = self.delayed_links
+            for link in sorted(released):
+                self._set_link_delay(link, remaining.get(link))
+
+    def clear_delays(self, node: str) -> None:
+        """Take every delay off the links to and from ``node``, whoever set it."""
+        with self._links_lock:
+            for owner, (links, _) in list(self._delays.items()):
+                if any(node in (link.src, link.dst) for link in links):
+                    self.undelay(owner)

@@ -48,6 +48,7 @@ from undertow.platform.base import (
 )
 from undertow.platform.control import EndpointError
 from undertow.platform.guardian import Guardian
+from undertow.platform.link_delay import LinkDelay
 from undertow.platform.netns import NetnsNetwork
 from undertow.platform.ports import reserve_ports
 from undertow.platform.process import ChildProcess, Spawner
@@ -479,6 +480,17 @@ class LocalPlatform(Platform):
             self._netns.set_blocked(link, blocked)
         else:
             raise PlatformError("the platform is not started")
+
+    def delay_unsupported(self) -> str | None:
+        if self.config.network == "proxy":
+            return None
+        return "delay faults run on --network proxy only (tc netem in the namespaces is " \
+               "not wired yet)"
+
+    def _set_link_delay(self, link: Link, delay: LinkDelay | None) -> None:
+        if self._proxies is None:
+            raise PlatformError(self.delay_unsupported() or "the platform is not started")
+        self._proxies.set_delay(link, delay)
 
     # ---- helpers ----------------------------------------------------------------------------
 

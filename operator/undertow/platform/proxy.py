@@ -14,22 +14,32 @@ after the heal, as TCP retransmission would. A FIN or RST also crosses only once
 direction opens. A new connection is not passed upstream while either gate of its link
 is closed, as its SYN or SYN-ACK would be dropped. The proxies run on one event loop
 thread inside the runner, so they vanish with it.
+
+A delayed direction (a `delay` fault, ``link_delay``) hands each chunk it reads to a
+queue, from which it is written once its drawn delay has passed, in the order read (a
+TCP stream stays in order), so several requests can be on the wire at once as with netem.
+The queue holds at most ``_DELAYED_CHUNKS`` chunks; a full queue stops the reading, and
+the sender's window closes as it would behind a slow link.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import struct
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from undertow.platform.base import Link, PlatformError
+from undertow.platform.link_delay import DelayDraw, LinkDelay
 
 T = TypeVar("T")
 _CHUNK = 64 * 1024
+_DELAYED_CHUNKS = 64
+"""The chunks one delayed direction holds in flight (4 MiB at most)."""
 _CALL_TIMEOUT_S = 10.0
 
 
@@ -57,6 +67,8 @@ class LinkProxy:
         self.backward = asyncio.Event()
         self.forward.set()
         self.backward.set()
+        self.forward_delay: DelayDraw | None = None
+        self.backward_delay: DelayDraw | None = None
         self.connections: set[_Connection] = set()
         self.accepted = 0
         self._server: asyncio.base_events.Server | None = None
@@ -100,8 +112,11 @@ class LinkProxy:
         except OSError:
             _reset(conn.down)  # what the RST answering a refused SYN does
             return
-        pumps = [asyncio.create_task(self._pump(down_reader, conn.up, self.forward)),
-                 asyncio.create_task(self._pump(up_reader, conn.down, self.backward))]
+        pumps = [asyncio.create_task(self._pump(
+                     down_reader, _Delivery(conn.up, self.forward, lambda: self.forward_delay))),
+                 asyncio.create_task(self._pump(
+                     up_reader, _Delivery(conn.down, self.backward,
+                                          lambda: self.backward_delay)))]
         try:
             clean, pending = True, set(pumps)
             while pending and clean:
@@ -120,22 +135,20 @@ class LinkProxy:
             await self.backward.wait()
 
     @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    gate: asyncio.Event) -> bool:
+    async def _pump(reader: asyncio.StreamReader, out: _Delivery) -> bool:
         """Copy one direction; True when it ended with a FIN, False on a reset."""
         try:
             while True:
-                await gate.wait()  # stop taking bytes while the gate is closed
+                await out.gate.wait()  # stop taking bytes while the gate is closed
                 data = await reader.read(_CHUNK)
-                await gate.wait()  # hold a chunk (or FIN) read just before the gate closed
+                await out.gate.wait()  # hold a chunk (or FIN) read just before it closed
+                await out.send(data)
                 if not data:
-                    if writer.can_write_eof():
-                        writer.write_eof()
                     return True
-                writer.write(data)
-                await writer.drain()
         except OSError:
             return False
+        finally:
+            out.close()
 
     @staticmethod
     async def _close_through(writer: asyncio.StreamWriter, gate: asyncio.Event,
@@ -148,6 +161,69 @@ class LinkProxy:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+class _Delivery:
+    """One direction's far end: written at once, or through the delay queue while the
+    link is delayed or the queue still holds chunks (a FIN waits behind them)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, gate: asyncio.Event,
+                 delay: Callable[[], DelayDraw | None]) -> None:
+        self.writer = writer
+        self.gate = gate
+        self._delay = delay
+        self._queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(_DELAYED_CHUNKS)
+        self._task: asyncio.Task[None] | None = None
+        self._failed: OSError | None = None
+        self._due = 0.0
+        self._in_flight = 0
+        """Chunks handed to the queue and not yet written."""
+
+    async def send(self, data: bytes) -> None:
+        """``data`` (b"": the FIN) to the far end, delayed if the link is."""
+        if self._failed is not None:
+            raise self._failed
+        draw = self._delay()
+        if draw is None and not self._in_flight:
+            self._write(data)
+            await self.writer.drain()
+            return
+        loop = asyncio.get_running_loop()
+        self._due = max(self._due, loop.time() + (draw.draw() if draw else 0.0))
+        if self._task is None:
+            self._task = asyncio.create_task(self._deliver())
+        self._in_flight += 1
+        await self._queue.put((self._due, data))
+        if not data:
+            await self._queue.join()
+            if self._failed is not None:
+                raise self._failed
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def _write(self, data: bytes) -> None:
+        if data:
+            self.writer.write(data)
+        elif self.writer.can_write_eof():
+            self.writer.write_eof()
+
+    async def _deliver(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due, data = await self._queue.get()
+            try:
+                if (wait := due - loop.time()) > 0:
+                    await asyncio.sleep(wait)
+                await self.gate.wait()
+                self._write(data)
+                await self.writer.drain()
+            except OSError as exc:
+                self._failed = exc
+            finally:
+                self._in_flight -= 1
+                self._queue.task_done()
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -206,6 +282,18 @@ class ProxyNetwork:
         if reverse in self._proxies:
             gates.append(self._proxies[reverse].backward)
         self._call(self._set_gates(gates, open_=not blocked))
+
+    def set_delay(self, link: Link, delay: LinkDelay | None) -> None:
+        """Delay ``link.src``'s bytes to ``link.dst`` on every connection (None: no more)."""
+        self._call(self._set_delay(link, delay))
+
+    async def _set_delay(self, link: Link, delay: LinkDelay | None) -> None:
+        draw = None if delay is None else DelayDraw(delay, random.Random())
+        if link in self._proxies:
+            self._proxies[link].forward_delay = draw
+        reverse = Link(link.dst, link.src)
+        if reverse in self._proxies:
+            self._proxies[reverse].backward_delay = draw
 
     def accepted_count(self, link: Link) -> int:
         return self._proxy(link).accepted

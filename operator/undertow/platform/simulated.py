@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import random
 import shutil
 from collections.abc import Callable, Coroutine, Hashable
 from pathlib import Path
@@ -33,6 +34,7 @@ from undertow.platform.base import (
 )
 from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
+from undertow.platform.link_delay import LinkDelay
 from undertow.sim.cluster import SimulatedCluster, broker_host
 from undertow.sim.files import broker_logs
 from undertow.sim.timing import NOMINAL, Timing
@@ -70,6 +72,7 @@ class SimulatedPlatform(Platform):
         """The incarnation of each node that finished starting."""
         self._starting: set[str] = set()
         self._stopped = False
+        self._delays_set = 0
 
     def __enter__(self) -> SimulatedPlatform:
         """The nodes' log lines go to ``nodes.log`` under the root, stamped with virtual
@@ -304,3 +307,13 @@ class SimulatedPlatform(Platform):
             self.cluster.net.block(link.src, link.dst)
         else:
             self.cluster.net.heal(link.src, link.dst)
+
+    def delay_unsupported(self) -> str | None:
+        return None
+
+    def _set_link_delay(self, link: Link, delay: LinkDelay | None) -> None:
+        # Its jitter from the seed, the link and how many delays it took before: the same
+        # schedule draws the same delays under every PYTHONHASHSEED.
+        self._delays_set += 1
+        self.cluster.net.set_delay(link.src, link.dst, delay, random.Random(
+            f"{self.cluster.seed}/delay/{link}/{self._delays_set}"))

@@ -135,6 +135,12 @@ class GroupMember:
         """The last offset it committed, per partition it holds now (manual commits)."""
         self._to_fetch: list[KafkaTopicPartition] = []
         self._generation: int | None = None
+        self._member_id: str | None = None
+        self._closing = False
+        """Inside librdkafka's close: its callbacks (revoke, the last auto commit) record
+        the member id known before it rather than ask the closing consumer (confluent-kafka
+        holds the GIL through `memberid()`; a run froze, its proxies too, as a member
+        closed under load)."""
         self._consumer = self._subscribe()
         self._thread = threading.Thread(target=self._run, name=f"member-{name}", daemon=True)
 
@@ -172,7 +178,11 @@ class GroupMember:
     def _leave(self) -> None:
         if self._settings.commit == "manual":
             self._commit(self._consumer)
-        self._consumer.close()  # auto commit: librdkafka commits the positions as it closes
+        self._closing = True
+        try:
+            self._consumer.close()  # auto commit: librdkafka commits the positions as it closes
+        finally:
+            self._closing = False
 
     def _run(self) -> None:
         next_commit = time.monotonic() + self._settings.commit_interval_ms / 1000
@@ -278,8 +288,9 @@ class GroupMember:
 
     def _group(self, type_: str, partition: int, *, consumer: Consumer | None = None,
                generation: int | None = None, **fields: Any) -> None:
-        member_id = (consumer or self._consumer).memberid() or None
-        self._history.group(member=self.name, member_id=member_id,
+        if not self._closing:
+            self._member_id = (consumer or self._consumer).memberid() or None
+        self._history.group(member=self.name, member_id=self._member_id,
                             generation=self._generation if generation is None else generation,
                             type=type_, topic=self._topic, partition=partition,
                             t=time.time(), **fields)

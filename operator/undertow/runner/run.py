@@ -192,6 +192,8 @@ def run_experiment(
                             f"--network proxy")
     seed = choose_seed(spec) if seed is None else seed
     planned = plan(loaded.experiment, seed)
+    if any(p.kind == "delay" for p in planned) and (why := platform.delay_unsupported()):
+        raise PlatformError(f"the schedule delays links, and {why}")
     abort = Abort()
     history = HistoryWriter(out / "history", abort)
     cfg = workload_config(loaded)

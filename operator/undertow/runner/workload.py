@@ -13,6 +13,7 @@ their outstanding sends' outcomes and the drain stops, so neither holds up a run
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import threading
 import time
@@ -412,8 +413,15 @@ class Workload:
         the names of those still closing then (the pipeline's members are SIGKILLed at
         its own bound instead)."""
         deadline = time.monotonic() + MEMBERS_CLOSE_TIMEOUT_S
-        closing = [consumer.name for consumer in self.consumers
-                   if not consumer.stop(max(0.0, deadline - time.monotonic()))]
+        # A thread stuck in C with the GIL would freeze this whole process (the proxies
+        # included), and no Python-level bound could say where: faulthandler's own thread
+        # writes every thread's stack to stderr if the close outlasts its bound by far.
+        faulthandler.dump_traceback_later(MEMBERS_CLOSE_TIMEOUT_S + 30)
+        try:
+            closing = [consumer.name for consumer in self.consumers
+                       if not consumer.stop(max(0.0, deadline - time.monotonic()))]
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         if self.pipeline is not None:
             self.pipeline.stop()
         return closing

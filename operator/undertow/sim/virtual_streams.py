@@ -43,6 +43,7 @@ from minibroker.environment import Environment
 from minibroker.event_queue import LoopEventQueue
 from minibroker.network.channel import REQUEST_CHANNEL
 from minibroker.network.codec import KafkaProtocolError, Request
+from undertow.platform.link_delay import DelayDraw, LinkDelay
 from undertow.sim.files import simulated_fsync
 
 Address = tuple[str, int]
@@ -66,10 +67,15 @@ class VirtualSocket:
 
 @dataclass
 class _Link:
-    """One direction between two hosts: blocked or not, and what waits for it to heal."""
+    """One direction between two hosts: blocked or not, and what waits for it to heal;
+    delayed or not (a `delay` fault's draw, added to the network's latency)."""
 
     blocked: bool = False
     waiting: list[Callable[[], None]] = field(default_factory=list)
+    delay: DelayDraw | None = None
+
+    def latency(self, base_s: float) -> float:
+        return base_s if self.delay is None else base_s + self.delay.draw()
 
 
 class ParcelChannel:
@@ -324,6 +330,12 @@ class VirtualNetwork:
         """Drop what ``src`` sends to ``dst`` (iptables DROP): held, then resent on heal."""
         self._link(src, dst).blocked = True
 
+    def set_delay(self, src: str, dst: str, delay: LinkDelay | None, rng: random.Random
+                  ) -> None:
+        """What ``src`` sends to ``dst`` from now on arrives ``delay`` later (tc netem's
+        delay), drawn from ``rng``; None: at the network's latency again."""
+        self._link(src, dst).delay = None if delay is None else DelayDraw(delay, rng)
+
     def heal(self, src: str, dst: str) -> None:
         link = self._link(src, dst)
         link.blocked = False
@@ -424,7 +436,7 @@ class VirtualNetwork:
             return
         # In order: never before what this end sent earlier, and at the same instant after
         # it (the loop runs timers due together in the order they were set).
-        arrival = max(self.loop.time() + self.latency_s, sender._last_arrival)
+        arrival = max(self.loop.time() + link.latency(self.latency_s), sender._last_arrival)
         sender._last_arrival = arrival
         # In no node's context: bytes on the wire arrive whatever their sender does meanwhile
         # (paused, killed); the receiver's code that they wake runs in its own.
@@ -437,7 +449,7 @@ class VirtualNetwork:
             healed: asyncio.Future[None] = self.loop.create_future()
             link.waiting.append(lambda healed=healed: healed.done() or healed.set_result(None))
             await healed
-        await asyncio.sleep(self.latency_s)
+        await asyncio.sleep(link.latency(self.latency_s))
 
     def _link(self, src: str, dst: str) -> _Link:
         link = self._links.get((src, dst))

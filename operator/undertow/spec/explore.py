@@ -26,6 +26,7 @@ from .durations import format_duration
 from .faults import (
     BROKER_ONLY_KINDS,
     CONSUMER_TARGETS,
+    UNDRAWN_DELAY,
     DurationRange,
     FaultKind,
     PartitionMode,
@@ -114,6 +115,8 @@ class ExploreSpec(SpecModel):
                 raise FieldError(("partitionModes", index),
                                  f"{mode} is not explored yet: only isolate partitions are "
                                  "drawn (split and one-way need a far side)")
+        if self.kinds is not None and "delay" in self.kinds:
+            raise FieldError(("kinds", self.kinds.index("delay")), UNDRAWN_DELAY)
         if self.kinds is not None and self.targets is not None:
             for index, kind in enumerate(self.kinds):
                 if all(target_problem(kind, t) for t in self.targets):

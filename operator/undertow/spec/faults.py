@@ -53,6 +53,7 @@ __all__ = [
     "Event",
     "FaultKind",
     "Mode",
+    "NetworkDelay",
     "NetworkFault",
     "PartitionMode",
     "RandomSchedule",
@@ -63,10 +64,10 @@ __all__ = [
     "TargetSelector",
 ]
 
-FaultKind = Literal["kill", "pause", "partition", "disk-stall", "disk-full", "power-loss",
-                    "pod-delete"]
+FaultKind = Literal["kill", "pause", "partition", "delay", "disk-stall", "disk-full",
+                    "power-loss", "pod-delete"]
 """kill: SIGKILL (with a `gracePeriod`: SIGTERM first, a clean shutdown), then restart.
-pause: SIGSTOP/SIGCONT (a GC pause). partition: network cut.
+pause: SIGSTOP/SIGCONT (a GC pause). partition: network cut. delay: network latency.
 disk-stall: the broker's appends and fsyncs block. disk-full: its log writes fail with
 ENOSPC, its log directory goes offline and it halts, as Kafka's does; restarted when the
 disk is freed. power-loss: the process dies and every
@@ -89,7 +90,9 @@ MAX_KILL_GRACE_S = 300.0
 exit on SIGTERM (``kube.agent.server.MAX_GRACE_S``)."""
 
 PartitionMode = Literal["isolate", "split", "one-way"]
-"""How a partition cuts: see `NetworkFault`."""
+"""How a partition cuts, or which links a delay slows: see `NetworkFault`."""
+NETWORK_KINDS = ("partition", "delay")
+"""Kinds that act on links, shaped by `network`."""
 
 Role = Literal["leader", "follower", "isr-member", "all-isr-but-one", "controller",
                "group-coordinator", "txn-coordinator"]
@@ -104,11 +107,14 @@ in effect, they have left it."""
 STEP_TIMEOUT = 30
 """Default seconds a sequence step waits for its event."""
 PARTITION_ROLES = ("leader", "follower", "isr-member", "all-isr-but-one")
-CONSUMER_TARGETS = ("a consumer can only be the target of a partition of mode isolate (its "
-                    "links to every broker cut)")
+CONSUMER_TARGETS = ("a consumer can only be the target of a partition or delay of mode "
+                    "isolate (its links to every broker cut or slowed)")
 SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator",
                 "txn-coordinator": "the transaction coordinator"}
 """Roles that name one process: they take no partition, mode or value."""
+
+UNDRAWN_DELAY = ("delays are not drawn at random yet (their latency has no range to draw "
+                 "from): give each delay as a fault of its own, with its `delay` block")
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -199,7 +205,7 @@ class TargetSelector(SpecModel):
 
 
 class NetworkFault(SpecModel):
-    """The shape of a `partition` fault.
+    """The links a `partition` cuts (or a `delay` slows).
 
     `isolate`: the target loses its links to every other broker and the controller;
     clients still reach it (the interesting case: a leader that still takes writes).
@@ -238,6 +244,31 @@ class NetworkFault(SpecModel):
                 yield ("groups", g, s), selector
 
 
+class NetworkDelay(SpecModel):
+    """How late a `delay` fault makes each packet of its links arrive, with Chaos Mesh's
+    NetworkChaos `delay` fields (tc netem's): `latency`, give or take up to `jitter`, each
+    packet's jitter tied by `correlation` percent to the one before. A connection's bytes
+    still arrive in order (TCP's), so what a delay reorders is messages on different
+    connections: a request to one broker overtaken by a later one to another."""
+
+    latency: Duration
+    """Added to every packet of the links, e.g. `100ms`."""
+    jitter: Duration = Field("0s", validate_default=True)
+    """Up to this much more or less, drawn per packet (at most `latency`)."""
+    correlation: float = Field(0.0, ge=0, le=100)
+    """Percent: how much of each packet's jitter is the previous packet's (0: independent)."""
+
+    @model_validator(mode="after")
+    def _check_delay(self) -> NetworkDelay:
+        if self.latency <= 0:
+            raise FieldError(("latency",), "must be positive: a delay of no time slows nothing")
+        if self.jitter > self.latency:
+            raise FieldError(("jitter",), f"{format_duration(self.jitter)} is above the "
+                                          f"latency {format_duration(self.latency)}: a packet "
+                                          "would arrive before it was sent")
+        return self
+
+
 class FaultAction(SpecModel):
     """What one fault does: the part shared by a scheduled fault and a sequence step."""
 
@@ -246,14 +277,17 @@ class FaultAction(SpecModel):
     shutdown in place, as in a rolling restart), pause (SIGSTOP/SIGCONT), partition (network
     cut), disk-stall (appends and fsyncs block), disk-full (log writes fail with ENOSPC:
     the broker halts on its failed log directory, restarted when the disk is freed),
-    power-loss (die, lose every write that
-    was not fsynced, restart) or pod-delete (Chaos Mesh's pod-kill: the broker's pod is
-    deleted and replaced at once, with a new address and, with ephemeral storage, an
-    empty disk)."""
+    power-loss (die, lose every write that was not fsynced, restart), delay (the links'
+    packets arrive late) or pod-delete (Chaos Mesh's pod-kill: the broker's pod is deleted
+    and replaced at once, with a new address and, with ephemeral storage, an empty
+    disk)."""
     target: TargetSelector | None = None
     """Required, except for split partitions whose groups say who is cut off."""
     network: NetworkFault | None = None
-    """partition only (default: isolate the target)."""
+    """partition and delay only: the links they act on (default: every link of the target,
+    both ways)."""
+    delay: NetworkDelay | None = None
+    """delay only, required: how late the links' packets arrive."""
     duration: Duration | None = None
     """How long the fault lasts: restart, resume, heal or unstall after this long. For
     pod-delete, how long the replacement may take to serve, registered and unfenced."""
@@ -272,11 +306,17 @@ class FaultAction(SpecModel):
         if self.duration <= 0:
             raise FieldError(("duration",), f"must be positive: a {self.kind} that lasts no "
                                             "time is never injected")
-        if self.kind == "partition":
+        if self.kind in NETWORK_KINDS:
             if self.network is None:
                 self.network = NetworkFault()
         elif self.network is not None:
-            raise FieldError(("network",), f"only partition faults take 'network', not {self.kind}")
+            raise FieldError(("network",), "only partition and delay faults take 'network', "
+                                           f"not {self.kind}")
+        if self.kind == "delay" and self.delay is None:
+            raise FieldError(("delay",), "required: how late the packets arrive, e.g. "
+                                         "{latency: 100ms, jitter: 20ms}")
+        if self.kind != "delay" and self.delay is not None:
+            raise FieldError(("delay",), f"only delay faults take 'delay', not {self.kind}")
         if self.grace_period is not None and self.kind not in GRACE_PERIOD_KINDS:
             raise FieldError(("gracePeriod",), "only kill and pod-delete faults take "
                                                f"'gracePeriod', not {self.kind}")
@@ -294,7 +334,7 @@ class FaultAction(SpecModel):
             for loc, selector in self.selectors():
                 if selector.role == "controller":
                     raise FieldError(loc, BROKER_ONLY_KINDS[self.kind])
-        isolate = self.kind == "partition" and self.network is not None \
+        isolate = self.kind in NETWORK_KINDS and self.network is not None \
             and self.network.mode == "isolate"
         for loc, selector in self.selectors():
             if selector.consumer is not None and not (isolate and loc == ("target",)):
@@ -404,6 +444,8 @@ class RandomSchedule(SpecModel):
         if self.duration.min <= 0:
             raise FieldError(("duration", "min"), "must be positive: a fault that lasts no "
                                                   "time is never injected")
+        if "delay" in self.kinds:
+            raise FieldError(("kinds", self.kinds.index("delay")), UNDRAWN_DELAY)
         for kind in BROKER_ONLY_KINDS:
             if kind not in self.kinds:
                 continue
@@ -447,7 +489,7 @@ class ScheduleEntry(FaultAction):
             stray = ["at"] if self.at != 0 else []
             stray += [
                 n
-                for n in ("target", "network", "duration", "every", "count")
+                for n in ("target", "network", "delay", "duration", "every", "count")
                 if getattr(self, n) is not None
             ]
             if stray:

@@ -22,6 +22,7 @@ from .faults import (
     Event,
     FaultAction,
     FaultKind,
+    NetworkDelay,
     NetworkFault,
     RandomSchedule,
     TargetSelector,
@@ -60,6 +61,8 @@ class PlannedFault:
     """Which repetition of an `every` schedule (or which draw of a random one)."""
     grace_period: float = 0.0
     """kill and pod-delete only: seconds between SIGTERM and SIGKILL (0: SIGKILL at once)."""
+    delay: NetworkDelay | None = None
+    """delay only: how late the links' packets arrive."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict, for logs and the run's metadata."""
@@ -88,6 +91,7 @@ class PlannedFault:
             # A kill's only when it has one, so that a plain kill's line is what it was.
             **({"grace_period": format_duration(self.grace_period)}
                if self.kind == "pod-delete" or self.grace_period > 0 else {}),
+            **({"delay": self.delay.model_dump(by_alias=True)} if self.delay else {}),
         }
 
 
@@ -158,6 +162,7 @@ def _planned(action: FaultAction, at: float | None, origin: str, repeat: int) ->
         origin=origin,
         repeat=repeat,
         grace_period=action.grace_period or 0.0,
+        delay=action.delay,
     )
 
 
