@@ -170,6 +170,12 @@ def incident_sentence(inc: dict[str, Any], t0: float) -> str:
     cause = inc.get("cause") or {}
     if mechanism == "acks1_before_replication":
         why = f" with acks=1, before broker {inc['dropper']} had fetched them"
+        previous = (inc.get("election") or {}).get("previous_leader")
+        if previous is not None and previous >= 0 and previous != inc["holder"]:
+            # A leader between the two (a preferred election, say) had fetched them: it
+            # became leader after they were acknowledged with a log past them, else its
+            # election would be the one that dropped them (attribution's rule).
+            why += f" (broker {previous} had, and led after broker {inc['holder']})"
     elif mechanism == "power_loss":
         why = (f"; broker {inc['dropper']} lost them to a power loss (its log came back ending "
                f"at {cause.get('to_offset')} instead of {cause.get('from_offset')}: they were "

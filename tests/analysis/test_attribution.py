@@ -1,7 +1,7 @@
 """Loss attribution on hand-built histories: one per mechanism, each with the exact incident
 and sentence the events explain (sends, reads and events.jsonl planted by hand).
 
-Long (about 560 lines): each mechanism needs its own history, a few dozen lines of planted
+Long (about 590 lines): each mechanism needs its own history, a few dozen lines of planted
 sends, reads and events, and the mechanisms belong side by side (one attribution, one
 table)."""
 
@@ -96,6 +96,36 @@ def test_acks1_before_replication(spark, tmp_path):
         "(OffsetForLeaderEpoch): it cut 3 records, 3 of them acknowledged: 3 lost for good "
         "(no replica kept them).")
     assert report["explained"]["truncations_lost"] == report["counts"]["lost"] == 3
+
+
+def test_acks1_records_a_leader_between_had_fetched(spark, tmp_path):
+    """Broker 1 acknowledges 10-12 with acks=1; a preferred election at 5.5 s makes broker 3,
+    which had fetched them, leader; broker 3 is killed and fenced at 6.0 s and broker 2,
+    which had not, elected. The records are broker 1's (the leader when they were
+    acknowledged), the election that dropped them removed broker 3, and the sentence says
+    broker 3 had them."""
+    h = base(acks="1")
+    acked_on_broker_1(h, range(10, 13))
+    elected(h, t=5.5, epoch=1, leader=3, previous=1, kind="preferred",
+            reason="preferred", isr=[1, 2, 3], end=13)
+    h.event("broker_fenced", t=6.0, node=C, topic=None, partition=None, broker=3,
+            broker_epoch=3, reason="session_expired")
+    elected(h, t=6.0, epoch=2, leader=2, previous=3, kind="clean",
+            reason="leader_fenced", isr=[1, 2], end=10)
+    new_records(h, range(10, 13), t=7.0)
+    h.event("truncation", t=6.5, node="broker-1", broker=1, leader_epoch=2, from_offset=13,
+            to_offset=10, reason="offset_for_leader_epoch")
+    report = analyse(h, tmp_path)
+    incident = only_incident(report)
+    assert (incident["mechanism"], incident["holder"], incident["dropper"],
+            incident["drop_epoch"], incident["removals"]) == (
+        "acks1_before_replication", 1, 2, 2, [1])
+    assert incident["sentence"] == (
+        "records at offsets 10-12 of t-0 (3 acknowledged records lost) were acknowledged "
+        "by broker 1 in epoch 0 with acks=1, before broker 2 had fetched them (broker 3 had, "
+        "and led after broker 1); at 6.0 s the controller fenced broker 3 and elected "
+        "broker 2 from the ISR {1, 2}, whose log ended at 10, and broker 1 truncated them "
+        "on becoming its follower (OffsetForLeaderEpoch, KIP-101).")
 
 
 def test_records_a_deposed_leader_acknowledged_before_it_learned_of_the_new_epoch(
