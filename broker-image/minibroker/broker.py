@@ -107,11 +107,15 @@ class BrokerServer:
         self.disk_full = DiskFull(self.loop, self.durability)
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_dir_failure_channel.on_offline(self._handle_log_dir_failure)
-        self.controller = RpcClient(*options.controller, secret=options.controller_secret)
         config = options.config
+        connect_timeout_s = resolve("socket.connection.setup.timeout.ms", config) / 1000
+        self.controller = RpcClient(*options.controller, secret=options.controller_secret,
+                                    connect_timeout=connect_timeout_s)
         self.lifecycle = BrokerLifecycleManager(
             options.controller, secret=options.controller_secret,
             heartbeat_ms=resolve("broker.heartbeat.interval.ms", config),
+            session_timeout_ms=resolve("broker.session.timeout.ms", config),
+            connect_timeout_s=connect_timeout_s,
             metadata_offset=lambda: self.replica_manager.image.metadata_offset)
         self.fetchers = ReplicaFetcherManager(self._make_fetcher)
         self.events = ReplicationEventLog(options.data_dir)

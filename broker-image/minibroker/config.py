@@ -256,7 +256,12 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("broker.heartbeat.interval.ms", _positive_int, 250, False,
                   "Broker heartbeat period to the controller (Kafka: 2000)."),
         ConfigDef("broker.session.timeout.ms", _positive_int, 3000, False,
-                  "A broker silent for this long is fenced (Kafka: 9000)."),
+                  "A broker silent for this long is fenced (Kafka: 9000). A broker waits "
+                  "half of it for each heartbeat's answer (Kafka's heartbeat channel, "
+                  "KAFKA-14392)."),
+        ConfigDef("socket.connection.setup.timeout.ms", _positive_int, 10000, False,
+                  "How long a broker's connection to the controller may take to set up, "
+                  "its authentication included (Kafka's default)."),
         ConfigDef("auto.leader.rebalance.enable", _bool, True, False,
                   "Move leadership back to the preferred (first) replica when it is in sync."),
         ConfigDef("leader.imbalance.check.interval.ms", _positive_int, 60000, False,

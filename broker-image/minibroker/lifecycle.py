@@ -60,10 +60,16 @@ class Registration:
 
 class BrokerLifecycleManager:
     def __init__(self, controller: tuple[str, int], *, secret: bytes, heartbeat_ms: int,
+                 session_timeout_ms: int, connect_timeout_s: float,
                  metadata_offset: Callable[[], int]) -> None:
         self._controller = controller
         self._secret = secret
         self._heartbeat_s = heartbeat_ms / 1000
+        # Kafka's BrokerServer gives the heartbeat channel (NodeToControllerChannelManager)
+        # half the session timeout as its request timeout (KAFKA-14392): a slow controller
+        # link costs a heartbeat only when an answer takes that long.
+        self._heartbeat_timeout_s = session_timeout_ms / 2000
+        self._connect_timeout_s = connect_timeout_s
         self._metadata_offset = metadata_offset
         self.broker_epoch = -1
         """From the controller at registration: the offset of the registration record."""
@@ -102,7 +108,8 @@ class BrokerLifecycleManager:
 
     def _rpc(self) -> RpcClient:
         if self._client is None:  # made on the lifecycle loop, whose connection it is
-            self._client = RpcClient(*self._controller, secret=self._secret)
+            self._client = RpcClient(*self._controller, secret=self._secret,
+                                     connect_timeout=self._connect_timeout_s)
         return self._client
 
     def _own(self, task: asyncio.Task | None) -> None:
@@ -147,7 +154,7 @@ class BrokerLifecycleManager:
                 answer = await self._rpc().call("heartbeat", {
                     "broker_id": registration.broker_id, "broker_epoch": self.broker_epoch,
                     "metadata_offset": self._metadata_offset()},
-                    timeout=self._heartbeat_s * 4)
+                    timeout=self._heartbeat_timeout_s)
             except RpcError as exc:
                 log.debug("Heartbeat failed: %s", exc)
                 continue

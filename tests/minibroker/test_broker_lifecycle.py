@@ -29,12 +29,16 @@ from minibroker.broker import BrokerOptions, BrokerServer
 from minibroker.rpc import RpcClient, RpcError
 from minibroker.rpc_auth import new_secret
 from minibroker.shutdown import STOP_TIMEOUT_S
+from undertow.platform.base import Link
+from undertow.platform.link_delay import LinkDelay
+from undertow.platform.proxy import ProxyNetwork
 
 pytestmark = pytest.mark.asyncio
 
 SESSION_TIMEOUT_MS = 1500
 HEARTBEAT_MS = 100
 SECRET = new_secret()
+TO_CONTROLLER = Link("broker-1", "controller")
 
 
 @pytest.fixture
@@ -66,11 +70,14 @@ async def controller(controller_process: tuple[subprocess.Popen, int]
         await client.aclose()
 
 
-def _broker(controller: RpcClient, tmp_path: Path) -> BrokerServer:
+def _broker(controller: RpcClient, tmp_path: Path,
+            via: tuple[str, int] | None = None) -> BrokerServer:
+    """Broker 1, dialling the controller at `via` (a proxy) or directly."""
     return BrokerServer(BrokerOptions(
-        broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", controller.port),
+        broker_id=1, listen=("127.0.0.1", 0), controller=via or ("127.0.0.1", controller.port),
         data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
-        config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS)}))
+        config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS),
+                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}))
 
 
 async def _call(client: RpcClient, method: str) -> dict[str, Any] | None:
@@ -117,6 +124,56 @@ async def test_a_loop_held_past_the_session_timeout_does_not_fence_the_broker(
         assert not broker.fenced
     finally:
         await broker.stop()
+
+
+async def test_a_slow_controller_link_does_not_fence_the_broker(controller: RpcClient,
+                                                               tmp_path: Path) -> None:
+    """Every byte between the broker and the controller takes 250 ms each way, from the
+    start (registration and the connection's handshake included): a heartbeat's answer
+    comes after half a second, more than four heartbeat intervals but less than half the
+    session timeout, which Kafka's heartbeat channel waits (KAFKA-14392). The broker stays
+    registered and unfenced, its heartbeats never further apart than the session allows."""
+    network = ProxyNetwork()
+    try:
+        via = network.add_link(TO_CONTROLLER, ("127.0.0.1", controller.port))
+        network.set_delay(TO_CONTROLLER, LinkDelay(0.25))
+        network.set_delay(Link("controller", "broker-1"), LinkDelay(0.25))
+        broker = _broker(controller, tmp_path, via)
+        await broker.start()
+        try:
+            await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+            await _until(lambda: _true(not broker.fenced), "the broker to learn it")
+            epoch = broker.lifecycle.broker_epoch
+            await asyncio.sleep(3 * SESSION_TIMEOUT_MS / 1000)
+            entry = await _broker_entry(controller)
+            assert entry is not None and not entry["fenced"], entry
+            assert entry["max_heartbeat_gap_ms"] < SESSION_TIMEOUT_MS, entry
+            assert (broker.lifecycle.broker_epoch, broker.fenced) == (epoch, False)
+        finally:
+            await broker.stop()
+    finally:
+        network.close()
+
+
+async def test_a_connection_whose_handshake_takes_seconds_is_set_up(controller: RpcClient,
+                                                                    tmp_path: Path) -> None:
+    """800 ms each way: the controller connection's handshake (challenge, proof, answer)
+    takes 2.4 s, within socket.connection.setup.timeout.ms (Kafka's 10 s), and the broker
+    registers (its heartbeats then time out: that is the test above's limit)."""
+    network = ProxyNetwork()
+    try:
+        via = network.add_link(TO_CONTROLLER, ("127.0.0.1", controller.port))
+        network.set_delay(TO_CONTROLLER, LinkDelay(0.8))
+        network.set_delay(Link("controller", "broker-1"), LinkDelay(0.8))
+        broker = _broker(controller, tmp_path, via)
+        try:
+            async with asyncio.timeout(30):  # the start waits for the registration
+                await broker.start()
+            assert await _broker_entry(controller)
+        finally:
+            await broker.stop()
+    finally:
+        network.close()
 
 
 async def test_a_stopped_broker_stops_heartbeating(controller: RpcClient,
