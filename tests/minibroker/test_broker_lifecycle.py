@@ -12,6 +12,7 @@ controller answering nothing at all."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -126,6 +127,20 @@ async def test_a_loop_held_past_the_session_timeout_does_not_fence_the_broker(
         await broker.stop()
 
 
+@contextlib.contextmanager
+def _slow_link_to(controller: RpcClient, seconds: float) -> Iterator[tuple[str, int]]:
+    """A proxy to the controller whose every byte takes `seconds` each way: the address
+    broker 1 dials."""
+    network = ProxyNetwork()
+    try:
+        via = network.add_link(TO_CONTROLLER, ("127.0.0.1", controller.port))
+        network.set_delay(TO_CONTROLLER, LinkDelay(seconds))
+        network.set_delay(Link("controller", "broker-1"), LinkDelay(seconds))
+        yield via
+    finally:
+        network.close()
+
+
 async def test_a_slow_controller_link_does_not_fence_the_broker(controller: RpcClient,
                                                                tmp_path: Path) -> None:
     """Every byte between the broker and the controller takes 250 ms each way, from the
@@ -133,11 +148,7 @@ async def test_a_slow_controller_link_does_not_fence_the_broker(controller: RpcC
     comes after half a second, more than four heartbeat intervals but less than half the
     session timeout, which Kafka's heartbeat channel waits (KAFKA-14392). The broker stays
     registered and unfenced, its heartbeats never further apart than the session allows."""
-    network = ProxyNetwork()
-    try:
-        via = network.add_link(TO_CONTROLLER, ("127.0.0.1", controller.port))
-        network.set_delay(TO_CONTROLLER, LinkDelay(0.25))
-        network.set_delay(Link("controller", "broker-1"), LinkDelay(0.25))
+    with _slow_link_to(controller, 0.25) as via:
         broker = _broker(controller, tmp_path, via)
         await broker.start()
         try:
@@ -151,8 +162,6 @@ async def test_a_slow_controller_link_does_not_fence_the_broker(controller: RpcC
             assert (broker.lifecycle.broker_epoch, broker.fenced) == (epoch, False)
         finally:
             await broker.stop()
-    finally:
-        network.close()
 
 
 async def test_a_connection_whose_handshake_takes_seconds_is_set_up(controller: RpcClient,
@@ -160,11 +169,7 @@ async def test_a_connection_whose_handshake_takes_seconds_is_set_up(controller: 
     """800 ms each way: the controller connection's handshake (challenge, proof, answer)
     takes 2.4 s, within socket.connection.setup.timeout.ms (Kafka's 10 s), and the broker
     registers (its heartbeats then time out: that is the test above's limit)."""
-    network = ProxyNetwork()
-    try:
-        via = network.add_link(TO_CONTROLLER, ("127.0.0.1", controller.port))
-        network.set_delay(TO_CONTROLLER, LinkDelay(0.8))
-        network.set_delay(Link("controller", "broker-1"), LinkDelay(0.8))
+    with _slow_link_to(controller, 0.8) as via:
         broker = _broker(controller, tmp_path, via)
         try:
             async with asyncio.timeout(30):  # the start waits for the registration
@@ -172,8 +177,6 @@ async def test_a_connection_whose_handshake_takes_seconds_is_set_up(controller: 
             assert await _broker_entry(controller)
         finally:
             await broker.stop()
-    finally:
-        network.close()
 
 
 async def test_a_stopped_broker_stops_heartbeating(controller: RpcClient,
