@@ -47,6 +47,7 @@ LIBRARY = {
     "txn-partition-leader-kill": "clean",
     "txn-state-rf1-power-loss": "loss",
     "eos-pipeline-member-kill": "clean",
+    "leader-delay-acksall": "clean",
 }
 
 
