@@ -203,7 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             workdir=out / "cluster", brokers=cluster.brokers, network=args.network,
             broker_config=config, controller_config=config,
             ephemeral_storage=cluster.storage.type == "ephemeral",
-            consumers=loaded.experiment.spec.isolated_consumers()))
+            clients=loaded.experiment.spec.own_link_clients()))
     # The verdict is printed inside: leaving waits for the analysis's JVM to exit.
     with _analyzer(args, loaded, out) as (analyze, warmed_up):
         # In simulation the workload takes seconds of CPU, not its duration of wall time:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from undertow.explore.draw import FixedFault, Schedule, draw, experiment_with
 from undertow.explore.space import FaultSpace
 from undertow.spec import LoadedExperiment, SpecError, TargetSelector, load_experiment, plan
+from undertow.spec.explore import DelayRange
 
 ACKS1 = load_experiment(EXPERIMENTS / "acks1-leader-kill.yaml")
 SPACES = {
@@ -25,6 +26,14 @@ SPACES = {
         targets=(TargetSelector(role="leader"), TargetSelector(role="controller"),
                  TargetSelector(role="all-isr-but-one")),
         faults=(3, 6), durations_ms=(1, 50), gaps_ms=(0, 9000), window_ms=(2000, 20_000)),
+    "delays": FaultSpace(
+        kinds=("delay", "kill"),
+        targets=(TargetSelector(role="leader"), TargetSelector(producer=0)),
+        faults=(1, 4), durations_ms=(1000, 8000), gaps_ms=(500, 10_000),
+        window_ms=(0, 36_000),
+        delay=DelayRange.model_validate({"latency": {"min": "50ms", "max": "1s"},
+                                         "jitter": {"min": "0s", "max": "50ms"},
+                                         "correlation": 25})),
 }
 
 
@@ -51,6 +60,12 @@ def test_a_schedule_stays_inside_its_space(seed: int, name: str) -> None:
         assert space.durations_ms[0] <= fault.duration_ms <= space.durations_ms[1]
         assert fault.network == ("isolate" if fault.kind == "partition" else None)
         assert fault.grace_period_ms is None
+        if fault.kind == "delay":
+            assert fault.latency_ms is not None and 50 <= fault.latency_ms <= 1000
+            assert 0 <= fault.jitter_ms <= 50 and fault.correlation == 25
+        else:
+            assert (fault.latency_ms, fault.jitter_ms) == (None, 0)
+        assert FixedFault.from_json(json.loads(json.dumps(fault.to_json()))) == fault
         previous = fault.at_ms
 
 
@@ -147,3 +162,17 @@ def test_a_schedule_that_does_not_fit_is_a_spec_error(
 
 def test_an_empty_schedule_is_a_baseline(acks1: LoadedExperiment) -> None:
     assert plan(experiment_with(acks1, Schedule((), 1)).experiment, 0) == []
+
+
+def test_a_drawn_delay_reaches_the_plan_with_its_latency(acks1: LoadedExperiment) -> None:
+    """A delay's drawn latency and jitter are written as its `delay` block and planned as
+    drawn; the experiment file's schedule validates as any file's."""
+    schedule = next(s for s in (draw(SPACES["delays"], n) for n in range(100))
+                    if any(f.kind == "delay" and f.jitter_ms for f in s.faults))
+    delays = [f for f in schedule.faults if f.kind == "delay"]
+    planned = [p for p in plan(experiment_with(acks1, schedule).experiment, 0)
+               if p.kind == "delay"]
+    assert [(round(p.delay.latency * 1000), round(p.delay.jitter * 1000), p.delay.correlation)
+            for p in planned if p.delay] == [(f.latency_ms, f.jitter_ms, 25.0) for f in delays]
+    assert all(p.network is not None and p.network.mode == "isolate" for p in planned)
+    assert "delay (" in schedule.describe()

@@ -51,7 +51,7 @@ def test_the_block_is_not_the_schedule(write_experiment_file: WriteExperiment) -
         faults=[{"kind": "kill", "target": {"role": "leader"}, "at": "1s", "duration": "1s"}])
     spec = load_experiment(path).experiment.spec
     assert [p.kind for p in plan(spec, 1)] == ["kill"]
-    assert spec.isolated_consumers() == ()
+    assert spec.own_link_clients() == ()
 
 
 def test_dump_round_trips(write_experiment_file: WriteExperiment) -> None:
@@ -79,7 +79,21 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
      "drawn (split and one-way need a far side)"),
     ("unknown-key", {"explore": {"count": 3}},
      "spec.explore.count: unknown field 'count'; expected one of: kinds, targets, faults, "
-     "duration, gap, partitionModes"),
+     "duration, gap, partitionModes, delay"),
+    ("delay-without-range", {"explore": {"kinds": ["kill", "delay"]}},
+     "spec.explore.kinds[1]: a drawn delay needs `delay: {latency: {min, max}}` to draw its "
+     "latency from"),
+    ("range-without-delay",
+     {"explore": {"kinds": ["kill"], "delay": {"latency": {"min": "10ms", "max": "1s"}}}},
+     "spec.explore.delay: only with delay among `kinds`: nothing draws it"),
+    ("delay-jitter-above-latency",
+     {"explore": {"kinds": ["delay"], "delay": {"latency": {"min": "10ms", "max": "1s"},
+                                                "jitter": {"min": "0s", "max": "20ms"}}}},
+     "spec.explore.delay.jitter.max: 20ms is above the least latency 10ms: a packet could "
+     "arrive before it was sent"),
+    ("delay-of-nothing",
+     {"explore": {"kinds": ["delay"], "delay": {"latency": {"min": "0s", "max": "1s"}}}},
+     "spec.explore.delay.latency.min: must be positive: a delay of no time slows nothing"),
     ("bad-kind", {"explore": {"kinds": ["explode"]}},
      "spec.explore.kinds[0]: expected 'kill', 'pause', 'partition', 'delay', 'disk-stall', "
      "'disk-full', 'power-loss' or 'pod-delete', got 'explode'"),
@@ -89,9 +103,9 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
      "broker failpoint; the controller has none"),
     ("target-without-kind",
      {"explore": {"kinds": ["kill"], "targets": [{"role": "leader"}, {"consumer": 0}]}},
-     "spec.explore.targets[1]: no kind in 'kinds' can hit it: a consumer can only be the "
-     "target of a partition or delay of mode isolate (its links to every broker cut or "
-     "slowed)"),
+     "spec.explore.targets[1]: no kind in 'kinds' can hit it: a consumer or producer can "
+     "only be the target of a partition or delay of mode isolate (its links to every broker "
+     "cut or slowed)"),
     ("no-follower", {"replication_factor": 1, "explore": {"targets": [{"role": "follower"}]}},
      "spec.explore.targets[0].role: no follower can exist with replicationFactor 1"),
     ("no-broker", {"explore": {"targets": [{"broker": 5}]}},

@@ -21,7 +21,7 @@ from processes import needs_local_minibroker
 from seeded_topic import seed_topic
 
 from undertow.faults import Nodes, build_fault
-from undertow.platform.base import consumer_endpoint, wait_for
+from undertow.platform.base import client_endpoint, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig
 from undertow.runner.group_member import GroupMember, GroupSettings
 from undertow.runner.history import HistoryWriter
@@ -38,7 +38,7 @@ BOUND_S = 3.0
 @pytest.fixture
 def platform(tmp_path: Path) -> Iterator[LocalPlatform]:
     config = LocalPlatformConfig(workdir=tmp_path / "cluster", brokers=2, broker_config=FAST,
-                                 controller_config=FAST, consumers=("c0",))
+                                 controller_config=FAST, clients=("c0",))
     with LocalPlatform(config) as cluster:
         seed_topic(cluster, TOPIC)
         yield cluster
@@ -62,7 +62,7 @@ def test_a_member_cut_off_from_its_coordinator_stops_within_the_bound(
                              if r["consumer"] == "c0") == 20, 30,
                  "c0 to be assigned both partitions and read all 20 records")
         fault = build_fault(planned({"kind": "partition", "target": {"consumer": 0}}),
-                            platform, Nodes(consumer_endpoint("c0")), time_limit_s=60)
+                            platform, Nodes(client_endpoint("c0")), time_limit_s=60)
         fault.inject()
         try:
             started = time.monotonic()

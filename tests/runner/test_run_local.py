@@ -232,6 +232,39 @@ def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:
     assert "time after the workload: healing " in output
 
 
+def test_a_delay_on_one_producer_slows_its_sends_alone(tmp_path: Path) -> None:
+    """A run with two producers whose schedule delays p0's links to every broker 300 ms
+    each way for 3 s: the runner gives p0 links of its own, p0's sends in that window take
+    two delayed trips, p1's stay fast, and faults.jsonl names the producer."""
+    experiment = tmp_path / "slow-producer.yaml"
+    experiment.write_text(small_experiment("slow-producer", "6s", """
+    - kind: delay
+      target: {producer: 0}
+      delay: {latency: 300ms}
+      at: 1s
+      duration: 3s""", workload={"producers": 2}))
+    out = tmp_path / "out"
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7")
+    output, _ = proc.communicate(timeout=bound_s(experiment))
+    assert proc.returncode == 0, output
+
+    history = out / "history"
+    faults = lines(history / "faults.jsonl")
+    assert [(f["action"], f["target"], f["role"]) for f in faults] == [
+        (action, "client-p0", "producer p0") for action in ("inject", "heal", "recover")]
+    injected, healed = faults[0]["t"], faults[1]["t"]
+
+    def window(producer: str) -> list[float]:
+        return sorted(s["t_complete"] - s["t_invoke"] for s in lines(history / "sends.jsonl")
+                      if s["producer"] == producer and s["status"] == "ok"
+                      and injected + 1 < s["t_invoke"] and s["t_complete"] < healed)
+
+    slow, fast = window("p0"), window("p1")
+    assert len(slow) >= 10 and len(fast) >= 50, (len(slow), len(fast))
+    assert slow[len(slow) // 2] >= 0.5, slow  # two trips of 300 ms, a little jitter aside
+    assert fast[len(fast) // 2] < 0.15, fast
+
+
 def test_bad_input_exits_2_naming_file_and_field(tmp_path: Path) -> None:
     experiment = write_experiment(tmp_path, "bad", "5q", "    []")
     proc = undertow("run", str(experiment), "--out", str(tmp_path / "out"))

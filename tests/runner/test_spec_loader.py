@@ -356,7 +356,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "role-and-broker",
         exp("spec/faults/0/target", {"role": "leader", "broker": 1}),
         EXP,
-        "spec.faults[0].target: set exactly one of 'role', 'broker' or 'consumer'",
+        "spec.faults[0].target: set exactly one of 'role', 'broker', 'consumer' or 'producer'",
     ),
     (
         "mode-on-broker",
@@ -377,8 +377,30 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "consumer-not-isolated",
         exp("spec/faults/0/target", {"consumer": 0}),
         EXP,
-        "spec.faults[0].target.consumer: a consumer can only be the target of a partition or "
-        "delay of mode isolate (its links to every broker cut or slowed)",
+        "spec.faults[0].target.consumer: a consumer or producer can only be the target of a "
+        "partition or delay of mode isolate (its links to every broker cut or slowed)",
+    ),
+    (
+        "producer-not-isolated",
+        exp("spec/faults/0/target", {"producer": 0}),
+        EXP,
+        "spec.faults[0].target.producer: a consumer or producer can only be the target of a "
+        "partition or delay of mode isolate (its links to every broker cut or slowed)",
+    ),
+    (
+        "producer-out-of-range",
+        both(exp("spec/faults/0/target", {"producer": 3}), exp("spec/faults/0/kind",
+                                                               "partition")),
+        EXP,
+        "spec.faults[0].target.producer: producer p3 does not exist: the workload has 1 "
+        "producer(s)",
+    ),
+    (
+        "producer-with-mode",
+        both(exp("spec/faults/0/target", {"producer": 0, "mode": "all"}),
+             exp("spec/faults/0/kind", "partition")),
+        EXP,
+        "spec.faults[0].target.mode: does not apply to producer p0: it is a single process",
     ),
     (
         "consumer-out-of-range",

@@ -13,7 +13,7 @@ from typing import Any
 
 from minibroker.cluster.types import TopicPartition
 from minibroker.coordinator.group_coordinator import GroupCoordinator
-from undertow.platform.base import Link, broker_id_of, broker_node, consumer_endpoint
+from undertow.platform.base import Link, broker_id_of, broker_node, client_endpoint
 from undertow.platform.simulated import SimulatedPlatform
 from undertow.runner.abort import Abort
 from undertow.runner.group_member import GroupSettings
@@ -104,7 +104,7 @@ def world(tmp_path: Path, members: int = 3, *, commit: str = "auto",
     ``members`` members of group ``g``, started, each client with connections of its own to
     the brokers' listeners; ``isolated`` members on hosts of their own."""
     platform = SimulatedPlatform(tmp_path / "cluster", 3, CONFIG, ephemeral_storage=False,
-                                 consumers=isolated, seed=7)
+                                 clients=isolated, seed=7)
     with platform:
         side = SimulatedWorld(platform)
         side.create(TopicSpec.model_validate(
@@ -205,7 +205,7 @@ def test_a_member_cut_off_loses_its_partitions_and_rejoins_once_healed(tmp_path:
         w.run_for(3)
         cut = w.members[1]
         [held] = cut.assignment
-        endpoint = consumer_endpoint("c1")
+        endpoint = client_endpoint("c1")
         w.platform.block([link for b in w.platform.brokers
                           for link in (Link(endpoint, b), Link(b, endpoint))], "test")
         w.run_for(10)  # past the 6 s session: the coordinator removes it, the others take over

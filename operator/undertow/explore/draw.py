@@ -21,7 +21,7 @@ from undertow.spec.experiment import ChaosExperiment, check_against_cluster
 from undertow.spec.faults import FaultKind, PartitionMode
 from undertow.spec.meta import FieldError
 
-from .space import FaultSpace
+from .space import FaultSpace, ms
 
 __all__ = ["FixedFault", "Schedule", "draw", "experiment_with", "selector_yaml"]
 
@@ -39,12 +39,24 @@ class FixedFault:
     """partition faults only: how the network is cut (the spec's default: isolate)."""
     grace_period_ms: int | None = None
     """kill and pod-delete only: SIGTERM first, SIGKILL after this long."""
+    latency_ms: int | None = None
+    """delay faults only: how late each packet of the target's links arrives..."""
+    jitter_ms: int = 0
+    """... give or take up to this much ..."""
+    correlation: float = 0.0
+    """... each packet's jitter this percent the one before's."""
 
     def as_spec(self) -> dict[str, Any]:
         """The `faults:` entry, as an experiment file writes it."""
         entry: dict[str, Any] = {"kind": self.kind, "target": selector_yaml(self.target)}
         if self.kind == "partition":
             entry["network"] = {"mode": self.network or "isolate"}
+        if self.kind == "delay":
+            assert self.latency_ms is not None, "a drawn delay has its latency"
+            entry["delay"] = {"latency": format_duration(self.latency_ms / 1000)}
+            if self.jitter_ms:
+                entry["delay"]["jitter"] = format_duration(self.jitter_ms / 1000)
+                entry["delay"]["correlation"] = self.correlation
         entry["at"] = format_duration(self.at_ms / 1000)
         entry["duration"] = format_duration(self.duration_ms / 1000)
         if self.grace_period_ms is not None:
@@ -56,6 +68,9 @@ class FixedFault:
         at 4s for 2s``."""
         target = ", ".join(f"{k}: {v}" for k, v in selector_yaml(self.target).items())
         network = f" ({self.network or 'isolate'})" if self.kind == "partition" else ""
+        if self.kind == "delay":
+            jitter = f"±{_seconds(self.jitter_ms)}" if self.jitter_ms else ""
+            network = f" ({_seconds(self.latency_ms or 0)}{jitter})"
         return f"{self.kind}{network} {{{target}}} at {_seconds(self.at_ms)} for " \
                f"{_seconds(self.duration_ms)}"
 
@@ -65,13 +80,15 @@ class FixedFault:
         return {"kind": self.kind, "target": self.target.model_dump(mode="json",
                                                                    exclude_none=True),
                 "at_ms": self.at_ms, "duration_ms": self.duration_ms, "network": self.network,
-                "grace_period_ms": self.grace_period_ms}
+                "grace_period_ms": self.grace_period_ms, "latency_ms": self.latency_ms,
+                "jitter_ms": self.jitter_ms, "correlation": self.correlation}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FixedFault:
         return cls(data["kind"], TargetSelector.model_validate(data["target"]), data["at_ms"],
                    data["duration_ms"], network=data["network"],
-                   grace_period_ms=data["grace_period_ms"])
+                   grace_period_ms=data["grace_period_ms"], latency_ms=data["latency_ms"],
+                   jitter_ms=data["jitter_ms"], correlation=data["correlation"])
 
 
 @dataclass(frozen=True)
@@ -136,8 +153,10 @@ def draw(space: FaultSpace, seed: int) -> Schedule:
 
     How many faults, then for each a gap from the previous start (the first from the
     window's start), a kind, a target that kind can hit, a duration and, for a partition, a
-    mode. Gaps are capped so that the space's fewest faults always fit in the window; past
-    those, the schedule ends where the next start would fall after the window."""
+    mode, for a delay its latency and jitter (nothing more is drawn for other kinds, so a
+    space without delays draws what it always drew). Gaps are capped so that the space's
+    fewest faults always fit in the window; past those, the schedule ends where the next
+    start would fall after the window."""
     rng = random.Random(f"undertow-explore/{seed}")
     count = rng.randint(*space.faults)
     return Schedule(tuple(_faults(space, rng, count)), seed, space.durations_ms[0])
@@ -156,7 +175,16 @@ def _faults(space: FaultSpace, rng: random.Random, count: int) -> Iterator[Fixed
         target = rng.choice(space.targets_for(kind))
         duration = rng.randint(*space.durations_ms)
         network = rng.choice(space.partition_modes) if kind == "partition" else None
-        yield FixedFault(kind, target, at, duration, network=network)
+        if kind != "delay":
+            yield FixedFault(kind, target, at, duration, network=network)
+            continue
+        delay = space.delay
+        assert delay is not None, "a space with delays has their range (FaultSpace)"
+        latency = rng.randint(ms(delay.latency.min), ms(delay.latency.max))
+        jitter = 0 if delay.jitter is None else rng.randint(ms(delay.jitter.min),
+                                                             ms(delay.jitter.max))
+        yield FixedFault(kind, target, at, duration, latency_ms=latency, jitter_ms=jitter,
+                         correlation=delay.correlation)
 
 
 def experiment_with(loaded: LoadedExperiment, schedule: Schedule) -> LoadedExperiment:

@@ -15,6 +15,7 @@ from undertow.spec.explore import (
     DEFAULT_KINDS,
     DEFAULT_ROLES,
     EXPLORED_PARTITION_MODES,
+    DelayRange,
     ExploreSpec,
     target_problem,
 )
@@ -43,6 +44,8 @@ class FaultSpace:
     window_ms: tuple[int, int]
     """Faults start at or after the first and before the second (the workload's end)."""
     partition_modes: tuple[PartitionMode, ...] = EXPLORED_PARTITION_MODES
+    delay: DelayRange | None = None
+    """What a drawn delay slows its links by (``delay`` kinds only)."""
 
     def __post_init__(self) -> None:
         for name in ("faults", "durations_ms", "gaps_ms", "window_ms"):
@@ -53,6 +56,8 @@ class FaultSpace:
             raise ValueError("a schedule has at least one fault, and a fault lasts at least 1 ms")
         if not self.kinds or not self.targets or not self.partition_modes:
             raise ValueError("a fault space needs kinds, targets and partition modes")
+        if "delay" in self.kinds and self.delay is None:
+            raise ValueError("a fault space with delays needs their latencies' range")
         start, end = self.window_ms
         if start + self.faults[0] * self.gaps_ms[0] >= end:
             raise ValueError(f"{self.faults[0]} fault(s) {self.gaps_ms[0]} ms apart from "
@@ -97,7 +102,8 @@ class FaultSpace:
                    durations_ms=(ms(durations[0]), ms(durations[1])),
                    gaps_ms=(ms(gaps[0]), ms(gaps[1])),
                    window_ms=(0, ms(spec.workload.duration)),
-                   partition_modes=tuple(explore.partition_modes or EXPLORED_PARTITION_MODES))
+                   partition_modes=tuple(explore.partition_modes or EXPLORED_PARTITION_MODES),
+                   delay=explore.delay)
 
     @classmethod
     def from_random(cls, schedule: RandomSchedule, spec: ChaosExperimentSpec) -> FaultSpace:

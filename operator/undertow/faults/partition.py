@@ -4,7 +4,7 @@ Three shapes, as the spec's ``network.mode`` names them (``spec.faults.NetworkFa
 
 - ``isolate``: the target loses its links to every other node, both ways. Clients still
   reach it (the interesting case: a cut-off leader that still takes writes). A consumer's
-  endpoint as the target (``consumer_endpoint``) loses its links to every broker: a group
+  endpoint as the target (``client_endpoint``) loses its links to every broker: a group
   member cut off from the cluster.
 - ``split``: links between different groups are cut both ways; links inside a group, of
   nodes named in no group, and of the clients stay up.
@@ -73,7 +73,7 @@ class LinkFault(Fault):
 
     @classmethod
     def unable(cls, platform: Platform, node: str) -> str | None:
-        if node in platform.consumer_endpoints:
+        if node in platform.client_endpoints:
             return None  # a consumer's own links, which are there whatever its process does
         return super().unable(platform, node)
 

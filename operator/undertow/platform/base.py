@@ -40,9 +40,9 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
-def consumer_endpoint(consumer: str) -> str:
-    """The endpoint of workload consumer ``c1``'s own links: ``client-c1``."""
-    return f"{CLIENT}-{consumer}"
+def client_endpoint(client: str) -> str:
+    """The endpoint of workload client ``c1``'s (or ``p0``'s) own links: ``client-c1``."""
+    return f"{CLIENT}-{client}"
 
 
 def broker_node(broker_id: int) -> str:
@@ -164,20 +164,21 @@ class Platform(ABC):
         return (CONTROLLER, *self.brokers)
 
     @property
-    def consumer_endpoints(self) -> tuple[str, ...]:
-        """The consumers with links of their own to every broker (``consumer_endpoint``),
-        which a partition can cut apart from the other clients'; none on most platforms."""
+    def client_endpoints(self) -> tuple[str, ...]:
+        """The workload clients with links of their own to every broker
+        (``client_endpoint``), which a partition or a delay can act on apart from the other
+        clients'; none on most platforms."""
         return ()
 
     @property
     def endpoints(self) -> tuple[str, ...]:
         """Everything a link can connect: the nodes and the clients."""
-        return (*self.nodes, CLIENT, *self.consumer_endpoints)
+        return (*self.nodes, CLIENT, *self.client_endpoints)
 
-    def bootstrap_for(self, consumer: str) -> str:
-        """Where workload consumer ``consumer`` connects: its own links where it has them,
-        else the clients' (``bootstrap``)."""
-        del consumer
+    def bootstrap_for(self, client: str) -> str:
+        """Where workload client ``client`` (``c1``, ``p0``) connects: its own links where
+        it has them, else the clients' (``bootstrap``)."""
+        del client
         return self.bootstrap
 
     @property

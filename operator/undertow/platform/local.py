@@ -43,7 +43,7 @@ from undertow.platform.base import (
     Platform,
     PlatformError,
     broker_node,
-    consumer_endpoint,
+    client_endpoint,
     wait_for,
 )
 from undertow.platform.control import EndpointError
@@ -91,10 +91,11 @@ class LocalPlatformConfig:
     stop_grace_s: float = 2.0
     ephemeral_storage: bool = False
     """A pod-delete wipes the broker's data directory (an emptyDir dies with its pod)."""
-    consumers: tuple[str, ...] = ()
-    """Workload consumers (``c1``) that get links of their own, which a partition can cut
-    apart from the other clients': a listener of their own on every broker (Kafka's
-    listener names, KIP-103), behind proxies of their own. Proxy network only."""
+    clients: tuple[str, ...] = ()
+    """Workload clients (consumer ``c1``, producer ``p0``) that get links of their own,
+    which a partition or a delay can act on apart from the other clients': a listener of
+    their own on every broker (Kafka's listener names, KIP-103), behind proxies of their
+    own. Proxy network only."""
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -108,9 +109,9 @@ class LocalPlatformConfig:
                                 f"got {self.network!r}")
         if self.start_timeout_s <= 0:
             raise PlatformError(f"start_timeout_s: must be positive, got {self.start_timeout_s}")
-        if self.consumers and self.network != "proxy":
-            raise PlatformError(f"consumers: links of their own for {', '.join(self.consumers)} "
-                                "(a partition that isolates a consumer) need the proxy "
+        if self.clients and self.network != "proxy":
+            raise PlatformError(f"clients: links of their own for {', '.join(self.clients)} "
+                                "(a partition or delay aimed at a client) need the proxy "
                                 "network, not --network netns")
 
 
@@ -122,7 +123,7 @@ class _Wiring:
     admin_urls: dict[str, str]
     bootstrap: str
     netns: dict[str, str | None]
-    consumer_bootstraps: dict[str, str] = field(default_factory=dict)
+    client_bootstraps: dict[str, str] = field(default_factory=dict)
 
 
 class LocalPlatform(Platform):
@@ -229,7 +230,7 @@ class LocalPlatform(Platform):
 
         argv = {CONTROLLER: self._controller_argv(listen[CONTROLLER], metrics[CONTROLLER])}
         client_addresses = []
-        consumer_addresses: dict[str, list[str]] = {c: [] for c in self.config.consumers}
+        own_addresses: dict[str, list[str]] = {c: [] for c in self.config.clients}
         for broker_id, node in zip(self._broker_ids, self.brokers, strict=True):
             advertised = via(CLIENT, node)
             client_addresses.append(advertised)
@@ -238,22 +239,22 @@ class LocalPlatform(Platform):
             argv[node] = self._broker_argv(broker_id, listen[node], metrics[node],
                                            controller=via(node, CONTROLLER),
                                            advertised=advertised, peers=peers)
-            for consumer in self.config.consumers:
-                # The consumer's own listener: Metadata answers it with these addresses
-                # only, so every connection of the consumer takes its own links.
+            for client in self.config.clients:
+                # The client's own listener: Metadata answers it with these addresses
+                # only, so every connection of the client takes its own links.
                 (port,) = reserve_ports(1, host)
                 own_host, own_port = self._proxies.add_link(
-                    Link(consumer_endpoint(consumer), node), (host, port))
-                consumer_addresses[consumer].append(f"{own_host}:{own_port}")
-                name = listener_name(consumer)
+                    Link(client_endpoint(client), node), (host, port))
+                own_addresses[client].append(f"{own_host}:{own_port}")
+                name = listener_name(client)
                 argv[node] += ["--listener", f"{name}={host}:{port}",
                                "--advertised-listener", f"{name}={own_host}:{own_port}"]
         return _Wiring(argv=argv,
                        admin_urls={node: f"http://{host}:{metrics[node]}" for node in self.nodes},
                        bootstrap=",".join(client_addresses),
                        netns=dict.fromkeys(self.nodes),
-                       consumer_bootstraps={c: ",".join(addresses)
-                                            for c, addresses in consumer_addresses.items()})
+                       client_bootstraps={c: ",".join(addresses)
+                                          for c, addresses in own_addresses.items()})
 
     def _wire_netns(self) -> _Wiring:
         self._netns = NetnsNetwork(self.nodes, self._guardian)
@@ -301,11 +302,11 @@ class LocalPlatform(Platform):
         return self._wired().bootstrap
 
     @property
-    def consumer_endpoints(self) -> tuple[str, ...]:
-        return tuple(consumer_endpoint(c) for c in self.config.consumers)
+    def client_endpoints(self) -> tuple[str, ...]:
+        return tuple(client_endpoint(c) for c in self.config.clients)
 
-    def bootstrap_for(self, consumer: str) -> str:
-        return self._wired().consumer_bootstraps.get(consumer, self.bootstrap)
+    def bootstrap_for(self, client: str) -> str:
+        return self._wired().client_bootstraps.get(client, self.bootstrap)
 
     def admin_url(self, node: str) -> str:
         return self._wired().admin_urls[self.check_node(node)]
@@ -460,7 +461,7 @@ class LocalPlatform(Platform):
         proxies of its links forward there, as its Service names resolve to the new IP."""
         assert self._proxies is not None
         argv, node = process.argv, process.name
-        own = {listener_name(c): consumer_endpoint(c) for c in self.config.consumers}
+        own = {listener_name(c): client_endpoint(c) for c in self.config.clients}
         for index in [i + 1 for i, arg in enumerate(argv) if arg in ("--listen", "--listener")]:
             name, _, address = argv[index].rpartition("=")
             host = address.rsplit(":", 1)[0]
@@ -516,9 +517,9 @@ class LocalPlatform(Platform):
             return "(no log)"
 
 
-def listener_name(consumer: str) -> str:
-    """The Kafka listener name of a consumer's own links (``c1`` -> ``CONSUMER_C1``)."""
-    return f"CONSUMER_{consumer.upper()}"
+def listener_name(client: str) -> str:
+    """The Kafka listener name of a client's own links (``c1`` -> ``CLIENT_C1``)."""
+    return f"CLIENT_{client.upper()}"
 
 
 def _config_args(config: Mapping[str, str]) -> list[str]:

@@ -30,7 +30,7 @@ from undertow.platform.base import (
     Link,
     Platform,
     broker_id_of,
-    consumer_endpoint,
+    client_endpoint,
 )
 from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
@@ -53,11 +53,11 @@ FAILPOINTS = ("disk-stall", "disk-full", "power-loss")
 
 class SimulatedPlatform(Platform):
     def __init__(self, root: Path, brokers: int, config: dict[str, str], *,
-                 ephemeral_storage: bool, consumers: tuple[str, ...] = (),
+                 ephemeral_storage: bool, clients: tuple[str, ...] = (),
                  seed: int = 0, loop: VirtualTimeLoop | None = None,
                  timing: Timing = NOMINAL) -> None:
-        """``consumers``: the workload consumers (``c1``) with links of their own, which a
-        partition can isolate (``consumer_endpoints``); ``timing``: how long a restart and
+        """``clients``: the workload clients (``c1``, ``p0``) with links of their own, which
+        a partition or a delay can act on (``client_endpoints``); ``timing``: how long a restart and
         a link take (``sim.timing``)."""
         super().__init__()
         self.loop = loop or VirtualTimeLoop()
@@ -67,7 +67,7 @@ class SimulatedPlatform(Platform):
         self._root = root
         self._logs: contextlib.ExitStack | None = None
         self.ephemeral_storage = ephemeral_storage
-        self._consumers = consumers
+        self._clients = clients
         self._serving: dict[str, int] = {}
         """The incarnation of each node that finished starting."""
         self._starting: set[str] = set()
@@ -136,8 +136,8 @@ class SimulatedPlatform(Platform):
         return self.cluster.broker_ids
 
     @property
-    def consumer_endpoints(self) -> tuple[str, ...]:
-        return tuple(consumer_endpoint(c) for c in self._consumers)
+    def client_endpoints(self) -> tuple[str, ...]:
+        return tuple(client_endpoint(c) for c in self._clients)
 
     @property
     def bootstrap(self) -> str:

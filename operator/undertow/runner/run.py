@@ -33,7 +33,7 @@ from typing import Any
 from undertow.platform.base import (
     Platform,
     PlatformError,
-    consumer_endpoint,
+    client_endpoint,
     sigterm_as_interrupt,
 )
 from undertow.runner.abort import Abort, RunAborted
@@ -184,12 +184,12 @@ def run_experiment(
     before_workload: Callable[[], None] = lambda: None,
 ) -> RunResult:
     spec = loaded.experiment.spec
-    missing = [c for c in spec.isolated_consumers()
-               if consumer_endpoint(c) not in platform.consumer_endpoints]
+    missing = [c for c in spec.own_link_clients()
+               if client_endpoint(c) not in platform.client_endpoints]
     if missing:  # before anything starts: the partitions could not be injected
-        raise PlatformError(f"the schedule isolates consumer(s) {', '.join(missing)}, which "
+        raise PlatformError(f"the schedule isolates client(s) {', '.join(missing)}, which "
                             f"need links of their own: run it on the local platform with "
-                            f"--network proxy")
+                            f"--network proxy, or in simulation")
     seed = choose_seed(spec) if seed is None else seed
     planned = plan(loaded.experiment, seed)
     if any(p.kind == "delay" for p in planned) and (why := platform.delay_unsupported()):

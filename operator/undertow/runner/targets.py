@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 
 from undertow.cluster_view import ClusterView, PartitionView
-from undertow.platform.base import CONTROLLER, broker_node, consumer_endpoint
+from undertow.platform.base import CONTROLLER, broker_node, client_endpoint
 from undertow.spec.faults import TargetSelector
 
 
@@ -106,8 +106,8 @@ def resolve(selector: TargetSelector, view: ClusterView, topic: str,
     label = role_label(selector, topic)
     if selector.broker is not None:
         return _able(unable, [broker_node(selector.broker)], label)
-    if selector.consumer is not None:
-        return _able(unable, [consumer_endpoint(f"c{selector.consumer}")], label)
+    if selector.client is not None:
+        return _able(unable, [client_endpoint(selector.client)], label)
     if selector.role == "controller":
         return _able(unable, [CONTROLLER], label)
     if selector.role == "group-coordinator":

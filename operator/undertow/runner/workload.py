@@ -340,16 +340,16 @@ class Workload:
     it the cluster sampler's rounds and close it when the sampler stops."""
 
     def __init__(self, bootstrap: str, cfg: WorkloadConfig, history: HistoryWriter,
-                 abort: Abort, consumer_bootstrap: Callable[[str], str] | None = None) -> None:
-        """``consumer_bootstrap(name)``: where consumer ``name`` connects, when consumers have
-        links of their own (``Platform.bootstrap_for``); else ``bootstrap``."""
-        own = consumer_bootstrap or (lambda _name: bootstrap)
+                 abort: Abort, client_bootstrap: Callable[[str], str] | None = None) -> None:
+        """``client_bootstrap(name)``: where client ``name`` (``c1``, ``p0``) connects, when
+        clients have links of their own (``Platform.bootstrap_for``); else ``bootstrap``."""
+        own = client_bootstrap or (lambda _name: bootstrap)
         self.outcomes = SendOutcomes(history)
         self.epoch_gate = self.outcomes.epoch_gate
         self.producers: list[ProducerWorker | TransactionalProducer] = [
-            ProducerWorker(i, bootstrap, cfg, self.outcomes.submit, abort)
+            ProducerWorker(i, own(f"p{i}"), cfg, self.outcomes.submit, abort)
             if cfg.transactions is None else TransactionalProducer(
-                i, producer_config(f"p{i}", bootstrap, cfg), cfg.topic, cfg.partitions,
+                i, producer_config(f"p{i}", own(f"p{i}"), cfg), cfg.topic, cfg.partitions,
                 cfg.rate, cfg.record_size, cfg.transactions, outcomes_wait_s(cfg), history,
                 self.outcomes.settled, abort)
             for i in range(cfg.producers)]

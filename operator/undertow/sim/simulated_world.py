@@ -21,7 +21,7 @@ from typing import Any
 
 from minibroker.environment import context_of
 from minibroker.tools import request_topic
-from undertow.platform.base import consumer_endpoint
+from undertow.platform.base import client_endpoint
 from undertow.platform.errors import PlatformError
 from undertow.platform.simulated import SimulatedPlatform
 from undertow.runner.abort import Abort
@@ -39,7 +39,7 @@ from undertow.spec.experiment import TopicSpec
 
 CLIENT_HOST = "client"
 """The clients' host on the virtual network (a consumer a partition may isolate has its own,
-`consumer_endpoint`)."""
+`client_endpoint`)."""
 RETRY_S = 0.5
 
 
@@ -156,8 +156,8 @@ class SimulatedWorld:
     # ---- ClientSide: each client a host of the virtual network -----------------------------
 
     def _host(self, client: str) -> str:
-        endpoint = consumer_endpoint(client)
-        return endpoint if endpoint in self._platform.consumer_endpoints else CLIENT_HOST
+        endpoint = client_endpoint(client)
+        return endpoint if endpoint in self._platform.client_endpoints else CLIENT_HOST
 
     def _context(self, host: str) -> contextvars.Context:
         if host not in self._contexts:

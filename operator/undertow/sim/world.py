@@ -25,7 +25,7 @@ def simulated_platform(loaded: LoadedExperiment, root: Path, seed: int,
     shutil.rmtree(root, ignore_errors=True)  # the nodes' data start empty
     return SimulatedPlatform(root, cluster.brokers, cluster.config.as_overrides(),
                              ephemeral_storage=cluster.storage.type == "ephemeral", seed=seed,
-                             consumers=loaded.experiment.spec.isolated_consumers(),
+                             clients=loaded.experiment.spec.own_link_clients(),
                              timing=timing)
 
 

@@ -141,10 +141,10 @@ class ChaosExperimentSpec(SpecModel):
             return cluster.config.min_insync_replicas, "the cluster config"
         return 1, "the default"
 
-    def isolated_consumers(self) -> tuple[str, ...]:
-        """The consumers a partition isolates (``c1``), which need links of their own."""
-        return tuple(sorted({f"c{s.consumer}" for _, s in self.selectors()
-                             if s.consumer is not None}))
+    def own_link_clients(self) -> tuple[str, ...]:
+        """The clients a partition or delay isolates (``c1``, ``p0``), which need links of
+        their own."""
+        return tuple(sorted({s.client for _, s in self.selectors() if s.client is not None}))
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
         """Every target selector in the schedule with its path below `spec`."""
@@ -206,13 +206,13 @@ def _check_selector(
     cluster: BrokerClusterSpec,
     cluster_name: str,
 ) -> None:
-    if selector.consumer is not None:
-        if selector.consumer >= spec.workload.consumers:
-            raise FieldError(
-                (*loc, "consumer"),
-                f"consumer c{selector.consumer} does not exist: the workload has "
-                f"{spec.workload.consumers} consumer(s)",
-            )
+    if selector.client is not None:
+        field = selector.client_field
+        index, count = ((selector.consumer, spec.workload.consumers) if field == "consumer"
+                        else (selector.producer, spec.workload.producers))
+        if index is not None and index >= count:
+            raise FieldError((*loc, field), f"{field} {selector.client} does not exist: the "
+                                            f"workload has {count} {field}(s)")
         return
     if selector.broker is not None:
         if selector.broker >= cluster.brokers:

@@ -8,6 +8,7 @@
       duration: {min: 1s, max: 8s}                   # how long each lasts (default 1s..8s)
       gap: {min: 500ms, max: 10s}                    # between two starts (default 500ms..10s)
       partitionModes: [isolate]                      # partition faults only (default isolate)
+      delay: {latency: {min: 50ms, max: 1s}}         # delay faults only: what to draw from
 
 Every field is optional: what is left out comes from the defaults above. Unlike a `random`
 schedule, drawn faults may overlap: each one's start is a `gap` after the previous start,
@@ -25,8 +26,7 @@ from pydantic import Field, model_validator
 from .durations import format_duration
 from .faults import (
     BROKER_ONLY_KINDS,
-    CONSUMER_TARGETS,
-    UNDRAWN_DELAY,
+    CLIENT_TARGETS,
     DurationRange,
     FaultKind,
     PartitionMode,
@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_ROLES",
     "EXPLORED_PARTITION_MODES",
     "CountRange",
+    "DelayRange",
     "ExploreSpec",
     "target_problem",
 ]
@@ -61,12 +62,12 @@ EXPLORED_PARTITION_MODES: tuple[PartitionMode, ...] = ("isolate",)
 def target_problem(kind: FaultKind, selector: TargetSelector) -> str | None:
     """Why a `kind` fault cannot hit `selector` (the rules `faults` entries obey), or None.
 
-    A consumer can only be isolated, so a consumer target takes partition faults only;
-    the explored partitions isolate their target, so that is all it needs."""
+    A client can only be isolated, so a client target takes partition and delay faults
+    only; the explored ones isolate their target, so that is all it needs."""
     if kind in BROKER_ONLY_KINDS and selector.role == "controller":
         return BROKER_ONLY_KINDS[kind]
-    if selector.consumer is not None and kind != "partition":
-        return CONSUMER_TARGETS
+    if selector.client is not None and kind not in ("partition", "delay"):
+        return CLIENT_TARGETS
     return None
 
 
@@ -80,6 +81,28 @@ class CountRange(SpecModel):
     def _ordered(self) -> CountRange:
         if self.min > self.max:
             raise FieldError(("max",), f"{self.max} is below min {self.min}")
+        return self
+
+
+class DelayRange(SpecModel):
+    """What a drawn `delay` fault slows its links by: a latency drawn uniformly (in
+    milliseconds) from `latency`, a jitter from `jitter` (default none), and `correlation`
+    percent as given (Chaos Mesh's NetworkChaos delay fields, tc netem's)."""
+
+    latency: DurationRange
+    jitter: DurationRange | None = None
+    correlation: float = Field(0.0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _check(self) -> DelayRange:
+        if self.latency.min <= 0:
+            raise FieldError(("latency", "min"), "must be positive: a delay of no time slows "
+                                                 "nothing")
+        if self.jitter is not None and self.jitter.max > self.latency.min:
+            raise FieldError(("jitter", "max"),
+                             f"{format_duration(self.jitter.max)} is above the least latency "
+                             f"{format_duration(self.latency.min)}: a packet could arrive "
+                             "before it was sent")
         return self
 
 
@@ -104,6 +127,9 @@ class ExploreSpec(SpecModel):
     duration."""
     partition_modes: list[PartitionMode] | None = Field(None, min_length=1)
     """How partition faults cut (default: isolate, the only mode explored so far)."""
+    delay: DelayRange | None = None
+    """What delay faults slow their links by, drawn per fault; needed with `delay` among
+    `kinds` (delays isolate their target, as the explored partitions do)."""
 
     @model_validator(mode="after")
     def _check(self) -> ExploreSpec:
@@ -115,8 +141,14 @@ class ExploreSpec(SpecModel):
                 raise FieldError(("partitionModes", index),
                                  f"{mode} is not explored yet: only isolate partitions are "
                                  "drawn (split and one-way need a far side)")
-        if self.kinds is not None and "delay" in self.kinds:
-            raise FieldError(("kinds", self.kinds.index("delay")), UNDRAWN_DELAY)
+        delays = self.kinds is not None and "delay" in self.kinds
+        if delays and self.delay is None:
+            assert self.kinds is not None
+            raise FieldError(("kinds", self.kinds.index("delay")),
+                             "a drawn delay needs `delay: {latency: {min, max}}` to draw its "
+                             "latency from")
+        if self.delay is not None and not delays:
+            raise FieldError(("delay",), "only with delay among `kinds`: nothing draws it")
         if self.kinds is not None and self.targets is not None:
             for index, kind in enumerate(self.kinds):
                 if all(target_problem(kind, t) for t in self.targets):

@@ -107,8 +107,8 @@ in effect, they have left it."""
 STEP_TIMEOUT = 30
 """Default seconds a sequence step waits for its event."""
 PARTITION_ROLES = ("leader", "follower", "isr-member", "all-isr-but-one")
-CONSUMER_TARGETS = ("a consumer can only be the target of a partition or delay of mode "
-                    "isolate (its links to every broker cut or slowed)")
+CLIENT_TARGETS = ("a consumer or producer can only be the target of a partition or delay "
+                  "of mode isolate (its links to every broker cut or slowed)")
 SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator",
                 "txn-coordinator": "the transaction coordinator"}
 """Roles that name one process: they take no partition, mode or value."""
@@ -133,13 +133,14 @@ class TargetSelector(SpecModel):
     of the `__transaction_state` partition of transactional id `undertow-p0`;
     `workload.transactions` only).
     `{broker: 2}` is broker id 2, whatever its role. `{consumer: 1}` is the workload's
-    consumer `c1` (a group member in subscribe mode), for a partition that isolates it.
+    consumer `c1` (a group member in subscribe mode) and `{producer: 0}` its producer `p0`,
+    for a partition or delay that isolates it.
     `mode` picks among the candidates:
     `one` (default; `all` for all-isr-but-one), `all`, `fixed` (`value` of them) or
     `fixed-percent` (`value` percent of them, rounded down, at least one).
     """
 
-    model_config = one_of("role", "broker", "consumer")
+    model_config = one_of("role", "broker", "consumer", "producer")
 
     role: Role | None = None
     """leader, follower, isr-member or all-isr-but-one (of `partition`), controller,
@@ -148,8 +149,11 @@ class TargetSelector(SpecModel):
     """A broker id, 0 .. brokers-1."""
     consumer: NonNegativeInt | None = None
     """A consumer of the workload, by index (0 is `c0`): the target of an `isolate`
-    partition that cuts its links to every broker (the local platform gives each consumer
-    links of its own)."""
+    partition or delay on its links to every broker (the local platform and the simulator
+    give each such client links of its own)."""
+    producer: NonNegativeInt | None = None
+    """A producer of the workload, by index (0 is `p0`): the target of an `isolate`
+    partition or delay on its links to every broker, as a consumer's."""
     partition: NonNegativeInt | None = None
     """The experiment topic's partition whose leader/followers/ISR is meant (default 0)."""
     mode: Mode | None = None
@@ -160,11 +164,13 @@ class TargetSelector(SpecModel):
 
     @model_validator(mode="after")
     def _normalise(self) -> TargetSelector:
-        if sum(x is not None for x in (self.role, self.broker, self.consumer)) != 1:
-            raise FieldError((), "set exactly one of 'role', 'broker' or 'consumer'")
-        if self.broker is not None or self.consumer is not None or self.role in SINGLE_ROLES:
+        if sum(x is not None for x in (self.role, self.broker, self.consumer,
+                                       self.producer)) != 1:
+            raise FieldError((), "set exactly one of 'role', 'broker', 'consumer' or "
+                                 "'producer'")
+        if self.broker is not None or self.client is not None or self.role in SINGLE_ROLES:
             what = (f"broker {self.broker}" if self.broker is not None
-                    else f"consumer c{self.consumer}" if self.consumer is not None
+                    else self.describe() if self.client is not None
                     else SINGLE_ROLES[self.role])
             for name in ("partition", "mode", "value"):
                 if getattr(self, name) is not None:
@@ -185,12 +191,26 @@ class TargetSelector(SpecModel):
             )
         return self
 
+    @property
+    def client(self) -> str | None:
+        """The workload client this selector names (`c1`, `p0`), else None."""
+        if self.consumer is not None:
+            return f"c{self.consumer}"
+        return None if self.producer is None else f"p{self.producer}"
+
+    @property
+    def client_field(self) -> str:
+        """The field that names the client (`consumer` or `producer`), for errors."""
+        return "consumer" if self.consumer is not None else "producer"
+
     def describe(self) -> str:
         """How the history's `role` column names this selector, e.g. `leader of p0`."""
         if self.broker is not None:
             return f"broker {self.broker}"
         if self.consumer is not None:
             return f"consumer c{self.consumer}"
+        if self.producer is not None:
+            return f"producer p{self.producer}"
         if self.role in SINGLE_ROLES:
             return self.role
         where = f"of p{self.partition}"
@@ -337,8 +357,8 @@ class FaultAction(SpecModel):
         isolate = self.kind in NETWORK_KINDS and self.network is not None \
             and self.network.mode == "isolate"
         for loc, selector in self.selectors():
-            if selector.consumer is not None and not (isolate and loc == ("target",)):
-                raise FieldError((*loc, "consumer"), CONSUMER_TARGETS)
+            if selector.client is not None and not (isolate and loc == ("target",)):
+                raise FieldError((*loc, selector.client_field), CLIENT_TARGETS)
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
         """Every selector of this fault with its path, for checks against the cluster."""
@@ -453,8 +473,8 @@ class RandomSchedule(SpecModel):
                 if selector.role == "controller":
                     raise FieldError(("targets", index), BROKER_ONLY_KINDS[kind])
         for index, selector in enumerate(self.targets):
-            if selector.consumer is not None and self.kinds != ["partition"]:
-                raise FieldError(("targets", index, "consumer"), CONSUMER_TARGETS)
+            if selector.client is not None and self.kinds != ["partition"]:
+                raise FieldError(("targets", index, selector.client_field), CLIENT_TARGETS)
         return self
 
 
