@@ -32,6 +32,7 @@ from kube_helpers import (
 )
 from planned_faults import planned
 from processes import ON_SIGTERM, sigterm_lines
+from small_experiment import small_experiment
 
 from undertow.faults import Nodes, build_fault
 from undertow.kube.api import KubeApi
@@ -44,6 +45,7 @@ from undertow.kube.platform import (
 )
 from undertow.platform.base import CLIENT, Link, PlatformError, wait_for
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig
+from undertow.runner.run import run_experiment
 from undertow.spec import load_experiment
 
 pytestmark = pytest.mark.asyncio
@@ -323,3 +325,23 @@ async def test_undertow_run_on_kube_finds_the_cluster_through_the_kubeconfig(
     assert ("Secret chaos/acks1-leader-kill-faults not found: is the BrokerCluster "
             "acks1-leader-kill deployed by the operator?") in done.stderr
     assert not (tmp_path / "out" / "history").exists()
+
+
+async def test_a_delay_is_refused_before_anything_starts(emulator: Any, api: KubeApi,
+                                                         tmp_path: Path) -> None:
+    """No delay on Kubernetes yet (tc netem or an NFQUEUE in the fault agent is the next
+    step): a schedule with one is refused before the platform touches the cluster."""
+    experiment = tmp_path / "slow.yaml"
+    experiment.write_text(small_experiment("slow", "5s", """
+    - kind: delay
+      target: {role: leader}
+      delay: {latency: 100ms}
+      at: 1s
+      duration: 2s"""))
+    before = set(emulator.objects)
+    platform = make_platform(api, agent_port=free_port())
+    with pytest.raises(PlatformError, match=r"^the schedule delays links, and "
+                                            r"KubernetesPlatform has no delay fault yet"):
+        await asyncio.to_thread(run_experiment, load_experiment(experiment), platform,
+                                tmp_path / "out")
+    assert set(emulator.objects) == before and not (tmp_path / "out").exists()

@@ -49,8 +49,6 @@ faults = []
 with sigterm_as_interrupt(), LocalPlatform(config) as platform:
     try:
         for spec in plan(experiment, 0):
-            if spec.kind == "delay" and platform.delay_unsupported():
-                continue  # netns: no delay yet (docs/faults.md)
             node = platform.brokers[spec.target.broker]
             fault = build_fault(spec, platform, Nodes(node), time_limit_s=600)
             fault.inject()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from undertow.platform import netns
 from undertow.platform.base import CLIENT, Link, PlatformError, wait_for
 from undertow.platform.guardian import Guardian
+from undertow.platform.link_delay import LinkDelay
 from undertow.platform.netns import NetnsNetwork
 from undertow.platform.process import ChildProcess, Spawner
 
@@ -131,6 +134,54 @@ def test_clients_one_way_drops_keep_established_connections_open(
         _quiet(sock)
         network.set_blocked(Link(CLIENT, "broker-1"), False)
         assert sock.recv(4) == b"held"
+
+
+def _pids_in(network: NetnsNetwork, node: str) -> set[int]:
+    listed = subprocess.run(["ip", "netns", "pids", network.namespace(node)],
+                            capture_output=True, text=True, check=True).stdout
+    return {int(pid) for pid in listed.split()}
+
+
+def _round_trip_s(sock: socket.socket, rounds: int = 7) -> float:
+    """The median time of a byte to the echo server and back."""
+    times = []
+    for _ in range(rounds):
+        started = time.monotonic()
+        sock.sendall(b"r")
+        assert sock.recv(1) == b"r"
+        times.append(time.monotonic() - started)
+    return statistics.median(times)
+
+
+def test_a_delay_holds_each_packet_of_its_links_and_ends(network: NetnsNetwork) -> None:
+    """150 ms on the clients' link to broker-1 and on its answers: a round trip takes
+    300 ms, within 20 %, while the delayers' NFQUEUE rules are there; a partition of a
+    delayed link still drops (DROP is checked first); undelayed, the rules and the
+    delayer processes are gone and a round trip is fast again."""
+    there, back = Link(CLIENT, "broker-1"), Link("broker-1", CLIENT)
+    with _echo_connection(network, "broker-1") as sock:
+        base = _round_trip_s(sock)
+        before = _pids_in(network, "broker-1")
+        network.set_delay(there, LinkDelay(0.15))
+        network.set_delay(back, LinkDelay(0.15))
+        try:
+            rules = network.rules("broker-1")
+            assert f"-A INPUT -s {network.address(CLIENT)}/32 -j NFQUEUE" in rules
+            assert f"-A OUTPUT -d {network.address(CLIENT)}/32 -j NFQUEUE" in rules
+            added = _round_trip_s(sock) - base
+            assert 0.24 <= added <= 0.36, (base, added)
+            network.set_blocked(there, True)
+            sock.sendall(b"cut")
+            _quiet(sock)
+            network.set_blocked(there, False)
+            assert sock.recv(3) == b"cut"
+            assert len(_pids_in(network, "broker-1") - before) == 2  # the two delayers
+        finally:
+            network.set_delay(there, None)
+            network.set_delay(back, None)
+        assert "NFQUEUE" not in network.rules("broker-1")
+        assert _pids_in(network, "broker-1") == before
+        assert _round_trip_s(sock) < 0.05
 
 
 def test_teardown_removes_everything_and_a_client_link_needs_a_node() -> None:

@@ -1,26 +1,20 @@
 """A `delay` fault on the local proxies: a delayed direction's bytes arrive at least its
 latency late, several requests are on the wire at once (as behind netem, not one per
 latency), a connection's bytes and its FIN stay in order, and taking the delay off brings
-the link back to speed; a platform without delays refuses such a run before it starts.
-Lower bounds are exact; upper bounds are generous (a loaded machine
-slows everything), each well below what the wrong behaviour would take."""
+the link back to speed (a platform without delays refuses such a run before it starts:
+tests/operator/test_kube_platform.py). Lower bounds are exact; upper bounds are generous
+(a loaded machine slows everything), each well below what the wrong behaviour would take."""
 
 from __future__ import annotations
 
 import socket
 import time
-from pathlib import Path
 
-import pytest
 from echo_proxy import CLIENT_TO_ECHO, ECHO_TO_CLIENT, EchoServer, connect, recv_exactly
-from small_experiment import small_experiment
 
-from undertow.platform.base import PlatformError, wait_for
+from undertow.platform.base import wait_for
 from undertow.platform.link_delay import LinkDelay
-from undertow.platform.local import LocalPlatform, LocalPlatformConfig
 from undertow.platform.proxy import ProxyNetwork
-from undertow.runner.run import run_experiment
-from undertow.spec import load_experiment
 
 LATENCY_S = 1.0
 
@@ -71,20 +65,3 @@ def test_a_fin_waits_behind_the_delayed_bytes(network: ProxyNetwork,
     assert sock.recv(10) == b""
     wait_for(lambda: echo.received == 10, 5, "the echo server to have read every byte")
     sock.close()
-
-
-def test_a_delay_on_a_platform_without_one_is_refused_before_anything_starts(
-        tmp_path: Path) -> None:
-    experiment = tmp_path / "slow.yaml"
-    experiment.write_text(small_experiment("slow", "5s", """
-    - kind: delay
-      target: {role: leader}
-      delay: {latency: 100ms}
-      at: 1s
-      duration: 2s"""))
-    platform = LocalPlatform(LocalPlatformConfig(workdir=tmp_path / "cluster", brokers=3,
-                                                 network="netns"))
-    with pytest.raises(PlatformError, match=r"^the schedule delays links, and delay faults "
-                                            r"run on --network proxy only"):
-        run_experiment(load_experiment(experiment), platform, tmp_path / "out")
-    assert not (tmp_path / "out").exists() and not (tmp_path / "cluster").exists()

@@ -483,15 +483,15 @@ class LocalPlatform(Platform):
             raise PlatformError("the platform is not started")
 
     def delay_unsupported(self) -> str | None:
-        if self.config.network == "proxy":
-            return None
-        return "delay faults run on --network proxy only (tc netem in the namespaces is " \
-               "not wired yet)"
+        return None  # the proxies queue a delayed link's bytes; netns, its packets
 
     def _set_link_delay(self, link: Link, delay: LinkDelay | None) -> None:
-        if self._proxies is None:
-            raise PlatformError(self.delay_unsupported() or "the platform is not started")
-        self._proxies.set_delay(link, delay)
+        if self._proxies is not None:
+            self._proxies.set_delay(link, delay)
+        elif self._netns is not None:
+            self._netns.set_delay(link, delay)
+        else:
+            raise PlatformError("the platform is not started")
 
     # ---- helpers ----------------------------------------------------------------------------
 

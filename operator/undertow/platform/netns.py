@@ -8,29 +8,41 @@ packets from A, or, when B is the clients' side, on A's OUTPUT (a node never ope
 connections to clients, so the sender never sees the EPERM such a rule gives connect()).
 Deleting the namespaces removes every rule with them; the guardian does that if the
 runner dies.
+
+Delaying ``A -> B`` sends the same packets to an NFQUEUE instead (``nfqueue_delay``): a
+delayer process in that namespace holds each one for its drawn delay. DROP rules are
+inserted first in their chain, so a partition of a delayed link drops its packets. The
+guardian kills the delayers with the namespaces' processes; a dead delayer's queue passes
+its packets at once (``--queue-bypass``).
 """
 
 from __future__ import annotations
 
 import functools
 import ipaddress
+import itertools
 import json
 import os
 import random
 import secrets
+import select
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from undertow.platform.base import CLIENT, Link, PlatformError
+from undertow.platform.link_delay import LinkDelay
+from undertow.platform.procfs import proc_stat
 
 if TYPE_CHECKING:
     from undertow.platform.guardian import Guardian
 
 _HOST_OFFSET = 10  # node k gets the subnet's address 10 + k
 _BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+_DELAYER_BIND_TIMEOUT_S = 10.0
 
 
 @functools.cache
@@ -97,6 +109,9 @@ class NetnsNetwork:
         self._veths: list[str] = []
         self._bridge_created = False
         self._rules: set[tuple[str, str, str, str]] = set()
+        self._queues = itertools.count(1)
+        self._delayers: dict[Link, tuple[list[str], subprocess.Popen]] = {}
+        """Each delayed link's NFQUEUE rule (iptables arguments) and delayer process."""
 
     def namespace(self, node: str) -> str:
         return f"undertow-{self.run_id}-{node}"
@@ -145,29 +160,90 @@ class NetnsNetwork:
         _run("ip", "-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", node_end)
         _run("ip", "-n", ns, "link", "set", node_end, "up")
 
+    def _match(self, link: Link) -> tuple[str, str, str, str]:
+        """Where ``link``'s packets are caught: the namespace, chain and address match."""
+        if link.dst != CLIENT:
+            return self.namespace(link.dst), "INPUT", "-s", self.address(link.src)
+        return self.namespace(link.src), "OUTPUT", "-d", self.address(link.dst)
+
     def set_blocked(self, link: Link, blocked: bool) -> None:
         """Drop (or pass again) the packets ``link.src`` sends to ``link.dst``."""
-        if link.dst != CLIENT:
-            rule = (self.namespace(link.dst), "INPUT", "-s", self.address(link.src))
-        else:
-            rule = (self.namespace(link.src), "OUTPUT", "-d", self.address(link.dst))
+        rule = self._match(link)
         if blocked == (rule in self._rules):
             return
         ns, chain, flag, addr = rule
-        _run("ip", "netns", "exec", ns, "iptables", "-w", "-A" if blocked else "-D", chain,
+        _run("ip", "netns", "exec", ns, "iptables", "-w", "-I" if blocked else "-D", chain,
              flag, f"{addr}/32", "-j", "DROP")
         if blocked:
             self._rules.add(rule)
         else:
             self._rules.discard(rule)
 
+    def set_delay(self, link: Link, delay: LinkDelay | None) -> None:
+        """Delay the packets ``link.src`` sends to ``link.dst`` (None: no more), through an
+        NFQUEUE and a delayer process in the namespace that catches them."""
+        self._stop_delayer(link)
+        if delay is None:
+            return
+        ns, chain, flag, addr = self._match(link)
+        queue = next(self._queues)
+        delayer = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "undertow.platform.nfqueue_delay",
+             str(queue), str(delay.latency_s), str(delay.jitter_s), str(delay.correlation)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        if self._guardian is not None:
+            stat = proc_stat(delayer.pid)
+            self._guardian.track("process", delayer.pid, stat[1] if stat else None)
+        try:
+            self._wait_bound(delayer, link)
+            rule = [chain, flag, f"{addr}/32", "-j", "NFQUEUE", "--queue-num", str(queue),
+                    "--queue-bypass"]
+            _run("ip", "netns", "exec", ns, "iptables", "-w", "-A", *rule)
+        except BaseException:
+            self._end(delayer)
+            raise
+        self._delayers[link] = ([ns, *rule], delayer)
+
+    @staticmethod
+    def _wait_bound(delayer: subprocess.Popen, link: Link) -> None:
+        assert delayer.stdout is not None and delayer.stderr is not None
+        ready, _, _ = select.select([delayer.stdout], [], [], _DELAYER_BIND_TIMEOUT_S)
+        if not ready or delayer.stdout.readline().strip() != b"bound":
+            delayer.kill()
+            raise PlatformError(f"the delayer of {link} did not bind its queue within "
+                                f"{_DELAYER_BIND_TIMEOUT_S:.0f} s: "
+                                f"{delayer.stderr.read().decode(errors='replace')[-500:]}")
+
+    def _stop_delayer(self, link: Link) -> None:
+        if link not in self._delayers:
+            return
+        (ns, *rule), delayer = self._delayers.pop(link)
+        try:
+            _run("ip", "netns", "exec", ns, "iptables", "-w", "-D", *rule)
+        finally:
+            self._end(delayer)
+
+    def _end(self, delayer: subprocess.Popen) -> None:
+        delayer.kill()
+        delayer.wait(10)
+        for pipe in (delayer.stdout, delayer.stderr):
+            if pipe is not None:
+                pipe.close()
+        self._forget("process", delayer.pid)
+
     def rules(self, node: str) -> str:
         """``iptables -S`` inside the node's namespace."""
         return _run("ip", "netns", "exec", self.namespace(node), "iptables", "-w", "-S")
 
     def teardown(self) -> None:
-        """Delete the veths, the namespaces (and with them every rule) and the bridge."""
+        """Stop the delayers; delete the veths, the namespaces (and with them every rule)
+        and the bridge."""
         errors = []
+        for link in list(self._delayers):
+            try:
+                self._stop_delayer(link)
+            except PlatformError as exc:
+                errors.append(str(exc))
         for host_end in reversed(self._veths):
             try:
                 _run("ip", "link", "delete", host_end)
