@@ -18,6 +18,7 @@ from kube_helpers import (
     Target,
     can_use_netns,
     free_port,
+    make_delays,
     make_netfilter,
     running_operator,
 )
@@ -55,7 +56,8 @@ def target() -> Iterator[Target]:
 @pytest.fixture
 def agent(target: Target, netns: str | None) -> Iterator[RunningAgent]:
     """A real fault agent on loopback, targeting ``target``, its rules in ``netns``."""
-    fault_agent = FaultAgent(make_netfilter(netns), target.processes())
+    fault_agent = FaultAgent(make_netfilter(netns), target.processes(),
+                             delays=make_delays(netns))
     fault_agent.start()
     server = make_server(fault_agent, "127.0.0.1", 0, AGENT_TOKEN)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

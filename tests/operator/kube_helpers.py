@@ -24,10 +24,12 @@ import kopf
 from ports import free_port, ports_free  # noqa: F401  (re-exported for the operator tests)
 
 from undertow.kube.agent import FaultAgent, Netfilter, Processes
+from undertow.kube.agent.delays import Delays
 from undertow.kube.api import KubeApi
 from undertow.kube.config import OperatorConfig
 from undertow.kube.handlers import register
 from undertow.kube.operator import Operator
+from undertow.platform.link_delay import LinkDelay
 from undertow.platform.procfs import proc_stat
 
 NAMESPACE = "chaos"
@@ -62,12 +64,14 @@ class UnprivilegedNetfilter(Netfilter):
     def __init__(self) -> None:
         super().__init__(())
         self.dropped: set[tuple[str, str]] = set()
+        self.queued: set[tuple[str, str, int]] = set()
 
     def setup(self) -> None:
-        self.dropped.clear()
+        self.flush()
 
     def flush(self) -> None:
         self.dropped.clear()
+        self.queued.clear()
 
     def drop(self, direction: str, peer: str) -> None:
         self.dropped.add((direction, peer))
@@ -75,8 +79,51 @@ class UnprivilegedNetfilter(Netfilter):
     def undrop(self, direction: str, peer: str) -> None:
         self.dropped.discard((direction, peer))
 
+    def enqueue(self, direction: str, peer: str, queue: int) -> None:
+        self.queued.add((direction, peer, queue))
+
+    def dequeue(self, direction: str, peer: str, queue: int) -> None:
+        self.queued.discard((direction, peer, queue))
+
     def rules(self) -> list[str]:
-        return sorted(f"-A {d} {p}" for d, p in self.dropped)
+        return sorted([f"-A {d} {p}" for d, p in self.dropped]
+                      + [f"-A {d} {p} NFQUEUE {q}" for d, p, q in self.queued])
+
+
+class UnprivilegedDelays(Delays):
+    """Without root no queue can be bound: remember what would be delayed, and on which
+    queue number."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delayed: dict[tuple[str, str], tuple[int, LinkDelay]] = {}
+        self._numbers = iter(range(1, 1 << 16))
+
+    def start(self, direction: str, peer: str, delay: LinkDelay) -> int:
+        self.stop(direction, peer)
+        queue = next(self._numbers)
+        self.delayed[(direction, peer)] = (queue, delay)
+        return queue
+
+    def queue(self, direction: str, peer: str) -> int | None:
+        found = self.delayed.get((direction, peer))
+        return None if found is None else found[0]
+
+    def stop(self, direction: str, peer: str) -> None:
+        self.delayed.pop((direction, peer), None)
+
+    def stop_all(self) -> None:
+        self.delayed.clear()
+
+    def links(self) -> list[tuple[str, str]]:
+        return sorted(self.delayed)
+
+
+def make_delays(namespace: str | None) -> Delays:
+    """Delayers inside ``namespace`` (root), else the unprivileged stand-in."""
+    if namespace is None:
+        return UnprivilegedDelays()
+    return Delays(("ip", "netns", "exec", namespace))
 
 
 def make_netfilter(namespace: str | None) -> Netfilter:

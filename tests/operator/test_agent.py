@@ -3,6 +3,7 @@ deadlines that heal without anyone asking, and its HTTP API's refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -28,10 +29,12 @@ from undertow.kube.agent import (
     make_server,
 )
 from undertow.kube.agent.__main__ import main
+from undertow.kube.agent.delays import Delays
 from undertow.kube.agent.iptables_backend import choose_backend, iptables_command
 from undertow.kube.agent.server import MAX_GRACE_S
 from undertow.platform.base import wait_for
 from undertow.platform.control import ControlClient, EndpointRefused
+from undertow.platform.link_delay import LinkDelay
 from undertow.spec.faults import MAX_KILL_GRACE_S
 
 needs_root = pytest.mark.skipif(not can_use_netns(),
@@ -122,6 +125,53 @@ def test_the_agent_needs_its_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 # ---- iptables in real network namespaces ----------------------------------------------------
 
 
+@needs_root
+def test_a_delayed_link_holds_real_packets_until_the_deadline(
+        two_namespaces: tuple[str, str], target: Target) -> None:
+    """200 ms on the packets B receives from A: a connection from A takes 200 ms, within
+    20 %, until the deadline heals it; then the rule and the delayer are gone."""
+    a, b = two_namespaces
+    with agent_beside_server(a, b, 9556, target) as agent:
+        agent.delay("input", "10.213.7.1", LinkDelay(0.2), deadline_s=4.0)
+        assert any("NFQUEUE" in rule for rule in agent.netfilter.rules())
+        assert 0.16 <= connect_s(a, "10.213.7.2", 9556) <= 0.24
+        wait_for(lambda: connect_s(a, "10.213.7.2", 9556) < 0.05, 10,
+                 "the delay to end at the agent's deadline")
+        assert agent.faults()["faults"] == []
+        assert agent.netfilter.rules() == ["-N UNDERTOW-INPUT", "-N UNDERTOW-OUTPUT"]
+
+
+@contextlib.contextmanager
+def agent_beside_server(a: str, b: str, port: int, target: Target) -> Iterator[FaultAgent]:
+    """A started fault agent whose rules and delayers are in namespace ``b``, beside a
+    server there that accepts (and closes) every connection on ``port``, reachable from
+    ``a``."""
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", b, sys.executable, "-c",
+         f"import socket\ns = socket.create_server(('0.0.0.0', {port}))\n"
+         "while True: s.accept()[0].close()"])
+    agent = FaultAgent(Netfilter(("ip", "netns", "exec", b, "iptables", "-w")),
+                       target.processes(), delays=Delays(("ip", "netns", "exec", b)))
+    try:
+        agent.start()
+        wait_for(lambda: connects(a, "10.213.7.2", port), 10, "the server in B")
+        yield agent
+    finally:
+        agent.close()
+        server.kill()
+        server.wait()
+
+
+def connect_s(namespace: str, host: str, port: int) -> float:
+    """Seconds a connection from ``namespace`` takes to be set up (median of five)."""
+    probe = ("import socket,statistics,sys,time\nts=[]\nfor _ in range(5):\n"
+             " t=time.monotonic()\n"
+             " socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()\n"
+             " ts.append(time.monotonic()-t)\nprint(statistics.median(ts))")
+    return float(sh("ip", "netns", "exec", namespace, sys.executable, "-c", probe, host,
+                    str(port)).stdout)
+
+
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=check)
 
@@ -180,15 +230,7 @@ def test_netfilter_rules_live_in_the_agents_own_chains(netns: str) -> None:
 def test_a_dropped_link_cuts_real_packets_until_the_deadline(
         two_namespaces: tuple[str, str], target: Target) -> None:
     a, b = two_namespaces
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", b, sys.executable, "-c",
-         "import socket\ns = socket.create_server(('0.0.0.0', 9555))\n"
-         "while True: s.accept()[0].close()"])
-    agent = FaultAgent(Netfilter(("ip", "netns", "exec", b, "iptables", "-w")),
-                       target.processes())
-    try:
-        agent.start()
-        wait_for(lambda: connects(a, "10.213.7.2", 9555), 10, "the server in B")
+    with agent_beside_server(a, b, 9555, target) as agent:
         agent.drop("input", "10.213.7.1", deadline_s=2.0)
         started = time.monotonic()
         assert not connects(a, "10.213.7.2", 9555)
@@ -197,10 +239,6 @@ def test_a_dropped_link_cuts_real_packets_until_the_deadline(
         assert time.monotonic() - started >= 1.0
         assert agent.faults()["faults"] == []
         assert agent.netfilter.rules() == ["-N UNDERTOW-INPUT", "-N UNDERTOW-OUTPUT"]
-    finally:
-        agent.close()
-        server.kill()
-        server.wait()
 
 
 def test_the_iptables_back_end_follows_the_rules_already_there() -> None:

@@ -23,6 +23,7 @@ from kube_helpers import (
     AGENT_TOKEN,
     NAMESPACE,
     RunningAgent,
+    UnprivilegedDelays,
     UnprivilegedNetfilter,
     add_pods,
 )
@@ -40,10 +41,7 @@ from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_
 
 pytestmark = pytest.mark.asyncio
 
-KINDS = [pytest.param(kind, marks=pytest.mark.skip(
-            reason="no delay on Kubernetes yet: such a run is refused before it starts "
-                   "(docs/faults.md)")) if kind == "delay" else kind
-         for kind in FAULT_UNITS]
+KINDS = list(FAULT_UNITS)
 """Every kind the pods take."""
 
 FAST = {"replica.lag.time.max.ms": "1000", "broker.session.timeout.ms": "1500",
@@ -78,7 +76,7 @@ class Pods:
             data = workdir / "data" / node
             agent = FaultAgent(UnprivilegedNetfilter(),
                                Processes(f"{data} ", data.with_name(f"{node}.pid")),
-                               Hold(workdir / f"{node}.hold"))
+                               Hold(workdir / f"{node}.hold"), delays=UnprivilegedDelays())
             agent.start()
             server = make_server(agent, "127.0.0.1", 0, AGENT_TOKEN)
             threading.Thread(target=server.serve_forever, daemon=True).start()

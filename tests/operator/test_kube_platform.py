@@ -32,7 +32,6 @@ from kube_helpers import (
 )
 from planned_faults import planned
 from processes import ON_SIGTERM, sigterm_lines
-from small_experiment import small_experiment
 
 from undertow.faults import Nodes, build_fault
 from undertow.kube.api import KubeApi
@@ -44,8 +43,8 @@ from undertow.kube.platform import (
     longest_fault_s,
 )
 from undertow.platform.base import CLIENT, Link, PlatformError, wait_for
+from undertow.platform.link_delay import LinkDelay
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig
-from undertow.runner.run import run_experiment
 from undertow.spec import load_experiment
 
 pytestmark = pytest.mark.asyncio
@@ -327,21 +326,20 @@ async def test_undertow_run_on_kube_finds_the_cluster_through_the_kubeconfig(
     assert not (tmp_path / "out" / "history").exists()
 
 
-async def test_a_delay_is_refused_before_anything_starts(emulator: Any, api: KubeApi,
-                                                         tmp_path: Path) -> None:
-    """No delay on Kubernetes yet (tc netem or an NFQUEUE in the fault agent is the next
-    step): a schedule with one is refused before the platform touches the cluster."""
-    experiment = tmp_path / "slow.yaml"
-    experiment.write_text(small_experiment("slow", "5s", """
-    - kind: delay
-      target: {role: leader}
-      delay: {latency: 100ms}
-      at: 1s
-      duration: 2s"""))
-    before = set(emulator.objects)
-    platform = make_platform(api, agent_port=free_port())
-    with pytest.raises(PlatformError, match=r"^the schedule delays links, and "
-                                            r"KubernetesPlatform has no delay fault yet"):
-        await asyncio.to_thread(run_experiment, load_experiment(experiment), platform,
-                                tmp_path / "out")
-    assert set(emulator.objects) == before and not (tmp_path / "out").exists()
+async def test_a_delay_goes_to_the_agent_that_catches_the_links_packets(
+        emulator: Any, api: KubeApi, agent: RunningAgent) -> None:
+    """As a partition's drops: broker-1 -> broker-0 at broker-0's agent (input from
+    broker-1's pod IP), broker-0 -> clients at its output to the runner's IP; undelayed,
+    the agent holds none; its deadline is the platform's fault deadline."""
+    await asyncio.to_thread(add_pods, api)
+    platform = make_platform(api, agent_port=agent.port)
+    links = [Link("broker-1", "broker-0"), Link("broker-0", CLIENT)]
+    await asyncio.to_thread(platform.delay, links, LinkDelay(0.2, 0.05, 0.25), "slow broker-0")
+    faults = agent.agent.faults()["faults"]
+    assert sorted(f["key"] for f in faults) == sorted(
+        [f"delay/input/{pod_ip(2)}", f"delay/output/{CLIENT_IP}"])
+    assert all(25 < f["expires_in_s"] <= 30 for f in faults)
+    assert platform.delay_unsupported() is None
+    await asyncio.to_thread(platform.undelay, "slow broker-0")
+    assert agent.agent.faults()["faults"] == []
+    assert not any("NFQUEUE" in rule for rule in agent.agent.netfilter.rules())

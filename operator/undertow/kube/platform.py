@@ -61,6 +61,7 @@ from undertow.platform.base import (
     wait_for,
 )
 from undertow.platform.control import EndpointError, EndpointRefused, EndpointUnreachable
+from undertow.platform.link_delay import LinkDelay
 from undertow.spec import LoadedExperiment
 from undertow.spec.meta import API_VERSION
 
@@ -309,14 +310,39 @@ class KubernetesPlatform(Platform):
         super().clear_blocks(node)
         self.agent(node).undrop_all()
 
-    def _set_link_blocked(self, link: Link, blocked: bool) -> None:
-        """Drop ``src -> dst`` at ``dst``'s INPUT (from src's IP), or, for the clients' side,
-        at ``src``'s OUTPUT (to the runner pod's IP), as the netns platform does."""
-        if blocked:
-            if link.dst != CLIENT:
-                rule = (link.dst, "input", self._ip(link.src))
+    def _catch(self, link: Link) -> tuple[str, str, str]:
+        """Where ``src -> dst``'s packets are caught: at ``dst``'s INPUT (from src's IP),
+        or, for the clients' side, at ``src``'s OUTPUT (to the runner pod's IP), as the
+        netns platform does: the node whose agent acts, the direction and the peer."""
+        if link.dst != CLIENT:
+            return link.dst, "input", self._ip(link.src)
+        return link.src, "output", self._ip(CLIENT)
+
+    def delay_unsupported(self) -> str | None:
+        return None  # each node's agent runs an NFQUEUE delayer (kube.agent.delays)
+
+    def clear_delays(self, node: str) -> None:
+        """Also every delay the node's agent holds, whoever asked for it (a runner that
+        died mid-delay)."""
+        super().clear_delays(node)
+        self.agent(node).undelay_all()
+
+    def _set_link_delay(self, link: Link, delay: LinkDelay | None) -> None:
+        node, direction, peer = self._catch(link)
+        try:
+            if delay is None:
+                self.agent(node).undelay(direction, peer)
             else:
-                rule = (link.src, "output", self._ip(CLIENT))
+                self.agent(node).delay(direction, peer, delay, self.config.fault_deadline_s)
+        except EndpointUnreachable:
+            if delay is not None:
+                raise
+            # the pod is gone, and its rules and delayers with it
+
+    def _set_link_blocked(self, link: Link, blocked: bool) -> None:
+        """Drop ``src -> dst`` where ``_catch`` says."""
+        if blocked:
+            rule = self._catch(link)
             node, direction, peer = rule
             self.agent(node).drop(direction, peer, self.config.fault_deadline_s)
             self._link_rules[link] = rule

@@ -17,12 +17,14 @@ an NFQNL_MSG_VERDICT of NF_ACCEPT once its time has come.
 
 Usage: ``python -m undertow.platform.nfqueue_delay QUEUE LATENCY_S JITTER_S CORRELATION``
 inside the receiving node's namespace (``ip netns exec``); it prints ``bound`` once the
-queue is bound and runs until killed.
+queue is bound and runs until killed, or until its parent (the runner, the fault agent)
+is gone: an orphan would keep its queue number bound.
 """
 
 from __future__ import annotations
 
 import heapq
+import os
 import random
 import select
 import socket
@@ -45,6 +47,8 @@ NLMSG_ERROR = 2
 _NLMSG = struct.Struct("=IHHII")  # length, type, flags, seq, pid
 _NFGEN = struct.Struct("=BBH")  # family, version, res_id (big-endian queue number)
 _ATTR = struct.Struct("=HH")
+_PARENT_CHECK_S = 0.5
+"""How often, at least, the delayer looks whether its parent is still there."""
 
 
 def _attr(kind: int, payload: bytes) -> bytes:
@@ -100,10 +104,11 @@ class QueueDelay:
                 raise OSError(-error, f"nfnetlink_queue {self.queue}: configuration refused")
 
     def run_forever(self) -> None:
-        while True:
-            timeout = None
+        parent = os.getppid()
+        while os.getppid() == parent:
+            timeout = _PARENT_CHECK_S
             if self._held:
-                timeout = max(0.0, self._held[0][0] - time.monotonic())
+                timeout = min(timeout, max(0.0, self._held[0][0] - time.monotonic()))
             readable, _, _ = select.select([self._sock], [], [], timeout)
             if readable:
                 self._receive(self._sock.recv(1 << 16))

@@ -32,17 +32,22 @@ HTTP API (JSON; bearer token from ``$UNDERTOW_AGENT_TOKEN`` on everything but /h
     POST   /v1/release                          let a killed (or held) target start again
     PUT    /v1/drops/{input|output}/{ip}  {"deadline_s": 10}
     DELETE /v1/drops/{input|output}/{ip}
-    DELETE /v1/drops                            remove every rule, whoever asked for it
+    PUT    /v1/delays/{input|output}/{ip} {"deadline_s": 10, "latency_s": 0.2,
+                                           "jitter_s": 0.05, "correlation": 0.25}
+    DELETE /v1/delays/{input|output}/{ip}
+    DELETE /v1/delays                           take every delay off, whoever asked for it
+    DELETE /v1/drops                            remove every rule (drops and delays)
 
 These are the Kubernetes platform's primitives; the fault kinds compose them
 (``undertow.faults``), and so does healing a cluster (``undertow.faults.heal``).
 
 ``input`` drops packets from the peer (INPUT -s), ``output`` packets to it (OUTPUT -d).
 
-One module per job: ``processes`` (signals to the recorded broker), ``hold`` (a killed broker kept
-down), ``netfilter`` (the DROP rules) and ``iptables_backend`` (which iptables writes them),
-``fault_agent`` (each fault applied and healed through those), ``deadlines`` (healing at
-the deadline), ``server`` (the HTTP API), ``client`` (the caller's side of it, over
+One module per job: ``processes`` (signals to the recorded broker), ``hold`` (a killed
+broker kept down), ``netfilter`` (the DROP and NFQUEUE rules), ``delays`` (the delayers of
+delayed links) and ``iptables_backend`` (which iptables writes them), ``fault_agent`` (each
+fault applied and healed through those), ``deadlines`` (healing at the deadline),
+``server`` (the HTTP API), ``client`` (the caller's side of it, over
 ``undertow.platform.control``) and ``__main__`` (the sidecar's command line).
 """
 

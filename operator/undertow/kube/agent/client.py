@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from undertow.platform.control import ControlClient
+from undertow.platform.link_delay import LinkDelay
 
 TIMEOUT_S = 10.0
 """Long enough for a pause or a kill, which answer once the target has stopped or died
@@ -50,6 +51,17 @@ class AgentClient:
 
     def undrop(self, direction: str, peer: str) -> None:
         self._control.request("DELETE", f"/v1/drops/{direction}/{peer}", {})
+
+    def delay(self, direction: str, peer: str, delay: LinkDelay, deadline_s: float) -> None:
+        self._control.request("PUT", f"/v1/delays/{direction}/{peer}", {
+            "latency_s": delay.latency_s, "jitter_s": delay.jitter_s,
+            "correlation": delay.correlation, "deadline_s": deadline_s})
+
+    def undelay(self, direction: str, peer: str) -> None:
+        self._control.request("DELETE", f"/v1/delays/{direction}/{peer}", {})
+
+    def undelay_all(self) -> None:
+        self._control.request("DELETE", "/v1/delays", {})
 
     def undrop_all(self) -> None:
         self._control.request("DELETE", "/v1/drops", {})

@@ -25,7 +25,7 @@ tight loop of failures (and of their log lines) while one lasts."""
 @dataclass
 class Fault:
     kind: str
-    """``pause``, ``kill`` or ``drop``."""
+    """``pause``, ``kill``, ``hold``, ``drop`` or ``delay``."""
     key: str
     """``pause``, ``kill`` or ``input/10.0.0.5``: one fault per key, a new one replaces the
     old."""

@@ -1,7 +1,8 @@
-"""The faults the agent applies through its three mechanisms, and how each one is healed.
+"""The faults the agent applies through its mechanisms, and how each one is healed.
 
-``netfilter`` drops a peer's packets, ``processes`` stops or kills the target, ``hold``
-keeps a killed target down; ``deadlines`` heals each fault when its time is up.
+``netfilter`` drops a peer's packets or queues them for ``delays``' delayer, ``processes``
+stops or kills the target, ``hold`` keeps a killed target down; ``deadlines`` heals each
+fault when its time is up.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import logging
 from typing import Any
 
 from undertow.kube.agent.deadlines import Deadlines, Fault
+from undertow.kube.agent.delays import Delays
 from undertow.kube.agent.errors import AgentError
 from undertow.kube.agent.hold import Hold
 from undertow.kube.agent.netfilter import Netfilter
 from undertow.kube.agent.processes import Processes
+from undertow.platform.link_delay import LinkDelay
 
 log = logging.getLogger("undertow.agent")
 
@@ -22,10 +25,11 @@ class FaultAgent:
     """Applies faults and heals them, on request or (``deadlines``) when their time is up."""
 
     def __init__(self, netfilter: Netfilter, processes: Processes,
-                 hold: Hold | None = None) -> None:
+                 hold: Hold | None = None, delays: Delays | None = None) -> None:
         self.netfilter = netfilter
         self.processes = processes
         self.hold = hold or Hold(None)
+        self.delays = delays or Delays()
         self.deadlines = Deadlines(self._heal_expired)
 
     def start(self) -> None:
@@ -37,6 +41,8 @@ class FaultAgent:
 
     def close(self) -> None:
         self.deadlines.close()
+        with self.deadlines.lock:
+            self.delays.stop_all()
 
     # ---- faults ---------------------------------------------------------------------------
 
@@ -95,16 +101,52 @@ class FaultAgent:
             self.netfilter.undrop(direction, peer)
             self.deadlines.discard(f"{direction}/{peer}")
 
+    def delay(self, direction: str, peer: str, delay: LinkDelay, deadline_s: float) -> None:
+        """Delay the peer's packets (``input``: from it, ``output``: to it) until
+        ``undelay`` or the deadline."""
+        with self.deadlines.lock:
+            self._undelay(direction, peer)
+            queue = self.delays.start(direction, peer, delay)
+            try:
+                self.netfilter.enqueue(direction, peer, queue)
+            except AgentError:
+                self.delays.stop(direction, peer)
+                raise
+            self.deadlines.add("delay", f"delay/{direction}/{peer}", deadline_s)
+            log.info("delaying %s %s by %s for at most %.1fs", direction, peer, delay,
+                     deadline_s)
+
+    def undelay(self, direction: str, peer: str) -> None:
+        with self.deadlines.lock:
+            self._undelay(direction, peer)
+            self.deadlines.discard(f"delay/{direction}/{peer}")
+
+    def undelay_all(self) -> None:
+        """Take every delay off, whoever asked for it."""
+        with self.deadlines.lock:
+            for direction, peer in self.delays.links():
+                self._undelay(direction, peer)
+            self.deadlines.discard_kind("delay")
+
+    def _undelay(self, direction: str, peer: str) -> None:
+        queue = self.delays.queue(direction, peer)
+        if queue is not None:
+            self.netfilter.dequeue(direction, peer, queue)
+            self.delays.stop(direction, peer)
+
     def undrop_all(self) -> None:
-        """Remove every drop rule, those of an agent before this one included."""
+        """Remove every rule, drops and delays, those of an agent before this one included."""
         with self.deadlines.lock:
             self.netfilter.flush()
+            self.delays.stop_all()
             self.deadlines.discard_kind("drop")
+            self.deadlines.discard_kind("delay")
 
     def heal(self) -> None:
         """Remove every rule and resume every target, whatever the agent remembers."""
         with self.deadlines.lock:
             self.netfilter.flush()
+            self.delays.stop_all()
             self.processes.resume()
             self.hold.clear()
             self.deadlines.clear()
@@ -122,6 +164,9 @@ class FaultAgent:
             self.processes.resume()
         elif fault.kind in ("kill", "hold"):
             self.hold.clear()
+        elif fault.kind == "delay":
+            _, direction, peer = fault.key.split("/", 2)
+            self._undelay(direction, peer)
         else:
             direction, peer = fault.key.split("/", 1)
             self.netfilter.undrop(direction, peer)

@@ -1,4 +1,6 @@
-"""iptables DROP rules in the pod's network namespace, in chains of the agent's own.
+"""iptables rules in the pod's network namespace, in chains of the agent's own: DROP rules
+(partitions), inserted first, and NFQUEUE rules (delays, ``delays``) after them, so a
+partition of a delayed link drops its packets.
 
 Which iptables binary writes them (nf_tables or legacy) is ``iptables_backend``'s choice.
 
@@ -70,7 +72,24 @@ class Netfilter:
     def drop(self, direction: str, peer: str) -> None:
         chain, *rule = self._rule(direction, peer)
         if self._run("-C", chain, *rule, check=False).returncode != 0:
+            self._run("-I", chain, "1", *rule)
+
+    @staticmethod
+    def _queue_rule(direction: str, peer: str, queue: int) -> tuple[str, ...]:
+        _, chain, flag = DIRECTIONS[direction]
+        return (chain, flag, f"{peer}/32", "-j", "NFQUEUE", "--queue-num", str(queue),
+                "--queue-bypass")
+
+    def enqueue(self, direction: str, peer: str, queue: int) -> None:
+        """Hand the peer's packets to NFQUEUE ``queue`` (a delayer's), after every DROP."""
+        chain, *rule = self._queue_rule(direction, peer, queue)
+        if self._run("-C", chain, *rule, check=False).returncode != 0:
             self._run("-A", chain, *rule)
+
+    def dequeue(self, direction: str, peer: str, queue: int) -> None:
+        chain, *rule = self._queue_rule(direction, peer, queue)
+        while self._run("-C", chain, *rule, check=False).returncode == 0:
+            self._run("-D", chain, *rule)
 
     def undrop(self, direction: str, peer: str) -> None:
         chain, *rule = self._rule(direction, peer)

@@ -21,6 +21,7 @@ from minibroker.control_http import (
 from undertow.kube.agent.errors import AgentError
 from undertow.kube.agent.fault_agent import FaultAgent
 from undertow.kube.agent.netfilter import DIRECTIONS
+from undertow.platform.link_delay import LinkDelay
 
 log = logging.getLogger("undertow.agent")
 
@@ -50,10 +51,30 @@ def _grace(body: dict[str, Any]) -> float:
     return float(value)
 
 
-def _drop_target(path: str) -> tuple[str, str]:
-    parts = path.removeprefix("/v1/drops/").split("/")
+MAX_LATENCY_S = 60.0
+
+
+def _delay(body: dict[str, Any]) -> LinkDelay:
+    """A delay's ``latency_s``, ``jitter_s`` (default 0, at most the latency) and
+    ``correlation`` (0-1, default 0)."""
+    values = [body.get("latency_s"), body.get("jitter_s", 0), body.get("correlation", 0)]
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+        raise AgentError(f"latency_s, jitter_s and correlation must be numbers, got {values}",
+                         400)
+    latency, jitter, correlation = (float(v) for v in values)
+    if not 0 < latency <= MAX_LATENCY_S:
+        raise AgentError(f"latency_s must be in (0, {MAX_LATENCY_S:g}], got {latency}", 400)
+    if not 0 <= jitter <= latency:
+        raise AgentError(f"jitter_s must be in [0, latency_s], got {jitter}", 400)
+    if not 0 <= correlation <= 1:
+        raise AgentError(f"correlation must be in [0, 1], got {correlation}", 400)
+    return LinkDelay(latency, jitter, correlation)
+
+
+def _link_target(path: str, prefix: str) -> tuple[str, str]:
+    parts = path.removeprefix(prefix).split("/")
     if len(parts) != 2 or parts[0] not in DIRECTIONS:
-        raise AgentError(f"expected /v1/drops/{{input|output}}/IP, got {path}", 404)
+        raise AgentError(f"expected {prefix}{{input|output}}/IP, got {path}", 404)
     try:
         address = ipaddress.ip_address(parts[1])
     except ValueError:
@@ -106,11 +127,21 @@ def make_server(agent: FaultAgent, host: str, port: int, token: str,
                 agent.undrop_all()
                 return {"dropped": []}
             if path.startswith("/v1/drops/") and method in ("PUT", "DELETE"):
-                direction, peer = _drop_target(path)
+                direction, peer = _link_target(path, "/v1/drops/")
                 if method == "PUT":
                     agent.drop(direction, peer, _deadline(body))
                 else:
                     agent.undrop(direction, peer)
+                return {"direction": direction, "peer": peer}
+            if (method, path) == ("DELETE", "/v1/delays"):
+                agent.undelay_all()
+                return {"delayed": []}
+            if path.startswith("/v1/delays/") and method in ("PUT", "DELETE"):
+                direction, peer = _link_target(path, "/v1/delays/")
+                if method == "PUT":
+                    agent.delay(direction, peer, _delay(body), _deadline(body))
+                else:
+                    agent.undelay(direction, peer)
                 return {"direction": direction, "peer": peer}
             raise AgentError(f"no such endpoint {method} {path}", 404)
 
