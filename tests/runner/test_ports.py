@@ -35,3 +35,16 @@ def test_the_tests_free_port_never_gives_a_port_twice(monkeypatch):
     assert len(set(drawn)) == 20 and all(23200 <= p < 23260 for p in drawn)
     base = ports.free_base_port(2, metrics_offset=4)
     assert not {base, base + 1, base + 4, base + 5} & set(drawn)
+
+
+def test_a_port_the_caller_holds_is_never_given(monkeypatch):
+    """A replaced pod's new port is drawn past the cluster's own, which a killed broker,
+    down and unbound, is about to bind again (LocalPlatform._move_listeners)."""
+    from undertow.platform.local import _ports_of
+
+    monkeypatch.setenv(PORT_RANGE_ENV, "23300-23310")
+    taken = set(range(23300, 23310)) - {23307}
+    assert {reserve_ports(1, taken=taken)[0] for _ in range(20)} == {23307}
+    argv = ["broker", "--listen", "127.0.0.1:23301", "--metrics-port", "23302",
+            "--listener", "CLIENT_C1=127.0.0.1:23303", "--data-dir", "/tmp/x:1"]
+    assert _ports_of([argv]) == {23301, 23302, 23303}

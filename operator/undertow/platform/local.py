@@ -23,13 +23,14 @@ the proxies, the namespaces and the guardian live in modules of their own.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,7 +243,9 @@ class LocalPlatform(Platform):
             for client in self.config.clients:
                 # The client's own listener: Metadata answers it with these addresses
                 # only, so every connection of the client takes its own links.
-                (port,) = reserve_ports(1, host)
+                (port,) = reserve_ports(1, host, taken={
+                    *(p for _, p in listen.values()), *metrics.values(),
+                    *_ports_of(argv.values())})
                 own_host, own_port = self._proxies.add_link(
                     Link(client_endpoint(client), node), (host, port))
                 own_addresses[client].append(f"{own_host}:{own_port}")
@@ -465,7 +468,9 @@ class LocalPlatform(Platform):
         for index in [i + 1 for i, arg in enumerate(argv) if arg in ("--listen", "--listener")]:
             name, _, address = argv[index].rpartition("=")
             host = address.rsplit(":", 1)[0]
-            (port,) = reserve_ports(1, host)
+            # Not a port of another node: a killed broker binds its own again on restart.
+            (port,) = reserve_ports(1, host, taken=_ports_of(
+                p.argv for p in self._processes.values()))
             argv[index] = f"{name}={host}:{port}" if name else f"{host}:{port}"
             if name:
                 self._proxies.move_link(Link(own[name], node), (host, port))
@@ -515,6 +520,19 @@ class LocalPlatform(Platform):
                              .splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def _ports_of(argvs: Iterable[list[str]]) -> set[int]:
+    """The ports named in the nodes' command lines (``HOST:PORT``, ``NAME=HOST:PORT``, the
+    number after ``--metrics-port``)."""
+    ports = set()
+    for argv in argvs:
+        for before, arg in zip(["", *argv], argv, strict=False):
+            if before == "--metrics-port":
+                ports.add(int(arg))
+            elif re.fullmatch(r"(\w+=)?[\w.\-]+:\d+", arg):
+                ports.add(int(arg.rsplit(":", 1)[1]))
+    return ports
 
 
 def listener_name(client: str) -> str:

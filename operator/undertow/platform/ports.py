@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 _FLOOR = 20000
@@ -40,15 +41,17 @@ def port_range() -> tuple[int, int]:
     return low, high
 
 
-def reserve_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports that are free on ``host`` right now."""
+def reserve_ports(count: int, host: str = "127.0.0.1",
+                  taken: Collection[int] = ()) -> list[int]:
+    """``count`` distinct ports that are free on ``host`` right now, none of ``taken`` (the
+    caller's own, whose processes may be down and about to bind them again)."""
     low, high = port_range()
     if high - low < count * 10:
         raise RuntimeError(f"ports {low}-{high}: too few for {count} (set {PORT_RANGE_ENV})")
     chosen: list[int] = []
     while len(chosen) < count:
         port = random.randrange(low, high)
-        if port not in chosen and _bindable(host, port):
+        if port not in chosen and port not in taken and _bindable(host, port):
             chosen.append(port)
     return chosen
 
