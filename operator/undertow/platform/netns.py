@@ -25,16 +25,15 @@ import json
 import os
 import random
 import secrets
-import select
 import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from undertow.platform.base import CLIENT, Link, PlatformError
 from undertow.platform.link_delay import LinkDelay
+from undertow.platform.nfqueue_delay import Delayer, DelayerError
 from undertow.platform.procfs import proc_stat
 
 if TYPE_CHECKING:
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 
 _HOST_OFFSET = 10  # node k gets the subnet's address 10 + k
 _BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
-_DELAYER_BIND_TIMEOUT_S = 10.0
 
 
 @functools.cache
@@ -110,7 +108,7 @@ class NetnsNetwork:
         self._bridge_created = False
         self._rules: set[tuple[str, str, str, str]] = set()
         self._queues = itertools.count(1)
-        self._delayers: dict[Link, tuple[list[str], subprocess.Popen]] = {}
+        self._delayers: dict[Link, tuple[list[str], Delayer]] = {}
         """Each delayed link's NFQUEUE rule (iptables arguments) and delayer process."""
 
     def namespace(self, node: str) -> str:
@@ -187,32 +185,22 @@ class NetnsNetwork:
             return
         ns, chain, flag, addr = self._match(link)
         queue = next(self._queues)
-        delayer = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "undertow.platform.nfqueue_delay",
-             str(queue), str(delay.latency_s), str(delay.jitter_s), str(delay.correlation)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            delayer = Delayer.start(queue, delay, ("ip", "netns", "exec", ns),
+                                    new_session=True)
+        except DelayerError as exc:
+            raise PlatformError(f"the delayer of {link}: {exc}") from None
         if self._guardian is not None:
             stat = proc_stat(delayer.pid)
             self._guardian.track("process", delayer.pid, stat[1] if stat else None)
+        rule = [chain, flag, f"{addr}/32", "-j", "NFQUEUE", "--queue-num", str(queue),
+                "--queue-bypass"]
         try:
-            self._wait_bound(delayer, link)
-            rule = [chain, flag, f"{addr}/32", "-j", "NFQUEUE", "--queue-num", str(queue),
-                    "--queue-bypass"]
             _run("ip", "netns", "exec", ns, "iptables", "-w", "-A", *rule)
         except BaseException:
             self._end(delayer)
             raise
         self._delayers[link] = ([ns, *rule], delayer)
-
-    @staticmethod
-    def _wait_bound(delayer: subprocess.Popen, link: Link) -> None:
-        assert delayer.stdout is not None and delayer.stderr is not None
-        ready, _, _ = select.select([delayer.stdout], [], [], _DELAYER_BIND_TIMEOUT_S)
-        if not ready or delayer.stdout.readline().strip() != b"bound":
-            delayer.kill()
-            raise PlatformError(f"the delayer of {link} did not bind its queue within "
-                                f"{_DELAYER_BIND_TIMEOUT_S:.0f} s: "
-                                f"{delayer.stderr.read().decode(errors='replace')[-500:]}")
 
     def _stop_delayer(self, link: Link) -> None:
         if link not in self._delayers:
@@ -223,12 +211,8 @@ class NetnsNetwork:
         finally:
             self._end(delayer)
 
-    def _end(self, delayer: subprocess.Popen) -> None:
-        delayer.kill()
-        delayer.wait(10)
-        for pipe in (delayer.stdout, delayer.stderr):
-            if pipe is not None:
-                pipe.close()
+    def _end(self, delayer: Delayer) -> None:
+        delayer.stop()
         self._forget("process", delayer.pid)
 
     def rules(self, node: str) -> str:

@@ -29,8 +29,10 @@ import random
 import select
 import socket
 import struct
+import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 from undertow.platform.link_delay import DelayDraw, LinkDelay
 
@@ -138,6 +140,52 @@ class QueueDelay:
             self._seq += 1
             verdict = _attr(NFQA_VERDICT_HDR, struct.pack("!II", NF_ACCEPT, packet_id))
             self._sock.send(_message(NFQNL_MSG_VERDICT, self.queue, verdict, self._seq))
+
+
+BIND_TIMEOUT_S = 10.0
+"""How long a delayer may take to bind its queue."""
+
+
+class DelayerError(Exception):
+    """A delayer that did not bind its queue."""
+
+
+class Delayer:
+    """A delayer process, bound to its queue (``start``), until ``stop``: what the netns
+    platform and the fault agent run for each delayed link."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self._process = process
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @classmethod
+    def start(cls, queue: int, delay: LinkDelay, prefix: Sequence[str] = (), *,
+              new_session: bool = False) -> Delayer:
+        """Run this module behind ``prefix`` (``ip netns exec NS``) and wait until it says
+        ``bound``; ``new_session``: its own process group, for the guardian."""
+        process = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "undertow.platform.nfqueue_delay", str(queue),
+             str(delay.latency_s), str(delay.jitter_s), str(delay.correlation)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=new_session)
+        delayer = cls(process)
+        assert process.stdout is not None and process.stderr is not None
+        ready, _, _ = select.select([process.stdout], [], [], BIND_TIMEOUT_S)
+        if not ready or process.stdout.readline().strip() != b"bound":
+            process.kill()
+            error = process.stderr.read().decode(errors="replace")[-300:]
+            delayer.stop()
+            raise DelayerError(f"queue {queue} not bound within {BIND_TIMEOUT_S:g}s: {error}")
+        return delayer
+
+    def stop(self) -> None:
+        self._process.kill()
+        self._process.wait(10)
+        for pipe in (self._process.stdout, self._process.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def main(argv: list[str]) -> int:

@@ -10,16 +10,11 @@ delayers are the agent's children; ``stop_all`` ends them when the agent heals o
 from __future__ import annotations
 
 import itertools
-import select
-import subprocess
-import sys
 from collections.abc import Sequence
 
 from undertow.kube.agent.errors import AgentError
 from undertow.platform.link_delay import LinkDelay
-
-BIND_TIMEOUT_S = 10.0
-"""How long a delayer may take to bind its queue."""
+from undertow.platform.nfqueue_delay import Delayer, DelayerError
 
 
 class Delays:
@@ -30,23 +25,16 @@ class Delays:
     def __init__(self, prefix: Sequence[str] = ()) -> None:
         self.prefix = tuple(prefix)
         self._queues = itertools.count(1)
-        self._delayers: dict[tuple[str, str], tuple[int, subprocess.Popen]] = {}
+        self._delayers: dict[tuple[str, str], tuple[int, Delayer]] = {}
 
     def start(self, direction: str, peer: str, delay: LinkDelay) -> int:
         """Start the link's delayer, bound and ready, and return its queue number."""
         self.stop(direction, peer)
         queue = next(self._queues)
-        delayer = subprocess.Popen(
-            [*self.prefix, sys.executable, "-m", "undertow.platform.nfqueue_delay", str(queue),
-             str(delay.latency_s), str(delay.jitter_s), str(delay.correlation)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert delayer.stdout is not None and delayer.stderr is not None
-        ready, _, _ = select.select([delayer.stdout], [], [], BIND_TIMEOUT_S)
-        if not ready or delayer.stdout.readline().strip() != b"bound":
-            _end(delayer)
-            raise AgentError(f"the delayer of {direction} {peer} did not bind queue {queue} "
-                             f"within {BIND_TIMEOUT_S:g}s: "
-                             f"{delayer.stderr.read().decode(errors='replace')[-300:]}", 503)
+        try:
+            delayer = Delayer.start(queue, delay, self.prefix)
+        except DelayerError as exc:
+            raise AgentError(f"the delayer of {direction} {peer}: {exc}", 503) from None
         self._delayers[(direction, peer)] = (queue, delayer)
         return queue
 
@@ -61,16 +49,8 @@ class Delays:
     def stop(self, direction: str, peer: str) -> None:
         found = self._delayers.pop((direction, peer), None)
         if found is not None:
-            _end(found[1])
+            found[1].stop()
 
     def stop_all(self) -> None:
         for direction, peer in list(self._delayers):
             self.stop(direction, peer)
-
-
-def _end(delayer: subprocess.Popen) -> None:
-    delayer.kill()
-    delayer.wait(10)
-    for pipe in (delayer.stdout, delayer.stderr):
-        if pipe is not None:
-            pipe.close()
