@@ -53,6 +53,7 @@ from minibroker.network.connection_quotas import ConnectionQuotas
 from minibroker.network.kafka_server import KafkaServer
 from minibroker.network.memory_pool import MemoryPool
 from minibroker.network.socket_config import SocketServerConfig
+from minibroker.network.txn_verification import TransactionSupportedOperation
 from minibroker.producer_id_manager import ProducerIdAllocationError, ProducerIdManager
 from minibroker.rpc import RpcClient, RpcError
 from minibroker.shutdown import end_tasks
@@ -383,10 +384,11 @@ class BrokerServer:
                                                                          producer_epoch)
 
     async def verify_transaction(self, transactional_id: str, producer_id: int,
-                                 producer_epoch: int, partitions: list[TopicPartition]
+                                 producer_epoch: int, partitions: list[TopicPartition],
+                                 operation: TransactionSupportedOperation
                                  ) -> dict[TopicPartition, ErrorCode]:
         return await self.add_partitions_to_txn.verify_transaction(
-            transactional_id, producer_id, producer_epoch, partitions)
+            transactional_id, producer_id, producer_epoch, partitions, operation)
 
     def _transaction_coordinator_of(self, transactional_id: str) -> int | None:
         """The leader of the id's ``__transaction_state`` partition, as this broker's

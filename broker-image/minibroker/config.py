@@ -65,6 +65,13 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _transaction_version(value: str) -> int:
+    number = int(value)
+    if number not in (0, 1, 2):
+        raise ValueError(f"expected 0, 1 or 2 (Kafka's TransactionVersion), got {value!r}")
+    return number
+
+
 def _acks(value: str) -> int:
     number = int(value)
     if number not in (-1, 0, 1):
@@ -331,6 +338,14 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "whether a partition is in the transaction before it appends a client's "
                   "first transactional batch of it. false: Kafka 3.0 to 3.5, where a late "
                   "batch can open a transaction nobody ends (a hanging transaction)."),
+        ConfigDef("transaction.version", _transaction_version, 2, False,
+                  "Kafka's finalized feature transaction.version (KIP-890), advertised in "
+                  "ApiVersions: 2 (Kafka 4.0+'s default) lets a client that speaks it "
+                  "(EndTxn v5, Produce v12) bump the producer epoch on every transaction; "
+                  "1 and 0 are Kafka 3.x's protocol, where a transaction keeps its producer's "
+                  "epoch (0 also writes __transaction_state's value in its version 0). The "
+                  "version of each request is the client's; this one governs the "
+                  "coordinator's own aborts."),
         ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms",
                   _positive_int, 10000, False,
                   "How often the coordinator aborts transactions open longer than their "

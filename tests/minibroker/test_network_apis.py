@@ -85,13 +85,13 @@ class FakeBroker:
         self.markers: list[tuple[TxnMarker, int]] = []
         self.next_producer_id = 4000
         self.producer_id_error = ErrorCode.none
+        self.config: dict[str, str] = {}
 
     def metadata_image(self) -> MetadataImage:
         return self.image
 
-    @staticmethod
-    def broker_config() -> dict[str, str]:
-        return {}
+    def broker_config(self) -> dict[str, str]:
+        return self.config
 
     def append_records(self, *, acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes],
                        on_complete: Callable[[dict[TopicPartition, ProduceResult]], None],
@@ -297,13 +297,44 @@ def test_api_versions_lists_the_supported_table(version: int) -> None:
     run(scenario)
 
 
+@pytest.mark.parametrize(("level", "version", "finalized", "supported"), [
+    (2, 4, [("transaction.version", 2, 2)], [("transaction.version", 0, 2)]),
+    (1, 4, [("transaction.version", 1, 1)], [("transaction.version", 0, 2)]),
+    (0, 4, [], [("transaction.version", 0, 2)]),  # level 0: not finalized
+    (2, 3, [("transaction.version", 2, 2)], []),  # v3 leaves out a feature whose min is 0
+])
+def test_api_versions_shows_the_transaction_version_feature(
+        level: int, version: int, finalized: list[tuple[str, int, int]],
+        supported: list[tuple[str, int, int]]) -> None:
+    """KIP-584's features as Kafka 4.2 gives them: the Java client uses transaction
+    version 2 only while the feature is finalized at 2, with an epoch it has not seen."""
+    async def scenario(broker: FakeBroker, port: int) -> None:
+        broker.config["transaction.version"] = str(level)
+        broker.image = replace(broker.image, metadata_offset=77)
+        m = request_module(ApiKey.API_VERSIONS, version)
+        response = await call(port, build(m.ApiVersionsRequest, client_software_name="t",
+                                          client_software_version="1"))
+        assert [(f.name, f.min_version_level, f.max_version_level)
+                for f in response.finalized_features] == finalized
+        assert [(f.name, f.min_version, f.max_version)
+                for f in response.supported_features] == supported
+        assert response.finalized_features_epoch == 77
+
+    run(scenario)
+
+
 def test_too_new_api_versions_gets_a_v0_answer_with_unsupported_version() -> None:
     async def scenario(_broker: FakeBroker, port: int) -> None:
         from kio.schema.api_versions.v4 import request as v4
 
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         request = v4.ApiVersionsRequest(client_software_name="t", client_software_version="1")
-        writer.write(encode_request(request, 42, "test"))
+        # v5, newer than minibroker's: v4's frame (v5 has no schema yet) with its version
+        # field (after the 4-byte size and the 2-byte api key) raised.
+        frame = bytearray(encode_request(request, 42, "test"))
+        assert struct.unpack_from(">hh", frame, 4) == (ApiKey.API_VERSIONS, 4)
+        struct.pack_into(">h", frame, 6, 5)
+        writer.write(bytes(frame))
         size = struct.unpack(">i", await reader.readexactly(4))[0]
         frame = await reader.readexactly(size)
         # Response header v0 and the v0 body, whatever version was asked for.

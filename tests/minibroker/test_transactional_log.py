@@ -48,9 +48,9 @@ def open_log(directory: Path, **kwargs: int) -> Log:
 
 
 def marker(log: Log, pid: int, control: ControlRecordType, coordinator_epoch: int = 5,
-           epoch: int = 0) -> int:
+           epoch: int = 0, transaction_version: int = 0) -> int:
     return log.append_end_txn_marker(pid, epoch, coordinator_epoch, control, 0,
-                                     1_700_000_000_000).first_offset
+                                     1_700_000_000_000, transaction_version).first_offset
 
 
 def test_an_aborted_transaction_is_unstable_until_its_marker_is_below_the_hw(
@@ -111,6 +111,26 @@ def test_markers_of_an_older_producer_epoch_or_coordinator_are_refused(tmp_path:
         marker(log, 7, ABORT, coordinator_epoch=4, epoch=2)
     assert log.log_end_offset == 3
     assert log.producer_state.ongoing_txns == {2: 7}
+
+
+def test_a_transaction_version_2_marker_must_carry_a_newer_epoch(tmp_path: Path) -> None:
+    """Kafka 4.2's checkProducerEpoch with transaction version 2: the decision bumped the
+    epoch, so the marker's must be above the transaction's batches (then a late batch of
+    that transaction is INVALID_PRODUCER_EPOCH); the same epoch is taken only as the retry
+    of a marker already written, with no transaction open (KAFKA-19999)."""
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(7, 0, epoch=3), 0)
+    with pytest.raises(InvalidProducerEpochError, match="not newer than the last seen epoch 3"):
+        marker(log, 7, COMMIT, epoch=3, transaction_version=2)
+    assert marker(log, 7, COMMIT, epoch=4, transaction_version=2) == 1
+    assert marker(log, 7, COMMIT, epoch=4, transaction_version=2) == 2  # a retry
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(txn_batch(7, 1, epoch=3), 0)  # late, of the ended transaction
+    assert log.append_as_leader(txn_batch(7, 0, epoch=4), 0).first_offset == 3
+    with pytest.raises(InvalidProducerEpochError):  # open again: not a retry
+        marker(log, 7, ABORT, epoch=4, transaction_version=2)
+    # Versions 0 and 1: the marker carries the transaction's own epoch.
+    assert marker(log, 7, ABORT, epoch=4, transaction_version=1) == 4
 
 
 def test_the_state_and_the_index_are_rebuilt_when_the_log_is_reopened(tmp_path: Path) -> None:

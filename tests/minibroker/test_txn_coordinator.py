@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
@@ -73,7 +75,7 @@ def test_a_value_is_written_as_kafka_writes_version_0() -> None:
         "0002"                  # ProducerEpoch
         "0000ea60"              # TransactionTimeoutMs 60000
         "00"                    # TransactionStatus: Empty
-        "00000000"              # TransactionPartitions: no topic
+        "ffffffff"              # TransactionPartitions: null (Empty)
         "00000000000003e8"      # TransactionLastUpdateTimestampMs 1000
         "ffffffffffffffff")     # TransactionStartTimestampMs -1
     ongoing = TransactionLogValue(
@@ -87,15 +89,56 @@ def test_a_value_is_written_as_kafka_writes_version_0() -> None:
         "000162" "00000001" "00000002")            # "b": partition 2
     assert decode_value(encode_value(ongoing)) == ongoing
     assert decode_value(None) is None  # a tombstone
+    complete = TransactionLogValue(7, 3, 60000, TransactionState.COMPLETE_COMMIT, frozenset(),
+                                   2000, 1500)
+    assert encode_value(complete)[16:21] == bytes.fromhex("04" "00000000")  # none, not null
+    with pytest.raises(ValueError, match="an Empty transaction has no partitions"):
+        encode_value(TransactionLogValue(7, 2, 1, TransactionState.EMPTY,
+                                         frozenset({TopicPartition("a", 0)}), 0, -1))
+
+
+def test_a_value_is_written_as_kafka_writes_the_flexible_version_1() -> None:
+    """Transaction version 1+: compact arrays and strings, and the client's transaction
+    version as tagged field 2 (the other tagged fields at their defaults are left out)."""
+    ongoing = TransactionLogValue(
+        7, 3, 60000, TransactionState.PREPARE_COMMIT,
+        frozenset({TopicPartition("b", 2), TopicPartition("a", 1), TopicPartition("a", 0)}),
+        2000, 1500, client_transaction_version=2)
+    assert encode_value(ongoing, 1) == bytes.fromhex(
+        "0001"                  # version 1
+        "0000000000000007"      # ProducerId
+        "0003"                  # ProducerEpoch
+        "0000ea60"              # TransactionTimeoutMs 60000
+        "02"                    # PrepareCommit
+        "03"                    # two topics (compact: count + 1)
+        "0261" "03" "00000000" "00000001" "00"  # "a": partitions 0 and 1, no tagged fields
+        "0262" "02" "00000002" "00"             # "b": partition 2
+        "00000000000007d0"      # TransactionLastUpdateTimestampMs 2000
+        "00000000000005dc"      # TransactionStartTimestampMs 1500
+        "01" "02" "02" "0002")  # one tagged field: tag 2, 2 bytes, ClientTransactionVersion 2
+    assert decode_value(encode_value(ongoing, 1)) == ongoing
+    empty = TransactionLogValue(7, 2, 60000, TransactionState.EMPTY, frozenset(), 1000, -1,
+                                previous_producer_id=5)
+    assert encode_value(empty, 1)[16:18] == bytes.fromhex("00" "00")  # Empty, null partitions
+    assert encode_value(empty, 1)[-11:] == bytes.fromhex(
+        "01" "00" "08" "0000000000000005")  # tag 0: PreviousProducerId 5
+    assert decode_value(encode_value(empty, 1)) == empty
+    # A tagged field this version does not know is skipped, as Kafka's reader does.
+    unknown_tag = encode_value(empty, 1)[:-11] + bytes.fromhex("01" "07" "01" "ff")
+    assert decode_value(unknown_tag) == TransactionLogValue(
+        7, 2, 60000, TransactionState.EMPTY, frozenset(), 1000, -1)
 
 
 @pytest.mark.parametrize(("data", "error"), [
     (b"\x00\x00\x00", "ends at byte 2"),
-    (b"\x00\x01" + b"\x00" * 40, "version 1: minibroker reads version 0"),
+    (b"\x00\x02" + b"\x00" * 40, r"version 2: minibroker reads versions \(0, 1\)"),
     (encode_value(TransactionLogValue(1, 0, 1, TransactionState.EMPTY, frozenset(), 0, -1))
      [:16] + b"\x09" + b"\x00" * 20, "unknown transaction state id 9"),
     (encode_value(TransactionLogValue(1, 0, 1, TransactionState.EMPTY, frozenset(), 0, -1))
      + b"\x00", "1 bytes after its last field"),
+    (encode_value(TransactionLogValue(1, 0, 1, TransactionState.EMPTY, frozenset(), 0, -1,
+                                      client_transaction_version=2), 1)[:-3]
+     + b"\x01\x00", "tagged field 2 has 1 bytes"),
 ])
 def test_a_record_that_does_not_parse_names_why(data: bytes, error: str) -> None:
     with pytest.raises(CorruptTransactionRecordError, match=error):
@@ -123,6 +166,7 @@ class Coordinator:
             TRANSACTION_STATE_TOPIC: TopicImage(TRANSACTION_STATE_TOPIC, "00" * 16, {},
                                                 dict.fromkeys(range(PARTITIONS), reg))})
         self.written: list[tuple[str, TransactionLogValue | None]] = []
+        self.value_versions: list[bytes] = []  # each value's int16 version, as written
         self.append_error = ErrorCode.none
         self.held: list[Callable[[], None]] = []  # appends answered only when released
         self.hold = False
@@ -156,6 +200,7 @@ class Coordinator:
             for _, records in iter_batches(batch):
                 self.written += [(decode_key(r.key), decode_value(r.value))
                                  for r in decode_records(records)]
+                self.value_versions += [r.value[:2] for r in decode_records(records) if r.value]
 
         def answer() -> None:
             on_complete({tp: ProduceResult(self.append_error, base_offset=0) for tp in entries})
@@ -419,25 +464,34 @@ PARTITION_SETS = st.frozensets(st.builds(
 VALUES = st.builds(
     TransactionLogValue, st.integers(0, 2**63 - 1), st.integers(-1, 2**15 - 1),
     st.integers(1, 2**31 - 1), st.sampled_from(list(TransactionState)), PARTITION_SETS,
-    st.integers(-1, 2**62), st.integers(-1, 2**62))
+    st.integers(-1, 2**62), st.integers(-1, 2**62)).map(
+        lambda v: dataclasses.replace(v, partitions=frozenset())
+        if v.state is TransactionState.EMPTY else v)
+FLEXIBLE_VALUES = st.builds(
+    dataclasses.replace, VALUES, previous_producer_id=st.integers(-1, 2**63 - 1),
+    next_producer_id=st.integers(-1, 2**63 - 1), next_producer_epoch=st.integers(-1, 2**15 - 1),
+    client_transaction_version=st.integers(0, 2))
 
 
-@given(VALUES, st.text(min_size=1, max_size=50))
-def test_every_record_reads_back_as_written(value: TransactionLogValue, txn: str) -> None:
+@given(VALUES, FLEXIBLE_VALUES, st.text(min_size=1, max_size=50))
+def test_every_record_reads_back_as_written(value: TransactionLogValue,
+                                            flexible: TransactionLogValue, txn: str) -> None:
     assert decode_value(encode_value(value)) == value
+    assert decode_value(encode_value(flexible, 1)) == flexible
     assert decode_key(encode_key(txn)) == txn
 
 
-def _damaged(value: TransactionLogValue, at: int, byte: int, cut: int) -> bytes:
+def _damaged(value: TransactionLogValue, version: int, at: int, byte: int, cut: int
+             ) -> bytes:
     """A record written whole, then one byte changed and its tail maybe lost."""
-    data = bytearray(encode_value(value))
+    data = bytearray(encode_value(value, version))
     data[at % len(data)] = byte
     return bytes(data[:len(data) - cut])
 
 
 @given(st.one_of(st.binary(max_size=200),
-                 st.builds(_damaged, VALUES, st.integers(0, 40), st.integers(0, 255),
-                           st.integers(0, 20))))
+                 st.builds(_damaged, FLEXIBLE_VALUES, st.integers(0, 1), st.integers(0, 40),
+                           st.integers(0, 255), st.integers(0, 20))))
 def test_any_bytes_either_parse_or_are_named_corrupt(data: bytes) -> None:
     """What a replay meets in a damaged partition: a clear error it skips, nothing else."""
     for decode in (decode_key, decode_value):
@@ -461,13 +515,19 @@ def test_a_transaction_goes_ongoing_then_prepare_then_complete(tmp_path: Path) -
     async def scenario(c: Coordinator) -> None:
         coordinator = c.coordinator
         _, pid, epoch = await c.init()
-        add = coordinator.handle_add_partitions_to_transaction
+        add = functools.partial(coordinator.handle_add_partitions_to_transaction,
+                                client_transaction_version=1)
         assert await add(TXN, pid, epoch + 1, frozenset({GONE})) == ErrorCode.producer_fenced
         assert await add(TXN, pid + 1, epoch, frozenset({GONE})) == \
             ErrorCode.invalid_producer_id_mapping
         assert await add(TXN, pid, epoch, frozenset({GONE})) == ErrorCode.none
         assert await add(TXN, pid, epoch, frozenset({GONE})) == ErrorCode.none  # no write
-        end = coordinator.handle_end_transaction
+
+        async def end(*args: Any, commit: bool) -> ErrorCode:
+            result = await coordinator.handle_end_transaction(
+                *args, commit=commit, client_transaction_version=1)
+            return result.error
+
         assert await end(TXN, pid, epoch, commit=True) == ErrorCode.none
         await until(lambda: states(c)[-1][0] is TransactionState.COMPLETE_COMMIT,
                     "CompleteCommit")
@@ -491,7 +551,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_with_a_fenced_epoch(
         coordinator = c.coordinator
         _, pid, epoch = await c.init()
         await coordinator.handle_add_partitions_to_transaction(TXN, pid, epoch,
-                                                               frozenset({GONE}))
+                                                               frozenset({GONE}), 1)
         clock[0] += MINUTE_MS  # exactly the timeout: not yet past it
         coordinator.abort_timed_out_transactions()
         await asyncio.gather(*c.tasks)  # any abort it started
@@ -502,8 +562,9 @@ def test_a_transaction_open_past_its_timeout_is_aborted_with_a_fenced_epoch(
                     "CompleteAbort")
         assert states(c)[-2:] == [(TransactionState.PREPARE_ABORT, 1, frozenset({GONE})),
                                   (TransactionState.COMPLETE_ABORT, 1, frozenset())]
-        assert await coordinator.handle_end_transaction(TXN, pid, epoch, commit=True) == \
-            ErrorCode.producer_fenced
+        ended = await coordinator.handle_end_transaction(TXN, pid, epoch, commit=True,
+                                                         client_transaction_version=1)
+        assert ended.error == ErrorCode.producer_fenced
 
     run(scenario, tmp_path)
 
@@ -515,7 +576,7 @@ def test_a_new_instance_aborts_the_open_transaction_before_it_gets_its_epoch(
     async def scenario(c: Coordinator) -> None:
         _, pid, epoch = await c.init()
         await c.coordinator.handle_add_partitions_to_transaction(TXN, pid, epoch,
-                                                                 frozenset({GONE}))
+                                                                 frozenset({GONE}), 1)
         assert await c.init() == (ErrorCode.concurrent_transactions, -1, -1)
         await until(lambda: states(c)[-1][0] is TransactionState.COMPLETE_ABORT,
                     "CompleteAbort")

@@ -25,10 +25,13 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kio.schema.add_offsets_to_txn.v3 import request as add_offsets_req
 from kio.schema.add_partitions_to_txn.v3 import request as add_req
+from kio.schema.api_versions.v4 import request as versions_req
+from kio.schema.end_txn.v5 import request as end_v5
 from kio.schema.find_coordinator.v4 import request as find_req
 from kio.schema.init_producer_id.v4 import request as init_req
 from kio.schema.list_transactions.v1 import request as list_req
 from kio.schema.produce.v9 import request as produce_req
+from kio.schema.produce.v12 import request as produce_v12
 from kio.schema.txn_offset_commit.v3 import request as txn_commit_req
 from kio.static.primitive import i8, i16, i32, i64
 from test_broker_processes import get_json, wait_for
@@ -338,20 +341,28 @@ def test_kafka_python_commits_and_aborts_and_its_read_committed_consumer_agrees(
     assert read == [b"c-0", b"c-1"]
 
 
+def initialized_on_a_new_topic(cluster: Cluster, topic: str, transactional_id: str
+                               ) -> tuple[dict[str, Any], int]:
+    """A one-partition topic with a full ISR and the id initialized by librdkafka (whose
+    producer id and epoch a raw client then writes with): the id's coordinator state and
+    the partition's leader."""
+    create_topic(cluster, topic, 1)
+    wait_for(lambda: len(partition_state(cluster, topic, 0)["isr"]) == BROKERS, 30,
+             "a full ISR")
+    Producer({"bootstrap.servers": cluster.bootstrap,
+              "transactional.id": transactional_id}).init_transactions(INIT_TIMEOUT_S)
+    leader = get_json(cluster.base_port + 100)["topics"][topic]["partitions"]["0"]["leader"]
+    return coordinated(cluster, transactional_id), leader
+
+
 def test_kip_890_a_transactional_produce_to_a_partition_outside_the_transaction_is_refused(
         cluster: Cluster) -> None:
     """transaction.partition.verification.enable (the default): the leader asks the
     coordinator first, so a batch for a partition the producer never added (a late or
     stray write that would open a transaction nobody ends) gets INVALID_TXN_STATE and is
     not appended; once AddPartitionsToTxn put the partition in, the same batch is taken."""
-    create_topic(cluster, "verify", 1)
-    wait_for(lambda: len(partition_state(cluster, "verify", 0)["isr"]) == BROKERS, 30,
-             "a full ISR")
-    Producer({"bootstrap.servers": cluster.bootstrap,
-              "transactional.id": "verify-tx"}).init_transactions(INIT_TIMEOUT_S)
-    state = coordinated(cluster, "verify-tx")
+    state, leader = initialized_on_a_new_topic(cluster, "verify", "verify-tx")
     producer_id, epoch = state["producer_id"], state["producer_epoch"]
-    leader = get_json(cluster.base_port + 100)["topics"]["verify"]["partitions"]["0"]["leader"]
     batch = build_batch([b"stray"], producer_id=producer_id, producer_epoch=epoch,
                         base_sequence=0, attributes=TRANSACTIONAL_FLAG)
 
@@ -437,3 +448,67 @@ def test_kip_890_offsets_committed_outside_the_transaction_are_refused(
         producer_epoch=i16(epoch), group_id="offsets-group"))
     assert added.error_code == ErrorCode.none
     assert commit_offsets() == ErrorCode.none
+
+
+def test_transaction_version_2_bumps_the_epoch_per_transaction_and_fences_a_late_batch(
+        cluster: Cluster) -> None:
+    """A client on transaction version 2 (KIP-890 part 2), over the wire as the Java 4.x
+    client speaks it: ApiVersions shows the feature finalized; Produce v12 adds its
+    partition without AddPartitionsToTxn; EndTxn v5 answers the next epoch. A batch of the
+    committed transaction that arrives late, after its marker, is refused
+    (INVALID_PRODUCER_EPOCH) where version 1 would put it in the next transaction; a
+    read_committed consumer gets the committed transaction only."""
+    state, leader = initialized_on_a_new_topic(cluster, "tv2", "tv2-tx")
+    versions = ask(cluster, 1, versions_req.ApiVersionsRequest(
+        client_software_name="undertow-test", client_software_version="1"))
+    assert [(f.name, f.min_version_level, f.max_version_level)
+            for f in versions.finalized_features] == [("transaction.version", 2, 2)]
+    assert [(f.name, f.min_version, f.max_version) for f in versions.supported_features] \
+        == [("transaction.version", 0, 2)]
+    assert versions.finalized_features_epoch >= 0
+    producer_id, epoch = state["producer_id"], state["producer_epoch"]
+
+    def produce(value: bytes, producer_epoch: int, sequence: int) -> ErrorCode:
+        answer = ask(cluster, leader, produce_v12.ProduceRequest(
+            transactional_id="tv2-tx", acks=i16(-1), timeout=datetime.timedelta(seconds=10),
+            topic_data=(produce_v12.TopicProduceData(name="tv2", partition_data=(
+                produce_v12.PartitionProduceData(index=i32(0), records=build_batch(
+                    [value], producer_id=producer_id, producer_epoch=producer_epoch,
+                    base_sequence=sequence, attributes=TRANSACTIONAL_FLAG)),)),)))
+        return ErrorCode(answer.responses[0].partition_responses[0].error_code)
+
+    def end(producer_epoch: int, commit: bool) -> tuple[ErrorCode, int, int]:
+        answer = ask(cluster, state["broker"], end_v5.EndTxnRequest(
+            transactional_id="tv2-tx", producer_id=i64(producer_id),
+            producer_epoch=i16(producer_epoch), committed=commit))
+        return ErrorCode(answer.error_code), answer.producer_id, answer.producer_epoch
+
+    assert produce(b"t1-0", epoch, 0) == ErrorCode.none  # added by the leader's request
+    assert coordinated(cluster, "tv2-tx")["partitions"] == ["tv2-0"]
+    assert end(epoch, commit=True) == (ErrorCode.none, producer_id, epoch + 1)
+    wait_for(lambda: partition_state(cluster, "tv2", 0)["last_stable_offset"] == 2, 30,
+             "the commit marker below the high watermark")
+    assert produce(b"t1-late", epoch, 1) == ErrorCode.invalid_producer_epoch
+    assert produce(b"t2-0", epoch + 1, 0) == ErrorCode.none
+    assert end(epoch + 1, commit=False) == (ErrorCode.none, producer_id, epoch + 2)
+    wait_for(lambda: partition_state(cluster, "tv2", 0)["last_stable_offset"] == 4, 30,
+             "the abort marker below the high watermark")
+
+    def read(isolation: str) -> list[bytes]:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": isolation,
+                             "isolation.level": isolation, "enable.auto.commit": False})
+        consumer.assign([TopicPartition("tv2", 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        try:
+            while consumer.position([TopicPartition("tv2", 0)])[0].offset < 4:
+                assert time.monotonic() < deadline, (isolation, values)
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    values.append(message.value())
+        finally:
+            consumer.close()
+        return values
+
+    assert read("read_committed") == [b"t1-0"]
+    assert read("read_uncommitted") == [b"t1-0", b"t2-0"]

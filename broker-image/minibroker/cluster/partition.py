@@ -280,8 +280,8 @@ class Partition:
         return info
 
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int,
-                              coordinator_epoch: int, control_type: ControlRecordType
-                              ) -> LogAppendInfo:
+                              coordinator_epoch: int, control_type: ControlRecordType,
+                              transaction_version: int = 0) -> LogAppendInfo:
         """A transaction marker for the coordinator (Kafka's ``appendRecordsToLeader`` with
         origin COORDINATOR and acks=-1, as WriteTxnMarkers appends): refused below
         min.insync.replicas like any acks=-1 write."""
@@ -289,7 +289,8 @@ class Partition:
         try:
             info = self.log.append_end_txn_marker(
                 producer_id, producer_epoch, coordinator_epoch, control_type,
-                self.leader_epoch, int(environment.current().wall_clock() * 1000))
+                self.leader_epoch, int(environment.current().wall_clock() * 1000),
+                transaction_version)
         except ProducerStateError as exc:
             raise KafkaApiError(_PRODUCER_STATE_ERRORS[type(exc)], str(exc)) from None
         self.maybe_increment_high_watermark()

@@ -378,7 +378,8 @@ class ReplicaManager:
                                    producer_id=marker.producer_id,
                                    producer_epoch=marker.producer_epoch,
                                    coordinator_epoch=marker.coordinator_epoch,
-                                   control_type=marker.control_type)
+                                   control_type=marker.control_type,
+                                   transaction_version=marker.transaction_version)
              for tp in marker.partitions},
             on_complete)
 

@@ -213,6 +213,8 @@ class TxnMarker:
     coordinator_epoch: int
     control_type: ControlRecordType
     partitions: tuple[TopicPartition, ...]
+    transaction_version: int = 0
+    """The deciding client's (WriteTxnMarkers v2, KIP-890): 2 checks the epoch strictly."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The transaction coordinator: Kafka 4.2's ``TransactionCoordinator``, transaction version 1.
+"""The transaction coordinator: Kafka 4.2's ``TransactionCoordinator``, transaction versions
+0 to 2.
 
 It answers for the transactional ids of the ``__transaction_state`` partitions this broker
 leads (``TransactionStateManager``). InitProducerId with a transactional id gives the id its
@@ -13,6 +14,15 @@ than its timeout or a new instance of the producer initializes. Every state is i
 ``__transaction_state`` before anyone hears of it, so a coordinator that takes over after a
 crash continues from it: it resends the markers of any transaction it finds decided but not
 completed.
+
+Which transaction version a request runs under is the client's, read from its request
+version as Kafka reads it (``TransactionVersion.transactionVersionForEndTxn``: EndTxn v5+,
+``transactionVersionForAddPartitionsToTxn``: AddPartitionsToTxn v4+, which only brokers
+send, for a Produce v12+ or TxnOffsetCommit v5+ that adds its partitions implicitly). The
+coordinator's own aborts run under the cluster's ``transaction.version``. Under version 2,
+EndTxn bumps the producer epoch and answers the new one (``endTransaction``); under 0 and 1
+the epoch stays (``endTransactionWithTV1``), which is what lets a delayed request of one
+transaction land in the next.
 """
 
 from __future__ import annotations
@@ -33,12 +43,15 @@ from minibroker.coordinator.transaction_marker_channel_manager import (
     TransactionMarkerChannelManager,
 )
 from minibroker.coordinator.transaction_metadata import (
+    MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    TV_2,
     TransactionMetadata,
     TransitionError,
     TxnTransitMetadata,
     is_epoch_exhausted,
+    supports_epoch_bump,
 )
 from minibroker.coordinator.transaction_state_manager import (
     TRANSACTION_STATE_TOPIC,
@@ -48,13 +61,23 @@ from minibroker.coordinator.transaction_state_manager import (
 from minibroker.producer_id_manager import ProducerIdAllocationError
 from minibroker.storage.control_records import ControlRecordType
 
-__all__ = ["InitProducerIdResult", "TransactionCoordinator"]
+__all__ = ["EndTxnResult", "InitProducerIdResult", "TransactionCoordinator"]
 
 log = logging.getLogger("minibroker.coordinator.transaction")
 
 
 @dataclass(frozen=True)
 class InitProducerIdResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True)
+class EndTxnResult:
+    """EndTxn's answer; under transaction version 2 the producer id and epoch the next
+    transaction runs under (none under versions 0 and 1, nor with an error)."""
+
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
@@ -141,22 +164,27 @@ class TransactionCoordinator:
 
     async def handle_add_partitions_to_transaction(
             self, transactional_id: str, producer_id: int, producer_epoch: int,
-            partitions: frozenset[TopicPartition]) -> ErrorCode:
-        """Kafka's ``handleAddPartitionsToTransaction`` (transaction version 1)."""
+            partitions: frozenset[TopicPartition], client_transaction_version: int
+    ) -> ErrorCode:
+        """Kafka's ``handleAddPartitionsToTransaction``: a pending change is
+        CONCURRENT_TRANSACTIONS before anything else (under version 2 the producer may
+        already use the next producer id of a change still pending)."""
         state = self._existing_state(transactional_id)
         if isinstance(state, ErrorCode):
             return state
         metadata = state.metadata
+        if metadata.pending_transition_in_progress:
+            return ErrorCode.concurrent_transactions
         if metadata.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping
         if metadata.producer_epoch != producer_epoch:
             return ErrorCode.producer_fenced
-        if metadata.pending_transition_in_progress or metadata.state in (
-                TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+        if metadata.state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
             return ErrorCode.concurrent_transactions
         if metadata.state is TransactionState.ONGOING and partitions <= metadata.partitions:
             return ErrorCode.none  # a retry: already in the transaction
-        transit = metadata.prepare_add_partitions(partitions, self.state_manager.now_ms())
+        transit = metadata.prepare_add_partitions(partitions, self.state_manager.now_ms(),
+                                                  client_transaction_version)
         return await _append(self.state_manager, transactional_id, state.coordinator_epoch,
                              transit)
 
@@ -165,7 +193,8 @@ class TransactionCoordinator:
             partitions: frozenset[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """Kafka's ``handleVerifyPartitionsInTransaction`` (AddPartitionsToTxn v4+ with
         VerifyOnly, KIP-890 part 1): whether each partition is in the ongoing transaction of
-        this producer, without changing anything."""
+        this producer, without changing anything; one that is not is TRANSACTION_ABORTABLE
+        (the leader turns it into INVALID_TXN_STATE for a client that predates it)."""
         state = self._existing_state(transactional_id)
         error: ErrorCode | None = None
         if isinstance(state, ErrorCode):
@@ -180,58 +209,78 @@ class TransactionCoordinator:
         if error is not None or not isinstance(state, CoordinatorEpochAndTxnMetadata):
             return dict.fromkeys(partitions, error or ErrorCode.unknown_server_error)
         return {tp: ErrorCode.none if tp in state.metadata.partitions
-                else ErrorCode.invalid_txn_state for tp in partitions}
+                else ErrorCode.transaction_abortable for tp in partitions}
 
     # ---- EndTxn ---------------------------------------------------------------------------
 
     async def handle_end_transaction(self, transactional_id: str, producer_id: int,
-                                     producer_epoch: int, commit: bool,
-                                     from_client: bool = True) -> ErrorCode:
-        """Kafka's ``endTransactionWithTV1``: decide the transaction (Prepare* in the log),
-        answer, then send the markers. A retry of an end already decided the same way is
-        answered NONE, or CONCURRENT_TRANSACTIONS while its markers are still going out."""
+                                     producer_epoch: int, commit: bool, *,
+                                     client_transaction_version: int,
+                                     from_client: bool = True,
+                                     epoch_fence: bool = False) -> EndTxnResult:
+        """Kafka's ``endTransaction`` (``endTransactionWithTV1`` below transaction version
+        2): decide the transaction (Prepare* in the log), answer, then send the markers.
+        ``epoch_fence``: the coordinator's own abort of an Ongoing transaction, whose epoch
+        it bumps to fence the producer."""
         state = self._existing_state(transactional_id)
         if isinstance(state, ErrorCode):
-            return state
+            return EndTxnResult(state)
         metadata = state.metadata
-        decided = self._prepare_end(metadata, producer_id, producer_epoch, commit, from_client)
-        if isinstance(decided, ErrorCode):
+        tv2 = supports_epoch_bump(client_transaction_version)
+        if tv2:
+            decided = await self._prepare_end_tv2(metadata, producer_id, producer_epoch,
+                                                  commit, from_client, epoch_fence)
+        else:
+            decided = self._prepare_end_tv1(metadata, producer_id, producer_epoch, commit,
+                                            from_client)
+        if isinstance(decided, EndTxnResult):
             return decided
         written = await _append(self.state_manager, transactional_id, state.coordinator_epoch,
                                 decided)
         if written != ErrorCode.none:
-            if not from_client:
+            if epoch_fence and not tv2:
+                # Under version 2 the fence is not in memory: a retry bumps from the same
+                # epoch again (Kafka sets hasFailedEpochFence only for version 1).
                 metadata.has_failed_epoch_fence = True
-            return written
-        log.info("%s %s the transaction of %s (producer %d epoch %d, %d partitions)",
+            return EndTxnResult(written)
+        log.info("%s %s the transaction of %s (producer %d epoch %d, %d partitions, "
+                 "transaction version %d)",
                  "The producer" if from_client else "The coordinator",
                  "commits" if commit else "aborts", transactional_id, metadata.producer_id,
-                 metadata.producer_epoch, len(metadata.partitions))
+                 metadata.producer_epoch, len(metadata.partitions), client_transaction_version)
         current = self.state_manager.get_transaction_state(transactional_id)
-        if (isinstance(current, CoordinatorEpochAndTxnMetadata)
+        if not (isinstance(current, CoordinatorEpochAndTxnMetadata)
                 and current.coordinator_epoch == state.coordinator_epoch
                 and current.metadata is metadata and metadata.state is decided.state):
-            self.markers.add_txn_markers_to_send(
-                state.coordinator_epoch,
-                ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, metadata,
-                metadata.prepare_complete(self.state_manager.now_ms()))
-        return ErrorCode.none
+            return EndTxnResult(ErrorCode.not_coordinator)
+        complete = metadata.prepare_complete(self.state_manager.now_ms())
+        self.markers.add_txn_markers_to_send(
+            state.coordinator_epoch,
+            ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, metadata,
+            complete)
+        if tv2:
+            return EndTxnResult(ErrorCode.none, complete.producer_id, complete.producer_epoch)
+        return EndTxnResult(ErrorCode.none)
 
-    def _prepare_end(self, metadata: TransactionMetadata, producer_id: int,
-                     producer_epoch: int, commit: bool, from_client: bool
-                     ) -> TxnTransitMetadata | ErrorCode:
+    def _prepare_end_tv1(self, metadata: TransactionMetadata, producer_id: int,
+                         producer_epoch: int, commit: bool, from_client: bool
+                         ) -> TxnTransitMetadata | EndTxnResult:
+        """``endTransactionWithTV1``'s checks: the epoch is the current one (a client's
+        request) or newer (the coordinator's fence); a retry of an end already decided the
+        same way is answered NONE, or CONCURRENT_TRANSACTIONS while its markers are still
+        going out; the other decision, or EndTxn with nothing open, INVALID_TXN_STATE."""
         if metadata.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
         if (from_client and producer_epoch != metadata.producer_epoch) \
                 or producer_epoch < metadata.producer_epoch:
-            return ErrorCode.producer_fenced
+            return EndTxnResult(ErrorCode.producer_fenced)
         if metadata.pending_transition_in_progress:
-            return ErrorCode.concurrent_transactions
+            return EndTxnResult(ErrorCode.concurrent_transactions)
         state = metadata.state
         if state is TransactionState.ONGOING:
             return metadata.prepare_abort_or_commit(
                 TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT,
-                self.state_manager.now_ms())
+                self.state_manager.now_ms(), client_transaction_version=0)
         same_way = {TransactionState.COMPLETE_COMMIT: (commit, ErrorCode.none),
                     TransactionState.COMPLETE_ABORT: (not commit, ErrorCode.none),
                     TransactionState.PREPARE_COMMIT: (commit,
@@ -239,10 +288,84 @@ class TransactionCoordinator:
                     TransactionState.PREPARE_ABORT: (not commit,
                                                      ErrorCode.concurrent_transactions)}
         if state in same_way and same_way[state][0]:
-            return same_way[state][1]
+            return EndTxnResult(same_way[state][1])
+        return self._invalid_state(metadata, commit)
+
+    async def _prepare_end_tv2(self, metadata: TransactionMetadata, producer_id: int,
+                               producer_epoch: int, commit: bool, from_client: bool,
+                               epoch_fence: bool) -> TxnTransitMetadata | EndTxnResult:
+        """``endTransaction``'s checks under transaction version 2, where the epoch alone
+        tells a retry from the next transaction's end: a retry names the epoch before the
+        bump its first attempt made (or, over an exhausted epoch, the last epoch of the
+        previous producer id). Empty, CompleteAbort and CompleteCommit take a new abort
+        with the current epoch (no partition joined); a retry after the decision is
+        complete gets NONE with the producer id and epoch to use, and the other decision
+        INVALID_TXN_STATE."""
+        state = metadata.state
+        retry_on_overflow = (not epoch_fence and metadata.last_producer_id == producer_id
+                             and producer_epoch == MAX_EPOCH - 1
+                             and metadata.producer_epoch == 0)
+        retry_on_epoch_bump = not epoch_fence and metadata.producer_epoch == producer_epoch + 1
+        if epoch_fence:
+            valid_epoch = ((not from_client or producer_epoch == metadata.producer_epoch)
+                           and producer_epoch >= metadata.producer_epoch)
+        elif state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+            valid_epoch = retry_on_epoch_bump
+        elif state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT):
+            valid_epoch = (retry_on_epoch_bump or retry_on_overflow
+                           or producer_epoch == metadata.producer_epoch)
+        else:
+            valid_epoch = producer_epoch == metadata.producer_epoch
+        is_retry = retry_on_epoch_bump or retry_on_overflow
+        if metadata.pending_transition_in_progress:
+            return EndTxnResult(ErrorCode.concurrent_transactions)
+        if metadata.producer_id != producer_id and not retry_on_overflow:
+            return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
+        if not valid_epoch:
+            return EndTxnResult(ErrorCode.producer_fenced)
+        decision = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
+        if state is TransactionState.ONGOING:
+            return await self._decide_tv2(metadata, decision, epoch_fence, no_partition=False)
+        if state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT):
+            same_way = commit == (state is TransactionState.COMPLETE_COMMIT)
+            if same_way and is_retry:
+                return EndTxnResult(ErrorCode.none, metadata.producer_id,
+                                    metadata.producer_epoch)
+            if not commit and not is_retry:
+                return await self._decide_tv2(metadata, decision, epoch_fence,
+                                              no_partition=True)
+            return self._invalid_state(metadata, commit)
+        if state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT):
+            if commit == (state is TransactionState.PREPARE_COMMIT):
+                return EndTxnResult(ErrorCode.concurrent_transactions)
+            return self._invalid_state(metadata, commit)
+        if state is TransactionState.EMPTY and not commit:
+            return await self._decide_tv2(metadata, decision, epoch_fence, no_partition=True)
+        return self._invalid_state(metadata, commit)
+
+    async def _decide_tv2(self, metadata: TransactionMetadata, decision: TransactionState,
+                          epoch_fence: bool, *, no_partition: bool
+                          ) -> TxnTransitMetadata | EndTxnResult:
+        """``generateTxnTransitMetadataForTxnCompletion``: an exhausted epoch gets the next
+        producer id, taken at completion."""
+        next_producer_id = NO_PRODUCER_ID
+        if not epoch_fence and metadata.is_producer_epoch_exhausted:
+            try:
+                next_producer_id = await self._generate_producer_id()
+            except ProducerIdAllocationError:
+                return EndTxnResult(ErrorCode.coordinator_load_in_progress)
+            if metadata.pending_transition_in_progress:  # another prepared meanwhile
+                return EndTxnResult(ErrorCode.concurrent_transactions)
+        return metadata.prepare_abort_or_commit(
+            decision, self.state_manager.now_ms(), client_transaction_version=TV_2,
+            next_producer_id=next_producer_id, no_partition_added=no_partition)
+
+    @staticmethod
+    def _invalid_state(metadata: TransactionMetadata, commit: bool) -> EndTxnResult:
         log.info("EndTxn (%s) of %s in state %s: INVALID_TXN_STATE",
-                 "commit" if commit else "abort", metadata.transactional_id, state.state_name)
-        return ErrorCode.invalid_txn_state
+                 "commit" if commit else "abort", metadata.transactional_id,
+                 metadata.state.state_name)
+        return EndTxnResult(ErrorCode.invalid_txn_state)
 
     # ---- the coordinator's own aborts -------------------------------------------------------
 
@@ -264,13 +387,25 @@ class TransactionCoordinator:
                      metadata.transactional_id, error.name)
 
     async def _abort_with_fenced_epoch(self, metadata: TransactionMetadata) -> ErrorCode:
-        """Bump the epoch (fencing the producer) and abort the Ongoing transaction."""
+        """Bump the epoch (fencing the producer) and abort the Ongoing transaction, under
+        the cluster's transaction version (Kafka's ``prepareFenceProducerEpoch``, then
+        ``endTransaction`` with ``isFromClient = false``). Version 1 bumps the epoch in
+        memory at once; version 2's decision bumps it as any version 2 decision does."""
         if metadata.pending_transition_in_progress:
             return ErrorCode.concurrent_transactions
-        metadata.fence_producer_epoch()
-        return await self.handle_end_transaction(
-            metadata.transactional_id, metadata.producer_id, metadata.producer_epoch,
-            commit=False, from_client=False)
+        server_version = self.state_manager.transaction_version
+        if supports_epoch_bump(server_version):
+            if metadata.producer_epoch >= MAX_EPOCH:
+                raise TransitionError(f"{metadata.transactional_id}: cannot fence epoch "
+                                      f"{metadata.producer_epoch}")
+            fenced_epoch = metadata.producer_epoch + 1
+        else:
+            metadata.fence_producer_epoch()
+            fenced_epoch = metadata.producer_epoch
+        result = await self.handle_end_transaction(
+            metadata.transactional_id, metadata.producer_id, fenced_epoch, commit=False,
+            client_transaction_version=server_version, from_client=False, epoch_fence=True)
+        return result.error
 
     # ---- DescribeTransactions -------------------------------------------------------------
 

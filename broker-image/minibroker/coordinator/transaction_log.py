@@ -4,11 +4,15 @@ states they record.
 A transactional id's state is one record keyed by the id; the latest record of a key wins
 when a new coordinator replays the partition. Kafka 4.2's formats
 (transaction-coordinator/src/main/resources/common/message/): ``TransactionLogKey`` version
-0 (the transactional id) and ``TransactionLogValue`` version 0, which Kafka writes for
-clients on transaction version 1 (``TransactionLog.valueToBytes``: the flexible version 1,
-with the tagged previous/next producer ids of KIP-890, only for transaction version 2).
-Each starts with its int16 version; strings are int16-length UTF-8, arrays int32-counted
-(-1: null). A null value is a tombstone (an expired transactional id).
+0 (the transactional id) and ``TransactionLogValue`` version 0 or 1, as
+``TransactionLog.valueToBytes`` chooses by the cluster's ``transaction.version``
+(``TransactionVersion.transactionLogValueVersion``: 0 under transaction version 0, the
+flexible 1 from transaction version 1, whose tagged fields carry KIP-890's previous and next
+producer ids and the transaction version of the client that made the transition). Each
+starts with its int16 version. Version 0: strings int16-length UTF-8, arrays int32-counted
+(-1: null). Version 1: compact strings and arrays (unsigned varint length + 1, 0: null) and
+tagged fields, written only where they differ from their defaults, as Kafka's generated
+code writes them. A null value is a tombstone (an expired transactional id).
 
 ``TransactionState`` is Kafka's enum (``org.apache.kafka.coordinator.transaction.
 TransactionState``): its ids are what ``TransactionStatus`` holds, and its valid previous
@@ -35,7 +39,9 @@ __all__ = [
 ]
 
 KEY_VERSION = 0
-VALUE_VERSION = 0
+VALUE_VERSIONS = (0, 1)
+NO_PRODUCER_ID = -1  # the tagged fields' defaults (TransactionLogValue.json)
+NO_PRODUCER_EPOCH = -1
 
 _I8, _I16, _I32, _I64 = (struct.Struct(f">{c}") for c in "bhiq")
 
@@ -98,7 +104,8 @@ del S
 
 @dataclass(frozen=True)
 class TransactionLogValue:
-    """``TransactionLogValue`` version 0: what a transactional id's record holds."""
+    """``TransactionLogValue``: what a transactional id's record holds. The last four are
+    version 1's tagged fields (version 0 reads them as their defaults)."""
 
     producer_id: int
     producer_epoch: int
@@ -107,6 +114,10 @@ class TransactionLogValue:
     partitions: frozenset[TopicPartition]
     last_update_timestamp_ms: int
     start_timestamp_ms: int
+    previous_producer_id: int = NO_PRODUCER_ID
+    next_producer_id: int = NO_PRODUCER_ID
+    next_producer_epoch: int = NO_PRODUCER_EPOCH
+    client_transaction_version: int = 0
 
 
 def _string(value: str) -> bytes:
@@ -118,19 +129,61 @@ def encode_key(transactional_id: str) -> bytes:
     return _I16.pack(KEY_VERSION) + _string(transactional_id)
 
 
-def encode_value(value: TransactionLogValue) -> bytes:
-    """Version 0; the partitions by topic, each topic's ids in order (Kafka groups them by
-    topic, ``TransactionLog.valueToBytes``); an Empty or Complete* state writes none."""
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _compact_string(value: str) -> bytes:
+    data = value.encode()
+    return _uvarint(len(data) + 1) + data
+
+
+def encode_value(value: TransactionLogValue, version: int = 0) -> bytes:
+    """``version`` 0 or 1. The partitions by topic, each topic's ids in order (Kafka groups
+    them by topic); an Empty state writes null, a Complete* state none
+    (``TransactionLog.valueToBytes``, which refuses an Empty state with partitions)."""
+    if version not in VALUE_VERSIONS:
+        raise ValueError(f"TransactionLogValue has versions {VALUE_VERSIONS}, not {version}")
+    if value.state is TransactionState.EMPTY and value.partitions:
+        raise ValueError(f"an Empty transaction has no partitions: {value}")
     by_topic: dict[str, list[int]] = {}
     for tp in sorted(value.partitions):
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    parts = [_I16.pack(VALUE_VERSION), _I64.pack(value.producer_id),
+    flexible = version >= 1
+    parts = [_I16.pack(version), _I64.pack(value.producer_id),
              _I16.pack(value.producer_epoch), _I32.pack(value.transaction_timeout_ms),
-             _I8.pack(value.state.id), _I32.pack(len(by_topic))]
+             _I8.pack(value.state.id)]
+    if value.state is TransactionState.EMPTY:
+        parts.append(b"\x00" if flexible else _I32.pack(-1))
+    else:
+        parts.append(_uvarint(len(by_topic) + 1) if flexible else _I32.pack(len(by_topic)))
     for topic, ids in by_topic.items():
-        parts += [_string(topic), _I32.pack(len(ids)), *(_I32.pack(i) for i in ids)]
+        if flexible:
+            parts += [_compact_string(topic), _uvarint(len(ids) + 1),
+                      *(_I32.pack(i) for i in ids), b"\x00"]
+        else:
+            parts += [_string(topic), _I32.pack(len(ids)), *(_I32.pack(i) for i in ids)]
     parts += [_I64.pack(value.last_update_timestamp_ms), _I64.pack(value.start_timestamp_ms)]
+    if flexible:
+        parts.append(_tagged_fields(value))
     return b"".join(parts)
+
+
+def _tagged_fields(value: TransactionLogValue) -> bytes:
+    """Version 1's tagged fields in tag order, each only if not its default."""
+    fields = [(tag, packed) for tag, packed, is_default in (
+        (0, _I64.pack(value.previous_producer_id), value.previous_producer_id == NO_PRODUCER_ID),
+        (1, _I64.pack(value.next_producer_id), value.next_producer_id == NO_PRODUCER_ID),
+        (2, _I16.pack(value.client_transaction_version), value.client_transaction_version == 0),
+        (3, _I16.pack(value.next_producer_epoch),
+         value.next_producer_epoch == NO_PRODUCER_EPOCH)) if not is_default]
+    return _uvarint(len(fields)) + b"".join(
+        _uvarint(tag) + _uvarint(len(packed)) + packed for tag, packed in fields)
 
 
 class _Reader:
@@ -147,7 +200,9 @@ class _Reader:
         return int(value)
 
     def string(self) -> str:
-        length = self.take(_I16)
+        return self._text(self.take(_I16))
+
+    def _text(self, length: int) -> str:
         if length < 0 or self._at + length > len(self._data):
             raise CorruptTransactionRecordError(f"{self._what}: bad string length {length}")
         start, self._at = self._at, self._at + length
@@ -162,12 +217,39 @@ class _Reader:
             raise CorruptTransactionRecordError(f"{self._what}: bad array length {count}")
         return range(max(count, 0))
 
-    def version(self, expected: int) -> None:
+    def uvarint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            byte = self.take(_I8) & 0xFF
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise CorruptTransactionRecordError(f"{self._what}: varint over 5 bytes")
+
+    def compact_count(self) -> Iterable[int]:
+        count = self.uvarint() - 1
+        if count > len(self._data):
+            raise CorruptTransactionRecordError(f"{self._what}: bad array length {count}")
+        return range(max(count, 0))
+
+    def compact_string(self) -> str:
+        return self._text(self.uvarint() - 1)
+
+    def bytes_(self, length: int) -> bytes:
+        if length < 0 or self._at + length > len(self._data):
+            raise CorruptTransactionRecordError(f"{self._what}: bad field length {length}")
+        start, self._at = self._at, self._at + length
+        return self._data[start:self._at]
+
+    def version(self, readable: tuple[int, ...]) -> int:
         version = self.take(_I16)
-        if version != expected:
+        if version not in readable:
             raise CorruptTransactionRecordError(
-                f"{self._what} version {version}: minibroker reads version {expected}, the "
-                f"one it writes")
+                f"{self._what} version {version}: minibroker reads versions {readable}, the "
+                f"ones Kafka 4.2 writes")
+        return version
 
     def end(self) -> None:
         if self._at != len(self._data):
@@ -178,25 +260,50 @@ class _Reader:
 def decode_key(data: bytes) -> str:
     """The transactional id of a key."""
     reader = _Reader(data, "TransactionLogKey")
-    reader.version(KEY_VERSION)
+    reader.version((KEY_VERSION,))
     transactional_id = reader.string()
     reader.end()
     return transactional_id
 
 
 def decode_value(data: bytes | None) -> TransactionLogValue | None:
-    """None for a tombstone."""
+    """None for a tombstone; version 0 or 1 (``TransactionLog.readTxnRecordValue``), a
+    tagged field this version does not know skipped, as Kafka's generated reader does."""
     if data is None:
         return None
     reader = _Reader(data, "TransactionLogValue")
-    reader.version(VALUE_VERSION)
+    flexible = reader.version(VALUE_VERSIONS) >= 1
     producer_id, producer_epoch = reader.take(_I64), reader.take(_I16)
     timeout_ms, state = reader.take(_I32), TransactionState.from_id(reader.take(_I8))
     partitions = set()
-    for _ in reader.count():
-        topic = reader.string()
-        partitions.update(TopicPartition(topic, reader.take(_I32)) for _ in reader.count())
-    value = TransactionLogValue(producer_id, producer_epoch, timeout_ms, state,
-                                frozenset(partitions), reader.take(_I64), reader.take(_I64))
+    for _ in reader.compact_count() if flexible else reader.count():
+        topic = reader.compact_string() if flexible else reader.string()
+        partitions.update(TopicPartition(topic, reader.take(_I32))
+                          for _ in (reader.compact_count() if flexible else reader.count()))
+        if flexible:
+            _skip_tagged_fields(reader)
+    last_update, start = reader.take(_I64), reader.take(_I64)
+    tagged: dict[int, bytes] = _skip_tagged_fields(reader) if flexible else {}
+
+    def tag(number: int, unpacker: struct.Struct, default: int) -> int:
+        if number not in tagged:
+            return default
+        raw = tagged[number]
+        if len(raw) != unpacker.size:
+            raise CorruptTransactionRecordError(
+                f"TransactionLogValue: tagged field {number} has {len(raw)} bytes")
+        return int(unpacker.unpack(raw)[0])
+
+    value = TransactionLogValue(
+        producer_id, producer_epoch, timeout_ms, state, frozenset(partitions), last_update,
+        start, previous_producer_id=tag(0, _I64, NO_PRODUCER_ID),
+        next_producer_id=tag(1, _I64, NO_PRODUCER_ID),
+        next_producer_epoch=tag(3, _I16, NO_PRODUCER_EPOCH),
+        client_transaction_version=tag(2, _I16, 0))
     reader.end()
     return value
+
+
+def _skip_tagged_fields(reader: _Reader) -> dict[int, bytes]:
+    """A flexible structure's tagged fields, by tag."""
+    return {reader.uvarint(): reader.bytes_(reader.uvarint()) for _ in range(reader.uvarint())}

@@ -5,7 +5,9 @@ Once PrepareCommit or PrepareAbort is in ``__transaction_state``, the outcome is
 what is left is to write a marker in every partition of the transaction and then
 CompleteCommit or CompleteAbort. Each partition's marker is queued for the broker that
 leads it now; one sender per broker drains its queue into WriteTxnMarkers requests (one
-entry per transaction, all its partitions on that broker) over a connection it keeps.
+entry per transaction, all its partitions on that broker) over a connection it keeps. They
+are version 2, which carries the transaction version of the client that decided, so that
+the leader checks the marker's epoch by that version's rules.
 Per partition, the answer decides:
 
 - NONE: that partition is done; when the last is, the Complete* state is written (retried
@@ -32,8 +34,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.schema.write_txn_markers.v1 import request as markers_req
-from kio.static.primitive import i16, i32, i64
+from kio.schema.write_txn_markers.v2 import request as markers_req
+from kio.static.primitive import i8, i16, i32, i64
 
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
@@ -173,6 +175,8 @@ class TransactionMarkerChannelManager:
                 producer_epoch=i16(txn.metadata.producer_epoch),
                 transaction_result=txn.result is ControlRecordType.COMMIT,
                 coordinator_epoch=i32(txn.coordinator_epoch),
+                # v2 (KIP-890): the leader checks a version 2 marker's epoch strictly
+                transaction_version=i8(txn.metadata.client_transaction_version),
                 topics=tuple(markers_req.WritableTxnMarkerTopic(
                     name=topic, partition_indexes=tuple(
                         i32(tp.partition) for tp in tps if tp.topic == topic))

@@ -8,11 +8,15 @@ is replicated (``TransactionStateManager.append_transaction_to_log``),
 ``complete_transition_to`` makes it the state, or ``abort_pending_transition`` drops it
 when the write failed. So the coordinator never answers from a state the log may not keep.
 
-Transaction version 1 only (KIP-890's epoch bump per transaction is transaction version 2):
-the previous and next producer ids of the flexible log value are not kept. A transaction
-goes Empty (or Complete*) -> Ongoing (AddPartitionsToTxn) -> PrepareCommit or
-PrepareAbort (EndTxn, or the coordinator's own abort with a fenced epoch) -> CompleteCommit
-or CompleteAbort (once every partition has its marker).
+A transaction goes Empty (or Complete*) -> Ongoing (AddPartitionsToTxn) -> PrepareCommit
+or PrepareAbort (EndTxn, or the coordinator's own abort with a fenced epoch) ->
+CompleteCommit or CompleteAbort (once every partition has its marker). Each transition
+records the transaction version of the client that made it (``clientTransactionVersion``,
+KIP-890): under transaction version 2 the decision (PrepareCommit or PrepareAbort) bumps
+the producer epoch, so every transaction runs under an epoch of its own and a request left
+over from the one before is fenced; an exhausted epoch moves the id to the next producer id
+at the end of the transaction (``nextProducerId``). Under versions 0 and 1 the epoch stays
+the same from one transaction to the next.
 """
 
 from __future__ import annotations
@@ -23,22 +27,32 @@ from minibroker.cluster.types import TopicPartition
 from minibroker.coordinator.transaction_log import TransactionLogValue, TransactionState
 
 __all__ = [
+    "MAX_EPOCH",
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
+    "TV_2",
     "TransactionMetadata",
     "TransitionError",
     "TxnTransitMetadata",
     "is_epoch_exhausted",
+    "supports_epoch_bump",
 ]
 
 NO_PRODUCER_ID = -1  # RecordBatch.NO_PRODUCER_ID
 NO_PRODUCER_EPOCH = -1  # RecordBatch.NO_PRODUCER_EPOCH
-_MAX_EPOCH = 2**15 - 1  # Short.MAX_VALUE
+MAX_EPOCH = 2**15 - 1  # Short.MAX_VALUE
+TV_2 = 2
+"""``TransactionVersion.TV_2``: the first that ``supportsEpochBump``."""
+
+
+def supports_epoch_bump(transaction_version: int) -> bool:
+    """``TransactionVersion.supportsEpochBump``."""
+    return transaction_version >= TV_2
 
 
 def is_epoch_exhausted(producer_epoch: int) -> bool:
     """``TransactionMetadata.isEpochExhausted``: one epoch is kept for fencing (KIP-360)."""
-    return producer_epoch >= _MAX_EPOCH - 1
+    return producer_epoch >= MAX_EPOCH - 1
 
 
 class TransitionError(Exception):
@@ -63,21 +77,28 @@ class TxnTransitMetadata:
     partitions: frozenset[TopicPartition]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
+    client_transaction_version: int
+    next_producer_id: int = NO_PRODUCER_ID
 
     def log_value(self) -> TransactionLogValue:
+        """What ``TransactionLog.valueToBytes`` writes of it (Kafka 4.2 sets the client's
+        transaction version among the tagged fields, not the previous or next ids)."""
         return TransactionLogValue(self.producer_id, self.producer_epoch, self.txn_timeout_ms,
                                    self.state, self.partitions, self.txn_last_update_timestamp,
-                                   self.txn_start_timestamp)
+                                   self.txn_start_timestamp,
+                                   client_transaction_version=self.client_transaction_version)
 
 
 class TransactionMetadata:
     def __init__(self, transactional_id: str, producer_id: int, *, producer_epoch: int,
                  txn_timeout_ms: int, state: TransactionState, update_timestamp: int,
                  partitions: frozenset[TopicPartition] = frozenset(),
-                 txn_start_timestamp: int = -1) -> None:
+                 txn_start_timestamp: int = -1, client_transaction_version: int = 0) -> None:
         self.transactional_id = transactional_id
         self.producer_id = producer_id
         self.last_producer_id = NO_PRODUCER_ID
+        self.next_producer_id = NO_PRODUCER_ID
+        self.client_transaction_version = client_transaction_version
         self.producer_epoch = producer_epoch
         self.last_producer_epoch = NO_PRODUCER_EPOCH
         self.txn_timeout_ms = txn_timeout_ms
@@ -91,10 +112,16 @@ class TransactionMetadata:
     @classmethod
     def loaded(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
         """As a new coordinator replays it (``TransactionLog.readTxnRecordValue``)."""
-        return cls(transactional_id, value.producer_id, producer_epoch=value.producer_epoch,
-                   txn_timeout_ms=value.transaction_timeout_ms, state=value.state,
-                   update_timestamp=value.last_update_timestamp_ms,
-                   partitions=value.partitions, txn_start_timestamp=value.start_timestamp_ms)
+        metadata = cls(transactional_id, value.producer_id,
+                       producer_epoch=value.producer_epoch,
+                       txn_timeout_ms=value.transaction_timeout_ms, state=value.state,
+                       update_timestamp=value.last_update_timestamp_ms,
+                       partitions=value.partitions,
+                       txn_start_timestamp=value.start_timestamp_ms,
+                       client_transaction_version=value.client_transaction_version)
+        metadata.last_producer_id = value.previous_producer_id
+        metadata.next_producer_id = value.next_producer_id
+        return metadata
 
     @property
     def pending_transition_in_progress(self) -> bool:
@@ -148,8 +175,8 @@ class TransactionMetadata:
 
     # ---- a transaction ---------------------------------------------------------------------
 
-    def prepare_add_partitions(self, partitions: frozenset[TopicPartition],
-                               now_ms: int) -> TxnTransitMetadata:
+    def prepare_add_partitions(self, partitions: frozenset[TopicPartition], now_ms: int,
+                               client_transaction_version: int) -> TxnTransitMetadata:
         """Kafka's ``prepareAddPartitions``: Ongoing with the partitions added; the first
         partition of a transaction starts its clock (``txn_start_timestamp``), which
         ``transaction.timeout.ms`` counts from."""
@@ -159,15 +186,26 @@ class TransactionMetadata:
             else self.txn_start_timestamp
         return self._prepare(TransactionState.ONGOING, self.producer_id, self.producer_epoch,
                              self.last_producer_epoch, self.txn_timeout_ms, now_ms,
-                             partitions=self.partitions | partitions, start=start)
+                             partitions=self.partitions | partitions, start=start,
+                             client_transaction_version=client_transaction_version)
 
-    def prepare_abort_or_commit(self, state: TransactionState,
-                                now_ms: int) -> TxnTransitMetadata:
-        """Kafka's ``prepareAbortOrCommit`` for transaction version 1: PrepareCommit or
-        PrepareAbort, the same producer epoch, partitions and start."""
-        return self._prepare(state, self.producer_id, self.producer_epoch,
-                             self.last_producer_epoch, self.txn_timeout_ms, now_ms,
-                             partitions=self.partitions, start=self.txn_start_timestamp)
+    def prepare_abort_or_commit(self, state: TransactionState, now_ms: int, *,
+                                client_transaction_version: int,
+                                next_producer_id: int = NO_PRODUCER_ID,
+                                no_partition_added: bool = False) -> TxnTransitMetadata:
+        """Kafka's ``prepareAbortOrCommit``: PrepareCommit or PrepareAbort with the same
+        partitions. Transaction version 2 bumps the epoch (the one before becomes the last
+        epoch, which a retry of this EndTxn names) and may abort with no partition added,
+        its start then being now; versions 0 and 1 keep the epoch."""
+        if supports_epoch_bump(client_transaction_version):
+            epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
+        else:
+            epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
+        return self._prepare(state, self.producer_id, epoch, last_epoch, self.txn_timeout_ms,
+                             now_ms, partitions=self.partitions,
+                             start=now_ms if no_partition_added else self.txn_start_timestamp,
+                             client_transaction_version=client_transaction_version,
+                             next_producer_id=next_producer_id)
 
     def fence_producer_epoch(self) -> None:
         """Kafka's ``prepareFenceProducerEpoch`` followed by ``endTransactionWithTV1``'s
@@ -176,7 +214,7 @@ class TransactionMetadata:
         epoch in memory at once, fencing the old producer's next request, and the
         PrepareAbort written next carries it. If that write fails the epoch is not bumped
         again (``hasFailedEpochFence``): the bumped one was never given to anyone."""
-        if self.producer_epoch >= _MAX_EPOCH:
+        if self.producer_epoch >= MAX_EPOCH:
             raise TransitionError(f"{self.transactional_id}: cannot fence epoch "
                                   f"{self.producer_epoch}")
         if not self.has_failed_epoch_fence:
@@ -185,20 +223,29 @@ class TransactionMetadata:
 
     def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
         """Kafka's ``prepareComplete``: the markers are written, CompleteCommit or
-        CompleteAbort, no partitions."""
+        CompleteAbort, no partitions. Under transaction version 2 an exhausted epoch moves
+        to the next producer id at epoch 0 here (the last epoch stays the one the client
+        saw last)."""
         self.has_failed_epoch_fence = False
         state = (TransactionState.COMPLETE_COMMIT if self.state is TransactionState.PREPARE_COMMIT
                  else TransactionState.COMPLETE_ABORT)
-        return self._prepare(state, self.producer_id, self.producer_epoch,
-                             self.last_producer_epoch, self.txn_timeout_ms, now_ms,
-                             start=self.txn_start_timestamp)
+        if (supports_epoch_bump(self.client_transaction_version)
+                and self.next_producer_id != NO_PRODUCER_ID):
+            producer_id, epoch = self.next_producer_id, 0
+        else:
+            producer_id, epoch = self.producer_id, self.producer_epoch
+        return self._prepare(state, producer_id, epoch, self.last_producer_epoch,
+                             self.txn_timeout_ms, now_ms, start=self.txn_start_timestamp,
+                             next_producer_id=NO_PRODUCER_ID)
 
     def _prepare(self, state: TransactionState, producer_id: int, epoch: int, last_epoch: int,
                  txn_timeout_ms: int, now_ms: int, *,
                  partitions: frozenset[TopicPartition] = frozenset(),
-                 start: int = -1) -> TxnTransitMetadata:
+                 start: int = -1, client_transaction_version: int | None = None,
+                 next_producer_id: int | None = None) -> TxnTransitMetadata:
         """Kafka's ``prepareTransitionTo``: checked against the state machine, and pending
-        until written."""
+        until written; the client's transaction version and the next producer id stay the
+        metadata's unless given."""
         if self.pending_state is not None:
             raise TransitionError(f"{self.transactional_id}: preparing {state.state_name} "
                                   f"while {self.pending_state.state_name} is pending")
@@ -209,42 +256,80 @@ class TransactionMetadata:
             raise TransitionError(f"{self.transactional_id}: illegal producer id {producer_id} "
                                   f"epoch {epoch}")
         self.pending_state = state
-        return TxnTransitMetadata(producer_id, self.producer_id, epoch, last_epoch,
-                                  txn_timeout_ms, state, partitions, start, now_ms)
+        return TxnTransitMetadata(
+            producer_id, self.producer_id, epoch, last_epoch, txn_timeout_ms, state, partitions,
+            start, now_ms,
+            self.client_transaction_version if client_transaction_version is None
+            else client_transaction_version,
+            self.next_producer_id if next_producer_id is None else next_producer_id)
 
     # ---- after the log write ---------------------------------------------------------------
 
     def complete_transition_to(self, transit: TxnTransitMetadata) -> None:
-        """The prepared transition's record is replicated: it is the state now."""
+        """The prepared transition's record is replicated: it is the state now (Kafka's
+        ``completeTransitionTo``, with its ``validProducerEpoch``)."""
         if self.pending_state is not transit.state:
             raise TransitionError(f"{self.transactional_id}: completing "
                                   f"{transit.state.state_name}, but "
                                   f"{self.pending_state} is pending")
-        epoch_ok = (transit.producer_epoch in (self.producer_epoch, self.producer_epoch + 1)
-                    or (transit.producer_id != self.producer_id and transit.producer_epoch == 0))
-        same_epoch = (transit.producer_id, transit.producer_epoch) == (self.producer_id,
-                                                                       self.producer_epoch)
         state = transit.state
         if (state is TransactionState.EMPTY and (
-                not epoch_ok or transit.partitions or transit.txn_start_timestamp != -1)) or (
+                not self._valid_epoch_bump(transit) or transit.partitions
+                or transit.txn_start_timestamp != -1)) or (
                 state is TransactionState.ONGOING and (
-                    not same_epoch or not transit.partitions >= self.partitions)) or (
+                    not self._valid_producer_epoch(transit)
+                    or not transit.partitions >= self.partitions)) or (
                 state in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
-                and (not same_epoch or transit.partitions != self.partitions
-                     or transit.txn_start_timestamp != self.txn_start_timestamp)) or (
+                and (not self._valid_producer_epoch(transit)
+                     or transit.partitions != self.partitions
+                     or not self._valid_decision_start(transit))) or (
                 state in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT)
-                and (not same_epoch or transit.txn_start_timestamp == -1)):
+                and (not self._valid_producer_epoch(transit)
+                     or transit.txn_start_timestamp == -1)):
             raise TransitionError(f"{self.transactional_id}: invalid transition from "
                                   f"{self.state.state_name} to {transit}")
         self.producer_id, self.last_producer_id = transit.producer_id, transit.last_producer_id
+        self.next_producer_id = transit.next_producer_id
         self.producer_epoch = transit.producer_epoch
         self.last_producer_epoch = transit.last_producer_epoch
         self.txn_timeout_ms = transit.txn_timeout_ms
         self.partitions = transit.partitions
         self.txn_start_timestamp = transit.txn_start_timestamp
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
+        self.client_transaction_version = transit.client_transaction_version
         self.pending_state = None
         self.state = transit.state
+
+    def _valid_epoch_bump(self, transit: TxnTransitMetadata) -> bool:
+        """``validProducerEpochBump`` (or the same epoch): InitProducerId's Empty."""
+        return (transit.producer_epoch in (self.producer_epoch, self.producer_epoch + 1)
+                or (transit.producer_id != self.producer_id and transit.producer_epoch == 0))
+
+    def _valid_producer_epoch(self, transit: TxnTransitMetadata) -> bool:
+        """``validProducerEpoch``: the same producer id and epoch, except under transaction
+        version 2 for a decision (its last epoch is the current one: the bump) and for a
+        completion that moved to the next producer id (epoch 0, the previous id ours)."""
+        if supports_epoch_bump(transit.client_transaction_version):
+            if (transit.state in (TransactionState.COMPLETE_COMMIT,
+                                  TransactionState.COMPLETE_ABORT)
+                    and transit.producer_epoch == 0):
+                return (transit.last_producer_epoch == self.last_producer_epoch
+                        and transit.last_producer_id == self.producer_id)
+            if transit.state in (TransactionState.PREPARE_COMMIT,
+                                 TransactionState.PREPARE_ABORT):
+                return (transit.last_producer_epoch == self.producer_epoch
+                        and transit.producer_id == self.producer_id)
+        return (transit.producer_id, transit.producer_epoch) == (self.producer_id,
+                                                                 self.producer_epoch)
+
+    def _valid_decision_start(self, transit: TxnTransitMetadata) -> bool:
+        """A decision keeps the transaction's start, except transaction version 2's abort
+        of a transaction no partition joined (from Empty or Complete*)."""
+        return transit.txn_start_timestamp == self.txn_start_timestamp or (
+            transit.state is TransactionState.PREPARE_ABORT
+            and supports_epoch_bump(transit.client_transaction_version)
+            and self.state in (TransactionState.EMPTY, TransactionState.COMPLETE_COMMIT,
+                               TransactionState.COMPLETE_ABORT))
 
     def abort_pending_transition(self) -> None:
         """The write failed: the state stays what it was (``pendingState = None``)."""

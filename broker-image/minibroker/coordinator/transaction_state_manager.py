@@ -101,6 +101,9 @@ class TransactionStateManager:
         self._image = metadata_image
         self._events = events
         self.max_timeout_ms: int = resolve("transaction.max.timeout.ms", config)
+        # The cluster's finalized feature (Kafka's transactionVersionLevel()): the log value
+        # version, and the version of the coordinator's own aborts.
+        self.transaction_version: int = resolve("transaction.version", config)
         self._expiration_ms: int = resolve("transactional.id.expiration.ms", config)
         self._cache: dict[int, _CacheEntry] = {}
         self._loading: dict[int, int] = {}  # partition -> the leader epoch being loaded
@@ -169,7 +172,8 @@ class TransactionStateManager:
         """Write ``transit`` as the id's record; on success (and still its coordinator in
         ``coordinator_epoch``) complete the transition, else drop the pending one."""
         tp = TopicPartition(TRANSACTION_STATE_TOPIC, self.partition_for(transactional_id))
-        batch = build_batch([encode_value(transit.log_value())],
+        value_version = 1 if self.transaction_version >= 1 else 0  # transactionLogValueVersion
+        batch = build_batch([encode_value(transit.log_value(), value_version)],
                             keys=[encode_key(transactional_id)], timestamp_ms=self.now_ms())
 
         def done(results: dict[TopicPartition, ProduceResult]) -> None:
@@ -314,10 +318,13 @@ class TransactionStateManager:
         self._loading.clear()
 
     def state(self) -> dict[str, object]:
-        """For /v1/state: the partitions this broker coordinates, and their ids."""
+        """For /v1/state: the partitions this broker coordinates, and their ids (with the
+        transaction's partitions and the transaction version of its last transition)."""
         return {"loading": sorted(self._loading),
-                "owned": {p: {m.transactional_id: {"state": m.state.state_name,
-                                                   "producer_id": m.producer_id,
-                                                   "producer_epoch": m.producer_epoch}
-                              for m in e.by_id.values()}
-                          for p, e in sorted(self._cache.items())}}
+                "owned": {p: {m.transactional_id: {
+                    "state": m.state.state_name, "producer_id": m.producer_id,
+                    "producer_epoch": m.producer_epoch,
+                    "partitions": sorted(f"{tp.topic}-{tp.partition}" for tp in m.partitions),
+                    "transaction_version": m.client_transaction_version}
+                    for m in e.by_id.values()}
+                    for p, e in sorted(self._cache.items())}}

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
+from kio.static.primitive import i16, i64
 from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicImage
@@ -19,6 +20,7 @@ from minibroker.network.codec import SUPPORTED_API_VERSIONS, ApiKey, Request
 from minibroker.network.kafka_server import LISTENER
 from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
 
+TRANSACTION_VERSION_FEATURE = "transaction.version"  # TransactionVersion.FEATURE_NAME
 _AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" sentinel
 _METADATA_BY_ID = 12  # the first Metadata version that looks topics up by id (KIP-516)
 _ZERO_UUID = uuid.UUID(int=0)
@@ -76,9 +78,25 @@ class ClusterApis:
             m.ApiVersion(api_key=key, min_version=lo, max_version=hi)
             for key, (lo, hi) in sorted(SUPPORTED_API_VERSIONS.items())
         )
-        return build(
-            m.ApiVersionsResponse, error_code=error, api_keys=api_keys, throttle_time=NO_THROTTLE
-        )
+        if version < 3:
+            return build(m.ApiVersionsResponse, error_code=error, api_keys=api_keys,
+                         throttle_time=NO_THROTTLE)
+        # The features (KIP-584), as Kafka 4.2's ApiVersionsResponse gives them: a client on
+        # transaction version 2 (the Java client's TransactionManager) uses it only while
+        # the cluster has it finalized. Below v4 a supported feature whose minimum is 0 is
+        # left out (KAFKA-17011); a feature at level 0 is not finalized. The epoch is the
+        # metadata offset, which only grows.
+        level: int = resolve("transaction.version", self._broker.broker_config())
+        supported = () if version < 4 else (m.SupportedFeatureKey(
+            name=TRANSACTION_VERSION_FEATURE, min_version=i16(0), max_version=i16(2)),)
+        finalized = () if level == 0 else (m.FinalizedFeatureKey(
+            name=TRANSACTION_VERSION_FEATURE, max_version_level=i16(level),
+            min_version_level=i16(level)),)
+        return m.ApiVersionsResponse(
+            error_code=error, api_keys=api_keys, throttle_time=NO_THROTTLE,
+            supported_features=supported,
+            finalized_features_epoch=i64(max(self._broker.metadata_image().metadata_offset, 0)),
+            finalized_features=finalized)
 
     # -- Metadata ------------------------------------------------------------------------
 

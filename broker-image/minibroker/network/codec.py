@@ -84,13 +84,18 @@ class ApiKey(IntEnum):
 # follower's broker epoch (KIP-903); v16+ (KIP-951 leader hints) is not served.
 # InitProducerId: librdkafka 2.x and kafka-python use up to v4; v5 only adds an error code
 # that transactional producers may see.
+# Produce v10 adds KIP-951's leader hints (tagged, left out), v11 TRANSACTION_ABORTABLE, v12
+# transaction version 2 (KIP-890: the broker adds the partition to the transaction); v13
+# (topic ids, Kafka 4.1) is not served. The transaction APIs to Kafka 4.2's versions:
+# EndTxn v5, AddPartitionsToTxn v5 (v4+ batched, from brokers), TxnOffsetCommit v5 and
+# WriteTxnMarkers v2 (with its transaction version) are transaction version 2's.
 # The group coordinator's APIs (the classic protocol) at Kafka 3.9's versions, but:
 # OffsetCommit from v2 and OffsetFetch from v1 (kio has no older classes; no client in use
 # sends them); FindCoordinator to v4 (KIP-699's batch; v5 only adds an error transactional
 # producers see), DescribeGroups to v5 (v6 is Kafka 4.0's). OffsetCommit v9 and OffsetFetch
 # v9 carry KIP-848's member epoch, which a classic group reads as the generation.
 SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 9),
+    ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 15),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
@@ -103,15 +108,15 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 5),
-    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.API_VERSIONS: (0, 4),  # v4: features whose minimum is 0 too (KAFKA-17011)
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v5 only adds TRANSACTION_ABORTABLE (KIP-890)
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # v4 adds TRANSACTION_ABORTABLE (KIP-890)
-    ApiKey.END_TXN: (0, 3),  # v4 adds TRANSACTION_ABORTABLE, v5 is transaction version 2
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v2's transaction version is KIP-890 part 2's
-    ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # v3: KIP-447's member id and generation
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),  # v4 adds TRANSACTION_ABORTABLE (KIP-890)
+    ApiKey.END_TXN: (0, 5),  # v4 adds TRANSACTION_ABORTABLE, v5 is transaction version 2
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v3: KIP-447's member id and generation
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topic configs only
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # KIP-664
     ApiKey.LIST_TRANSACTIONS: (0, 1),  # v1: KIP-994's duration filter; v2's regex is not served

@@ -30,7 +30,11 @@ from minibroker.network.responses import (
     completion,
     response_module,
 )
-from minibroker.network.txn_verification import TransactionVerifier, verify_transactional_append
+from minibroker.network.txn_verification import (
+    TransactionSupportedOperation,
+    TransactionVerifier,
+    verify_transactional_append,
+)
 
 __all__ = ["GroupApis", "GroupBroker"]
 
@@ -172,18 +176,21 @@ class GroupApis:
                                            m.OffsetCommitResponsePartition, body.topics, errors))
 
     async def handle_txn_offset_commit(self, request: Request) -> ResponsePayload:
-        """TxnOffsetCommit (v0-3; v3 is KIP-447's member id and generation)."""
+        """TxnOffsetCommit (v0-5; v3 is KIP-447's member id and generation, v5 transaction
+        version 2's, which adds the group's offsets partition to the transaction itself)."""
         body, version = request.body, request.api_version
         m = response_module(ApiKey.TXN_OFFSET_COMMIT, version)
         errors, offsets = self._offsets_to_commit(body.topics)
         guards = None
-        if offsets and self._verify_transactions:
-            # KIP-890 part 1: is the group's offsets partition in the transaction?
+        operation = TransactionSupportedOperation.for_txn_offset_commit(version)
+        if offsets and (self._verify_transactions or operation.supports_epoch_bump):
+            # KIP-890: is the group's offsets partition in the transaction (part 1), or
+            # add it (part 2)?
             tp = TopicPartition(OFFSETS_TOPIC,
                                 self._coordinator.manager.partition_for(body.group_id))
             guards, failed = await verify_transactional_append(
                 self._broker, body.transactional_id, body.producer_id, body.producer_epoch,
-                [tp])
+                [tp], operation)
             if tp in failed:
                 error = _COORDINATOR_ERRORS.get(failed[tp], failed[tp])
                 errors.update(dict.fromkeys(offsets, error))

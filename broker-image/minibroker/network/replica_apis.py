@@ -43,6 +43,7 @@ from minibroker.network.responses import (
 )
 from minibroker.network.txn_verification import (
     RETRIABLE_VERIFICATION_ERRORS,
+    TransactionSupportedOperation,
     TransactionVerifier,
     verify_transactional_append,
 )
@@ -167,11 +168,14 @@ class ReplicaApis:
         guards = None
         producer = _transactional_producer(entries) if body.transactional_id is not None \
             else None
-        if producer is not None and self._verify_transactions:
+        operation = TransactionSupportedOperation.for_produce(request.api_version)
+        # Transaction version 2 adds the partitions here, verification enabled or not.
+        if producer is not None and (self._verify_transactions
+                                     or operation.supports_epoch_bump):
             guards, failed = await verify_transactional_append(
-                self._broker, body.transactional_id, *producer, list(entries))
+                self._broker, body.transactional_id, *producer, list(entries), operation)
             for tp, error in failed.items():
-                results[tp] = _verification_failure(tp, error)
+                results[tp] = _verification_failure(tp, error, operation)
                 del entries[tp]
         if entries:
             timeout_ms = int(body.timeout.total_seconds() * 1000)
@@ -324,7 +328,8 @@ class ReplicaApis:
                 marker = TxnMarker(
                     entry.producer_id, entry.producer_epoch, entry.coordinator_epoch,
                     ControlRecordType.COMMIT if entry.transaction_result
-                    else ControlRecordType.ABORT, known)
+                    else ControlRecordType.ABORT, known,
+                    getattr(entry, "transaction_version", 0))  # v2+ (KIP-890)
                 results.update(await completion(
                     lambda done: self._broker.append_end_txn_markers(
                         marker=marker, timeout_ms=self._request_timeout_ms,
@@ -433,12 +438,17 @@ def _transactional_producer(entries: dict[TopicPartition, bytes]) -> tuple[int, 
     return None
 
 
-def _verification_failure(tp: TopicPartition, error: ErrorCode) -> ProduceResult:
-    """Kafka's ``postVerificationCallback`` mapping for producers before KIP-890's errors:
-    what stays a coordinator error is the retriable NOT_ENOUGH_REPLICAS."""
+def _verification_failure(tp: TopicPartition, error: ErrorCode,
+                          operation: TransactionSupportedOperation) -> ProduceResult:
+    """Kafka's ``postVerificationCallback`` mapping: a coordinator error becomes the
+    retriable NOT_ENOUGH_REPLICAS, which every client retries, except CONCURRENT_TRANSACTIONS
+    for a client on transaction version 2 (common while the last transaction ends, and
+    clearer as it is)."""
     if error == ErrorCode.invalid_txn_state:
         return ProduceResult(error, error_message=(
             f"{tp}: Partition was not added to the transaction"))
+    if error == ErrorCode.concurrent_transactions and operation.supports_epoch_bump:
+        return ProduceResult(error)
     if error in RETRIABLE_VERIFICATION_ERRORS:
         return ProduceResult(ErrorCode.not_enough_replicas, error_message=(
             f"{tp}: Unable to verify the partition has been added to the transaction. "

@@ -11,6 +11,11 @@ brokers, where ``verify_only`` asks KIP-890 part 1's question without changing a
 AddOffsetsToTxn (the group's offsets partition joins the transaction) and EndTxn go to the
 same coordinator. The markers the coordinator sends to partition
 leaders (WriteTxnMarkers) are the replicas' API (``replica_apis``).
+
+The client's transaction version is its request's (Kafka 4.2's ``TransactionVersion``):
+EndTxn v5+ and AddPartitionsToTxn v4+ run under version 2, older ones under version 0.
+Requests older than v2 get INVALID_PRODUCER_EPOCH where Kafka would say PRODUCER_FENCED,
+an error they predate.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from minibroker.coordinator.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
 )
-from minibroker.coordinator.transaction_metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from minibroker.coordinator.transaction_metadata import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TV_2
 from minibroker.network.codec import ApiKey, Request
 from minibroker.network.responses import NO_THROTTLE, build, response_module
 
@@ -70,7 +75,9 @@ class TxnApis:
                 (producer_id, producer_epoch) if names_id else None)
         return m.InitProducerIdResponse(
             throttle_time=NO_THROTTLE,
-            error_code=result.error,
+            # v4 is the first that knows PRODUCER_FENCED (Kafka's handleInitProducerIdRequest)
+            error_code=result.error if request.api_version >= 4
+            else _fenced_as_old_clients_know_it(result.error),
             producer_id=result.producer_id,
             producer_epoch=result.producer_epoch,
         )
@@ -85,7 +92,11 @@ class TxnApis:
         if request.api_version <= 3:
             results = await self._add_partitions(
                 body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                body.v3_and_below_producer_epoch, body.v3_and_below_topics, verify_only=False)
+                body.v3_and_below_producer_epoch, body.v3_and_below_topics, verify_only=False,
+                client_transaction_version=0)
+            if request.api_version < 2:
+                results = {tp: _fenced_as_old_clients_know_it(error)
+                           for tp, error in results.items()}
             return m.AddPartitionsToTxnResponse(
                 throttle_time=NO_THROTTLE,
                 results_by_topic_v3_and_below=_topic_results(m, results))
@@ -93,7 +104,8 @@ class TxnApis:
         for txn in body.transactions:
             results = await self._add_partitions(txn.transactional_id, txn.producer_id,
                                                  txn.producer_epoch, txn.topics,
-                                                 verify_only=txn.verify_only)
+                                                 verify_only=txn.verify_only,
+                                                 client_transaction_version=TV_2)
             answers.append(m.AddPartitionsToTxnResult(
                 transactional_id=txn.transactional_id,
                 topic_results=_topic_results(m, results)))
@@ -102,7 +114,8 @@ class TxnApis:
                                             results_by_transaction=tuple(answers))
 
     async def _add_partitions(self, transactional_id: str, producer_id: int,
-                              producer_epoch: int, topics: Any, *, verify_only: bool
+                              producer_epoch: int, topics: Any, *, verify_only: bool,
+                              client_transaction_version: int
                               ) -> dict[TopicPartition, ErrorCode]:
         image = self._broker.metadata_image()
         wanted = [TopicPartition(topic.name, index) for topic in topics
@@ -117,7 +130,8 @@ class TxnApis:
             return coordinator.verify_partitions_in_transaction(
                 transactional_id, producer_id, producer_epoch, frozenset(wanted))
         error = await coordinator.handle_add_partitions_to_transaction(
-            transactional_id, producer_id, producer_epoch, frozenset(wanted))
+            transactional_id, producer_id, producer_epoch, frozenset(wanted),
+            client_transaction_version)
         return dict.fromkeys(wanted, error)
 
     async def handle_add_offsets_to_txn(self, request: Request) -> ResponsePayload:
@@ -128,18 +142,28 @@ class TxnApis:
         m = response_module(ApiKey.ADD_OFFSETS_TO_TXN, request.api_version)
         offsets_tp = TopicPartition(
             OFFSETS_TOPIC, self._broker.group_coordinator.manager.partition_for(body.group_id))
+        # Always a client below transaction version 2: a client on version 2 lets
+        # TxnOffsetCommit v5 add the partition.
         error = await self._broker.txn_coordinator.handle_add_partitions_to_transaction(
             body.transactional_id, body.producer_id, body.producer_epoch,
-            frozenset({offsets_tp}))
+            frozenset({offsets_tp}), client_transaction_version=0)
+        if request.api_version < 2:
+            error = _fenced_as_old_clients_know_it(error)
         return m.AddOffsetsToTxnResponse(throttle_time=NO_THROTTLE, error_code=error)
 
     async def handle_end_txn(self, request: Request) -> ResponsePayload:
+        """Kafka's ``handleEndTxnRequest``: v5+ is transaction version 2, whose answer
+        carries the producer id and epoch of the next transaction."""
         body = request.body
         m = response_module(ApiKey.END_TXN, request.api_version)
-        error = await self._broker.txn_coordinator.handle_end_transaction(
-            body.transactional_id, body.producer_id, body.producer_epoch, body.committed)
+        result = await self._broker.txn_coordinator.handle_end_transaction(
+            body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
+            client_transaction_version=TV_2 if request.api_version > 4 else 0)
+        error = result.error
+        if request.api_version < 2:
+            error = _fenced_as_old_clients_know_it(error)
         return build(m.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=error,
-                     producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
+                     producer_id=result.producer_id, producer_epoch=result.producer_epoch)
 
     async def handle_describe_transactions(self, request: Request) -> ResponsePayload:
         """Each id is answered by this broker only if it coordinates it (NOT_COORDINATOR
@@ -182,6 +206,13 @@ class TxnApis:
                                             producer_id=t.producer_id,
                                             transaction_state=t.state.state_name)
                          for t in found))
+
+
+def _fenced_as_old_clients_know_it(error: ErrorCode) -> ErrorCode:
+    """PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to a request that predates it (Kafka's
+    ``handleEndTxnRequest``, ``handleAddPartitionsToTxnRequest`` and
+    ``handleAddOffsetsToTxnRequest`` below v2, ``handleInitProducerIdRequest`` below v4)."""
+    return ErrorCode.invalid_producer_epoch if error == ErrorCode.producer_fenced else error
 
 
 def _topic_results(m: Any, results: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:

@@ -224,14 +224,16 @@ class Log:
 
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int,
                               coordinator_epoch: int, control_type: ControlRecordType,
-                              leader_epoch: int, timestamp_ms: int) -> LogAppendInfo:
+                              leader_epoch: int, timestamp_ms: int,
+                              transaction_version: int = 0) -> LogAppendInfo:
         """Write a transaction marker for the coordinator (WriteTxnMarkers on the leader).
 
-        Raises ``ProducerStateError`` for a marker of an older producer epoch or of a
-        coordinator older than the last marker's."""
+        Raises ``ProducerStateError`` for a marker of an older producer epoch (under
+        transaction version 2, not newer) or of a coordinator older than the last
+        marker's."""
         marker = EndTransactionMarker(control_type, coordinator_epoch)
         self.producer_state.check_marker_append(producer_id, producer_epoch, marker,
-                                                self._log_end_offset)
+                                                self._log_end_offset, transaction_version)
         data, headers = assign_offsets(
             build_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, control_type,
                                  timestamp_ms), self._log_end_offset, leader_epoch)

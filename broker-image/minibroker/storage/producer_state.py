@@ -14,9 +14,12 @@ Transactions (Kafka 4.2's ``ProducerAppendInfo``, ``ProducerStateManager``): a p
 first transactional batch opens its transaction here (``current_txn_first_offset``, and an
 entry in the ongoing transactions by first offset); a non-transactional batch while one is
 open is INVALID_TXN_STATE. A marker (``control_records``) closes it, and is refused when its
-producer epoch is older than the entry's (INVALID_PRODUCER_EPOCH, the legacy transaction
-versions' rule: a marker carries the epoch of the transaction's records) or its coordinator
-epoch older than the last marker's (TRANSACTION_COORDINATOR_FENCED: a zombie coordinator).
+producer epoch is older than the entry's (INVALID_PRODUCER_EPOCH; transaction versions 0
+and 1, where a marker carries the epoch of the transaction's records), under transaction
+version 2 when it is not newer (its decision bumped the epoch, so the marker fences every
+batch of the transaction it ends: a late one is INVALID_PRODUCER_EPOCH), or when its
+coordinator epoch is older than the last marker's (TRANSACTION_COORDINATOR_FENCED: a zombie
+coordinator).
 A closed transaction stays *unreplicated* until the high watermark passes its marker. The
 first unstable offset, the first offset of a transaction open or not yet replicated, bounds
 the last stable offset (LSO) that ``read_committed`` consumers read to.
@@ -229,13 +232,21 @@ class ProducerStateEntry:
                 f"whose transaction is open since offset {self.current_txn_first_offset}")
 
     def check_marker(self, producer_epoch: int, marker: EndTransactionMarker,
-                     where: str) -> None:
-        """Kafka's ``checkProducerEpoch`` (legacy transaction versions: a marker of an older
-        epoch is refused) and ``checkCoordinatorEpoch`` for a coordinator's marker."""
-        if producer_epoch < self.producer_epoch:
+                     where: str, transaction_version: int = 0) -> None:
+        """Kafka 4.2's ``checkProducerEpoch`` and ``checkCoordinatorEpoch`` for a
+        coordinator's marker. Transaction versions 0 and 1 refuse a marker of an older
+        epoch; version 2's marker carries the epoch its decision bumped, so it must be
+        newer than the producer's batches here, except the retry of a marker already
+        written (the same epoch with no transaction open: KAFKA-19999)."""
+        tv2 = transaction_version >= 2
+        stale = producer_epoch <= self.producer_epoch if tv2 \
+            else producer_epoch < self.producer_epoch
+        if stale and not (tv2 and producer_epoch == self.producer_epoch
+                          and self.current_txn_first_offset is None):
             raise InvalidProducerEpochError(
                 f"{where}: epoch {producer_epoch} of producer {self.producer_id}'s marker is "
-                f"older than the last seen epoch {self.producer_epoch}")
+                f"{'not newer than' if tv2 else 'older than'} the last seen epoch "
+                f"{self.producer_epoch} (transaction version {transaction_version})")
         if marker.coordinator_epoch < self.coordinator_epoch:
             raise TransactionCoordinatorFencedError(
                 f"{where}: coordinator epoch {marker.coordinator_epoch} of producer "
@@ -378,10 +389,12 @@ class ProducerStateManager:
         return None
 
     def check_marker_append(self, producer_id: int, producer_epoch: int,
-                            marker: EndTransactionMarker, offset: int) -> None:
+                            marker: EndTransactionMarker, offset: int,
+                            transaction_version: int = 0) -> None:
         """Validate a coordinator's marker before it is written (``check_marker``)."""
         self._entry_copy(producer_id).check_marker(producer_epoch, marker,
-                                                   f"{self._name} offset {offset}")
+                                                   f"{self._name} offset {offset}",
+                                                   transaction_version)
 
     def _entry_copy(self, producer_id: int) -> ProducerStateEntry:
         current = self._producers.get(producer_id)
