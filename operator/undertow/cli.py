@@ -36,6 +36,9 @@ from pathlib import Path
 
 from undertow.runner.abort import RunAborted
 from undertow.spec import LoadedExperiment, SpecError, choose_seed, load_experiment, plan
+from undertow.spec.errors import format_loc
+from undertow.spec.experiment import check_stock_clients
+from undertow.spec.meta import FieldError
 
 EXIT_AS_EXPECTED, EXIT_UNEXPECTED, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130
@@ -173,6 +176,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from undertow.sim.world import simulated_platform
 
     loaded = load_experiment(args.file, args.cluster_file)
+    if args.platform != "sim":
+        try:
+            check_stock_clients(loaded.experiment.spec)
+        except FieldError as exc:
+            raise SpecError(exc.message, source=str(args.file),
+                            path=format_loc(("spec", *exc.loc))) from None
     name = loaded.experiment.metadata.name
     out = args.out or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (out / "history").exists() and any((out / "history").iterdir()):

@@ -363,6 +363,23 @@ async def test_an_experiment_the_cluster_cannot_run_fails_with_the_field(
     assert stored(emulator, "Job", "e3-runner") is None
 
 
+async def test_a_transaction_version_2_experiment_fails_before_its_runner_starts(
+        operator: Any, api: KubeApi, emulator: Any) -> None:
+    """The operator runs stock clients, none of which speaks transaction version 2."""
+    await ready_cluster(api, "c5")
+    _, transactional = documents("txn-partition-leader-kill")
+    workload = transactional["spec"]["workload"]
+    workload["transactions"]["transactionVersion"] = 2
+    await create_experiment(api, "e4", "c5", workload=workload)
+    failed = await eventually(lambda: in_phase(emulator, "e4", "Failed"), what="Failed")
+    reason = condition(failed, "Succeeded")
+    assert reason["reason"] == "InvalidSpec"
+    assert reason["message"].startswith(
+        "spec.workload.transactions.transactionVersion: 2 needs a producer that speaks "
+        "transaction version 2"), reason
+    assert stored(emulator, "Job", "e4-runner") is None
+
+
 def fail_job(api: KubeApi, name: str, message: str) -> None:
     """The Job controller giving up: the pod failed past ``backoffLimit``."""
     api.patch("Job", NAMESPACE, name, {"status": {

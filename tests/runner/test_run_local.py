@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from procs import processes_mentioning
 from small_experiment import small_experiment, write_small_experiment
 
@@ -272,6 +273,24 @@ def test_bad_input_exits_2_naming_file_and_field(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "bad.yaml" in output and "spec.workload.duration" in output and "5q" in output
     assert not (tmp_path / "out" / "history").exists(), "a rejected experiment started"
+
+
+def test_a_transaction_version_2_workload_is_refused_before_a_local_run(
+        tmp_path: Path) -> None:
+    """No stock client here speaks transaction version 2: a local run of such a workload is
+    rejected, naming the field and where it does run, before anything starts."""
+    documents = list(yaml.safe_load_all(
+        (REPO / "experiments" / "txn-partition-leader-kill.yaml").read_text()))
+    experiment = next(d for d in documents if d["kind"] == "ChaosExperiment")
+    experiment["spec"]["workload"]["transactions"]["transactionVersion"] = 2
+    path = tmp_path / "tv2.yaml"
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    proc = undertow("run", str(path), "--out", str(tmp_path / "out"))
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, output
+    assert "tv2.yaml" in output and "spec.workload.transactions.transactionVersion" in output
+    assert "--platform sim" in output, output
+    assert not (tmp_path / "out").exists(), "a rejected experiment started"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

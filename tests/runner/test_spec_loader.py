@@ -431,6 +431,21 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.workload.acks: a transactional producer is idempotent and needs acks all, not 1",
     ),
     (
+        "transaction-version-3",
+        exp("spec/workload/transactions", {"transactionVersion": 3}),
+        EXP,
+        "spec.workload.transactions.transactionVersion: expected 1 or 2, got 3",
+    ),
+    (
+        "transaction-version-2-on-a-version-1-cluster",
+        both(clu("spec/config/transaction.version", 1),
+             exp("spec/workload/transactions", {"transactionVersion": 2})),
+        EXP,
+        "spec.workload.transactions.transactionVersion: 2 needs the cluster's "
+        "transaction.version at 2, and BrokerCluster/three sets it to 1 (a Java 4.x client "
+        "would fall back to version 1 there)",
+    ),
+    (
         "transactions-read-uncommitted",
         both(exp("spec/workload/transactions", {}),
              exp("spec/workload/consumer", {"mode": "subscribe",
@@ -1003,7 +1018,8 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "spec.config[\"min.isr\"]: unknown broker config key 'min.isr'; known keys: "
         "min.insync.replicas, unclean.leader.election.enable, replication.truncation.mode, "
         "high.watermark.min.isr.rule, log.flush.interval.messages, log.flush.interval.ms, "
-        "eligible.leader.replicas.version, replica.lag.time.max.ms, broker.session.timeout.ms, "
+        "eligible.leader.replicas.version, transaction.version, replica.lag.time.max.ms, "
+        "broker.session.timeout.ms, "
         "broker.heartbeat.interval.ms, "
         "leader.imbalance.check.interval.ms, replica.fetch.wait.max.ms, "
         "replica.fetch.min.bytes, replica.high.watermark.checkpoint.interval.ms, segment.bytes, "

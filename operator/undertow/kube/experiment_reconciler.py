@@ -34,7 +34,7 @@ from undertow.kube.reconcile import Reconciler, source_of, utc_now
 from undertow.platform.base import PlatformError
 from undertow.spec import ChaosExperiment, SpecError, parse_document
 from undertow.spec.errors import format_loc
-from undertow.spec.experiment import check_against_cluster
+from undertow.spec.experiment import check_against_cluster, check_stock_clients
 from undertow.spec.meta import FieldError
 
 
@@ -104,6 +104,7 @@ class ChaosExperimentReconciler(Reconciler):
                 cluster_model = cluster_spec(cluster)
                 check_against_cluster(experiment.spec, cluster_model,
                                       f"BrokerCluster/{cluster_name}")
+                check_stock_clients(experiment.spec)
             except SpecError as exc:
                 fields["spec_error"] = f"BrokerCluster/{cluster_name}: {exc}"
             except FieldError as exc:

@@ -96,7 +96,8 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
         transactions=None if w.transactions is None else TxnSettings(
             records_per_transaction=w.transactions.records_per_transaction,
             abort_ratio=w.transactions.abort_ratio,
-            timeout_ms=int(w.transactions.timeout * 1000)),
+            timeout_ms=int(w.transactions.timeout * 1000),
+            transaction_version=w.transactions.transaction_version),
         pipeline=None if w.pipeline is None else PipelineSettings(
             output_topic=str(w.pipeline.output_topic), kill_every_s=w.pipeline.kill_every))
 

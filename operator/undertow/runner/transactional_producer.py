@@ -46,6 +46,8 @@ class TxnSettings:
     records_per_transaction: int
     abort_ratio: float
     timeout_ms: int
+    transaction_version: int = 1
+    """The protocol the producers speak (2: simulation only, `check_stock_clients`)."""
 
 
 def aborts(n: int, ratio: float) -> bool:

@@ -98,6 +98,11 @@ class BrokerConfig(TopicConfig):
     unclean ones, and the last known leader leads again when the ISR and the ELR are empty.
     0: Kafka 3.7 to 4.0's rules (the ISR keeps its last member). Kafka sets it as a feature
     level (kafka-features.sh), minibroker as a cluster config."""
+    transaction_version: Literal[0, 1, 2] | None = Field(None, alias="transaction.version")
+    """The finalized feature `transaction.version` (KIP-890). 2 (default; Kafka 4.0+): a
+    producer that speaks it bumps its epoch on every transaction. 1 and 0: Kafka 3.x's
+    protocol for every client (0 also writes `__transaction_state` in its first format).
+    Kafka sets it as a feature level, minibroker as a cluster config."""
     replica_lag_time_max_ms: PositiveInt | None = Field(None, alias="replica.lag.time.max.ms")
     """A follower not caught up for this long leaves the ISR (Kafka: 30000)."""
     broker_session_timeout_ms: PositiveInt | None = Field(None, alias="broker.session.timeout.ms")

@@ -40,6 +40,7 @@ __all__ = [
     "TopicSpec",
     "Verdict",
     "check_against_cluster",
+    "check_stock_clients",
 ]
 
 Phase = Literal["Pending", "Running", "Healing", "Analyzing", "Completed", "Failed"]
@@ -189,6 +190,13 @@ def check_against_cluster(
         )
     for loc, selector in spec.all_selectors():
         _check_selector(loc, selector, spec, cluster, cluster_name)
+    txns = spec.workload.transactions
+    level = cluster.config.transaction_version
+    if txns is not None and txns.transaction_version == 2 and level not in (None, 2):
+        raise FieldError(
+            ("workload", "transactions", "transactionVersion"),
+            f"2 needs the cluster's transaction.version at 2, and {cluster_name} sets it to "
+            f"{level} (a Java 4.x client would fall back to version 1 there)")
     offsets_rf = cluster.config.offsets_topic_replication_factor
     if spec.workload.consumer.mode == "subscribe" and offsets_rf is not None \
             and offsets_rf > cluster.brokers:
@@ -197,6 +205,22 @@ def check_against_cluster(
             f"a consumer group needs __consumer_offsets, whose offsets.topic.replication.factor "
             f"{offsets_rf} (in {cluster_name}'s config) exceeds its {cluster.brokers} brokers: "
             "the topic could never be created")
+
+
+STOCK_CLIENT_TRANSACTIONS = (
+    "2 needs a producer that speaks transaction version 2 (EndTxn v5, Produce v12), as the "
+    "Java 4.x client does; the stock producer of local, pod and Kubernetes runs, "
+    "confluent-kafka (librdkafka 2.16), speaks version 1. Run it in simulation: undertow "
+    "run --platform sim, or undertow explore")
+
+
+def check_stock_clients(spec: ChaosExperimentSpec) -> None:
+    """Reject what only the simulator's client models can do, before a run with stock
+    clients starts anything; `FieldError` locations are below `spec`."""
+    txns = spec.workload.transactions
+    if txns is not None and txns.transaction_version == 2:
+        raise FieldError(("workload", "transactions", "transactionVersion"),
+                         STOCK_CLIENT_TRANSACTIONS)
 
 
 def _check_selector(

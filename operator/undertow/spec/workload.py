@@ -105,6 +105,13 @@ class TransactionsSpec(SpecModel):
     timeout: Duration = Field("10s", validate_default=True)
     """The producers' transaction.timeout.ms: the coordinator aborts a transaction open
     longer (Kafka's default is 60s; the brokers' transaction.max.timeout.ms bounds it)."""
+    transaction_version: Literal[1, 2] = 1
+    """The transaction protocol the producers speak (KIP-890's client transaction version).
+    1: as librdkafka (confluent-kafka) speaks it against Kafka 3.x and 4.x alike
+    (AddPartitionsToTxn, EndTxn v1): a producer keeps its epoch from one transaction to the
+    next. 2: as the Java 4.x client speaks it where the cluster has `transaction.version` 2
+    (Produce v12 adds partitions, EndTxn v5 bumps the epoch on every transaction). No stock
+    client here speaks 2, so such an experiment runs in simulation only."""
 
     @model_validator(mode="after")
     def _check(self) -> TransactionsSpec:
