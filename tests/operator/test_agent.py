@@ -141,6 +141,18 @@ def test_a_delayed_link_holds_real_packets_until_the_deadline(
         assert agent.netfilter.rules() == ["-N UNDERTOW-INPUT", "-N UNDERTOW-OUTPUT"]
 
 
+def test_a_delayer_process_loads_nothing_of_undertow_but_the_link_delay() -> None:
+    """An isolated node's agent runs a delayer for each of its peers, all within the agent
+    container's memory limit (``JobSettings.agent_resources``): each one loads the link
+    delay and nothing else of Undertow (the platform's base doubled a delayer's memory and
+    got the agent of a 5-broker cluster's leader OOM-killed)."""
+    listing = ("import sys, undertow.platform.nfqueue_delay\n"
+               "print(*sorted(m for m in sys.modules if m.startswith('undertow')))")
+    assert sh(sys.executable, "-c", listing).stdout.split() == [
+        "undertow", "undertow.platform", "undertow.platform.link_delay",
+        "undertow.platform.nfqueue_delay"]
+
+
 @contextlib.contextmanager
 def agent_beside_server(a: str, b: str, port: int, target: Target) -> Iterator[FaultAgent]:
     """A started fault agent whose rules and delayers are in namespace ``b``, beside a

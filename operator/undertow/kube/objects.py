@@ -50,7 +50,11 @@ class JobSettings:
     analysis_resources: Mapping[str, Any] = field(default_factory=lambda: {
         "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}})
     agent_resources: Mapping[str, Any] = field(default_factory=lambda: {
-        "requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}})
+        "requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
+    """The fault agent's container: the agent (15 MB) and, while a delay holds, a delayer
+    process for each peer it delays (7 MB each, ``agent/delays.py``); a node a delay
+    isolates delays every other pod of its cluster, so 128Mi holds clusters of up to about
+    16 brokers (64Mi was OOM-killed at 5, when a delayer took 12 MB)."""
     publish_resources: Mapping[str, Any] = field(default_factory=lambda: {
         "requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}})
     """The analysis Job's second container, which patches the report into its ConfigMap."""
