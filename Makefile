@@ -65,7 +65,8 @@ images:
 # disk-full-leader-acksall, group-coordinator-kill and txn-partition-leader-kill on the
 # operator's own pods under podman (tests/pods): they must give loss, clean, loss, clean,
 # clean, clean and clean, as they do locally;
-# then pause, partition and disk stall through the pods' fault agents. make test skips both
+# then pause, partition and disk stall through the pods' fault agents, and a delay whose added
+# round trip is measured inside the containers (within 20 %). make test skips both
 # folders: building the images takes minutes on a fresh machine.
 e2e-pods: $(STAMP)
 	UNDERTOW_E2E_PODS=1 $(BIN)/pytest -q -p no:cacheprovider tests/containers tests/pods
