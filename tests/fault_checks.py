@@ -18,8 +18,11 @@ Wait = Callable[[Callable[[], object], float, str], object]
 
 def leftovers(platform: Platform) -> list[str]:
     """Whatever a fault may leave behind, read from the processes, the links and each
-    broker's own state: stopped or missing processes, blocked or delayed links, armed failpoints."""
+    broker's own state: stopped or missing processes (a paused producer's own among them),
+    blocked or delayed links, armed failpoints."""
     left = [f"{node} paused" for node in platform.nodes if platform.is_paused(node)]
+    left += [f"{client} paused" for client in platform.client_processes
+             if platform.is_client_paused(client)]
     left += [f"{node} down" for node in platform.nodes if not platform.is_running(node)]
     left += [f"{link} blocked" for link in sorted(platform.blocked_links)]
     left += [f"{link} delayed" for link in sorted(platform.delayed_links)]

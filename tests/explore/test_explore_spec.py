@@ -105,7 +105,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
      {"explore": {"kinds": ["kill"], "targets": [{"role": "leader"}, {"consumer": 0}]}},
      "spec.explore.targets[1]: no kind in 'kinds' can hit it: a consumer or producer can "
      "only be the target of a partition or delay of mode isolate (its links to every broker "
-     "cut or slowed)"),
+     "cut or slowed), and a producer also of a pause (SIGSTOP of its own process)"),
     ("no-follower", {"replication_factor": 1, "explore": {"targets": [{"role": "follower"}]}},
      "spec.explore.targets[0].role: no follower can exist with replicationFactor 1"),
     ("no-broker", {"explore": {"targets": [{"broker": 5}]}},

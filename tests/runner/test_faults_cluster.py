@@ -7,7 +7,9 @@ until topic ``t`` has a leader and its full ISR again.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from fault_checks import check_kind_heals
+from fault_checks import check_kind_heals, leftovers
 from planned_faults import experiment, planned
 from processes import needs_local_minibroker
 
@@ -125,6 +127,40 @@ def test_every_kind_of_the_registry_heals_and_leaves_nothing_behind(
     check_kind_heals(healthy, kind, heal, follower,
                      lambda condition, timeout, what: wait_for(condition, timeout, what),
                      lambda: wait_back_in_isr(healthy, follower), EFFECT_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("heal", ["recover", "faults.heal", "time limit"])
+def test_a_paused_producer_process_is_stopped_and_every_heal_path_resumes_it(
+        healthy: LocalPlatform, tmp_path: Path, heal: str) -> None:
+    """A producer a schedule pauses runs as a process of its own (`Platform.start_client`):
+    its pause is SIGSTOP, state T in /proc until its unit recovers it, the cluster-wide
+    heal (which knows no unit) or its time limit sends SIGCONT."""
+    process = healthy.start_client("p0", [sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                   env=os.environ, log_path=tmp_path / "p0.log")
+    try:
+        assert healthy.client_processes == ("client-p0",)
+        recorder = Recorder()
+        fault = build_fault(planned({"kind": "pause", "target": {"producer": 0}}), healthy,
+                            Nodes("client-p0"), time_limit_s=1.5 if heal == "time limit" else 60,
+                            listener=recorder)
+        assert FAULT_UNITS["pause"].unable(healthy, "client-p0") is None
+        fault.inject()
+        assert proc_stat(process.pid)[0] == "T"
+        assert leftovers(healthy) == ["client-p0 paused"]
+        assert FAULT_UNITS["pause"].unable(healthy, "client-p0") == "is paused"
+        if heal == "recover":
+            fault.recover()
+        elif heal == "faults.heal":
+            faults.heal(healthy)
+        else:
+            wait_for(lambda: fault.state == "recovered", 10, "the time limit to resume p0")
+        assert proc_stat(process.pid)[0] != "T" and leftovers(healthy) == []
+        fault.recover()  # after faults.heal: nothing left to undo, no error
+        assert recorder.actions == [("pause", "client-p0", action)
+                                    for action in ("inject", "heal", "recover")]
+    finally:
+        process.kill()
+    assert FAULT_UNITS["pause"].unable(healthy, "client-p0") == "is not running"
 
 
 def test_kill_leader_elects_another_and_recover_restarts_into_the_isr(

@@ -5,20 +5,23 @@ codes, and that nothing outlives an interrupted run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from procs import processes_mentioning
+from procs import living_with_mark, processes_mentioning
 from small_experiment import small_experiment, write_small_experiment
 
+from undertow.platform.base import wait_for
 from undertow.runner.run import max_run_duration_s
 from undertow.spec import load_experiment
 from undertow_history import schema as history_schema
@@ -264,6 +267,117 @@ def test_a_delay_on_one_producer_slows_its_sends_alone(tmp_path: Path) -> None:
     assert len(slow) >= 10 and len(fast) >= 50, (len(slow), len(fast))
     assert slow[len(slow) // 2] >= 0.5, slow  # two trips of 300 ms, a little jitter aside
     assert fast[len(fast) // 2] < 0.15, fast
+
+
+PRODUCER_PROCESS = "undertow.runner.producer_process"
+"""What the command line of a producer's own process names."""
+
+
+def p0_paused(at: str, duration: str) -> str:
+    """The `faults` of a schedule that pauses producer p0 once."""
+    return f"""
+    - kind: pause
+      target: {{producer: 0}}
+      at: {at}
+      duration: {duration}"""
+
+
+def producer_processes(mark: str) -> list[tuple[int, str]]:
+    """(pid, state) of the marked run's producer processes."""
+    found = []
+    for pid, state in living_with_mark(mark):
+        try:
+            if PRODUCER_PROCESS.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append((pid, state))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def producer_states_while_paused(proc: subprocess.Popen, faults: Path, mark: str) -> set[str]:
+    """The states /proc shows for the run's producer processes between the pause's `inject`
+    and its `heal` in faults.jsonl, read every 50 ms; returns when the heal is written."""
+    states: set[str] = set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        actions = [f["action"] for f in lines(faults)] if faults.exists() else []
+        if "heal" in actions:
+            break
+        if "inject" in actions:
+            states |= {state for _pid, state in producer_processes(mark)}
+        time.sleep(0.05)
+    return states
+
+
+def test_a_paused_producer_sends_nothing_until_it_is_resumed(tmp_path: Path) -> None:
+    """Producer p0 paused for 2.5 s (`pause` of `{producer: 0}`): it runs as a process of
+    its own, which /proc shows stopped (T) while the pause lasts; none of its sends is
+    invoked or completes between the pause's inject and its heal, and it sends again after;
+    p1, a thread of the runner, keeps acknowledging through the pause; faults.jsonl has the
+    pause's inject, heal and recover on `client-p0`, and every line its documented schema."""
+    experiment = tmp_path / "paused-producer.yaml"
+    experiment.write_text(small_experiment("paused-producer", "6s", p0_paused("1500ms", "2500ms"),
+                                           workload={"producers": 2}))
+    out, mark = tmp_path / "out", uuid.uuid4().hex
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7",
+                    env={**os.environ, "UNDERTOW_TEST_MARK": mark})
+    states = producer_states_while_paused(proc, out / "history" / "faults.jsonl", mark)
+    output, _ = proc.communicate(timeout=bound_s(experiment))
+    assert proc.returncode == 0, output
+    assert states == {"T"}, states
+
+    history = out / "history"
+    written = schema_lines(history)
+    faults = written[history_schema.FAULTS]
+    assert [(f["action"], f["target"], f["role"]) for f in faults] == [
+        (action, "client-p0", "producer p0") for action in ("inject", "heal", "recover")]
+    paused, healed = faults[0]["t"], faults[1]["t"]
+    sends = written[history_schema.SENDS]
+    p0 = [s for s in sends if s["producer"] == "p0"]
+    during = [s for s in p0 if paused < s["t_invoke"] < healed or paused < s["t_complete"] < healed]
+    assert during == []
+    assert sum(s["t_invoke"] > healed and s["status"] == "ok" for s in p0) >= 50
+    assert sum(paused < s["t_complete"] < healed and s["status"] == "ok" for s in sends
+               if s["producer"] == "p1") >= 100
+    assert (out / "clients" / "p0.log").exists() and not (out / "clients" / "p1.log").exists()
+
+
+def test_a_runner_killed_while_its_producer_is_paused_leaves_no_producer_behind(
+        tmp_path: Path) -> None:
+    """SIGKILL of the runner while p0's own process is stopped: nothing can heal the pause,
+    yet the process dies with the runner (PR_SET_PDEATHSIG=SIGKILL, which a stopped process
+    does not ignore, and the guardian's SIGCONT and SIGKILL of its process group)."""
+    experiment = tmp_path / "killed.yaml"
+    experiment.write_text(small_experiment("killed", "60s", p0_paused("1s", "50s")))
+    out, mark = tmp_path / "out", uuid.uuid4().hex
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis",
+                    env={**os.environ, "UNDERTOW_TEST_MARK": mark})
+    wait_for(lambda: proc.poll() is not None or [s for _, s in producer_processes(mark)] == ["T"],
+             90, "p0's process to be paused")
+    assert proc.poll() is None, proc.communicate()[0]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    try:
+        wait_for(lambda: not producer_processes(mark), 20, "p0's process to die with the runner")
+        wait_for(lambda: not living_with_mark(mark), 20, "every process of the run to exit")
+    finally:  # what outlived the runner, stopped or not, must not outlive the test
+        for pid, _state in living_with_mark(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_producer_pause_is_refused_in_simulation_before_anything_starts(
+        tmp_path: Path) -> None:
+    """The simulator's client models have no process to stop yet: `--platform sim` refuses
+    a schedule that pauses a producer, saying where it runs, before anything starts."""
+    experiment = tmp_path / "paused-sim.yaml"
+    experiment.write_text(small_experiment("paused-sim", "5s", p0_paused("1s", "1s")))
+    proc = undertow("run", str(experiment), "--platform", "sim", "--out", str(tmp_path / "out"))
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, output
+    assert "the schedule pauses p0, and pausing a producer is not yet modelled in simulation: " \
+        "run it on local processes" in output, output
+    assert not (tmp_path / "out" / "history").exists(), "a refused run started"
 
 
 def test_bad_input_exits_2_naming_file_and_field(tmp_path: Path) -> None:

@@ -93,6 +93,9 @@ class Fault(ABC):
     needs_answer: ClassVar[bool] = False
     """The kind is injected by asking the node (a failpoint, SIGSTOP's wait for the stop),
     so a paused node cannot take it."""
+    hits_client_processes: ClassVar[bool] = False
+    """The kind can hit a workload client's own process (``Platform.client_processes``:
+    a paused producer), so ``faults.clear`` undoes it on those too."""
 
     @classmethod
     def unable(cls, platform: Platform, node: str) -> str | None:

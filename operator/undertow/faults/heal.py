@@ -21,16 +21,20 @@ log = logging.getLogger("undertow.faults")
 
 
 def clear(platform: Platform, nodes: Iterable[str] | None = None) -> list[str]:
-    """Undo every kind of fault on ``nodes`` (default: every node) without waiting for
-    them to serve; return the problems (an endpoint that refused, a primitive that
-    failed), one line each. An endpoint that cannot be reached is none: its node is gone
-    or restarting, and its rules, failpoints and stopped processes with it."""
+    """Undo every kind of fault on ``nodes`` (default: every node, then every workload
+    client running as a process of its own) without waiting for them to serve; return the
+    problems (an endpoint that refused, a primitive that failed), one line each. An
+    endpoint that cannot be reached is none: its node is gone or restarting, and its
+    rules, failpoints and stopped processes with it."""
     problems: list[str] = []
     units = sorted(FAULT_UNITS.items(), key=lambda item: not item[1].cleared_first)
-    for node in platform.nodes if nodes is None else nodes:
+    clients = platform.client_processes
+    for node in (*platform.nodes, *clients) if nodes is None else nodes:
         for kind, unit in units:
             if unit.brokers_only and node not in platform.brokers:
                 continue
+            if node in clients and not unit.hits_client_processes:
+                continue  # a client's links are cleared with the brokers' at their end
             try:
                 unit.clear(platform, node)
             except EndpointUnreachable as exc:

@@ -13,9 +13,10 @@ import signal
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from undertow.cluster_view import ClusterView, broker_report, view_from_states
@@ -25,6 +26,8 @@ from undertow.platform.errors import PlatformError
 from undertow.platform.link_delay import LinkDelay
 
 if TYPE_CHECKING:
+    from undertow.platform.guardian import Guardian
+    from undertow.platform.process import ChildProcess, Spawner
     from undertow.runner.world import World
 
 log = logging.getLogger("undertow.platform")
@@ -43,6 +46,12 @@ class Cancellable(Protocol):
 def client_endpoint(client: str) -> str:
     """The endpoint of workload client ``c1``'s (or ``p0``'s) own links: ``client-c1``."""
     return f"{CLIENT}-{client}"
+
+
+def client_of(endpoint: str) -> str | None:
+    """``client-p0`` -> ``p0``: the workload client an endpoint names, else None."""
+    client = endpoint.removeprefix(f"{CLIENT}-")
+    return None if client == endpoint else client
 
 
 def broker_node(broker_id: int) -> str:
@@ -121,6 +130,9 @@ class Platform(ABC):
         self._links_lock = threading.RLock()
         self._blocks: dict[str, frozenset[Link]] = {}
         self._delays: dict[str, tuple[frozenset[Link], LinkDelay]] = {}
+        self._clients_lock = threading.Lock()
+        self._client_processes: dict[str, ChildProcess] = {}
+        self._client_spawner: Spawner | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -309,6 +321,93 @@ class Platform(ABC):
 
     def _failpoints(self, node: str) -> AdminClient:
         return AdminClient(self.admin_url(self.check_broker(node)), self.failpoint_token)
+
+    # ---- the workload's client processes ------------------------------------------------------
+    # A workload client that a schedule pauses (a producer) runs as a process of its own, a
+    # child of the runner wherever the runner runs (its pod on Kubernetes), since a thread
+    # cannot be SIGSTOPped alone. The platform starts it, so that it cannot outlive the
+    # runner (PR_SET_PDEATHSIG from a long-lived spawner thread; locally the guardian too)
+    # and so that the pause unit and every heal path reach it by its endpoint's name
+    # (``client-p0``), as they reach a node by its own.
+
+    def client_pause_unsupported(self) -> str | None:
+        """Why this platform cannot pause a workload client, or None when it can; asked
+        before a run starts."""
+        return None
+
+    def start_client(self, client: str, argv: Sequence[str], *, env: Mapping[str, str],
+                     log_path: Path) -> ChildProcess:
+        """Start workload client ``client``'s own process (stdin and stdout piped to the
+        caller, stderr to ``log_path``) and return it once it runs; it is known by
+        ``client_endpoint(client)`` from then on."""
+        from undertow.platform.process import ChildProcess
+
+        spawner, guardian = self._client_spawning()
+        process = ChildProcess(client_endpoint(client), argv, log_path=log_path,
+                               spawner=spawner, guardian=guardian, env=env, pipes=True)
+        with self._clients_lock:
+            if process.name in self._client_processes \
+                    and self._client_processes[process.name].running:
+                raise PlatformError(f"{client} already runs as a process of its own")
+            self._client_processes[process.name] = process
+        process.start()
+        return process
+
+    def _client_spawning(self) -> tuple[Spawner, Guardian | None]:
+        """The spawner of the clients' processes (the parent-death signal follows the thread
+        that forked a child, so one thread that lives as long as the runner forks them all)
+        and the guardian that ends them if the runner dies (none here: the signal alone)."""
+        from undertow.platform.process import Spawner
+
+        with self._clients_lock:
+            if self._client_spawner is None:
+                self._client_spawner = Spawner()
+            return self._client_spawner, None
+
+    @property
+    def client_processes(self) -> tuple[str, ...]:
+        """The endpoints (``client-p0``) of the workload clients running as processes of
+        their own, which a pause can act on."""
+        with self._clients_lock:
+            return tuple(self._client_processes)
+
+    def pause_client(self, endpoint: str) -> None:
+        """Freeze the client's process (SIGSTOP); return once it is stopped."""
+        self._client(endpoint).pause()
+
+    def resume_client(self, endpoint: str) -> None:
+        """Let a paused client's process run again; a no-op for a running or exited one."""
+        with self._clients_lock:
+            process = self._client_processes.get(endpoint)
+        if process is not None:
+            process.resume()
+
+    def is_client_running(self, endpoint: str) -> bool:
+        """The client's own process exists (paused counts as running)."""
+        with self._clients_lock:
+            process = self._client_processes.get(endpoint)
+        return process is not None and process.running
+
+    def is_client_paused(self, endpoint: str) -> bool:
+        with self._clients_lock:
+            process = self._client_processes.get(endpoint)
+        return process is not None and process.paused
+
+    def kill_clients(self) -> None:
+        """SIGKILL every client process still running (a stopped one too) and reap it: a
+        platform's stop, after the workload had its chance to stop them."""
+        with self._clients_lock:
+            processes = list(self._client_processes.values())
+        for process in processes:
+            process.kill()
+
+    def _client(self, endpoint: str) -> ChildProcess:
+        with self._clients_lock:
+            process = self._client_processes.get(endpoint)
+        if process is None:
+            raise PlatformError(f"{endpoint} has no process of its own; client processes are "
+                                f"{', '.join(self.client_processes) or 'none'}")
+        return process
 
     # ---- pods -------------------------------------------------------------------------------
 

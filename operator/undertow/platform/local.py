@@ -190,6 +190,7 @@ class LocalPlatform(Platform):
                 return
             self._state = "stopping"
             errors: list[BaseException] = []
+            self._attempt(errors, self.kill_clients)  # what the workload did not stop itself
             processes = list(self._processes.values())
             for process in processes:  # all at once, so they share one grace period
                 process.send(signal.SIGCONT)
@@ -215,6 +216,12 @@ class LocalPlatform(Platform):
             action(*args)
         except Exception as exc:
             errors.append(exc)
+
+    def _client_spawning(self) -> tuple[Spawner, Guardian | None]:
+        """The nodes' spawner and guardian: a client process dies with the runner as they do."""
+        if self._spawner is None or self._state not in ("starting", "running"):
+            raise PlatformError(f"cannot start a client process: the platform is {self._state}")
+        return self._spawner, self._guardian
 
     # ---- wiring -----------------------------------------------------------------------------
 

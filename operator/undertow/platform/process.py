@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from undertow.platform.base import PlatformError, wait_for
 from undertow.platform.procfs import proc_stat
@@ -78,11 +78,15 @@ class ChildProcess:
 
     def __init__(self, name: str, argv: Sequence[str], *, log_path: Path, spawner: Spawner,
                  guardian: Guardian | None = None, env: Mapping[str, str] | None = None,
-                 netns: str | None = None) -> None:
+                 netns: str | None = None, pipes: bool = False) -> None:
+        """``pipes``: the process's stdin and stdout are pipes to the runner (``stdin``,
+        ``stdout``), its stderr alone goes to the log: a workload client's own process
+        reports on its stdout and stops when its stdin closes."""
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.netns = netns
+        self._pipes = pipes
         self._env = dict(env) if env is not None else None
         self._spawner = spawner
         self._guardian = guardian
@@ -93,6 +97,18 @@ class ChildProcess:
     @property
     def pid(self) -> int | None:
         return self._popen.pid if self._popen is not None else None
+
+    @property
+    def stdin(self) -> IO[bytes]:
+        """The pipe to the process's stdin (``pipes`` only)."""
+        assert self._popen is not None and self._popen.stdin is not None, "started with pipes"
+        return self._popen.stdin
+
+    @property
+    def stdout(self) -> IO[bytes]:
+        """The pipe from the process's stdout (``pipes`` only)."""
+        assert self._popen is not None and self._popen.stdout is not None, "started with pipes"
+        return self._popen.stdout
 
     @property
     def running(self) -> bool:
@@ -120,11 +136,14 @@ class ChildProcess:
                 log.flush()
                 report_r, report_w = os.pipe()
                 try:
+                    streams: dict[str, Any] = (
+                        {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": log}
+                        if self._pipes else
+                        {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.STDOUT})
                     self._popen = self._spawner.popen(
                         [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()),
                          str(report_w), self.netns or "", *self.argv],
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        env=self._env, start_new_session=True, pass_fds=(report_w,))
+                        env=self._env, start_new_session=True, pass_fds=(report_w,), **streams)
                 finally:
                     os.close(report_w)
                 with os.fdopen(report_r, "rb") as report:

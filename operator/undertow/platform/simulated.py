@@ -311,6 +311,12 @@ class SimulatedPlatform(Platform):
     def delay_unsupported(self) -> str | None:
         return None
 
+    def client_pause_unsupported(self) -> str | None:
+        # The client models run on the loop with no node of their own, so nothing holds
+        # their callbacks as a paused node's are held (`NodeState`).
+        return ("pausing a producer is not yet modelled in simulation: run it on local "
+                "processes (undertow run FILE), pods or Kubernetes")
+
     def _set_link_delay(self, link: Link, delay: LinkDelay | None) -> None:
         # Its jitter from the seed, the link and how many delays it took before: the same
         # schedule draws the same delays under every PYTHONHASHSEED.

@@ -169,7 +169,7 @@ class MemberSlot:
             process = subprocess.Popen(
                 [sys.executable, "-m", "undertow.runner.pipeline_member", config.to_json()],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                env={**os.environ, "PYTHONPATH": _python_path()})
+                env={**os.environ, "PYTHONPATH": python_path()})
         self._process, self.recorder = process, recorder
         self._relay = threading.Thread(target=self._run_relay, args=(process, recorder),
                                        name=f"relay-{name}", daemon=True)
@@ -177,7 +177,7 @@ class MemberSlot:
 
     def _run_relay(self, process: subprocess.Popen[bytes], recorder: MemberRecorder) -> None:
         assert process.stdout is not None
-        for raw in _whole_lines(process.stdout):
+        for raw in whole_lines(process.stdout):
             recorder.line(raw)
         code = process.wait()
         recorder.died(time.time())
@@ -248,14 +248,14 @@ class MemberSlot:
         relay.join()
 
 
-def _whole_lines(stream: IO[bytes]) -> Any:
+def whole_lines(stream: IO[bytes]) -> Any:
     """The stream's lines, without a last one cut short by the process's death."""
     for raw in stream:
         if raw.endswith(b"\n"):
             yield raw.decode()
 
 
-def _python_path() -> str:
+def python_path() -> str:
     """Where the member process finds the undertow packages, as this process did."""
     roots = {str(Path(undertow.__file__).resolve().parents[1]),
              str(Path(undertow_history.__file__).resolve().parents[1])}

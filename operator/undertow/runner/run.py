@@ -99,7 +99,8 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
             timeout_ms=int(w.transactions.timeout * 1000),
             transaction_version=w.transactions.transaction_version),
         pipeline=None if w.pipeline is None else PipelineSettings(
-            output_topic=str(w.pipeline.output_topic), kill_every_s=w.pipeline.kill_every))
+            output_topic=str(w.pipeline.output_topic), kill_every_s=w.pipeline.kill_every),
+        process_producers=spec.paused_clients())
 
 
 def consumer_group(platform: Platform, group_id: str) -> dict[str, Any] | None:
@@ -191,6 +192,8 @@ def run_experiment(
         raise PlatformError(f"the schedule isolates client(s) {', '.join(missing)}, which "
                             f"need links of their own: run it on the local platform with "
                             f"--network proxy, or in simulation")
+    if spec.paused_clients() and (why := platform.client_pause_unsupported()):
+        raise PlatformError(f"the schedule pauses {', '.join(spec.paused_clients())}, and {why}")
     seed = choose_seed(spec) if seed is None else seed
     planned = plan(loaded.experiment, seed)
     if any(p.kind == "delay" for p in planned) and (why := platform.delay_unsupported()):

@@ -28,7 +28,6 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from undertow.runner.abort import Abort
-from undertow.runner.history import HistoryWriter
 from undertow.runner.outcomes import error_name
 from undertow.runner.pacing import Pacer
 from undertow.runner.values import padding
@@ -54,6 +53,13 @@ def aborts(n: int, ratio: float) -> bool:
     """Whether transaction n (from 0) is one the workload aborts: `ratio` of them, spread
     evenly and deterministically (0.1: transactions 9, 19, 29, ...)."""
     return int((n + 1) * ratio) > int(n * ratio)
+
+
+class TransactionLog(Protocol):
+    """Where a transaction's line goes: the history (`HistoryWriter.transaction`), or the
+    stdout of a producer process, whose runner writes it there (`producer_process`)."""
+
+    def transaction(self, **fields: Any) -> None: ...
 
 
 class SentRecord(Protocol):
@@ -84,7 +90,7 @@ class Ended:
     """A pipeline member's: the input offsets committed with it, per partition."""
 
 
-def record_transaction(history: HistoryWriter, record_send: Callable[[dict[str, Any]], None],
+def record_transaction(history: TransactionLog, record_send: Callable[[dict[str, Any]], None],
                        ended: Ended, sends: Sequence[SentRecord]) -> None:
     """Each send's line with its transaction's outcome (a send of a committed transaction
     without an acknowledged offset is `info`), then the transaction's line."""
@@ -133,7 +139,7 @@ class TransactionalProducer:
 
     def __init__(self, index: int, config: dict[str, Any], topic: str, partitions: int,
                  rate: float, record_size: int, settings: TxnSettings, end_timeout_s: float,
-                 history: HistoryWriter, record_send: Callable[[dict[str, Any]], None],
+                 history: TransactionLog, record_send: Callable[[dict[str, Any]], None],
                  abort: Abort) -> None:
         """`config`: the plain producer's librdkafka configuration, made transactional here;
         `record_send`: where each send's line goes (the history and the progress counts);

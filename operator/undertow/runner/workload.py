@@ -31,7 +31,12 @@ from undertow.runner.history import HistoryWriter
 from undertow.runner.outcomes import LeaderEpochGate, classify, error_name
 from undertow.runner.pacing import Pacer
 from undertow.runner.pipeline import Pipeline, PipelineSettings, member_config
-from undertow.runner.transactional_producer import TransactionalProducer, TxnSettings
+from undertow.runner.producer_process import ProducerProcess, ProducerProcessConfig, StartClient
+from undertow.runner.transactional_producer import (
+    TransactionalProducer,
+    TransactionLog,
+    TxnSettings,
+)
 from undertow.runner.values import decode_value, padding
 
 log = logging.getLogger("undertow.workload")
@@ -76,6 +81,9 @@ class WorkloadConfig:
     """The producers are transactional (KIP-98)."""
     pipeline: PipelineSettings | None = None
     """The group's members are a consume-transform-produce pipeline (`runner.pipeline`)."""
+    process_producers: tuple[str, ...] = ()
+    """The producers (`p0`) the schedule pauses: each runs as a process of its own
+    (`runner.producer_process`), the others as threads."""
 
 
 def outcomes_wait_s(cfg: WorkloadConfig) -> float:
@@ -160,6 +168,22 @@ class ProducerWorker:
                           "error": error, "t_invoke": t_invoke, "t_complete": t_complete})
 
         return callback
+
+
+def producer_worker(index: int, bootstrap: str, cfg: WorkloadConfig, *,
+                    submit: Callable[[dict[str, Any]], None],
+                    settled: Callable[[dict[str, Any]], None], transactions: TransactionLog,
+                    abort: Abort) -> ProducerWorker | TransactionalProducer:
+    """Producer `index`, plain or transactional, on a thread of the calling process (the
+    runner's, or a producer process's of its own): `submit` takes a plain send's outcome,
+    `settled` a transactional send's with its transaction's, `transactions` each
+    transaction's line."""
+    if cfg.transactions is None:
+        return ProducerWorker(index, bootstrap, cfg, submit, abort)
+    return TransactionalProducer(
+        index, producer_config(f"p{index}", bootstrap, cfg), cfg.topic, cfg.partitions,
+        cfg.rate, cfg.record_size, cfg.transactions, outcomes_wait_s(cfg), transactions,
+        settled, abort)
 
 
 class WorkloadStats:
@@ -340,19 +364,31 @@ class Workload:
     it the cluster sampler's rounds and close it when the sampler stops."""
 
     def __init__(self, bootstrap: str, cfg: WorkloadConfig, history: HistoryWriter,
-                 abort: Abort, client_bootstrap: Callable[[str], str] | None = None) -> None:
+                 abort: Abort, client_bootstrap: Callable[[str], str] | None = None,
+                 start_client: StartClient | None = None) -> None:
         """``client_bootstrap(name)``: where client ``name`` (``c1``, ``p0``) connects, when
-        clients have links of their own (``Platform.bootstrap_for``); else ``bootstrap``."""
+        clients have links of their own (``Platform.bootstrap_for``); else ``bootstrap``.
+        ``start_client``: how a producer of ``cfg.process_producers`` is started as a
+        process of its own (``Platform.start_client``)."""
         own = client_bootstrap or (lambda _name: bootstrap)
         self.outcomes = SendOutcomes(history)
         self.epoch_gate = self.outcomes.epoch_gate
-        self.producers: list[ProducerWorker | TransactionalProducer] = [
-            ProducerWorker(i, own(f"p{i}"), cfg, self.outcomes.submit, abort)
-            if cfg.transactions is None else TransactionalProducer(
-                i, producer_config(f"p{i}", own(f"p{i}"), cfg), cfg.topic, cfg.partitions,
-                cfg.rate, cfg.record_size, cfg.transactions, outcomes_wait_s(cfg), history,
-                self.outcomes.settled, abort)
-            for i in range(cfg.producers)]
+        calls: dict[str, Any] = {"submit": self.outcomes.submit,
+                                 "settled": self.outcomes.settled, "transactions": history,
+                                 "abort": abort}
+        self.producers: list[ProducerWorker | TransactionalProducer | ProducerProcess] = []
+        for i in range(cfg.producers):
+            if f"p{i}" not in cfg.process_producers:
+                self.producers.append(producer_worker(i, own(f"p{i}"), cfg, **calls))
+                continue
+            if start_client is None:
+                raise ValueError(f"p{i} runs as a process of its own: start_client is needed")
+            process = ProducerProcess(
+                ProducerProcessConfig(i, own(f"p{i}"), cfg), start_client, **calls,
+                logs=history.directory.parent / "clients", end_timeout_s=outcomes_wait_s(cfg))
+            self.producers.append(process)
+            # Its client built before the workload starts, as a thread's is.
+            process.prepare()
         self.pipeline = None if cfg.pipeline is None else self._pipeline(cfg, own, history,
                                                                          abort)
         self.consumers: list[ConsumerWorker | GroupMember] = [] if self.pipeline else [

@@ -3,7 +3,8 @@ its waits, the workload's clients, the drain, and where the nodes' events come f
 
 `run_experiment`'s phases (`undertow.runner.run`) are written once against `World`. On real
 platforms (`RealWorld`) time is the wall clock, a wait blocks this thread, the workload is
-stock Kafka clients on threads, and the events are pulled from each node's `/v1/events`. In
+stock Kafka clients on threads (a producer the schedule pauses on a process of its own:
+`runner.producer_process`), and the events are pulled from each node's `/v1/events`. In
 simulation (`undertow.sim.simulated_world.SimulatedWorld`) time is the virtual loop's, a wait
 runs the loop until its condition holds, and the workload is the librdkafka-like client
 models, each speaking the Kafka protocol to the brokers' own listeners. Nothing else differs:
@@ -149,7 +150,7 @@ class RealWorld:
     def workload(self, cfg: WorkloadConfig, history: HistoryWriter,
                  abort: Abort) -> RunWorkload:
         return Workload(self._platform.bootstrap, cfg, history, abort,
-                        self._platform.bootstrap_for)
+                        self._platform.bootstrap_for, self._platform.start_client)
 
     def drain(self, cfg: WorkloadConfig, history: HistoryWriter, abort: Abort,
               timeout_s: float) -> dict[int, tuple[int | None, int]]:

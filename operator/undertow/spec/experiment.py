@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from .cluster import BrokerClusterSpec, TopicConfig
 from .durations import format_duration
 from .explore import ExploreSpec
-from .faults import PARTITION_ROLES, ScheduleEntry, TargetSelector
+from .faults import NETWORK_KINDS, PARTITION_ROLES, FaultAction, ScheduleEntry, TargetSelector
 from .meta import (
     API_VERSION,
     Conditions,
@@ -145,7 +145,24 @@ class ChaosExperimentSpec(SpecModel):
     def own_link_clients(self) -> tuple[str, ...]:
         """The clients a partition or delay isolates (``c1``, ``p0``), which need links of
         their own."""
-        return tuple(sorted({s.client for _, s in self.selectors() if s.client is not None}))
+        return self._clients_hit(NETWORK_KINDS)
+
+    def paused_clients(self) -> tuple[str, ...]:
+        """The producers a pause hits (``p0``), which run as processes of their own."""
+        return self._clients_hit(("pause",))
+
+    def _clients_hit(self, kinds: tuple[str, ...]) -> tuple[str, ...]:
+        """The clients the schedule's faults of `kinds` target."""
+        found: set[str] = set()
+        for entry in self.faults:
+            actions: list[FaultAction] = [entry] if entry.kind is not None else list(
+                entry.sequence.steps if entry.sequence else ())
+            for action in actions:
+                if action.kind in kinds:
+                    found |= {s.client for _, s in action.selectors() if s.client is not None}
+            if entry.random is not None and set(entry.random.kinds) & set(kinds):
+                found |= {t.client for t in entry.random.targets if t.client is not None}
+        return tuple(sorted(found))
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
         """Every target selector in the schedule with its path below `spec`."""

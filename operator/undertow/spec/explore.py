@@ -27,6 +27,7 @@ from .durations import format_duration
 from .faults import (
     BROKER_ONLY_KINDS,
     CLIENT_TARGETS,
+    PRODUCER_PAUSE_NOT_SIMULATED,
     DurationRange,
     FaultKind,
     PartitionMode,
@@ -63,9 +64,12 @@ def target_problem(kind: FaultKind, selector: TargetSelector) -> str | None:
     """Why a `kind` fault cannot hit `selector` (the rules `faults` entries obey), or None.
 
     A client can only be isolated, so a client target takes partition and delay faults
-    only; the explored ones isolate their target, so that is all it needs."""
+    only; the explored ones isolate their target, so that is all it needs. (A producer's
+    pause is not simulated yet.)"""
     if kind in BROKER_ONLY_KINDS and selector.role == "controller":
         return BROKER_ONLY_KINDS[kind]
+    if kind == "pause" and selector.producer is not None:
+        return PRODUCER_PAUSE_NOT_SIMULATED
     if selector.client is not None and kind not in ("partition", "delay"):
         return CLIENT_TARGETS
     return None

@@ -108,7 +108,15 @@ STEP_TIMEOUT = 30
 """Default seconds a sequence step waits for its event."""
 PARTITION_ROLES = ("leader", "follower", "isr-member", "all-isr-but-one")
 CLIENT_TARGETS = ("a consumer or producer can only be the target of a partition or delay "
-                  "of mode isolate (its links to every broker cut or slowed)")
+                  "of mode isolate (its links to every broker cut or slowed), and a producer "
+                  "also of a pause (SIGSTOP of its own process)")
+PRODUCER_PAUSE_NOT_SIMULATED = (
+    "pausing a producer is not yet modelled in simulation, where undertow explore draws its "
+    "schedules: give the pause as a fault of its own and run it with undertow run (local "
+    "processes, pods or Kubernetes)")
+RANDOM_CLIENT_TARGETS = (
+    "a random schedule can only cut a consumer or producer off (`kinds: [partition]`): "
+    "random schedules are drawn in simulation too, and " + PRODUCER_PAUSE_NOT_SIMULATED)
 SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator",
                 "txn-coordinator": "the transaction coordinator"}
 """Roles that name one process: they take no partition, mode or value."""
@@ -134,7 +142,7 @@ class TargetSelector(SpecModel):
     `workload.transactions` only).
     `{broker: 2}` is broker id 2, whatever its role. `{consumer: 1}` is the workload's
     consumer `c1` (a group member in subscribe mode) and `{producer: 0}` its producer `p0`,
-    for a partition or delay that isolates it.
+    for a partition or delay that isolates it, or (a producer) a pause of its process.
     `mode` picks among the candidates:
     `one` (default; `all` for all-isr-but-one), `all`, `fixed` (`value` of them) or
     `fixed-percent` (`value` percent of them, rounded down, at least one).
@@ -153,7 +161,8 @@ class TargetSelector(SpecModel):
     give each such client links of its own)."""
     producer: NonNegativeInt | None = None
     """A producer of the workload, by index (0 is `p0`): the target of an `isolate`
-    partition or delay on its links to every broker, as a consumer's."""
+    partition or delay on its links to every broker, as a consumer's, or of a `pause`
+    (SIGSTOP of the producer's own process: local processes, pods and Kubernetes)."""
     partition: NonNegativeInt | None = None
     """The experiment topic's partition whose leader/followers/ISR is meant (default 0)."""
     mode: Mode | None = None
@@ -356,8 +365,12 @@ class FaultAction(SpecModel):
                     raise FieldError(loc, BROKER_ONLY_KINDS[self.kind])
         isolate = self.kind in NETWORK_KINDS and self.network is not None \
             and self.network.mode == "isolate"
+        # A producer a schedule pauses runs as a process of its own, which SIGSTOP freezes;
+        # the consumers stay threads of the runner.
+        paused = self.kind == "pause" and self.target is not None \
+            and self.target.producer is not None
         for loc, selector in self.selectors():
-            if selector.client is not None and not (isolate and loc == ("target",)):
+            if selector.client is not None and not ((isolate or paused) and loc == ("target",)):
                 raise FieldError((*loc, selector.client_field), CLIENT_TARGETS)
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
@@ -474,7 +487,8 @@ class RandomSchedule(SpecModel):
                     raise FieldError(("targets", index), BROKER_ONLY_KINDS[kind])
         for index, selector in enumerate(self.targets):
             if selector.client is not None and self.kinds != ["partition"]:
-                raise FieldError(("targets", index, selector.client_field), CLIENT_TARGETS)
+                raise FieldError(("targets", index, selector.client_field),
+                                 RANDOM_CLIENT_TARGETS)
         return self
 
 
