@@ -48,6 +48,7 @@ LIBRARY = {
     "txn-state-rf1-power-loss": "loss",
     "eos-pipeline-member-kill": "clean",
     "leader-delay-acksall": "clean",
+    "producer-pause-txn": "clean",
 }
 
 
