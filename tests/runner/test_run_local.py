@@ -309,15 +309,22 @@ def producer_states_while_paused(proc: subprocess.Popen, faults: Path, mark: str
     return states
 
 
-def test_a_paused_producer_sends_nothing_until_it_is_resumed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transactions", [None, "{recordsPerTransaction: 4}"],
+                         ids=["plain", "transactional"])
+def test_a_paused_producer_sends_nothing_until_it_is_resumed(
+        tmp_path: Path, transactions: str | None) -> None:
     """Producer p0 paused for 2.5 s (`pause` of `{producer: 0}`): it runs as a process of
     its own, which /proc shows stopped (T) while the pause lasts; none of its sends is
     invoked or completes between the pause's inject and its heal, and it sends again after;
     p1, a thread of the runner, keeps acknowledging through the pause; faults.jsonl has the
-    pause's inject, heal and recover on `client-p0`, and every line its documented schema."""
+    pause's inject, heal and recover on `client-p0`, and every line its documented schema. A
+    transactional p0's transactions reach txns.jsonl as a thread's do, each send with its
+    transaction."""
     experiment = tmp_path / "paused-producer.yaml"
+    workload = {"producers": 2, **({"retries": 3, "transactions": transactions}
+                                   if transactions else {})}
     experiment.write_text(small_experiment("paused-producer", "6s", p0_paused("1500ms", "2500ms"),
-                                           workload={"producers": 2}))
+                                           workload=workload))
     out, mark = tmp_path / "out", uuid.uuid4().hex
     proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7",
                     env={**os.environ, "UNDERTOW_TEST_MARK": mark})
@@ -340,6 +347,11 @@ def test_a_paused_producer_sends_nothing_until_it_is_resumed(tmp_path: Path) -> 
     assert sum(paused < s["t_complete"] < healed and s["status"] == "ok" for s in sends
                if s["producer"] == "p1") >= 100
     assert (out / "clients" / "p0.log").exists() and not (out / "clients" / "p1.log").exists()
+    txns = [t for t in written[history_schema.TXNS] if t["producer"] == "p0"]
+    assert bool(txns) == bool(transactions)
+    assert sorted(v for t in txns for v in t["values"]) == sorted(
+        s["value"] for s in p0 if s["txn"] is not None)
+    assert all({s["txn"] for s in p0 if s["value"] in t["values"]} == {t["txn"]} for t in txns)
 
 
 def test_a_runner_killed_while_its_producer_is_paused_leaves_no_producer_behind(

@@ -146,15 +146,16 @@ class ProducerProcess:
     def stop(self) -> None:
         """Close its stdin: it stops sending and waits for its last outcomes; on an aborted
         run it is killed instead, as the thread stops waiting for them (idempotent)."""
-        if self._stopping.is_set():
-            return
-        self._deadline = time.monotonic() + self._stop_timeout_s
-        self._stopping.set()
-        process = self._process
+        process, first = self._process, not self._stopping.is_set()
+        if first:
+            self._deadline = time.monotonic() + self._stop_timeout_s
+            self._stopping.set()
         if process is None:
             return
         if self._abort.is_set():
             process.kill()
+            return
+        if not first:
             return
         try:
             process.stdin.close()
