@@ -13,6 +13,8 @@ again once no hold keeps it down) and the StatefulSet (it replaces a deleted pod
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +40,7 @@ from undertow.kube.platform import KubernetesPlatform, KubernetesPlatformConfig
 from undertow.platform.base import wait_for
 from undertow.platform.control import EndpointError
 from undertow.platform.local import LocalPlatform, LocalPlatformConfig, default_command
+from undertow.platform.procfs import proc_stat
 
 pytestmark = pytest.mark.asyncio
 
@@ -200,3 +203,24 @@ async def test_every_kind_heals_at_its_deadline_in_the_pods_when_the_runner_is_g
     platform.severed = False
     await asyncio.to_thread(fault.recover)
     assert healthy.leftovers() == []
+
+
+async def test_the_runner_pods_stop_resumes_a_paused_producer_process(
+        api: KubeApi, healthy: Pods, tmp_path: Path) -> None:
+    """A producer the schedule pauses is a process of the runner's pod (the base platform's
+    `start_client`, with no guardian: PR_SET_PDEATHSIG alone ties it to the runner); the
+    runner's stop heals the cluster (`faults.heal`), which resumes it as it clears the pods."""
+    await asyncio.to_thread(add_pods, api)
+    platform = LoopbackPods(api, healthy)
+    process = platform.start_client("p0", [sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                    env=os.environ, log_path=tmp_path / "p0.log")
+    try:
+        fault = build_fault(planned({"kind": "pause", "target": {"producer": 0}}), platform,
+                            Nodes("client-p0"), time_limit_s=600)
+        await asyncio.to_thread(fault.inject)
+        assert proc_stat(process.pid)[0] == "T"
+        await asyncio.to_thread(platform.stop)
+        assert proc_stat(process.pid)[0] != "T" and healthy.leftovers() == []
+        await asyncio.to_thread(fault.recover)
+    finally:
+        process.kill()
