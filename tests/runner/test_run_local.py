@@ -297,14 +297,18 @@ def producer_processes(mark: str) -> list[tuple[int, str]]:
 def producer_states_while_paused(proc: subprocess.Popen, faults: Path, mark: str) -> set[str]:
     """The states /proc shows for the run's producer processes between the pause's `inject`
     and its `heal` in faults.jsonl, read every 50 ms; returns when the heal is written."""
+    def actions() -> list[str]:
+        return [f["action"] for f in lines(faults)] if faults.exists() else []
+
     states: set[str] = set()
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        actions = [f["action"] for f in lines(faults)] if faults.exists() else []
-        if "heal" in actions:
+        before = actions()
+        if "heal" in before:
             break
-        if "inject" in actions:
-            states |= {state for _pid, state in producer_processes(mark)}
+        seen = {state for _pid, state in producer_processes(mark)}
+        if "inject" in before and "heal" not in actions():  # read inside the window
+            states |= seen
         time.sleep(0.05)
     return states
 
