@@ -92,6 +92,12 @@ def outcomes_wait_s(cfg: WorkloadConfig) -> float:
     return cfg.request_timeout_ms * (cfg.retries + 1) / 1000 + 5
 
 
+def message_timeout_ms(cfg: WorkloadConfig) -> int:
+    """The producers' message.timeout.ms: every attempt's request timeout, and 1 s more (a
+    transactional producer's is capped at its transaction timeout)."""
+    return cfg.request_timeout_ms * (cfg.retries + 1) + 1000
+
+
 def producer_config(name: str, bootstrap: str, cfg: WorkloadConfig) -> dict[str, Any]:
     """librdkafka's configuration of producer `name`."""
     return {
@@ -101,7 +107,7 @@ def producer_config(name: str, bootstrap: str, cfg: WorkloadConfig) -> dict[str,
         "retries": cfg.retries,
         "enable.idempotence": cfg.idempotent,
         "request.timeout.ms": cfg.request_timeout_ms,
-        "message.timeout.ms": cfg.request_timeout_ms * (cfg.retries + 1) + 1000,
+        "message.timeout.ms": message_timeout_ms(cfg),
         "linger.ms": 2,
         "max.in.flight.requests.per.connection": 5,
         "topic.metadata.refresh.interval.ms": 1000,

@@ -65,7 +65,7 @@ from minibroker.storage.records import build_batch, decode_records, iter_batches
 from minibroker.storage.transaction_index import AbortedTxn
 from undertow.runner.outcomes import classify
 from undertow.runner.values import decode_value, padding
-from undertow.runner.workload import WorkloadConfig
+from undertow.runner.workload import WorkloadConfig, message_timeout_ms
 
 LINGER_MS = 2.0
 MAX_IN_FLIGHT = 5
@@ -273,7 +273,7 @@ class SimProducer:
         self._metadata = Metadata(client, cfg.topic, first=index)
         self._metadata.listeners.append(self._pump)
         self._acks = {"all": -1, "-1": -1, "1": 1, "0": 0}[cfg.acks]
-        self._message_timeout_ms = cfg.request_timeout_ms * (cfg.retries + 1) + 1000
+        self._message_timeout_ms = message_timeout_ms(cfg)
         self._queues = [_PartitionQueue() for _ in range(cfg.partitions)]
         self._in_flight: dict[int, int] = {}
         self._pump_scheduled = False

@@ -17,6 +17,9 @@ each partition on its own (``clients.SimConsumer``), where librdkafka puts every
 broker leads in one Fetch; so that one partition's long poll never waits behind another's,
 each partition's fetches take a connection of their own.
 
+A transactional producer's coordinator requests take a connection of their own
+(``COORDINATOR_LANE``), as librdkafka's logical coordinator broker does.
+
 **Metadata.** Kafka's Metadata response carries no metadata offset: every answer is taken
 as the newest (the model keeps the answer with the larger offset; here all are 0).
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -76,6 +80,11 @@ SESSIONLESS_EPOCH = i32(FINAL_EPOCH)
 NO_EPOCH = i32(-1)
 NO_LOG_START = i64(-1)
 TRANSACTION_TIMEOUT_MS = 60_000  # librdkafka's transaction.timeout.ms
+TIMEOUT_SCAN_S = 1.0
+"""How often librdkafka looks for requests past their timeout: a broker thread scans its
+queues once a second (``rd_kafka_broker_serve``: ``rd_interval(&rkb->rkb_timeout_scan_intvl,
+1000000, now)``, then ``rd_kafka_broker_timeout_scan``), so a request fails at the first scan
+after its timeout, up to a second late; the scans tick from the client's start."""
 
 Address = tuple[str, int]
 OnAnswer = Callable[[Any, NetworkError | None], None]
@@ -90,6 +99,7 @@ class _Exchange:
     request: RequestPayload
     decode: Decode | None
     lane: str = "main"
+    """The connection it goes on, of those to its broker."""
 
 
 def _metadata(topic: str | None) -> _Exchange:
@@ -303,6 +313,14 @@ def _offset_fetch(body: dict[str, Any]) -> _Exchange:
 
 # ---- transactions (``clients.SimTransactionalProducer``), at librdkafka 2.16's versions ---
 
+COORDINATOR_LANE = "txn-coordinator"
+"""The transaction coordinator's requests (InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn) go on a connection of their own: librdkafka sends them to its
+logical broker ``TxnCoordinator`` (``rd_kafka_txns_init``: ``rd_kafka_broker_add_logical``),
+which connects to the coordinator apart from the broker handle whose connection carries the
+Produce requests, so a Produce that times out (and drops its connection) leaves an EndTxn in
+flight alone, and the reverse."""
+
 
 def _find_txn_coordinator(transactional_id: str) -> _Exchange:
     """FindCoordinator for a transactional id (key type 1)."""
@@ -318,7 +336,8 @@ def _init_txn_producer_id(args: tuple[str, int, int, int]) -> _Exchange:
         transactional_id=transactional_id,
         transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
         producer_id=cast(i64, producer_id), producer_epoch=cast(i16, epoch)),
-        lambda r: (ErrorCode(r.error_code), r.producer_id, r.producer_epoch))
+        lambda r: (ErrorCode(r.error_code), r.producer_id, r.producer_epoch),
+        lane=COORDINATOR_LANE)
 
 
 def _add_partitions_to_txn(args: tuple[str, int, int, list[TopicPartition]]) -> _Exchange:
@@ -337,7 +356,7 @@ def _add_partitions_to_txn(args: tuple[str, int, int, list[TopicPartition]]) -> 
 
     return _Exchange(request, lambda r: _first_error(
         p.partition_error_code for t in r.results_by_topic_v3_and_below
-        for p in t.results_by_partition))
+        for p in t.results_by_partition), lane=COORDINATOR_LANE)
 
 
 def _first_error(codes: Iterable[int]) -> ErrorCode:
@@ -352,7 +371,7 @@ def _end_txn(args: tuple[str, int, int, bool]) -> _Exchange:
     return _Exchange(end_req.EndTxnRequest(
         transactional_id=transactional_id, producer_id=cast(i64, producer_id),
         producer_epoch=cast(i16, epoch), committed=commit),
-        lambda r: ErrorCode(r.error_code))
+        lambda r: ErrorCode(r.error_code), lane=COORDINATOR_LANE)
 
 
 def _add_offsets_to_txn(args: tuple[str, int, int, str]) -> _Exchange:
@@ -361,7 +380,7 @@ def _add_offsets_to_txn(args: tuple[str, int, int, str]) -> _Exchange:
     return _Exchange(add_offsets_req.AddOffsetsToTxnRequest(
         transactional_id=transactional_id, producer_id=cast(i64, producer_id),
         producer_epoch=cast(i16, epoch), group_id=group_id),
-        lambda r: ErrorCode(r.error_code))
+        lambda r: ErrorCode(r.error_code), lane=COORDINATOR_LANE)
 
 
 def _txn_offset_commit(body: dict[str, Any]) -> _Exchange:
@@ -410,9 +429,12 @@ MESSAGES: dict[str, Callable[..., _Exchange]] = {
 class _Connection:
     """One client connection to one broker: requests pipelined, answers read in order."""
 
-    def __init__(self, address: Address, on_closed: Callable[[_Connection], None]) -> None:
+    def __init__(self, address: Address, on_closed: Callable[[_Connection], None],
+                 scans_from: float = 0.0) -> None:
+        """``scans_from``: when its client started, from which the timeout scans tick."""
         self.address = address
         self._on_closed = on_closed
+        self._scans_from = scans_from
         self._writer: asyncio.StreamWriter | None = None
         self._channel: ParcelChannel | None = None
         self._unsent: list[Request] = []
@@ -432,8 +454,11 @@ class _Connection:
         if exchange.decode is None:  # acks=0: done once written, no response comes
             asyncio.get_running_loop().call_soon(on_answer, None, None)
             return
-        timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._timed_out, correlation_id)
+        loop = asyncio.get_running_loop()
+        # Failed at the first timeout scan at or after its timeout (``TIMEOUT_SCAN_S``).
+        scans = math.ceil((loop.time() + timeout_ms / 1000 - self._scans_from) / TIMEOUT_SCAN_S)
+        timer = loop.call_at(self._scans_from + scans * TIMEOUT_SCAN_S, self._timed_out,
+                             correlation_id)
         self._pending.append((correlation_id, exchange, on_answer, timer))
 
     async def _run(self) -> None:
@@ -497,6 +522,7 @@ class KafkaEndpoint(Endpoint):
         super().__init__(bootstrap)
         self._topic = topic
         self._loop = asyncio.get_running_loop()
+        self._started = self._loop.time()
         self._connections: dict[tuple[Address, str], _Connection] = {}
 
     def exchange(self, address: Address, message: Any, timeout_ms: float,
@@ -508,7 +534,7 @@ class KafkaEndpoint(Endpoint):
         if connection is None:
             connection = self._connections[key] = _Connection(
                 address, lambda closed: self._connections.pop(key, None)
-                if self._connections.get(key) is closed else None)
+                if self._connections.get(key) is closed else None, self._started)
         connection.send(exchange, timeout_ms, on_answer)
 
     def now_ms(self) -> float:

@@ -31,13 +31,12 @@ from undertow.runner.history import HistoryWriter
 from undertow.runner.pipeline import KILL_WAIT_S, MemberRecorder, PipelineSettings
 from undertow.runner.pipeline_member import output_value
 from undertow.runner.transactional_producer import TxnSettings
-from undertow.sim.clients import RETRY_BACKOFF_MS, SOCKET_TIMEOUT_MS, Endpoint, NetworkError
+from undertow.sim.clients import RETRY_BACKOFF_MS, Endpoint, NetworkError
 from undertow.sim.group_member import SimGroupMember
 from undertow.sim.transactional_producer import (
     FATAL,
     RETRIABLE,
     SimTransactionalProducer,
-    _Send,
     _Txn,
 )
 
@@ -117,7 +116,7 @@ class SimPipelineProducer(SimTransactionalProducer):
             self._emit("begin", txn=name, t_begin=self._txn.t_begin)
         txn = self._txn
         out = output_value(value, txn.name)
-        send = _Send(out, partition, out.encode(), self._clock_s())
+        send = self._new_send(txn, out, partition, out.encode())
         txn.sends.append(send)
         self._emit("send", txn=txn.name, value=out, partition=partition, t_invoke=send.t_invoke)
         self._register()
@@ -202,7 +201,7 @@ class SimPipelineProducer(SimTransactionalProducer):
                 "member_id": member.member_id or "", "instance_id": member.instance_id,
                 "offsets": {TopicPartition(member.topic, p): o
                             for p, o in sorted(offsets.items())}}),
-                SOCKET_TIMEOUT_MS, answered)
+                self._socket_timeout_ms, answered)
 
         member.with_coordinator(send)
 

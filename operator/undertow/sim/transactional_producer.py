@@ -2,9 +2,19 @@
 (``rdkafka_txnmgr.c``), with the workload's transactions: ``runner.transactional_producer``'s
 loop over the model (docs/simulation.md, "The client model").
 
-- **Coordinator.** FindCoordinator (key type 1) at a bootstrap broker; NOT_COORDINATOR,
-  COORDINATOR_NOT_AVAILABLE or a failed exchange with it sends the producer to look it up
-  again after ``retry.backoff.ms``.
+- **Coordinator.** FindCoordinator (key type 1) at a bootstrap broker; NOT_COORDINATOR or
+  COORDINATOR_NOT_AVAILABLE sends the producer to look it up again after
+  ``retry.backoff.ms``. Its requests go on a connection of their own (librdkafka's logical
+  ``TxnCoordinator`` broker), apart from the Produce requests to the same broker. One that
+  times out or whose connection drops is sent again after ``retry.backoff.ms`` to the same
+  coordinator on a new connection, while a FindCoordinator runs beside it and moves the
+  producer if the coordinator moved (``rd_kafka_buf_retry``, ``rd_kafka_txn_coord_query``):
+  the request that timed out may still be on the wire, and reach the coordinator later.
+- **Timeouts.** A transactional producer that does not set ``socket.timeout.ms`` (the
+  workload does not) gets the transaction timeout less 100 ms (``socket_timeout_ms``); it
+  bounds every request to the coordinator, and every Produce with the time its first record
+  has left of ``message.timeout.ms``. A record not acknowledged within
+  ``message.timeout.ms`` fails with MSG_TIMED_OUT, which makes the transaction abortable.
 - **Producer id.** InitProducerId with the transactional id, retried while the coordinator
   answers COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS or moved; it gives the
   epoch every batch carries. A new instance (after a fatal error or a commit whose outcome
@@ -37,6 +47,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from minibroker.cluster.types import ErrorCode, ProduceResult, TopicPartition
 from minibroker.storage.records import TRANSACTIONAL_FLAG, build_batch
 from undertow.runner.history import HistoryWriter
@@ -50,7 +62,6 @@ from undertow.runner.values import padding
 from undertow.sim.clients import (
     LEADER_MOVED,
     RETRY_BACKOFF_MS,
-    SOCKET_TIMEOUT_MS,
     Endpoint,
     Metadata,
     NetworkError,
@@ -69,12 +80,24 @@ FATAL = {ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch,
          ErrorCode.transactional_id_authorization_failed}
 
 
+def socket_timeout_ms(transaction_timeout_ms: int) -> float:
+    """librdkafka's ``socket.timeout.ms`` for a transactional producer that leaves it unset:
+    the transaction timeout less 100 ms, at least 900 ms (``rd_kafka_conf_finalize``: "make
+    sure at least one request can be sent before the transaction times out"). It is the
+    timeout of every request to the coordinator (``rd_kafka_buf_new_request0`` gives each
+    request ``socket.timeout.ms``; EndTxn and AddPartitionsToTxn keep it) and the cap of a
+    Produce's (``rd_kafka_buf_calc_timeout``); ``request.timeout.ms`` is only the broker's
+    acks wait, written in the Produce request."""
+    return float(max(transaction_timeout_ms - 100, 900))
+
+
 @dataclass
 class _Send:
     value: str
     partition: int
     payload: bytes
     t_invoke: float
+    deadline_ms: float = float("inf")  # message.timeout.ms after the produce call
     offset: int | None = None
     error: str | None = None
     sent: bool = False
@@ -89,6 +112,7 @@ class _Txn:
     sends: list[_Send] = field(default_factory=list)
     registered: set[int] = field(default_factory=set)
     requested: bool = False  # an AddPartitionsToTxn went out
+    end_sent: bool = False  # its EndTxn went out (retried from there on, not sent again)
     abortable: str | None = None  # the error that made it abortable
     t_end_invoke: float | None = None
     offsets: dict[int, int] = field(default_factory=dict)  # a pipeline member's input offsets
@@ -102,7 +126,10 @@ class SimTransactionalProducer:
                  rate: float, record_size: int, settings: TxnSettings, request_timeout_ms: int,
                  end_timeout_ms: float, history: HistoryWriter,
                  record_send: Callable[[dict[str, Any]], None],
-                 clock_s: Callable[[], float]) -> None:
+                 clock_s: Callable[[], float], message_timeout_ms: float | None = None) -> None:
+        """``request_timeout_ms``: the Produce's ``request.timeout.ms``, the broker's wait
+        for acks=all; ``message_timeout_ms``: the producer's ``message.timeout.ms`` (default
+        the transaction timeout, which bounds it)."""
         self.name = f"p{index}"
         self.transactional_id = f"undertow-{self.name}"
         self._client = client
@@ -112,6 +139,9 @@ class SimTransactionalProducer:
         self._reconnected = Wakeup(client, self._pump)
         self._settings = settings
         self._request_timeout_ms = request_timeout_ms
+        self._socket_timeout_ms = socket_timeout_ms(settings.timeout_ms)
+        self._message_timeout_ms = float(min(message_timeout_ms or settings.timeout_ms,
+                                             settings.timeout_ms))
         self._end_timeout_ms = end_timeout_ms
         self._history = history
         self._record_send = record_send
@@ -119,6 +149,7 @@ class SimTransactionalProducer:
         self._metadata = Metadata(client, topic, first=index)
         self._metadata.listeners.append(self._pump)
         self._coordinator: tuple[str, int] | None = None
+        self._querying = False  # a FindCoordinator beside a retry is out
         self._pid, self._epoch = -1, -1
         self._sequences: dict[int, int] = {}
         self._in_flight: set[int] = set()
@@ -169,35 +200,66 @@ class SimTransactionalProducer:
     def _coordinated(self, message: tuple[str, Any], on_answer: Callable[[Any], None]) -> None:
         """Send ``message`` to the coordinator (found first); its answer, or a retry of it
         after a failed exchange or a coordinator that moved (the answer's first element is
-        its error code, or the answer is one)."""
-        if self._coordinator is None:
+        its error code, or the answer is one).
+
+        A failed exchange (timed out, reset, refused) is sent again after
+        ``retry.backoff.ms`` to the coordinator as it is then, on a new connection, with a
+        FindCoordinator beside it: librdkafka retries the request on its logical
+        ``TxnCoordinator`` broker (``rd_kafka_txn_handle_EndTxn``'s RETRY and REFRESH on
+        _TIMED_OUT and _TRANSPORT: ``rd_kafka_buf_retry``, and
+        ``rd_kafka_txn_coord_timer_start``), which keeps its address until a query names
+        another broker (``rd_kafka_txn_coord_set``)."""
+        coordinator = self._coordinator
+        if coordinator is None:
             self._find_coordinator(lambda: self._coordinated(message, on_answer))
             return
 
         def answered(answer: Any, error: NetworkError | None) -> None:
             code = None if error is not None else (
                 answer[0] if isinstance(answer, tuple) else answer)
-            if error is not None or code in MOVED:
+            if error is not None:
+                self._query_coordinator(coordinator)
+                self._client.later(RETRY_BACKOFF_MS,
+                                   lambda: self._coordinated(message, on_answer))
+                return
+            if code in MOVED:
                 self._coordinator = None
                 self._client.later(RETRY_BACKOFF_MS,
                                    lambda: self._coordinated(message, on_answer))
                 return
             on_answer(answer)
 
-        self._client.call(self._coordinator, message, SOCKET_TIMEOUT_MS, answered)
+        self._client.call(coordinator, message, self._socket_timeout_ms, answered)
 
-    def _find_coordinator(self, then: Callable[[], None]) -> None:
+    def _query_coordinator(self, failed: tuple[str, int]) -> None:
+        """Look the coordinator up again beside the retry (one query at a time, as
+        ``rd_kafka_txn_coord_query``'s ``txn_wait_coord``); its answer replaces the address
+        the retries go to."""
+        if self._querying or self._coordinator != failed:
+            return
+        self._querying = True
+
+        def found() -> None:
+            self._querying = False
+
+        self._find_coordinator(found, keep=False)
+
+    def _find_coordinator(self, then: Callable[[], None], keep: bool = True) -> None:
+        """FindCoordinator at a bootstrap broker, again after a backoff until one names the
+        coordinator; ``keep``: until then, as a query beside a retry does not."""
         address = self._client.bootstrap[(self._n + self._seq) % len(self._client.bootstrap)]
 
         def answered(answer: Any, error: NetworkError | None) -> None:
             if error is None and answer[0] == ErrorCode.none and answer[2] is not None:
                 self._coordinator = answer[2]
                 then()
-            else:
+            elif keep:
                 self._client.later(RETRY_BACKOFF_MS, lambda: self._find_coordinator(then))
+            else:
+                then()
 
         self._client.call(address, ("find_txn_coordinator", self.transactional_id),
-                          SOCKET_TIMEOUT_MS, answered)
+                          self._socket_timeout_ms, answered)
 
     # ---- a transaction ---------------------------------------------------------------------
 
@@ -221,12 +283,31 @@ class SimTransactionalProducer:
         seq = self._seq
         self._seq += 1
         value = f"{self.name}-{seq}"
-        txn.sends.append(_Send(value, seq % self._partitions,
-                               (value + self._pad).encode(),
-                               self._clock_s()))
+        txn.sends.append(self._new_send(txn, value, seq % self._partitions,
+                                        (value + self._pad).encode()))
         self._register()
         self._pump()
         self._client.later(self._interval_ms, self._produce_next)
+
+    def _new_send(self, txn: _Txn, value: str, partition: int, payload: bytes) -> _Send:
+        """A record of ``txn``, failing at its ``message.timeout.ms`` unless acknowledged."""
+        send = _Send(value, partition, payload, self._clock_s(),
+                     self._client.now_ms() + self._message_timeout_ms)
+        self._client.later(self._message_timeout_ms, lambda: self._expired(txn, send))
+        return send
+
+    def _expired(self, txn: _Txn, send: _Send) -> None:
+        """``message.timeout.ms`` passed with the record unacknowledged: it fails with
+        MSG_TIMED_OUT (``rd_kafka_broker_toppar_msgq_scan`` for one still queued; one in
+        flight meets its Produce's timeout, which is capped at its first record's), and the
+        transaction is abortable (``rd_kafka_txn_op_commit_transaction`` refuses a commit
+        after failed deliveries). One that was sent may be in the log, so the abort bumps
+        the epoch (``rd_kafka_idemp_drain_epoch_bump``; here the send's ``uncertain``)."""
+        if self._txn is not txn or send.offset is not None:
+            return
+        send.error = error_name(KafkaError._MSG_TIMED_OUT)
+        self._fail(txn, KafkaError._MSG_TIMED_OUT)
+        self._maybe_finish()
 
     def _register(self) -> None:
         """AddPartitionsToTxn of the partitions not yet in the transaction, one request at a
@@ -307,17 +388,25 @@ class SimTransactionalProducer:
                     s.uncertain = False
             else:
                 assert result is not None
-                self._fail(txn, result.error)
+                # rd_kafka_handle_Produce_error: INVALID_PRODUCER_EPOCH fences the producer
+                # (fatal); any other permanent error makes the transaction abortable
+                # (INVALID_TXN_STATE of a partition the coordinator says is not in it too).
+                self._fail(txn, result.error,
+                           fatal=result.error == ErrorCode.invalid_producer_epoch)
             self._client.later(0 if error is None else RETRY_BACKOFF_MS, self._pump)
             self._maybe_finish()
 
-        self._client.call(address, message, self._request_timeout_ms, answered)
+        # rd_kafka_ProduceRequest: the first record's time left, capped at socket.timeout.ms
+        # (rd_kafka_buf_calc_timeout); a record past its time has failed (``_expired``).
+        timeout_ms = min(self._socket_timeout_ms, batch[0].deadline_ms - self._client.now_ms())
+        self._client.call(address, message, max(timeout_ms, 1.0), answered)
 
-    def _fail(self, txn: _Txn, code: int) -> None:
-        """An error that makes the transaction abortable (or the producer fatal)."""
+    def _fail(self, txn: _Txn, code: int, fatal: bool | None = None) -> None:
+        """An error that makes the transaction abortable, or the producer fatal (``fatal``;
+        None: as the coordinator's answers are, by ``FATAL``)."""
         if txn.abortable is None:
             txn.abortable = error_name(code)
-            self._fatal = code in FATAL
+            self._fatal = code in FATAL if fatal is None else fatal
 
     # ---- the end ---------------------------------------------------------------------------
 
@@ -340,7 +429,7 @@ class SimTransactionalProducer:
     def _maybe_finish(self) -> None:
         """Once nothing is in flight (and, committing, every record acknowledged), EndTxn."""
         txn = self._txn
-        if txn is None or not self._ending or self._in_flight or self._adding:
+        if txn is None or not self._ending or self._in_flight or self._adding or txn.end_sent:
             return
         aborting = txn.intent == "abort" or txn.abortable is not None
         if not aborting and any(s.offset is None for s in txn.sends):
@@ -351,6 +440,7 @@ class SimTransactionalProducer:
         if aborting and not txn.requested:
             self._finish(txn, "fail", txn.abortable)  # nothing reached the coordinator
             return
+        txn.end_sent = True
         self._end_txn(txn, commit=not aborting)
 
     def _end_txn(self, txn: _Txn, commit: bool) -> None:

@@ -19,6 +19,7 @@ from undertow.runner.workload import (
     MEMBERS_CLOSE_TIMEOUT_S,
     SendOutcomes,
     WorkloadConfig,
+    message_timeout_ms,
     outcomes_wait_s,
 )
 from undertow.sim.clients import Endpoint, SimConsumer, SimProducer
@@ -122,7 +123,8 @@ class SimWorkload:
             producer = SimTransactionalProducer(
                 index, endpoint, cfg.topic, cfg.partitions, cfg.rate, cfg.record_size,
                 cfg.transactions, cfg.request_timeout_ms, outcomes_wait_s(cfg) * 1000,
-                self._history, self.outcomes.settled, self._side.now)
+                self._history, self.outcomes.settled, self._side.now,
+                message_timeout_ms=message_timeout_ms(cfg))
         self.producers.append(producer)
         producer.start()
 
