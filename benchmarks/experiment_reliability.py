@@ -44,7 +44,10 @@ LEDGER = REPO / "benchmarks" / "results" / "reliability.jsonl"
 
 
 def expectation(path: Path) -> str:
-    return "loss" if "expect: loss" in path.read_text() else "clean"
+    for verdict in ("loss", "anomalies"):
+        if f"expect: {verdict}" in path.read_text():
+            return verdict
+    return "clean"
 
 
 def run_once(path: Path, keep: Path, index: int, platform: str = "local") -> dict:

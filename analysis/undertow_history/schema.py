@@ -157,7 +157,8 @@ META = HistoryFile("meta.json", (
     Field("end", DOUBLE, "when the run ended; null while it is going (or after the runner died)",
           nullable=True),
     Field("idempotent", BOOLEAN, "the producers used `enable.idempotence=true`"),
-    Field("expect", STRING, "the verdict the experiment expects", values=("clean", "loss")),
+    Field("expect", STRING, "the verdict the experiment expects",
+          values=("clean", "anomalies", "loss")),
     Field("incomplete", BOOLEAN, "true when a failure stopped the run (a history file that "
                                  "could not be written, a part of the runner that failed): "
                                  "records are missing from then on and there was no drain, so "

@@ -269,19 +269,24 @@ def cmd_explore(args: argparse.Namespace) -> int:
             print("  nothing written yet: Spark returns the schedules' outcomes all "
                   "together, at the end")
         return EXIT_INTERRUPTED
-    lossy = _explore_summary(exploration.to_json(), out)
+    summary = exploration.to_json()
+    _explore_summary(summary, out)
     expected = loaded.experiment.spec.expect
-    found = "loss" if lossy else "clean"
+    verdicts = summary["verdicts"]
+    found = "loss" if verdicts.get("loss") else \
+        "anomalies" if verdicts.get("anomalies") else "clean"
     return EXIT_AS_EXPECTED if found == expected else EXIT_UNEXPECTED
 
 
-def _explore_summary(summary: dict, out: Path) -> int:
-    """Write the report, print what it found and where; the number of lossy schedules."""
+def _explore_summary(summary: dict, out: Path) -> None:
+    """Write the report, print what it found and where."""
     from undertow.explore.report import skipped_line, write_report
 
     _json, html = write_report(summary, out)
     lossy = summary["verdicts"].get("loss", 0)
-    print(f"\n{lossy} of {summary['runs']} schedules lost acknowledged records "
+    anomalous = summary["verdicts"].get("anomalies", 0)
+    anomalies = f", {anomalous} gave anomalies without a loss" if anomalous else ""
+    print(f"\n{lossy} of {summary['runs']} schedules lost acknowledged records{anomalies} "
           f"({summary['schedules_per_second']:.2f} schedules/s). Report: {html}")
     if summary.get("faults_skipped"):
         print(f"  {skipped_line(summary['faults_skipped'])}")
@@ -290,7 +295,6 @@ def _explore_summary(summary: dict, out: Path) -> int:
                      f"processes" if m["confirm_runs"] else "")
         shrunk = "" if m["shrunk"] else f" (from {m['found_faults']}, NOT fully shrunk)"
         print(f"  {m['mechanism']}: {m['faults']} fault(s){shrunk} in {m['file']}{confirmed}")
-    return lossy
 
 
 def _explore_matrix(args: argparse.Namespace, loaded: LoadedExperiment, out: Path) -> int:

@@ -131,7 +131,7 @@ def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     ({"idempotent": 1}, "field 'idempotent' must be true or false"),
     ({"start": None}, "field 'start' must not be null"),
     ({"start": "1"}, "field 'start' must be a number"),
-    ({"expect": "maybe"}, "field 'expect' must be one of clean, loss"),
+    ({"expect": "maybe"}, "field 'expect' must be one of clean, anomalies, loss"),
     ({"spec": []}, "field 'spec' must be a JSON object"),
 ])
 def test_a_meta_field_the_analysis_reads_must_have_its_type(

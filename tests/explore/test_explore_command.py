@@ -121,9 +121,27 @@ def test_a_loss_with_no_lost_record_is_labelled_by_its_anomaly_kinds() -> None:
     cell = cell_of(config, "network", [
         outcome("loss", {"lost": 0, "misplaced": 1}, {}),
         outcome("loss", {"lost": 3}, {"unclean_election": 3}),
-        outcome("clean", {"lost": 0, "duplicates": 2}, {})])
+        outcome("clean", {"lost": 0, "duplicates": 2}, {}),
+        outcome("anomalies", {"lost": 0, "aborted_reads": 4}, {})])
     assert cell.mechanisms == {"misplaced": 1, "unclean_election": 1}
     assert cell.losses == 2
+
+
+def test_anomalies_without_a_loss_are_shrunk_by_the_anomaly_found_most() -> None:
+    """A schedule whose verdict is `anomalies` (aborted reads of a delayed EndTxn, say) is
+    shrunk and confirmed by its anomaly count's name, which no loss mechanism shares;
+    duplicates, an anomaly only with an idempotent producer, come after the others."""
+    def outcome(verdict: str, counts: dict[str, int], mechanisms: dict[str, int]) -> Outcome:
+        return Outcome(1, 1, "[]", verdict, counts.get("lost", 0), counts, mechanisms, 0.1)
+
+    assert outcome("anomalies", {"aborted_reads": 6, "reads_past_lso": 6}, {}).mechanism == \
+        "aborted_reads"
+    assert outcome("anomalies", {"duplicates": 9, "torn_transactions": 1}, {}).mechanism == \
+        "torn_transactions"
+    assert outcome("anomalies", {"duplicates": 9}, {}).mechanism == "duplicates"
+    assert outcome("loss", {"lost": 3, "aborted_reads": 9}, {"power_loss": 3}).mechanism == \
+        "power_loss"
+    assert outcome("clean", {"duplicates": 2}, {}).mechanism is None
 
 
 def test_schedules_with_a_fault_not_injected_are_named_in_the_summary(

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from explore_experiments import EXPERIMENTS, WriteExperiment
@@ -176,3 +177,33 @@ def test_a_drawn_delay_reaches_the_plan_with_its_latency(acks1: LoadedExperiment
             for p in planned if p.delay] == [(f.latency_ms, f.jitter_ms, 25.0) for f in delays]
     assert all(p.network is not None and p.network.mode == "isolate" for p in planned)
     assert "delay (" in schedule.describe()
+
+
+def test_one_way_delays_go_from_their_target_to_a_drawn_far_side(acks1: LoadedExperiment) -> None:
+    """With `delay.to`, each drawn delay slows its target's packets to one of `to` only (a
+    producer's requests to one broker, Jepsen's delayed EndTxn), drawn last: a schedule is
+    the one the space draws without it up to its first delay's far side."""
+    isolating = SPACES["delays"]
+    assert isolating.delay is not None
+    one_way = replace(isolating, delay=isolating.delay.model_copy(update={"to": [
+        TargetSelector(role="leader"), TargetSelector(role="follower")]}))
+    schedules = [(draw(isolating, n), draw(one_way, n)) for n in range(40)]
+    delays = [f for _, s in schedules for f in s.faults if f.kind == "delay"]
+    assert {f.to.role for f in delays if f.to} == {"leader", "follower"}
+    assert all(f.network == "one-way" for f in delays)
+    for before, after in schedules:
+        first = next((i for i, f in enumerate(before.faults) if f.kind == "delay"),
+                     len(before.faults) - 1)
+        assert [(f.kind, f.target, f.at_ms, f.duration_ms, f.latency_ms, f.jitter_ms)
+                for f in before.faults[:first + 1]] == [
+            (f.kind, f.target, f.at_ms, f.duration_ms, f.latency_ms, f.jitter_ms)
+            for f in after.faults[:first + 1]]
+    schedule = next(s for _, s in schedules if any(
+        f.kind == "delay" and f.target.producer == 0 for f in s.faults))
+    fault = next(f for f in schedule.faults if f.kind == "delay" and f.target.producer == 0)
+    assert FixedFault.from_json(json.loads(json.dumps(fault.to_json()))) == fault
+    assert f"{{producer: 0}} -> {{role: {fault.to.role}}}" in schedule.describe()
+    planned = [p for p in plan(experiment_with(acks1, schedule).experiment, 0)
+               if p.kind == "delay" and p.target is not None and p.target.producer == 0]
+    assert planned and all(p.network is not None and p.network.mode == "one-way"
+                           and p.network.to is not None for p in planned)

@@ -105,7 +105,19 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
      {"explore": {"kinds": ["kill"], "targets": [{"role": "leader"}, {"consumer": 0}]}},
      "spec.explore.targets[1]: no kind in 'kinds' can hit it: a consumer or producer can "
      "only be the target of a partition or delay of mode isolate (its links to every broker "
-     "cut or slowed), and a producer also of a pause (SIGSTOP of its own process)"),
+     "cut or slowed) or one-way (its packets to the `to` broker), and a producer also of a "
+     "pause (SIGSTOP of its own process)"),
+    ("client-far-side",
+     {"explore": {"kinds": ["delay"], "targets": [{"producer": 0}],
+                  "delay": {"latency": {"min": "1s", "max": "2s"}, "to": [{"consumer": 0}]}}},
+     "spec.explore.delay.to[0]: the far side of a one-way delay is a broker (clients reach "
+     "brokers only)"),
+    ("no-txn-coordinator",
+     {"explore": {"kinds": ["delay"], "targets": [{"producer": 0}],
+                  "delay": {"latency": {"min": "1s", "max": "2s"},
+                            "to": [{"role": "txn-coordinator"}]}}},
+     "spec.explore.delay.to[0].role: txn-coordinator needs transactional producers "
+     "(workload.transactions)"),
     ("no-follower", {"replication_factor": 1, "explore": {"targets": [{"role": "follower"}]}},
      "spec.explore.targets[0].role: no follower can exist with replicationFactor 1"),
     ("no-broker", {"explore": {"targets": [{"broker": 5}]}},

@@ -57,6 +57,13 @@ def test_the_file_loads_back_to_the_schedule(acks1: LoadedExperiment, tmp_path: 
     assert "target: {role: follower, mode: all}" in text, "selectors as the files write them"
 
 
+def test_a_schedule_that_found_anomalies_expects_them(acks1: LoadedExperiment,
+                                                      tmp_path: Path) -> None:
+    path = write_experiment(acks1, SCHEDULE, tmp_path / "acks1-aborted-reads.yaml",
+                            ["acks1-aborted-reads: Expect: anomalies."], expect="anomalies")
+    assert load_experiment(path).experiment.spec.expect == "anomalies"
+
+
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_experiment_written_with_a_drawn_schedule(path: Path, tmp_path: Path) -> None:
     """Everything but the faults, the seed, the names and the expectation is the original's."""

@@ -49,6 +49,7 @@ LIBRARY = {
     "eos-pipeline-member-kill": "clean",
     "leader-delay-acksall": "clean",
     "producer-pause-txn": "clean",
+    "txn-delayed-endtxn-tv1": "anomalies",
 }
 
 
@@ -379,24 +380,46 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         exp("spec/faults/0/target", {"consumer": 0}),
         EXP,
         "spec.faults[0].target.consumer: a consumer or producer can only be the target of a "
-        "partition or delay of mode isolate (its links to every broker cut or slowed), and a "
-        "producer also of a pause (SIGSTOP of its own process)",
+        "partition or delay of mode isolate (its links to every broker cut or slowed) or "
+        "one-way (its packets to the `to` broker), and a producer also of a pause (SIGSTOP of "
+        "its own process)",
+    ),
+    (
+        "client-one-way-to-the-controller",
+        exp("spec/faults/0", {"kind": "delay", "target": {"producer": 0}, "at": "5s",
+                              "duration": "1s", "delay": {"latency": "1s"},
+                              "network": {"mode": "one-way", "to": {"role": "controller"}}}),
+        EXP,
+        "spec.faults[0].network.to.role: a client has no link to the controller: only brokers",
+    ),
+    (
+        "client-as-a-far-side",
+        exp("spec/faults/0", {"kind": "delay", "target": {"role": "leader"}, "at": "5s",
+                              "duration": "1s", "delay": {"latency": "1s"},
+                              "network": {"mode": "one-way", "to": {"producer": 0}}}),
+        EXP,
+        "spec.faults[0].network.to.producer: a consumer or producer can only be the target of "
+        "a partition or delay of mode isolate (its links to every broker cut or slowed) or "
+        "one-way (its packets to the `to` broker), and a producer also of a pause (SIGSTOP of "
+        "its own process)",
     ),
     (
         "producer-not-isolated",
         exp("spec/faults/0/target", {"producer": 0}),
         EXP,
         "spec.faults[0].target.producer: a consumer or producer can only be the target of a "
-        "partition or delay of mode isolate (its links to every broker cut or slowed), and a "
-        "producer also of a pause (SIGSTOP of its own process)",
+        "partition or delay of mode isolate (its links to every broker cut or slowed) or "
+        "one-way (its packets to the `to` broker), and a producer also of a pause (SIGSTOP of "
+        "its own process)",
     ),
     (
         "consumer-paused",
         exp("spec/faults/1/target", {"consumer": 0}),
         EXP,
         "spec.faults[1].target.consumer: a consumer or producer can only be the target of a "
-        "partition or delay of mode isolate (its links to every broker cut or slowed), and a "
-        "producer also of a pause (SIGSTOP of its own process)",
+        "partition or delay of mode isolate (its links to every broker cut or slowed) or "
+        "one-way (its packets to the `to` broker), and a producer also of a pause (SIGSTOP of "
+        "its own process)",
     ),
     (
         "paused-producer-out-of-range",
@@ -1025,7 +1048,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "bad-expect",
         exp("spec/expect", "fine"),
         EXP,
-        "spec.expect: expected 'clean' or 'loss', got 'fine'",
+        "spec.expect: expected 'clean', 'anomalies' or 'loss', got 'fine'",
     ),
     (
         "bad-topic-name",
@@ -1191,6 +1214,18 @@ def test_a_producer_may_be_paused_and_runs_as_a_process_of_its_own(tmp_path: Pat
     loaded = load_experiment(write(tmp_path, docs)).experiment.spec
     assert loaded.paused_clients() == ("p0", "p1")
     assert loaded.own_link_clients() == ("p0",)
+
+
+def test_a_client_s_packets_to_one_broker_may_be_delayed(tmp_path: Path) -> None:
+    """A delay (or a partition) of mode one-way from `{producer: N}` to a broker selector
+    slows that client's packets to that broker alone, on links of its own."""
+    docs = base_docs()
+    docs[1]["spec"]["faults"][0] = {
+        "kind": "delay", "target": {"producer": 0}, "at": "5s", "duration": "1s",
+        "network": {"mode": "one-way", "to": {"role": "leader"}},
+        "delay": {"latency": "3s"}}
+    spec = load_experiment(write(tmp_path, docs)).experiment.spec
+    assert spec.own_link_clients() == ("p0",)
 
 
 def test_parse_of_api_object_uses_model_defaults() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from undertow.explore.draw import Schedule, draw, experiment_with
 from undertow.explore.progress import Best, Board, Listener, Sender, step_event
 from undertow.explore.robust import MISSES_ALLOWED, VARIANTS, loses_robustly
-from undertow.explore.runs import Outcome, dominant, simulate
+from undertow.explore.runs import ANOMALY_COUNTS, Outcome, finding, simulate
 from undertow.explore.shrink import shrink
 from undertow.explore.space import FaultSpace
 from undertow.explore.spark import explore_session, in_parallel, interruptibly, outcomes
@@ -286,16 +286,20 @@ def _write_minimal(loaded: LoadedExperiment, out: Path, mechanism: str, best: Be
     name = _minimal_name(loaded, mechanism)
     path = out / "minimal" / f"{name}.yaml"
     faults = len(best.schedule.faults)
+    expect = "anomalies" if mechanism in ANOMALY_COUNTS else "loss"
+    what = (f"gave {mechanism.replace('_', ' ')} (a verdict of anomalies: nothing acknowledged "
+            "lost)" if expect == "anomalies"
+            else f"lost acknowledged records by {mechanism}")
     found = (f"{name}: found by `undertow explore` from {loaded.source} (seed {best.seed}, "
              f"{best.found_faults} faults), ")
     if best.finished:
-        found += f"shrunk to {faults} while it still lost acknowledged records by {mechanism}"
+        found += f"shrunk to {faults} while it still {what}"
     else:
         found += ("NOT FULLY SHRUNK: explore was stopped (Ctrl-C) "
                   + (f"while shrinking it, at {faults} fault(s) (its last edit kept at try "
                      f"{best.tries} of at most {best.budget})" if best.tries else
                      "before its shrink kept any edit")
-                  + f". It lost acknowledged records by {mechanism}")
+                  + f". It {what}")
     if best.robust:
         found += (f" under the simulator's timing variants ({', '.join(v.name for v in VARIANTS)}"
                   f"; all but at most {MISSES_ALLOWED})")
@@ -305,14 +309,14 @@ def _write_minimal(loaded: LoadedExperiment, out: Path, mechanism: str, best: Be
     else:
         found += (" (at the simulator's nominal timing only: no schedule found lost under its "
                   "timing variants, so real processes may not reproduce it)")
-    comment = _wrapped(found + ". Expect: loss.")
+    comment = _wrapped(found + f". Expect: {expect}.")
     if sentences is None:
         comment += ["", "The analysis did not explain its simulated run: explore was stopped "
                         "first."]
     else:
         comment += ["", "What the analysis said of its simulated run:",
                     *[line for sentence in sentences for line in _wrapped(sentence)]]
-    write_experiment(loaded, best.schedule, path, comment)
+    write_experiment(loaded, best.schedule, path, comment, expect=expect)
     return Minimal(mechanism, best.seed, best.found_faults, best.schedule, faults, path,
                    sentences or [], bool(best.robust), shrunk=best.finished)
 
@@ -334,13 +338,20 @@ def _sentences(spark: Any, trial: LoadedExperiment, seed: int, work: Path) -> li
     # gives the interrupted explore its stdout back.
     with contextlib.redirect_stdout(io.StringIO()):
         report = interruptibly(spark, lambda: run_analysis(str(work / "history"), str(work)))
-    return [incident["sentence"] for incident in report["explained"].get("incidents", [])
-            if incident.get("sentence")]
+    sentences = [incident["sentence"] for incident in report["explained"].get("incidents", [])
+                 if incident.get("sentence")]
+    if not sentences and report["verdict"] == "anomalies":
+        # The attribution explains lost records; anomalies alone have none to explain.
+        found = [f"{report['counts'][c]:,} {c.replace('_', ' ')}" for c in ANOMALY_COUNTS
+                 if report["counts"].get(c)]
+        sentences = [f"No acknowledged record lost; the anomalies: {', '.join(found)} "
+                     f"(report.json; the rows in {work.name}/anomalies)."]
+    return sentences
 
 
 def confirm_once(path: Path, out: Path) -> str:
-    """One run of a minimal experiment on local processes; its dominant mechanism, "clean",
-    or "error"."""
+    """One run of a minimal experiment on local processes: what it found (`finding`: its
+    dominant mechanism, or anomaly), "clean", or "error"."""
     shutil.rmtree(out, ignore_errors=True)
     # A session of its own: Ctrl-C at the terminal reaches explore alone, which passes it on
     # once (a second SIGINT could cut the run's own clean-up short).
@@ -363,4 +374,4 @@ def confirm_once(path: Path, out: Path) -> str:
         log.warning("confirmation run of %s failed: %s", path, stderr.strip()[-500:])
         return "error"
     summary = check_history(out / "history")
-    return dominant(summary.mechanisms) or summary.verdict
+    return finding(summary.verdict, summary.counts, summary.mechanisms) or summary.verdict

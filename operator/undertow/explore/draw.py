@@ -36,7 +36,9 @@ class FixedFault:
     """From the workload's start."""
     duration_ms: int
     network: PartitionMode | None = None
-    """partition faults only: how the network is cut (the spec's default: isolate)."""
+    """partition and delay faults: which links (the spec's default: isolate)."""
+    to: TargetSelector | None = None
+    """A one-way fault's far side: what the target's packets to are dropped or slowed."""
     grace_period_ms: int | None = None
     """kill and pod-delete only: SIGTERM first, SIGKILL after this long."""
     latency_ms: int | None = None
@@ -49,8 +51,10 @@ class FixedFault:
     def as_spec(self) -> dict[str, Any]:
         """The `faults:` entry, as an experiment file writes it."""
         entry: dict[str, Any] = {"kind": self.kind, "target": selector_yaml(self.target)}
-        if self.kind == "partition":
+        if self.kind == "partition" or self.network is not None:
             entry["network"] = {"mode": self.network or "isolate"}
+        if self.to is not None:
+            entry["network"]["to"] = selector_yaml(self.to)
         if self.kind == "delay":
             assert self.latency_ms is not None, "a drawn delay has its latency"
             entry["delay"] = {"latency": format_duration(self.latency_ms / 1000)}
@@ -66,12 +70,14 @@ class FixedFault:
     def describe(self) -> str:
         """One line as the experiment file says it, for progress: ``kill {role: leader}
         at 4s for 2s``."""
-        target = ", ".join(f"{k}: {v}" for k, v in selector_yaml(self.target).items())
+        target = _selector_line(self.target)
+        if self.to is not None:
+            target += f" -> {_selector_line(self.to)}"
         network = f" ({self.network or 'isolate'})" if self.kind == "partition" else ""
         if self.kind == "delay":
             jitter = f"±{_seconds(self.jitter_ms)}" if self.jitter_ms else ""
             network = f" ({_seconds(self.latency_ms or 0)}{jitter})"
-        return f"{self.kind}{network} {{{target}}} at {_seconds(self.at_ms)} for " \
+        return f"{self.kind}{network} {target} at {_seconds(self.at_ms)} for " \
                f"{_seconds(self.duration_ms)}"
 
     def to_json(self) -> dict[str, Any]:
@@ -80,13 +86,17 @@ class FixedFault:
         return {"kind": self.kind, "target": self.target.model_dump(mode="json",
                                                                    exclude_none=True),
                 "at_ms": self.at_ms, "duration_ms": self.duration_ms, "network": self.network,
+                "to": None if self.to is None else self.to.model_dump(mode="json",
+                                                                      exclude_none=True),
                 "grace_period_ms": self.grace_period_ms, "latency_ms": self.latency_ms,
                 "jitter_ms": self.jitter_ms, "correlation": self.correlation}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FixedFault:
+        to = data.get("to")
         return cls(data["kind"], TargetSelector.model_validate(data["target"]), data["at_ms"],
                    data["duration_ms"], network=data["network"],
+                   to=None if to is None else TargetSelector.model_validate(to),
                    grace_period_ms=data["grace_period_ms"], latency_ms=data["latency_ms"],
                    jitter_ms=data["jitter_ms"], correlation=data["correlation"])
 
@@ -131,6 +141,11 @@ class Schedule:
                    data["min_duration_ms"], data["earliest_ms"])
 
 
+def _selector_line(selector: TargetSelector) -> str:
+    """``{role: leader}``, as a line of progress names a selector."""
+    return "{" + ", ".join(f"{k}: {v}" for k, v in selector_yaml(selector).items()) + "}"
+
+
 def _seconds(ms: int) -> str:
     """``8.528s``: easier to read in a line of progress than the file's ``8s528ms``."""
     return f"{ms / 1000:g}s"
@@ -153,8 +168,9 @@ def draw(space: FaultSpace, seed: int) -> Schedule:
 
     How many faults, then for each a gap from the previous start (the first from the
     window's start), a kind, a target that kind can hit, a duration and, for a partition, a
-    mode, for a delay its latency and jitter (nothing more is drawn for other kinds, so a
-    space without delays draws what it always drew). Gaps are capped so that the space's
+    mode, for a delay its latency and jitter, then, when the space's delays are one-way, its
+    far side (nothing more is drawn for other kinds, so a space without delays draws what it
+    always drew, and one with isolating delays too). Gaps are capped so that the space's
     fewest faults always fit in the window; past those, the schedule ends where the next
     start would fall after the window."""
     rng = random.Random(f"undertow-explore/{seed}")
@@ -183,7 +199,9 @@ def _faults(space: FaultSpace, rng: random.Random, count: int) -> Iterator[Fixed
         latency = rng.randint(ms(delay.latency.min), ms(delay.latency.max))
         jitter = 0 if delay.jitter is None else rng.randint(ms(delay.jitter.min),
                                                              ms(delay.jitter.max))
-        yield FixedFault(kind, target, at, duration, latency_ms=latency, jitter_ms=jitter,
+        to = None if delay.to is None else rng.choice(delay.to)
+        yield FixedFault(kind, target, at, duration, network=None if to is None else "one-way",
+                         to=to, latency_ms=latency, jitter_ms=jitter,
                          correlation=delay.correlation)
 
 

@@ -159,7 +159,9 @@ class Cell:
 def _loss_label(outcome: Outcome) -> str | None:
     """What a losing schedule counts under: its mechanism, or, when it lost no acknowledged
     record (a misplaced or phantom record, say), the anomaly kinds that made the verdict."""
-    if outcome.mechanism is not None or outcome.verdict != "loss":
+    if outcome.verdict != "loss":
+        return None  # the matrix counts losses: an anomaly alone is no cell's loss
+    if outcome.mechanism is not None:
         return outcome.mechanism
     kinds = sorted(k for k, n in outcome.counts.items() if n and k != "lost")
     return "+".join(kinds) or None

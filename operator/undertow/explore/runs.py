@@ -18,7 +18,13 @@ from undertow.sim.files import scratch_dir
 from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.world import run_simulated
 from undertow.spec import LoadedExperiment
-from undertow_history.checker import check_history
+from undertow_history.checker import KINDS, check_history
+
+ANOMALY_COUNTS = tuple(k.count for k in KINDS if not k.loss)
+"""The counts of the anomaly kinds that lose nothing acknowledged (``aborted_reads``,
+``torn_transactions``, ...): what a run whose verdict is `anomalies` is shrunk by."""
+IDEMPOTENT_ONLY = frozenset(k.count for k in KINDS if k.only_if_idempotent)
+"""Counts that are anomalies only when the producer was idempotent (duplicates)."""
 
 
 def dominant(counts: dict[str, int]) -> str | None:
@@ -26,6 +32,21 @@ def dominant(counts: dict[str, int]) -> str | None:
     if not counts:
         return None
     return max(sorted(counts), key=lambda key: counts[key])
+
+
+def finding(verdict: str, counts: dict[str, int], mechanisms: dict[str, int]) -> str | None:
+    """What a run found, as the explorer shrinks and confirms it: the loss mechanism that
+    explains most of the lost records; for a verdict of `anomalies`, the anomaly count with
+    the most (``aborted_reads``: the counts' names never clash with the mechanisms'), those
+    every producer can have before duplicates (an anomaly only when the producer was
+    idempotent, which made the verdict then); None when clean."""
+    if mechanisms:
+        return dominant(mechanisms)
+    if verdict != "anomalies":
+        return None
+    found = {c: counts[c] for c in ANOMALY_COUNTS if counts.get(c)}
+    return dominant({c: n for c, n in found.items() if c not in IDEMPOTENT_ONLY}) \
+        or dominant(found)
 
 
 @dataclass(frozen=True)
@@ -37,7 +58,7 @@ class Outcome:
     schedule: str
     """The faults as the experiment file's ``faults:`` list, in JSON."""
     verdict: str
-    """``clean``, ``loss``, or ``error`` when the simulation failed."""
+    """``clean``, ``anomalies``, ``loss``, or ``error`` when the simulation failed."""
     lost: int
     counts: dict[str, int]
     mechanisms: dict[str, int]
@@ -50,8 +71,9 @@ class Outcome:
 
     @property
     def mechanism(self) -> str | None:
-        """The mechanism that explains most of the loss."""
-        return dominant(self.mechanisms)
+        """What it is shrunk by (`finding`): the mechanism that explains most of the loss,
+        or the anomaly found most."""
+        return finding(self.verdict, self.counts, self.mechanisms)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "mechanism": self.mechanism}

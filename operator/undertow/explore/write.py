@@ -1,6 +1,7 @@
 """A minimal experiment as a file like those in `experiments/`: a comment saying what it
-shows, a BrokerCluster and a ChaosExperiment with fixed faults, `expect: loss` and a fixed
-seed, so that `undertow run FILE` (on processes, pods or in simulation) replays it.
+shows, a BrokerCluster and a ChaosExperiment with fixed faults, `expect: loss` (or
+`anomalies`) and a fixed seed, so that `undertow run FILE` (on processes, pods or in
+simulation) replays it.
 """
 
 from __future__ import annotations
@@ -67,13 +68,15 @@ def _dump(resource: BaseModel) -> dict[str, Any]:
 
 
 def write_experiment(loaded: LoadedExperiment, schedule: Schedule, path: Path,
-                     comment_lines: list[str], *, suffix: str | None = None) -> Path:
+                     comment_lines: list[str], *, suffix: str | None = None,
+                     expect: str = "loss") -> Path:
     """Write `loaded` with `schedule` as its faults to `path` and return `path`.
 
     The file opens with `comment_lines` as `#` comments; the cluster and the experiment are
     both named `minimal_name(original, suffix)` (the suffix defaults to the file's stem), the
-    experiment refers to the cluster by that name, expects loss and fixes the schedule's
-    seed. Raises `SpecError` when the schedule does not fit the experiment."""
+    experiment refers to the cluster by that name, expects `expect` (loss, or the anomalies
+    a run found without losing anything) and fixes the schedule's seed. Raises `SpecError`
+    when the schedule does not fit the experiment."""
     trial = experiment_with(loaded, schedule)
     name = minimal_name(loaded.experiment.metadata.name, suffix or path.stem)
     cluster = _dump(loaded.cluster)
@@ -83,7 +86,7 @@ def write_experiment(loaded: LoadedExperiment, schedule: Schedule, path: Path,
     spec = experiment["spec"]
     spec["cluster"] = {"ref": name}
     spec["faults"] = [_flow_selectors(entry) for entry in schedule.as_spec_faults()]
-    spec["expect"] = "loss"
+    spec["expect"] = expect
     spec["seed"] = schedule.seed
     comment = "".join(f"# {line}".rstrip() + "\n"
                       for text in comment_lines for line in (text.splitlines() or [""]))

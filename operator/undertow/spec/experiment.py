@@ -81,8 +81,11 @@ class ChaosExperimentSpec(SpecModel):
     workload: Workload = Field(default_factory=Workload)
     faults: list[ScheduleEntry] = Field(default_factory=list)
     """The fault schedule; empty for a baseline run."""
-    expect: Literal["clean", "loss"]
-    """clean: no acknowledged write may be lost. loss: the experiment demonstrates loss."""
+    expect: Literal["clean", "anomalies", "loss"]
+    """clean: no acknowledged write may be lost, and nothing read that should not be.
+    anomalies: the experiment demonstrates anomalies that lose no acknowledged write (a read
+    of an aborted transaction's records, a torn transaction, ...). loss: the experiment
+    demonstrates loss."""
     seed: Annotated[int, Field(ge=0)] | None = None
     """Seed of random schedules; unset: the runner picks one and records it."""
     explore: ExploreSpec | None = None

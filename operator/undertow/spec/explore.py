@@ -9,6 +9,7 @@
       gap: {min: 500ms, max: 10s}                    # between two starts (default 500ms..10s)
       partitionModes: [isolate]                      # partition faults only (default isolate)
       delay: {latency: {min: 50ms, max: 1s}}         # delay faults only: what to draw from
+      #   to: [{role: txn-coordinator}]              #   one-way, from the target to one of these
 
 Every field is optional: what is left out comes from the defaults above. Unlike a `random`
 schedule, drawn faults may overlap: each one's start is a `gap` after the previous start,
@@ -91,11 +92,18 @@ class CountRange(SpecModel):
 class DelayRange(SpecModel):
     """What a drawn `delay` fault slows its links by: a latency drawn uniformly (in
     milliseconds) from `latency`, a jitter from `jitter` (default none), and `correlation`
-    percent as given (Chaos Mesh's NetworkChaos delay fields, tc netem's)."""
+    percent as given (Chaos Mesh's NetworkChaos delay fields, tc netem's); with `to`, which
+    links: the packets the target sends to one of `to`, drawn per fault (a one-way delay),
+    instead of every link of the target both ways."""
 
     latency: DurationRange
     jitter: DurationRange | None = None
     correlation: float = Field(0.0, ge=0, le=100)
+    to: list[TargetSelector] | None = Field(None, min_length=1)
+    """One-way delays: each drawn delay slows what its target sends to a broker drawn from
+    these (e.g. a producer's requests to its transaction coordinator, and not its Produce
+    requests to the partitions' leaders: Jepsen's delayed EndTxn); default: isolating
+    delays."""
 
     @model_validator(mode="after")
     def _check(self) -> DelayRange:
@@ -107,6 +115,10 @@ class DelayRange(SpecModel):
                              f"{format_duration(self.jitter.max)} is above the least latency "
                              f"{format_duration(self.latency.min)}: a packet could arrive "
                              "before it was sent")
+        for index, selector in enumerate(self.to or ()):
+            if selector.client is not None or selector.role == "controller":
+                raise FieldError(("to", index), "the far side of a one-way delay is a "
+                                                "broker (clients reach brokers only)")
         return self
 
 
@@ -190,6 +202,9 @@ class ExploreSpec(SpecModel):
                                   f"{format_duration(workload_duration)})")
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
-        """Every selector of `targets` with its path, for checks against the cluster."""
+        """Every selector of `targets` and `delay.to` with its path, for checks against the
+        cluster."""
         for index, selector in enumerate(self.targets or ()):
             yield ("targets", index), selector
+        for index, selector in enumerate(self.delay.to or () if self.delay else ()):
+            yield ("delay", "to", index), selector

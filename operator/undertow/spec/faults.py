@@ -108,8 +108,9 @@ STEP_TIMEOUT = 30
 """Default seconds a sequence step waits for its event."""
 PARTITION_ROLES = ("leader", "follower", "isr-member", "all-isr-but-one")
 CLIENT_TARGETS = ("a consumer or producer can only be the target of a partition or delay "
-                  "of mode isolate (its links to every broker cut or slowed), and a producer "
-                  "also of a pause (SIGSTOP of its own process)")
+                  "of mode isolate (its links to every broker cut or slowed) or one-way (its "
+                  "packets to the `to` broker), and a producer also of a pause (SIGSTOP of "
+                  "its own process)")
 PRODUCER_PAUSE_NOT_SIMULATED = (
     "pausing a producer is not yet modelled in simulation, where undertow explore draws its "
     "schedules: give the pause as a fault of its own and run it with undertow run (local "
@@ -142,7 +143,8 @@ class TargetSelector(SpecModel):
     `workload.transactions` only).
     `{broker: 2}` is broker id 2, whatever its role. `{consumer: 1}` is the workload's
     consumer `c1` (a group member in subscribe mode) and `{producer: 0}` its producer `p0`,
-    for a partition or delay that isolates it, or (a producer) a pause of its process.
+    for a partition or delay that isolates it (or, `one-way`, acts on its packets to one
+    broker), or (a producer) a pause of its process.
     `mode` picks among the candidates:
     `one` (default; `all` for all-isr-but-one), `all`, `fixed` (`value` of them) or
     `fixed-percent` (`value` percent of them, rounded down, at least one).
@@ -363,15 +365,22 @@ class FaultAction(SpecModel):
             for loc, selector in self.selectors():
                 if selector.role == "controller":
                     raise FieldError(loc, BROKER_ONLY_KINDS[self.kind])
-        isolate = self.kind in NETWORK_KINDS and self.network is not None \
-            and self.network.mode == "isolate"
+        # A client's own links go to every broker: it can be cut off or slowed from all of
+        # them (isolate), or from one (one-way: its requests to the coordinator alone, say).
+        shaped = self.kind in NETWORK_KINDS and self.network is not None \
+            and self.network.mode in ("isolate", "one-way")
         # A producer a schedule pauses runs as a process of its own, which SIGSTOP freezes;
         # the consumers stay threads of the runner.
         paused = self.kind == "pause" and self.target is not None \
             and self.target.producer is not None
         for loc, selector in self.selectors():
-            if selector.client is not None and not ((isolate or paused) and loc == ("target",)):
+            if selector.client is not None and not ((shaped or paused) and loc == ("target",)):
                 raise FieldError((*loc, selector.client_field), CLIENT_TARGETS)
+        if self.target is not None and self.target.client is not None \
+                and self.network is not None and self.network.to is not None \
+                and self.network.to.role == "controller":
+            raise FieldError(("network", "to", "role"),
+                             "a client has no link to the controller: only brokers")
 
     def selectors(self) -> Iterator[tuple[tuple[str | int, ...], TargetSelector]]:
         """Every selector of this fault with its path, for checks against the cluster."""
