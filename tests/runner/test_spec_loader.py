@@ -50,6 +50,7 @@ LIBRARY = {
     "leader-delay-acksall": "clean",
     "producer-pause-txn": "clean",
     "txn-delayed-endtxn-tv1": "anomalies",
+    "txn-delayed-endtxn-tv2": "clean",
 }
 
 
@@ -505,6 +506,16 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         exp("spec/workload/transactions", {"transactionVersion": 3}),
         EXP,
         "spec.workload.transactions.transactionVersion: expected 1 or 2, got 3",
+    ),
+    (
+        "transaction-version-2-pipeline",
+        both(exp("spec/workload/transactions", {"transactionVersion": 2}),
+             exp("spec/workload/consumer", {"mode": "subscribe"}),
+             exp("spec/workload/pipeline", {})),
+        EXP,
+        "spec.workload.transactions.transactionVersion: a pipeline's members speak "
+        "transaction version 1 (librdkafka's send_offsets_to_transaction); version 2 is "
+        "modelled for the transactional producers only",
     ),
     (
         "transaction-version-2-on-a-version-1-cluster",

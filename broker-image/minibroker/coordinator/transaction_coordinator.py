@@ -273,7 +273,7 @@ class TransactionCoordinator:
             return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
         if (from_client and producer_epoch != metadata.producer_epoch) \
                 or producer_epoch < metadata.producer_epoch:
-            return EndTxnResult(ErrorCode.producer_fenced)
+            return self._fenced(metadata, producer_epoch, commit, 0)
         if metadata.pending_transition_in_progress:
             return EndTxnResult(ErrorCode.concurrent_transactions)
         state = metadata.state
@@ -322,7 +322,7 @@ class TransactionCoordinator:
         if metadata.producer_id != producer_id and not retry_on_overflow:
             return EndTxnResult(ErrorCode.invalid_producer_id_mapping)
         if not valid_epoch:
-            return EndTxnResult(ErrorCode.producer_fenced)
+            return self._fenced(metadata, producer_epoch, commit, TV_2)
         decision = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
         if state is TransactionState.ONGOING:
             return await self._decide_tv2(metadata, decision, epoch_fence, no_partition=False)
@@ -359,6 +359,17 @@ class TransactionCoordinator:
         return metadata.prepare_abort_or_commit(
             decision, self.state_manager.now_ms(), client_transaction_version=TV_2,
             next_producer_id=next_producer_id, no_partition_added=no_partition)
+
+    @staticmethod
+    def _fenced(metadata: TransactionMetadata, producer_epoch: int, commit: bool,
+                client_transaction_version: int) -> EndTxnResult:
+        """PRODUCER_FENCED, said in the log: a late EndTxn of an earlier transaction (under
+        version 2) or of a fenced instance lands here."""
+        log.info("EndTxn (%s) of %s with producer epoch %d fenced: the id is at epoch %d, "
+                 "%s (transaction version %d)", "commit" if commit else "abort",
+                 metadata.transactional_id, producer_epoch, metadata.producer_epoch,
+                 metadata.state.state_name, client_transaction_version)
+        return EndTxnResult(ErrorCode.producer_fenced)
 
     @staticmethod
     def _invalid_state(metadata: TransactionMetadata, commit: bool) -> EndTxnResult:

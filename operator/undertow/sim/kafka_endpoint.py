@@ -37,6 +37,7 @@ from typing import Any, cast
 from kio.schema.add_offsets_to_txn.v3 import request as add_offsets_req
 from kio.schema.add_partitions_to_txn.v3 import request as add_req
 from kio.schema.end_txn.v1 import request as end_req
+from kio.schema.end_txn.v5 import request as end_v5_req
 from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.find_coordinator.v4 import request as find_req
 from kio.schema.heartbeat.v4 import request as heartbeat_req
@@ -48,6 +49,7 @@ from kio.schema.metadata.v12 import request as metadata_req
 from kio.schema.offset_commit.v8 import request as commit_req
 from kio.schema.offset_fetch.v7 import request as offset_fetch_req
 from kio.schema.produce.v9 import request as produce_req
+from kio.schema.produce.v12 import request as produce_v12_req
 from kio.schema.sync_group.v5 import request as sync_req
 from kio.schema.txn_offset_commit.v3 import request as txn_commit_req
 from kio.static.primitive import i8, i16, i32, i64
@@ -133,14 +135,16 @@ def _init_producer_id() -> _Exchange:
 
 
 def _produce(acks: int, timeout_ms: int, tp: TopicPartition, records: bytes,
-             transactional_id: str | None = None) -> _Exchange:
+             transactional_id: str | None = None, version: int = 9) -> _Exchange:
+    """Produce v9, or v12 (a client on transaction version 2: the leader adds the
+    partition to the transaction, KIP-890)."""
+    m = produce_v12_req if version == 12 else produce_req
     # The model's own numbers, in range: typed without kio's range check (as the fetcher's).
-    request = produce_req.ProduceRequest(
+    request = m.ProduceRequest(
         transactional_id=transactional_id, acks=cast(i16, acks),
         timeout=datetime.timedelta(milliseconds=timeout_ms),
-        topic_data=(produce_req.TopicProduceData(name=tp.topic, partition_data=(
-            produce_req.PartitionProduceData(index=cast(i32, tp.partition),
-                                             records=records),)),))
+        topic_data=(m.TopicProduceData(name=tp.topic, partition_data=(
+            m.PartitionProduceData(index=cast(i32, tp.partition), records=records),)),))
 
     def decode(response: Any) -> ProduceResult:
         answer = response.responses[0].partition_responses[0]
@@ -374,6 +378,17 @@ def _end_txn(args: tuple[str, int, int, bool]) -> _Exchange:
         lambda r: ErrorCode(r.error_code), lane=COORDINATOR_LANE)
 
 
+def _end_txn_v5(args: tuple[str, int, int, bool]) -> _Exchange:
+    """EndTxn v5 (the Java 4.x client's on transaction version 2): the answer carries the
+    producer id and epoch of the next transaction."""
+    transactional_id, producer_id, epoch, commit = args
+    return _Exchange(end_v5_req.EndTxnRequest(
+        transactional_id=transactional_id, producer_id=cast(i64, producer_id),
+        producer_epoch=cast(i16, epoch), committed=commit),
+        lambda r: (ErrorCode(r.error_code), r.producer_id, r.producer_epoch),
+        lane=COORDINATOR_LANE)
+
+
 def _add_offsets_to_txn(args: tuple[str, int, int, str]) -> _Exchange:
     """AddOffsetsToTxn v3: the group's offsets partition joins the transaction."""
     transactional_id, producer_id, epoch, group_id = args
@@ -414,6 +429,7 @@ MESSAGES: dict[str, Callable[..., _Exchange]] = {
     "init_txn_producer_id": _init_txn_producer_id,
     "add_partitions_to_txn": _add_partitions_to_txn,
     "end_txn": _end_txn,
+    "end_txn_v5": _end_txn_v5,
     "add_offsets_to_txn": _add_offsets_to_txn,
     "txn_offset_commit": _txn_offset_commit,
     "join_group": _join_group,

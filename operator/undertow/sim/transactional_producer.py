@@ -38,6 +38,18 @@ loop over the model (docs/simulation.md, "The client model").
   counts requests sent: in CompleteCommit the coordinator refuses it with
   INVALID_TXN_STATE, which is fatal to librdkafka, issue 4849).
 
+**Transaction version 2** (``workload.transactions.transactionVersion: 2``): the same
+producer speaking KIP-890 part 2 as the Java 4.x client's ``TransactionManager`` does when
+the cluster has ``transaction.version`` 2, with librdkafka's timers kept, so that a
+comparison of the two versions is one of the protocol alone. A partition joins the
+transaction with its first record (``maybeAddPartition``: no AddPartitionsToTxn; the
+leader adds it on Produce v12); EndTxn is v5 and sent once a record was (``transactionStarted``),
+and its answer gives the producer id and epoch of the next transaction, whose sequences
+start again at 0 (``EndTxnHandler``); an abortable error needs no epoch bump of the client's
+own (``needToTriggerEpochBumpFromClient``), since every EndTxn bumps it; INVALID_PRODUCER_EPOCH
+on a Produce makes the transaction abortable (``InvalidProducerEpochException``, KIP-588),
+and CONCURRENT_TRANSACTIONS (the last transaction's markers still going out) is retried.
+
 Each transaction and its sends are recorded as the real producer records them.
 """
 
@@ -50,6 +62,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from minibroker.cluster.types import ErrorCode, ProduceResult, TopicPartition
+from minibroker.coordinator.transaction_metadata import TV_2
 from minibroker.storage.records import TRANSACTIONAL_FLAG, build_batch
 from undertow.runner.history import HistoryWriter
 from undertow.runner.transactional_producer import (
@@ -138,6 +151,7 @@ class SimTransactionalProducer:
         self._pad = padding(self.name, record_size)
         self._reconnected = Wakeup(client, self._pump)
         self._settings = settings
+        self._tv2 = settings.transaction_version >= TV_2
         self._request_timeout_ms = request_timeout_ms
         self._socket_timeout_ms = socket_timeout_ms(settings.timeout_ms)
         self._message_timeout_ms = float(min(message_timeout_ms or settings.timeout_ms,
@@ -318,8 +332,11 @@ class SimTransactionalProducer:
         wanted = sorted({s.partition for s in txn.sends} - txn.registered)
         if not wanted or (self._ending and txn.intent == "abort"):
             return
-        self._adding = True
         txn.requested = True
+        if self._tv2:  # the leader adds it on the Produce (Java's maybeAddPartition)
+            txn.registered.update(wanted)
+            return
+        self._adding = True
 
         def answered(code: ErrorCode) -> None:
             self._adding = False
@@ -370,7 +387,7 @@ class SimTransactionalProducer:
             s.sent = True
         self._in_flight.add(p)
         message = ("produce", (-1, self._request_timeout_ms, TopicPartition(self._topic, p),
-                               records, self.transactional_id))
+                               records, self.transactional_id, 12 if self._tv2 else 9))
 
         def answered(result: ProduceResult | None, error: NetworkError | None) -> None:
             self._in_flight.discard(p)
@@ -381,6 +398,13 @@ class SimTransactionalProducer:
                 for s in batch:  # sent again whole, at the same sequence
                     s.sent = False
                     s.uncertain = s.uncertain or error is not None
+            elif self._tv2 and result is not None \
+                    and result.error == ErrorCode.concurrent_transactions:
+                for s in batch:  # the last transaction still ending: again, as it was
+                    s.sent = False
+                self._client.later(CONCURRENT_RETRY_MS, self._pump)
+                self._maybe_finish()
+                return
             elif result is not None and result.error == ErrorCode.none:
                 self._sequences[p] = base + len(batch)
                 for i, s in enumerate(batch):
@@ -391,8 +415,8 @@ class SimTransactionalProducer:
                 # rd_kafka_handle_Produce_error: INVALID_PRODUCER_EPOCH fences the producer
                 # (fatal); any other permanent error makes the transaction abortable
                 # (INVALID_TXN_STATE of a partition the coordinator says is not in it too).
-                self._fail(txn, result.error,
-                           fatal=result.error == ErrorCode.invalid_producer_epoch)
+                self._fail(txn, result.error, fatal=not self._tv2
+                           and result.error == ErrorCode.invalid_producer_epoch)
             self._client.later(0 if error is None else RETRY_BACKOFF_MS, self._pump)
             self._maybe_finish()
 
@@ -444,8 +468,12 @@ class SimTransactionalProducer:
         self._end_txn(txn, commit=not aborting)
 
     def _end_txn(self, txn: _Txn, commit: bool) -> None:
-        def answered(code: ErrorCode) -> None:
+        def answered(answer: ErrorCode | tuple[ErrorCode, int, int]) -> None:
+            code = answer[0] if isinstance(answer, tuple) else answer
             if code == ErrorCode.none:
+                if isinstance(answer, tuple):  # EndTxn v5: the next transaction's epoch
+                    self._pid, self._epoch = answer[1], answer[2]
+                    self._sequences.clear()
                 self._finish(txn, "ok" if commit else "fail", txn.abortable)
             elif code in RETRIABLE and self._client.now_ms() < self._deadline_ms:
                 delay = CONCURRENT_RETRY_MS if code == ErrorCode.concurrent_transactions \
@@ -454,8 +482,8 @@ class SimTransactionalProducer:
             else:  # a commit may have happened; an abort never committed
                 self._finish(txn, "info" if commit else "fail", error_name(code), fatal=True)
 
-        self._coordinated(("end_txn", (self.transactional_id, self._pid, self._epoch, commit)),
-                          answered)
+        self._coordinated(("end_txn_v5" if self._tv2 else "end_txn",
+                           (self.transactional_id, self._pid, self._epoch, commit)), answered)
 
     def _finish(self, txn: _Txn, status: str, error: str | None, fatal: bool = False) -> None:
         record_transaction(
@@ -465,7 +493,9 @@ class SimTransactionalProducer:
         self._txn, self._ending, self._fatal = None, False, False
         # KIP-360, as librdkafka: an aborted transaction with a batch whose answer was lost
         # may have written it, so its sequence numbers cannot go on: the epoch is bumped.
-        if status == "info" or fatal or any(s.uncertain for s in txn.sends):
+        # Under version 2 the EndTxn bumped it already.
+        if status == "info" or fatal or (not self._tv2
+                                         and any(s.uncertain for s in txn.sends)):
             self._init()  # a new instance: its InitProducerId fences this one
         else:
             self._begin()

@@ -215,6 +215,11 @@ class Workload(SpecModel):
         if self.transactions is None:
             raise FieldError(("pipeline",), "a pipeline's members are transactional: set "
                                             "workload.transactions (its timeout is theirs)")
+        if self.transactions.transaction_version == 2:
+            raise FieldError(("transactions", "transactionVersion"),
+                             "a pipeline's members speak transaction version 1 (librdkafka's "
+                             "send_offsets_to_transaction); version 2 is modelled for the "
+                             "transactional producers only")
         if self.consumer.mode != "subscribe":
             raise FieldError(("consumer", "mode"), "a pipeline's members are a consumer group: "
                                                    "set it to subscribe")
