@@ -237,6 +237,13 @@ def both(*mutations: Mutation) -> Mutation:
     return lambda cluster, experiment: [m(cluster, experiment) for m in mutations]
 
 
+def at_random(kinds: list[str], targets: list[dict[str, Any]]) -> Mutation:
+    """The first fault replaced by a random schedule of `kinds` on `targets`."""
+    return exp("spec/faults/0", {"random": {
+        "kinds": kinds, "targets": targets, "interval": {"min": "1s", "max": "2s"},
+        "duration": {"min": "1s", "max": "2s"}}})
+
+
 EXP = "ChaosExperiment/base"
 CASES: list[tuple[str, Mutation, str, str]] = [
     (
@@ -430,33 +437,29 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "producer(s)",
     ),
     (
-        "producer-paused-at-random",
-        exp(
-            "spec/faults/0",
-            {
-                "random": {
-                    "kinds": ["pause"],
-                    "targets": [{"producer": 0}],
-                    "interval": {"min": "1s", "max": "2s"},
-                    "duration": {"min": "1s", "max": "2s"},
-                },
-            },
-        ),
+        "consumer-paused-at-random",
+        at_random(["partition", "pause"], [{"producer": 0}, {"consumer": 0}]),
         EXP,
-        "spec.faults[0].random.targets[0].producer: a random schedule can only cut a consumer "
-        "or producer off (`kinds: [partition]`): random schedules are drawn in simulation "
-        "too, and pausing a producer is not yet modelled in simulation, where undertow explore "
-        "draws its schedules: give the pause as a fault of its own and run it with undertow "
-        "run (local processes, pods or Kubernetes)",
+        "spec.faults[0].random.targets[1].consumer: a random schedule can only cut a consumer "
+        "or producer off (`partition`, which isolates it) or pause a producer (`pause`): every "
+        "kind in `kinds` must be one of those for every client among `targets`",
     ),
     (
-        "producer-pause-explored",
-        exp("spec/explore", {"kinds": ["pause"], "targets": [{"producer": 0}]}),
+        "producer-killed-at-random",
+        at_random(["pause", "kill"], [{"producer": 0}]),
         EXP,
-        "spec.explore.kinds[0]: no target in 'targets' can take a pause: pausing a producer is "
-        "not yet modelled in simulation, where undertow explore draws its schedules: give the "
-        "pause as a fault of its own and run it with undertow run (local processes, pods or "
-        "Kubernetes)",
+        "spec.faults[0].random.targets[0].producer: a random schedule can only cut a consumer "
+        "or producer off (`partition`, which isolates it) or pause a producer (`pause`): every "
+        "kind in `kinds` must be one of those for every client among `targets`",
+    ),
+    (
+        "consumer-pause-explored",
+        exp("spec/explore", {"kinds": ["pause"], "targets": [{"consumer": 0}]}),
+        EXP,
+        "spec.explore.kinds[0]: no target in 'targets' can take a pause: a consumer or "
+        "producer can only be the target of a partition or delay of mode isolate (its links "
+        "to every broker cut or slowed) or one-way (its packets to the `to` broker), and a "
+        "producer also of a pause (SIGSTOP of its own process)",
     ),
     (
         "producer-out-of-range",
@@ -1224,6 +1227,19 @@ def test_a_producer_may_be_paused_and_runs_as_a_process_of_its_own(tmp_path: Pat
         {"kind": "pause", "target": {"producer": 0}, "when": "recovered", "duration": "1s"}]}})
     loaded = load_experiment(write(tmp_path, docs)).experiment.spec
     assert loaded.paused_clients() == ("p0", "p1")
+    assert loaded.own_link_clients() == ("p0",)
+
+
+def test_a_producer_may_be_paused_at_random_and_explored(tmp_path: Path) -> None:
+    """Random schedules and `undertow explore` are drawn in simulation, which holds a paused
+    producer's client model as a paused node's code: a random schedule may pause a producer
+    (and cut it off), and an exploration may draw a producer's pause."""
+    docs = base_docs()
+    spec = docs[1]["spec"]
+    at_random(["partition", "pause"], [{"producer": 0}, {"role": "leader"}])(*docs)
+    spec["explore"] = {"kinds": ["pause"], "targets": [{"producer": 0}]}
+    loaded = load_experiment(write(tmp_path, docs)).experiment.spec
+    assert loaded.paused_clients() == ("p0",)
     assert loaded.own_link_clients() == ("p0",)
 
 

@@ -2,9 +2,10 @@
 
 A producer's pause (`target: {producer: N}`) freezes that client's own process
 (``Platform.pause_client``: the runner runs a producer a schedule pauses as a process of its
-own, `runner.producer_process`): every timer of its librdkafka stops with it, while the
-kernel still delivers what it had written and buffers the brokers' answers; on SIGCONT its
-request and message timeouts have run out all at once, as after a client's GC pause.
+own, `runner.producer_process`; in simulation its client model's host, a node of the
+virtual loop): every timer of its librdkafka stops with it, while the kernel still
+delivers what it had written and buffers the brokers' answers; on SIGCONT its request and
+message timeouts have run out all at once, as after a client's GC pause.
 """
 
 from __future__ import annotations

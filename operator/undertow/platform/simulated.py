@@ -5,7 +5,8 @@ A thin adapter: a kill is the node's SIGKILL on the loop (its callbacks dropped,
 connections reset), a graceful kill runs the broker's own ``stop`` first; a restart is a
 new incarnation on the same data directory ``Timing.start_delay_ms`` later; a pause holds the
 node's callbacks; a partition blocks links of the virtual network; the failpoints are the
-broker's own (``DiskStall``, ``DiskFull``, ``power_loss``, which halts the node);
+broker's own (``DiskStall``, ``DiskFull``, ``power_loss``, which halts the node); a
+producer's pause holds its client model's callbacks as a node's (its host a node of the loop);
 ``state`` and ``events`` read what the node's admin endpoint would serve. A primitive that
 waits runs the loop until its condition holds (``VirtualTimeLoop.wait_until``), so the
 fault units of ``undertow.faults`` run on it unchanged, called from the loop's timers.
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from minibroker.broker import BrokerServer
-from minibroker.environment import entered
+from minibroker.environment import Environment, entered
 from undertow.platform.base import (
     CONTROLLER,
     Cancellable,
@@ -35,7 +36,7 @@ from undertow.platform.base import (
 from undertow.platform.control import EndpointUnreachable
 from undertow.platform.errors import PlatformError
 from undertow.platform.link_delay import LinkDelay
-from undertow.sim.cluster import SimulatedCluster, broker_host
+from undertow.sim.cluster import EPOCH, SimulatedCluster, broker_host
 from undertow.sim.files import broker_logs
 from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.virtual_loop import NodeState, VirtualTimeLoop
@@ -54,11 +55,13 @@ FAILPOINTS = ("disk-stall", "disk-full", "power-loss")
 class SimulatedPlatform(Platform):
     def __init__(self, root: Path, brokers: int, config: dict[str, str], *,
                  ephemeral_storage: bool, clients: tuple[str, ...] = (),
-                 seed: int = 0, loop: VirtualTimeLoop | None = None,
-                 timing: Timing = NOMINAL) -> None:
+                 processes: tuple[str, ...] = (), seed: int = 0,
+                 loop: VirtualTimeLoop | None = None, timing: Timing = NOMINAL) -> None:
         """``clients``: the workload clients (``c1``, ``p0``) with links of their own, which
-        a partition or a delay can act on (``client_endpoints``); ``timing``: how long a restart and
-        a link take (``sim.timing``)."""
+        a partition or a delay can act on (``client_endpoints``); ``processes``: the
+        producers a pause can act on (``client_processes``), each on a host of its own too,
+        since a SIGSTOP freezes one process, not the runner's other clients; ``timing``: how
+        long a restart and a link take (``sim.timing``)."""
         super().__init__()
         self.loop = loop or VirtualTimeLoop()
         self.timing = timing
@@ -67,7 +70,13 @@ class SimulatedPlatform(Platform):
         self._root = root
         self._logs: contextlib.ExitStack | None = None
         self.ephemeral_storage = ephemeral_storage
-        self._clients = clients
+        self._clients = tuple(sorted({*clients, *processes}))
+        self._client_environments: dict[str, Environment] = {}
+        """Each client host's network and clock, made once, so that every callback of its
+        code carries the same environment (the loop knows a node by it)."""
+        self._processes = tuple(client_endpoint(c) for c in sorted(set(processes)))
+        for endpoint in self._processes:  # a node of the loop: paused as a process is
+            self.loop.add_node(self.client_environment(endpoint))
         self._serving: dict[str, int] = {}
         """The incarnation of each node that finished starting."""
         self._starting: set[str] = set()
@@ -253,6 +262,48 @@ class SimulatedPlatform(Platform):
     def incarnation(self, node: str) -> Hashable | None:
         return self.cluster.incarnation(node) if self.is_running(node) else None
 
+    # ---- the workload's client processes ------------------------------------------------------
+    # A paused producer's host is a node of the loop, its client model's code (its
+    # librdkafka timers: linger, request and message timeouts, the timeout scan; its reads of
+    # what the brokers answer) all scheduled in that host's environment: SIGSTOP holds them,
+    # SIGCONT runs them late and in order, while what it had written before is on the wire
+    # already (`VirtualNetwork.deliver` runs in no node's context) and what arrives
+    # meanwhile waits in its connections, unread, as in a stopped process's socket buffers.
+
+    def client_environment(self, host: str) -> Environment:
+        """The network and virtual wall clock of the workload's client host ``host``
+        (``client``, or a client's own ``client-p0``): one environment per host, so that a
+        host the loop pauses is known by it in every context its code runs in."""
+        if host not in self._client_environments:
+            self._client_environments[host] = self.cluster.net.environment(
+                host, wall_clock=lambda: EPOCH + self.loop.time())
+        return self._client_environments[host]
+
+    @property
+    def client_processes(self) -> tuple[str, ...]:
+        return self._processes
+
+    def _client_host(self, endpoint: str) -> Environment:
+        if endpoint not in self._processes:
+            raise PlatformError(f"{endpoint} has no process of its own; client processes are "
+                                f"{', '.join(self._processes) or 'none'}")
+        return self.client_environment(endpoint)
+
+    def pause_client(self, endpoint: str) -> None:
+        self.loop.pause(self._client_host(endpoint))
+
+    def resume_client(self, endpoint: str) -> None:
+        if endpoint in self._processes:
+            self.loop.resume(self.client_environment(endpoint))
+
+    def is_client_running(self, endpoint: str) -> bool:
+        return endpoint in self._processes and \
+            self.loop.node_state(self.client_environment(endpoint)) is not NodeState.DEAD
+
+    def is_client_paused(self, endpoint: str) -> bool:
+        return endpoint in self._processes and \
+            self.loop.node_state(self.client_environment(endpoint)) is NodeState.PAUSED
+
     # ---- failpoints -------------------------------------------------------------------------
 
     @property
@@ -310,12 +361,6 @@ class SimulatedPlatform(Platform):
 
     def delay_unsupported(self) -> str | None:
         return None
-
-    def client_pause_unsupported(self) -> str | None:
-        # The client models run on the loop with no node of their own, so nothing holds
-        # their callbacks as a paused node's are held (`NodeState`).
-        return ("pausing a producer is not yet modelled in simulation: run it on local "
-                "processes (undertow run FILE), pods or Kubernetes")
 
     def _set_link_delay(self, link: Link, delay: LinkDelay | None) -> None:
         # Its jitter from the seed, the link and how many delays it took before: the same

@@ -161,8 +161,7 @@ class SimulatedWorld:
 
     def _context(self, host: str) -> contextvars.Context:
         if host not in self._contexts:
-            self._contexts[host] = context_of(self._platform.cluster.net.environment(
-                host, wall_clock=self.now))
+            self._contexts[host] = context_of(self._platform.client_environment(host))
         return self._contexts[host]
 
     def endpoint(self, client: str, topic: str | None = None) -> KafkaEndpoint:

@@ -26,6 +26,7 @@ def simulated_platform(loaded: LoadedExperiment, root: Path, seed: int,
     return SimulatedPlatform(root, cluster.brokers, cluster.config.as_overrides(),
                              ephemeral_storage=cluster.storage.type == "ephemeral", seed=seed,
                              clients=loaded.experiment.spec.own_link_clients(),
+                             processes=loaded.experiment.spec.paused_clients(),
                              timing=timing)
 
 

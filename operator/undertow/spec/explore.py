@@ -28,7 +28,6 @@ from .durations import format_duration
 from .faults import (
     BROKER_ONLY_KINDS,
     CLIENT_TARGETS,
-    PRODUCER_PAUSE_NOT_SIMULATED,
     DurationRange,
     FaultKind,
     PartitionMode,
@@ -64,14 +63,14 @@ EXPLORED_PARTITION_MODES: tuple[PartitionMode, ...] = ("isolate",)
 def target_problem(kind: FaultKind, selector: TargetSelector) -> str | None:
     """Why a `kind` fault cannot hit `selector` (the rules `faults` entries obey), or None.
 
-    A client can only be isolated, so a client target takes partition and delay faults
-    only; the explored ones isolate their target, so that is all it needs. (A producer's
-    pause is not simulated yet.)"""
+    A client can be isolated, so a client target takes partition and delay faults (the
+    explored ones isolate their target, so that is all it needs), and a producer can be
+    paused too (SIGSTOP of its own process, held as a node's in simulation)."""
     if kind in BROKER_ONLY_KINDS and selector.role == "controller":
         return BROKER_ONLY_KINDS[kind]
-    if kind == "pause" and selector.producer is not None:
-        return PRODUCER_PAUSE_NOT_SIMULATED
-    if selector.client is not None and kind not in ("partition", "delay"):
+    takes = ("partition", "delay", "pause") if selector.producer is not None \
+        else ("partition", "delay")
+    if selector.client is not None and kind not in takes:
         return CLIENT_TARGETS
     return None
 

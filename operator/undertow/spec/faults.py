@@ -111,13 +111,10 @@ CLIENT_TARGETS = ("a consumer or producer can only be the target of a partition 
                   "of mode isolate (its links to every broker cut or slowed) or one-way (its "
                   "packets to the `to` broker), and a producer also of a pause (SIGSTOP of "
                   "its own process)")
-PRODUCER_PAUSE_NOT_SIMULATED = (
-    "pausing a producer is not yet modelled in simulation, where undertow explore draws its "
-    "schedules: give the pause as a fault of its own and run it with undertow run (local "
-    "processes, pods or Kubernetes)")
 RANDOM_CLIENT_TARGETS = (
-    "a random schedule can only cut a consumer or producer off (`kinds: [partition]`): "
-    "random schedules are drawn in simulation too, and " + PRODUCER_PAUSE_NOT_SIMULATED)
+    "a random schedule can only cut a consumer or producer off (`partition`, which isolates "
+    "it) or pause a producer (`pause`): every kind in `kinds` must be one of those for every "
+    "client among `targets`")
 SINGLE_ROLES = {"controller": "the controller", "group-coordinator": "the group coordinator",
                 "txn-coordinator": "the transaction coordinator"}
 """Roles that name one process: they take no partition, mode or value."""
@@ -164,7 +161,7 @@ class TargetSelector(SpecModel):
     producer: NonNegativeInt | None = None
     """A producer of the workload, by index (0 is `p0`): the target of an `isolate`
     partition or delay on its links to every broker, as a consumer's, or of a `pause`
-    (SIGSTOP of the producer's own process: local processes, pods and Kubernetes)."""
+    (SIGSTOP of the producer's own process; in simulation its client model's code held)."""
     partition: NonNegativeInt | None = None
     """The experiment topic's partition whose leader/followers/ISR is meant (default 0)."""
     mode: Mode | None = None
@@ -494,8 +491,12 @@ class RandomSchedule(SpecModel):
             for index, selector in enumerate(self.targets):
                 if selector.role == "controller":
                     raise FieldError(("targets", index), BROKER_ONLY_KINDS[kind])
+        # Each fault draws its kind and its target apart, so every kind must fit every client.
         for index, selector in enumerate(self.targets):
-            if selector.client is not None and self.kinds != ["partition"]:
+            if selector.client is None:
+                continue
+            takes = {"partition", "pause"} if selector.producer is not None else {"partition"}
+            if not set(self.kinds) <= takes:
                 raise FieldError(("targets", index, selector.client_field),
                                  RANDOM_CLIENT_TARGETS)
         return self
