@@ -137,6 +137,7 @@ class SimulatedPlatform(Platform):
             self.loop.wind_down()
         finally:
             self.loop.close()
+            self.cluster.close_files()
 
     # ---- names and addresses ----------------------------------------------------------------
 

@@ -123,9 +123,27 @@ class SimulatedCluster:
         self.brokers[broker_id] = await self.run_on(broker_host(broker_id), start())
 
     def kill(self, host: str) -> None:
-        """SIGKILL: nothing of the node runs again, its connections reset."""
+        """SIGKILL: nothing of the node runs again, its connections reset, its files
+        closed."""
         self.loop.kill(self.nodes[host])
         self.net.reset_host(host)
+        for broker_id, broker in self.brokers.items():
+            if broker_host(broker_id) == host:
+                self._close_files(broker)
+
+    def close_files(self) -> None:
+        """The end of the run: every broker's files closed, as the end of its process
+        closes them (a worker of ``undertow explore`` runs thousands of clusters)."""
+        for broker in self.brokers.values():
+            self._close_files(broker)
+
+    @staticmethod
+    def _close_files(broker: BrokerServer) -> None:
+        """What the kernel does for a process that ends: its log segments' descriptors
+        closed, nothing flushed (``LogManager.close``). The segments are raw descriptors
+        (``os.open``), which no garbage collection closes: without this, each simulated
+        broker left its own open for the life of the worker."""
+        broker.replica_manager.log_manager.close()
 
     def power_loss(self, broker_id: int) -> None:
         """The broker's power-loss failpoint: what it did not fsync is gone, and so is it."""
