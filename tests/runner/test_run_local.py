@@ -88,7 +88,14 @@ def test_a_transactional_run_writes_each_transaction_with_its_outcome(tmp_path: 
     committed records drained where their produce response put them, aborted ones never
     read, and the partitions' last stable offsets sampled."""
     experiment = tmp_path / "txn.yaml"
-    experiment.write_text(small_experiment("txn", "6s", workload={
+    # The kill at 3 s, not the usual 1 s: the producer's init_transactions (which creates
+    # __transaction_state on first use) runs on the workload's clock, and on a busy machine
+    # took until after a kill at 1 s had healed (CI, 2026-12-01), leaving no commit before it.
+    experiment.write_text(small_experiment("txn", "8s", """\
+    - kind: kill
+      target: {role: leader}
+      at: 3s
+      duration: 2s""", workload={
         "retries": 3, "transactions": "{recordsPerTransaction: 4, abortRatio: 0.25}"}))
     out = tmp_path / "out"
     proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "7")
