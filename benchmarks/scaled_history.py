@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from undertow_history.schema import EVENTS
+
 START = 1_763_830_000.0
 PARTITIONS = 8
 PRODUCERS = 4
@@ -267,11 +269,7 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
 
 
 def _event(t: float, node: str, type_: str, **fields: object) -> str:
-    row = dict.fromkeys(("topic", "partition", "leader_epoch", "broker", "leader",
-                         "previous_leader", "kind", "reason", "detail", "from_offset",
-                         "to_offset", "log_end_offset", "high_watermark", "isr", "old_isr",
-                         "elr", "old_elr", "last_known_elr", "broker_epoch", "group",
-                         "generation", "members", "member"))
+    row = dict.fromkeys(name for name in EVENTS.names if name not in ("t", "node", "type"))
     return json.dumps({"t": t, "node": node, "type": type_, **row, **fields}) + "\n"
 
 

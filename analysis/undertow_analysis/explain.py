@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from undertow_analysis import late_requests
 from undertow_analysis.report import fault_intervals, fault_label, shortfall_text
 from undertow_history.checker import MECHANISMS
 
@@ -269,7 +270,8 @@ def duplicate_sentence(group: dict[str, Any], t0: float) -> str:
 WITHOUT_EVENTS: dict[str, Any] = {
     "events": False, "incident_count": 0, "record_incidents": 0, "unexplained": 0,
     "incidents": [],
-    "truncations": [], "truncations_cut_acked": 0, "truncations_lost": 0, "duplicates": []}
+    "truncations": [], "truncations_cut_acked": 0, "truncations_lost": 0, "duplicates": [],
+    "late_requests": [], "late_request_count": 0, "late_requests_decided": 0}
 """The sections of a history without events.jsonl: nothing explained, nothing claimed."""
 
 
@@ -361,12 +363,14 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
                  drain_short: Sequence[dict[str, Any]] = (),
                  duplicates: Sequence[dict[str, Any]] = (),
                  commits: Sequence[dict[str, Any]] = (),
-                 group: dict[str, Any] | None = None) -> dict[str, Any]:
-    """report.json's `incidents`, `truncations` and `duplicates` sections; `drain_short` are
-    the partitions the drain did not read to their end (`report.drain_shortfalls`),
-    `duplicates` the duplicate groups (`attribution.duplicate_groups`), `commits` the
-    incidents of committed offsets lost (`offsets.commit_losses`) of the consumer `group`
-    (meta.json's consumer_group), listed with the records' incidents."""
+                 group: dict[str, Any] | None = None,
+                 late: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """report.json's `incidents`, `truncations`, `duplicates` and `late_requests` sections;
+    `drain_short` are the partitions the drain did not read to their end
+    (`report.drain_shortfalls`), `duplicates` the duplicate groups
+    (`attribution.duplicate_groups`), `commits` the incidents of committed offsets lost
+    (`offsets.commit_losses`) of the consumer `group` (meta.json's consumer_group), listed
+    with the records' incidents, `late` the late EndTxn requests (`late_requests.pair`)."""
     intervals = fault_intervals(faults)
     rows = []
     for inc in incidents:
@@ -401,6 +405,7 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
         for key in ("change_t", "first_t", "last_t"):
             if g.get(key) is not None:
                 g[f"{key}_s"] = round(g.pop(key) - t0, 3)
+    late_rows = [_late_request(r, faults, intervals, t0) for r in late]
     return {
         "events": True,
         "incident_count": len(rows),
@@ -413,4 +418,19 @@ def explanations(incidents: list[dict[str, Any]], cuts: list[dict[str, Any]],
         "truncations": truncations,
         "truncations_cut_acked": sum(1 for c in truncations if c["acked"]),
         "truncations_lost": sum(c["lost"] for c in truncations),
+        "late_requests": late_rows[:MAX_INCIDENTS],
+        "late_request_count": len(late_rows),
+        "late_requests_decided": sum(r["reason"] == "decided" for r in late_rows),
     }
+
+
+def _late_request(late: dict[str, Any], faults: list[dict[str, Any]],
+                  intervals: list[tuple[float, float, str]], t0: float) -> dict[str, Any]:
+    """A late EndTxn as report.json keeps it: its sentence, times from the report's zero,
+    and the two transactions by name."""
+    row = {**late, "sentence": late_requests.sentence(
+        late, t0, lambda t: _fault_at(t, faults, intervals)), "t_s": round(late["t"] - t0, 3)}
+    row["landed_in"] = late["landed_in"]["txn"]
+    row["sent_by"] = late["sent_by"]["txn"] if late["sent_by"] else None
+    del row["t"]
+    return row

@@ -169,7 +169,27 @@ def _explained(report: dict[str, Any], lost: list[dict[str, Any]]) -> list[str]:
             f"<b>{escape(g['mechanism_name'])}</b>: {escape(g['sentence'])}</li>"
             for g in ex["duplicates"])
         parts += ["<h2>Duplicates</h2>", f"<ol id='duplicates'>{items}</ol>"]
-    return parts
+    return parts + _late_requests(ex)
+
+
+def _late_requests(ex: dict[str, Any]) -> list[str]:
+    """The EndTxn requests that reached the coordinator during a later transaction of their
+    producer (`late_requests`): those that ended it first, in red."""
+    late = ex.get("late_requests") or []
+    if not late:
+        return []
+    items = "".join(
+        f"<li class='{'unexplained' if r['reason'] == 'decided' else ''}'>"
+        f"<b>{escape(r['reason'].replace('_', ' '))}</b>: {escape(r['sentence'])}</li>"
+        for r in late)
+    more = (f" ({len(late)} of {ex['late_request_count']} shown)"
+            if ex["late_request_count"] > len(late) else "")
+    return ["<h2>Late transaction requests</h2>",
+            f"<p>{ex['late_request_count']} EndTxn request(s) reached the coordinator while "
+            f"a later transaction of their producer was open; "
+            f"{ex['late_requests_decided']} ended it (Jepsen 2024; KIP-890's transaction "
+            f"version 2 fences them).</p>",
+            f"<ol id='late-requests'>{items}</ol>{escape(more)}"]
 
 
 def _truncations(report: dict[str, Any]) -> list[str]:

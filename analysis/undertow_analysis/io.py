@@ -103,9 +103,11 @@ class FileSpec:
 
 EVENT_FIELDS = ("t", "node", "type", "topic", "partition", "leader_epoch", "broker", "leader",
                 "previous_leader", "kind", "reason", "from_offset", "to_offset",
-                "log_end_offset", "isr", "group", "generation")
+                "log_end_offset", "isr", "group", "generation", "transactional_id",
+                "producer_id", "producer_epoch", "decision", "txn_state", "txn_epoch",
+                "transaction_version", "txn_partitions")
 # What the analysis reads of each file: sends without producer and error, group lines without
-# member_id and error, transactions without their transactional_id and error, cluster samples
+# member_id and error, transactions without offsets, cluster samples
 # without leader_epoch, log_end_offsets and last_known_elr (`elr` and `last_stable_offset`,
 # absent from older histories, are null there),
 # events without detail, old_isr, the ELR lists (elr, old_elr, last_known_elr),
@@ -122,8 +124,8 @@ FILES = {
     "groups": FileSpec(schema.GROUPS, ("member", "generation", "type", "topic", "partition",
                                        "offset", "status", "t_invoke", "t"),
                        ("member", "type", "topic", "partition", "t")),
-    "txns": FileSpec(schema.TXNS, ("producer", "txn", "intent", "status", "values", "t_begin",
-                                   "t_end_invoke", "t_complete"),
+    "txns": FileSpec(schema.TXNS, ("producer", "txn", "transactional_id", "intent", "status",
+                                   "error", "values", "t_begin", "t_end_invoke", "t_complete"),
                      ("txn", "status", "values", "t_complete"), ranges=()),
     "faults": FileSpec(schema.FAULTS, ("fault", "target", "role", "action", "t"),
                        ("fault", "target", "action", "t")),

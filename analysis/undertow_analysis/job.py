@@ -32,6 +32,7 @@ from undertow_analysis import (
     explain,
     groups,
     html,
+    late_requests,
     offsets,
     plots,
     prestart,
@@ -340,13 +341,18 @@ def _explain(history: History, anomaly_rows: DataFrame, counts: dict[str, int],
                 anomaly_rows, events, groups.consumer_group(history.meta)))):
         fresh_lambda_names(spark)
         queries.append(build() if wanted else None)
-    found, dups, lost_commits, cut_rows = _concurrently(
+    # A transactional history's EndTxn requests, each paired with the client's transactions.
+    txn_queries = late_requests.queries(events, history.usable("txns"), anomaly_rows) \
+        if history.has_lines("txns") else (None, None, None)
+    found, dups, lost_commits, cut_rows, ends, txns, txn_anomalies = _concurrently(
         *(functools.partial(_rows, query, recursive=nested)
-          for query, nested in zip(queries, (True, False, True), strict=True)), cuts)
+          for query, nested in zip(queries, (True, False, True), strict=True)), cuts,
+        *(functools.partial(_rows, query, recursive=False) for query in txn_queries))
     none = dict.fromkeys(("acked", "lost", "lost_before", "kept"), 0)
     cut = [{**r, **cut_records.get(r["id"], none)} for r in cut_rows]
     return explain.explanations(found, cut, faults, t0, drain_short, dups, lost_commits,
-                                groups.consumer_group(history.meta))
+                                groups.consumer_group(history.meta),
+                                late_requests.pair(ends, txns, txn_anomalies))
 
 
 def _start_early(pool: ThreadPoolExecutor, history: History, cuts: DataFrame | None,

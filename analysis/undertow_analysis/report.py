@@ -431,6 +431,11 @@ def _incident_lines(explained: dict[str, Any]) -> list[str]:
             lines.append(f"  ... {explained['incident_count'] - SUMMARY_INCIDENTS} more in "
                          f"the report")
     lines.append(truncations_line(explained))
+    late = explained.get("late_requests") or []
+    if late:
+        lines.append(f"late EndTxn requests: {explained['late_request_count']}, "
+                     f"{explained['late_requests_decided']} of them ended a later transaction")
+        lines += [f"  {r['sentence']}" for r in late[:SUMMARY_INCIDENTS]]
     groups = explained["duplicates"]
     if groups:
         by_mechanism: dict[str, int] = {}

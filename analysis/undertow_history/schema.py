@@ -364,7 +364,7 @@ CLUSTER = HistoryFile("cluster.jsonl", (
 EVENT_TYPES = ("become_leader", "become_follower", "truncation", "isr_change",
                "leader_election", "broker_fenced", "broker_unfenced", "power_loss",
                "log_recovery", "coordinator_load", "coordinator_unload", "group_rebalance",
-               "group_stable", "group_empty", "group_member_removed", "elr_change")
+               "group_stable", "group_empty", "group_member_removed", "elr_change", "end_txn")
 ELECTION_KINDS = ("clean", "unclean", "preferred", "offline", "elr", "last_known_leader")
 EVENTS = HistoryFile("events.jsonl", (
     Field("t", DOUBLE, "when the node logged it"),
@@ -379,7 +379,9 @@ EVENTS = HistoryFile("events.jsonl", (
                           "synced) or was left empty; a member left, or was removed when its "
                           "session expired or it did not rejoin in time. The controller "
                           "changed a partition's eligible leader replicas (KIP-966: "
-                          "`elr_change`)", values=EVENT_TYPES),
+                          "`elr_change`). A broker's transaction coordinator answered an "
+                          "EndTxn, or aborted a transaction itself (`end_txn`)",
+          values=EVENT_TYPES),
     Field("topic", STRING, "the partition's topic; null for broker events", nullable=True),
     Field("partition", INT, "the partition; null for broker events", nullable=True),
     Field("leader_epoch", INT, "the partition's leader epoch after the change (for a "
@@ -421,7 +423,11 @@ EVENTS = HistoryFile("events.jsonl", (
                             "`member_joined`, `member_left`, `session_expired`, "
                             "`metadata_changed`, `leader_rejoined`, `sync_failed`. "
                             "`group_member_removed`: `left`, `session_expired`, "
-                            "`rebalance_timeout`", nullable=True),
+                            "`rebalance_timeout`. `end_txn`: `decided` (it ended the Ongoing "
+                            "transaction), `timed_out` (the coordinator's own abort, with a "
+                            "fenced epoch), `retry` (a decision already taken: NONE, nothing "
+                            "changed), `fenced` (PRODUCER_FENCED: an older epoch), "
+                            "`invalid_state` (INVALID_TXN_STATE)", nullable=True),
     Field("detail", STRING, "the same in words, as the node logged it", nullable=True),
     Field("from_offset", LONG, "`truncation`: the log end offset before", nullable=True),
     Field("to_offset", LONG, "`truncation`: the log end offset after", nullable=True),
@@ -453,6 +459,25 @@ EVENTS = HistoryFile("events.jsonl", (
           nullable=True),
     Field("member", STRING, "`group_rebalance`: the member id that caused it, if one did; "
                             "`group_member_removed`: the member id removed", nullable=True),
+    Field("transactional_id", STRING, "`end_txn`: the request's transactional id",
+          nullable=True),
+    Field("producer_id", LONG, "`end_txn`: the request's producer id", nullable=True),
+    Field("producer_epoch", INT, "`end_txn`: the request's producer epoch (the coordinator's "
+                                 "fenced epoch for its own abort)", nullable=True),
+    Field("decision", STRING, "`end_txn`: what the request asked, `commit` or `abort`",
+          nullable=True),
+    Field("txn_state", STRING, "`end_txn`: the transaction's state at the coordinator when "
+                               "the request came (`Ongoing`, `CompleteCommit`, ...)",
+          nullable=True),
+    Field("txn_epoch", INT, "`end_txn`: the transactional id's producer epoch at the "
+                            "coordinator then (transaction version 2 bumps it at every "
+                            "EndTxn)", nullable=True),
+    Field("transaction_version", INT, "`end_txn`: the transaction version it ran under (the "
+                                      "client's, from its EndTxn version: 2 from v5)",
+          nullable=True),
+    Field("txn_partitions", array_of(STRING), "`end_txn` `decided` or `timed_out`: the "
+                                              "partitions the decision ended "
+                                              "(`topic-partition`)", nullable=True),
 ))
 
 FILES: tuple[HistoryFile, ...] = (META, SENDS, READS, GROUPS, TXNS, FAULTS, CLUSTER, EVENTS)

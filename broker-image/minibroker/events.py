@@ -37,6 +37,7 @@ __all__ = [
     "ElectionKind",
     "ElectionReason",
     "ElrChangeReason",
+    "EndTxnOutcome",
     "EventType",
     "EventsQueryError",
     "FenceReason",
@@ -72,6 +73,8 @@ class EventType(StrEnum):
     GROUP_STABLE = "group_stable"
     GROUP_EMPTY = "group_empty"
     GROUP_MEMBER_REMOVED = "group_member_removed"
+    # The transaction coordinator's (``minibroker.coordinator.transaction_coordinator``).
+    END_TXN = "end_txn"
 
 
 class TruncationReason(StrEnum):
@@ -137,6 +140,20 @@ class MemberRemovedReason(StrEnum):
     LEFT = "left"  # LeaveGroup
     SESSION_EXPIRED = "session_expired"
     REBALANCE_TIMEOUT = "rebalance_timeout"  # did not rejoin, or sync, in time
+
+
+class EndTxnOutcome(StrEnum):
+    """What the transaction coordinator made of an EndTxn (``end_txn``): the request's
+    producer id and epoch and the transaction's state decide it (Kafka 4.2's
+    ``endTransaction``/``endTransactionWithTV1``). A harness pairs each with the client's
+    transactions to find a request that landed in a later transaction than the one that
+    sent it (Jepsen 2024, KIP-890)."""
+
+    DECIDED = "decided"  # it ended the Ongoing transaction (PrepareCommit/PrepareAbort)
+    TIMED_OUT = "timed_out"  # the coordinator's own abort, with a fenced epoch
+    RETRY = "retry"  # a retry of a decision already taken: answered NONE, nothing changed
+    FENCED = "fenced"  # PRODUCER_FENCED: an older epoch (or not the current instance's)
+    INVALID_STATE = "invalid_state"  # INVALID_TXN_STATE: nothing to end that way
 
 
 class EventsQueryError(ValueError):

@@ -114,7 +114,7 @@ def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     schema, with its types."""
     unused = {"sends": {"producer", "error"}, "reads": set(),
               "groups": {"member_id", "error"}, "faults": set(),
-              "txns": {"transactional_id", "error", "offsets"},
+              "txns": {"offsets"},
               "cluster": {"leader_epoch", "log_end_offsets", "last_known_elr"},
               "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "members",
                          "member", "elr", "old_elr", "last_known_elr"}}

@@ -22,6 +22,7 @@ from stepper import SimCluster
 from test_broker_processes import TOPIC, ProcessCluster, post, wait_for
 from test_group_failover import CONFIG as GROUP_CONFIG
 from test_group_failover import GROUP, OFFSETS_TP, join_and_sync
+from test_txn_coordinator import GONE, TXN, Coordinator, run
 
 from minibroker.cluster.types import TopicPartition
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
@@ -339,14 +340,26 @@ def test_every_event_follows_the_harness_schema_and_names_no_node(tmp_path: Path
     elr.stop(3)
     elr.stop(2)
     elr.advance(3500)
+    run(one_transaction, tmp_path / "txn")  # the transaction coordinator's
+    txn_events = list(ReplicationEventLog(tmp_path / "txn").events())
     written = [event for root in (tmp_path, tmp_path / "groups", tmp_path / "elr")
                for node in ("controller", "broker-1", "broker-2", "broker-3")
-               for event in ReplicationEventLog(root / node).events()]
+               for event in ReplicationEventLog(root / node).events()] + txn_events
     assert {e["type"] for e in written} == set(EVENT_TYPES)
-    assert len(written) == len(sim.events()) + len(groups.events()) + len(elr.events())
+    assert len(written) == (len(sim.events()) + len(groups.events()) + len(elr.events())
+                            + len(txn_events))
     for event in written:
         assert "node" not in event
         assert set(event) <= set(EVENTS.names), event
+
+
+async def one_transaction(c: Coordinator) -> None:
+    """One committed transaction at a coordinator alone (its `end_txn`)."""
+    _, pid, epoch = await c.init()
+    await c.coordinator.handle_add_partitions_to_transaction(TXN, pid, epoch,
+                                                             frozenset({GONE}), 1)
+    await c.coordinator.handle_end_transaction(TXN, pid, epoch, True,
+                                               client_transaction_version=1)
 
 
 # ---- the events log itself ---------------------------------------------------------------

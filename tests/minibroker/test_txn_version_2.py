@@ -15,6 +15,7 @@ from minibroker.cluster.types import ErrorCode, TopicPartition
 from minibroker.coordinator.transaction_coordinator import EndTxnResult
 from minibroker.coordinator.transaction_log import TransactionState
 from minibroker.coordinator.transaction_metadata import MAX_EPOCH
+from minibroker.events import ReplicationEventLog
 
 S = TransactionState
 ALSO_GONE = TopicPartition("deleted-topic", 1)
@@ -85,6 +86,17 @@ def test_a_delayed_end_of_the_last_transaction_decides_the_next_only_below_versi
 
     for version in (1, 2):
         run(lambda c, v=version: scenario(c, v), tmp_path / f"tv{version}")
+        # The coordinator's `end_txn` events say what each EndTxn met and did, which the
+        # analysis pairs with the client's transactions (`late_requests`).
+        ends = [(e["reason"], e["decision"], e["producer_epoch"], e["txn_epoch"],
+                 e["txn_state"], e["txn_partitions"], e["transaction_version"])
+                for e in ReplicationEventLog(tmp_path / f"tv{version}").events()
+                if e["type"] == "end_txn"]
+        t2 = "deleted-topic-1"
+        assert ends == ([("decided", "commit", 0, 0, "Ongoing", ["deleted-topic-0"], 1),
+                         ("decided", "commit", 0, 0, "Ongoing", [t2], 1)] if version == 1 else
+                        [("decided", "commit", 0, 0, "Ongoing", ["deleted-topic-0"], 2),
+                         ("fenced", "commit", 0, 1, "Ongoing", None, 2)])
 
 
 def test_an_abort_with_nothing_added_is_a_transaction_of_its_own(tmp_path: Path) -> None:

@@ -354,9 +354,11 @@ def test_a_paused_producer_sends_nothing_until_it_is_resumed(
     p0 = [s for s in sends if s["producer"] == "p0"]
     during = [s for s in p0 if paused < s["t_invoke"] < healed or paused < s["t_complete"] < healed]
     assert during == []
-    assert sum(s["t_invoke"] > healed and s["status"] == "ok" for s in p0) >= 50
+    # At 100 records/s each: bounds far below the rate, as a loaded machine's transactional
+    # producer commits ~50 in the 2 s after the heal, and a broken pause or resume gives 0.
+    assert sum(s["t_invoke"] > healed and s["status"] == "ok" for s in p0) >= 10
     assert sum(paused < s["t_complete"] < healed and s["status"] == "ok" for s in sends
-               if s["producer"] == "p1") >= 100
+               if s["producer"] == "p1") >= 50
     assert (out / "clients" / "p0.log").exists() and not (out / "clients" / "p1.log").exists()
     txns = [t for t in written[history_schema.TXNS] if t["producer"] == "p0"]
     assert bool(txns) == bool(transactions)

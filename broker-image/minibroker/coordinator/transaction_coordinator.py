@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,7 @@ from minibroker.coordinator.transaction_state_manager import (
     CoordinatorEpochAndTxnMetadata,
     TransactionStateManager,
 )
+from minibroker.events import EndTxnOutcome, EventType
 from minibroker.producer_id_manager import ProducerIdAllocationError
 from minibroker.storage.control_records import ControlRecordType
 
@@ -83,6 +84,28 @@ class EndTxnResult:
     producer_epoch: int = NO_PRODUCER_EPOCH
 
 
+@dataclass(frozen=True)
+class _EndTxnRequest:
+    """An EndTxn as it arrived: the request's fields and the transaction's state and epoch
+    before the coordinator acted on it (the ``end_txn`` event's)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    transaction_version: int
+    state: TransactionState
+    epoch: int
+
+
+_ANSWERED = {ErrorCode.none: EndTxnOutcome.RETRY,
+             ErrorCode.producer_fenced: EndTxnOutcome.FENCED,
+             ErrorCode.invalid_txn_state: EndTxnOutcome.INVALID_STATE}
+"""The answers to an EndTxn that decided nothing, as ``end_txn`` outcomes; the others
+(CONCURRENT_TRANSACTIONS while markers go out, NOT_COORDINATOR, a wrong producer id) are
+retried or refused before the transaction is looked at, and leave no event."""
+
+
 class TransactionCoordinator:
     def __init__(self, broker_id: int, scheduler: Scheduler, *, config: Mapping[str, str],
                  append: AppendRecords,
@@ -99,6 +122,7 @@ class TransactionCoordinator:
             broker_id, scheduler, state_manager=self.state_manager,
             metadata_image=metadata_image, address_of=address_of, spawn=spawn)
         self._scheduler = scheduler
+        self._events = events
         self._abort_interval_ms: int = resolve(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms", config)
         self._generate_producer_id = generate_producer_id
@@ -226,6 +250,9 @@ class TransactionCoordinator:
         if isinstance(state, ErrorCode):
             return EndTxnResult(state)
         metadata = state.metadata
+        arrived = _EndTxnRequest(transactional_id, producer_id, producer_epoch, commit,
+                                 client_transaction_version, metadata.state,
+                                 metadata.producer_epoch)
         tv2 = supports_epoch_bump(client_transaction_version)
         if tv2:
             decided = await self._prepare_end_tv2(metadata, producer_id, producer_epoch,
@@ -234,6 +261,9 @@ class TransactionCoordinator:
             decided = self._prepare_end_tv1(metadata, producer_id, producer_epoch, commit,
                                             from_client)
         if isinstance(decided, EndTxnResult):
+            outcome = _ANSWERED.get(decided.error)
+            if outcome is not None:
+                self._emit_end_txn(arrived, outcome)
             return decided
         written = await _append(self.state_manager, transactional_id, state.coordinator_epoch,
                                 decided)
@@ -248,6 +278,8 @@ class TransactionCoordinator:
                  "The producer" if from_client else "The coordinator",
                  "commits" if commit else "aborts", transactional_id, metadata.producer_id,
                  metadata.producer_epoch, len(metadata.partitions), client_transaction_version)
+        self._emit_end_txn(arrived, EndTxnOutcome.DECIDED if from_client
+                           else EndTxnOutcome.TIMED_OUT, metadata.partitions)
         current = self.state_manager.get_transaction_state(transactional_id)
         if not (isinstance(current, CoordinatorEpochAndTxnMetadata)
                 and current.coordinator_epoch == state.coordinator_epoch
@@ -359,6 +391,23 @@ class TransactionCoordinator:
         return metadata.prepare_abort_or_commit(
             decision, self.state_manager.now_ms(), client_transaction_version=TV_2,
             next_producer_id=next_producer_id, no_partition_added=no_partition)
+
+    def _emit_end_txn(self, request: _EndTxnRequest, outcome: EndTxnOutcome,
+                      partitions: Collection[TopicPartition] = ()) -> None:
+        """The ``end_txn`` event: what the coordinator made of one EndTxn (or of its own
+        abort), with the transaction's state and epoch when it arrived, so that a harness
+        can tell which of the client's transactions the request ended."""
+        decision = "commit" if request.commit else "abort"
+        self._events.emit(
+            EventType.END_TXN, transactional_id=request.transactional_id,
+            producer_id=request.producer_id, producer_epoch=request.producer_epoch,
+            decision=decision, reason=outcome, txn_state=request.state.state_name,
+            txn_epoch=request.epoch, transaction_version=request.transaction_version,
+            txn_partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in partitions) or None,
+            detail=f"EndTxn ({decision}) of {request.transactional_id} with producer id "
+                   f"{request.producer_id} epoch {request.producer_epoch}: {outcome} (the id "
+                   f"was at epoch {request.epoch}, {request.state.state_name}; transaction "
+                   f"version {request.transaction_version})")
 
     @staticmethod
     def _fenced(metadata: TransactionMetadata, producer_epoch: int, commit: bool,
