@@ -13,7 +13,7 @@ import yaml
 from explore_experiments import TINY_ACKS1, TINY_CLUSTER
 
 from undertow.cli import _explore_summary
-from undertow.explore.command import Exploration, explore
+from undertow.explore.command import Exploration, _sentences, explore
 from undertow.explore.draw import draw, experiment_with
 from undertow.explore.matrix import (
     TRANSACTIONAL,
@@ -162,3 +162,16 @@ def test_schedules_with_a_fault_not_injected_are_named_in_the_summary(
     quiet = Exploration("e", 1, 1.0, "local[1]", outcomes[:1], []).to_json()
     _explore_summary(quiet, tmp_path / "quiet")
     assert "not injected" not in capsys.readouterr().out
+
+
+def test_a_minimal_schedule_of_aborted_reads_is_explained_by_its_late_end_txn(
+        tmp_path: Path) -> None:
+    """The sentences a minimal experiment's comment and explore.html give (`_sentences`:
+    the Spark analysis of its simulated run): for the delayed EndTxn under transaction
+    version 1, which transaction's EndTxn landed in which, not only the anomalies' counts."""
+    loaded = load_experiment(Path(__file__).parents[2] / "experiments"
+                             / "txn-delayed-endtxn-tv1.yaml")
+    spark = explore_session("local[2]")
+    [sentence] = _sentences(spark, loaded, 1, tmp_path / "minimal.run")
+    assert sentence.startswith("EndTxn (commit) with producer id ")
+    assert "committed it early" in sentence and "It was most likely p0-t" in sentence

@@ -338,10 +338,14 @@ def _sentences(spark: Any, trial: LoadedExperiment, seed: int, work: Path) -> li
     # gives the interrupted explore its stdout back.
     with contextlib.redirect_stdout(io.StringIO()):
         report = interruptibly(spark, lambda: run_analysis(str(work / "history"), str(work)))
-    sentences = [incident["sentence"] for incident in report["explained"].get("incidents", [])
+    explained = report["explained"]
+    sentences = [incident["sentence"] for incident in explained.get("incidents", [])
                  if incident.get("sentence")]
+    # A late EndTxn that ended a later transaction explains that transaction's anomalies.
+    sentences += [late["sentence"] for late in explained.get("late_requests", [])
+                  if late["reason"] == "decided"]
     if not sentences and report["verdict"] == "anomalies":
-        # The attribution explains lost records; anomalies alone have none to explain.
+        # The attribution explains lost records and late EndTxns; other anomalies have none.
         found = [f"{report['counts'][c]:,} {c.replace('_', ' ')}" for c in ANOMALY_COUNTS
                  if report["counts"].get(c)]
         sentences = [f"No acknowledged record lost; the anomalies: {', '.join(found)} "
