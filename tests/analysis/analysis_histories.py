@@ -15,7 +15,7 @@ PLANTED_COUNTS = {
     "indeterminate": 3,  # p1-1 p1-4 p3-1
     "lost": 2,  # p0-3 p2-3
     "misplaced": 1,  # p0-4
-    "phantom_reads": 1,  # p1-1
+    "phantom_reads": 2,  # p1-1 p2-3
     "inconsistent_offsets": 1,  # t-1@2 (p1-2 and p1-3)
     "duplicates": 1,  # p2-1
     "aborted_reads": 1,  # p2-2
@@ -34,6 +34,7 @@ PLANTED_ANOMALIES = {
     ("lost", "p2-3", "t", 0, 7),
     ("misplaced", "p0-4", "t", 1, 0),
     ("phantom_read", "p1-1", "t", 1, 1),
+    ("phantom_read", "p2-3", "t", 0, 7),
     ("inconsistent_offset", "p1-2", "t", 1, 2),
     ("inconsistent_offset", "p1-3", "t", 1, 2),
     ("duplicate", "p2-1", "t", 0, 3),
@@ -80,8 +81,9 @@ def planted_history() -> HistoryBuilder:
     # failed then timed out: indeterminate, never drained (not loss).
     h.send("p1-4", "fail", t=15.0, error="NOT_ENOUGH_REPLICAS")
     h.send("p1-4", "info", t=16.0, error="REQUEST_TIMED_OUT")
-    # lost while both faults were active.
+    # lost while both faults were active, though a run consumer read it: read is not kept.
     h.send("p2-3", t=17.0, partition=0, offset=7, latency=0.010)
+    h.read("p2-3", 0, 7, phase="run", t=17.5)
     # a value nobody sent.
     h.read("zz-1", 0, 0, topic="u")
     h.fault("kill", "broker-1", "inject", t=10.0, role="leader of t-0")

@@ -200,7 +200,7 @@ def test_html_shows_verdict_first_the_timeline_and_the_lost_records(planted):
     page = _page(planted[1])
     assert page.first_div == "verdict"
     assert page.verdict == ("synthetic: LOSS \N{EM DASH} expected loss 2 of 10 acknowledged "
-                            "records lost, 1 misplaced, 1 phantom reads, 1 inconsistent "
+                            "records lost, 1 misplaced, 2 phantom reads, 1 inconsistent "
                             "offsets, 1 duplicates, 1 aborted reads, 1 unexpected")
     png = _png(page.images["timeline"])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

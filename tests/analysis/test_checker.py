@@ -272,6 +272,16 @@ def test_an_acks0_record_has_no_position_to_be_misplaced_from(tmp_path):
     assert (nonzero(s), s.acked) == ({"lost": 1}, 4)
 
 
+def test_a_record_read_during_the_run_and_missing_from_the_drain_is_still_lost(tmp_path):
+    """Acknowledged is acknowledged: a run consumer's read does not make up for its absence
+    from the drain (`anomalies.lost`); it is a phantom read as well."""
+    h = healthy()
+    h.send("p0-2", t=2.0, offset=2)
+    h.read("p0-2", 0, 2, phase="run", t=2.5)
+    s = summary_of(h, tmp_path)
+    assert (nonzero(s), s.verdict) == ({"lost": 1, "phantom_reads": 1}, "loss")
+
+
 def test_the_drain_of_another_topic_does_not_place_a_record(tmp_path):
     h = healthy()
     h.send("p0-2", t=2.0, offset=2)

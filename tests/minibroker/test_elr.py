@@ -11,7 +11,9 @@ from pathlib import Path
 from rule_sets import KAFKA_3_7, KAFKA_4_2
 from stepper import SimCluster
 
-from minibroker.cluster.types import NO_LEADER, ErrorCode, TopicPartition
+from minibroker.cluster.types import NO_LEADER, ErrorCode, PartitionRegistration, TopicPartition
+from minibroker.controller.partition_change import build_change
+from minibroker.events import ElectionKind
 from minibroker.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
 
 TP = TopicPartition("orders", 0)
@@ -277,3 +279,44 @@ def test_a_min_isr_change_clears_the_elr_and_reaches_the_leader(tmp_path: Path) 
     assert sim.produce(TP, ["alone"], acks=-1).acknowledged, "one ISR member is enough now"
     error, message = sim.controller.alter_topic_config("orders", {"min.insync.replicas": "x"})
     assert error == ErrorCode.invalid_config and "min.insync.replicas" in message
+
+
+def test_an_elr_member_is_never_elected_while_the_isr_has_a_live_member(tmp_path: Path) -> None:
+    """min.insync.replicas equal to the replication factor: the first broker to leave the ISR
+    joins the ELR. Back after a clean stop, it is live and still eligible but not yet in the
+    ISR; when the leader goes, the ISR's remaining member is elected cleanly, not the ELR
+    member ahead of it in the replicas (``PartitionChangeBuilder.isValidNewLeader``: an ELR
+    member only when the target ISR is empty)."""
+    sim = cluster(tmp_path, **{"min.insync.replicas": "3"})
+    acked(sim, 1)
+    down(sim, ("stop", 1))
+    reg = sim.registration(TP)
+    assert (reg.leader, reg.isr, reg.elr) == (2, (2, 3), (1,))
+    sim.start(1)  # clean: still eligible, never fetching, so not back in the ISR
+    assert sim.registration(TP).elr == (1,)
+    mark = len(sim.events())
+    down(sim, ("stop", 2))
+    [election] = events_of(sim, "leader_election", mark)
+    assert (election["kind"], election["leader"]) == ("clean", 3)
+    reg = sim.registration(TP)
+    assert (reg.leader, reg.isr, reg.elr) == (3, (3,), (1, 2))
+
+
+def test_the_last_known_leader_comes_before_an_unclean_election() -> None:
+    """With unclean.leader.election.enable and the ISR and the ELR both empty, a live last
+    known leader is elected as such (``PartitionChangeBuilder.electAnyLeader``:
+    ``canElectLastKnownLeader`` is tried before ``unclean.leader.election.enable``), even
+    when another live replica comes first in the replicas."""
+    reg = PartitionRegistration(replicas=(1, 2, 3), isr=(), leader=NO_LEADER, leader_epoch=4,
+                                partition_epoch=9, elr=(), last_known_elr=(2,))
+    change = build_change(reg, target_isr=(), min_isr=2, is_acceptable_leader=lambda _: True,
+                          elr_enabled=True, unclean_enabled=True)
+    after = change.registration
+    assert (change.election, after.leader, after.isr, after.elr, after.last_known_elr) == (
+        ElectionKind.LAST_KNOWN_LEADER, 2, (2,), (), ())
+    assert (after.leader_epoch, after.partition_epoch) == (5, 10)
+    # The last known leader not acceptable (fenced): only then an unclean election.
+    change = build_change(reg, target_isr=(), min_isr=2,
+                          is_acceptable_leader=lambda broker: broker != 2, elr_enabled=True,
+                          unclean_enabled=True)
+    assert (change.election, change.registration.leader) == (ElectionKind.UNCLEAN, 1)

@@ -102,6 +102,38 @@ def test_the_handler_names_new_and_changed_partitions_and_forgets_the_dropped() 
     assert (handler.build({0: fp(0, 6)}).session_id, handler.epoch) == (0, 0)
 
 
+def test_an_incremental_answer_names_each_partition_with_records_a_new_hw_or_an_error() -> None:
+    """Kafka's ``CachedPartition.maybeUpdateResponseData``: an incremental answer leaves out
+    only the partitions with nothing new. Records with an unchanged high watermark (a
+    follower's fetch past the HW, or a consumer's below it) must still be answered."""
+    cache = FetchSessionCache(10, EVICTION_MS, random.Random(3))
+    keys = [("t", 0), ("t", 1), ("t", 2)]
+    full = cache.new_context(0, 0, {key: position() for key in keys}, [], privileged=True,
+                             now_ms=0)
+    session_id, answered = full.respond(
+        cache, {key: FetchResult(ErrorCode.none, high_watermark=3, log_start_offset=0)
+                for key in keys}, 0)
+    assert session_id != INVALID_SESSION_ID and list(answered) == keys
+
+    def incremental(epoch: int, results: dict[tuple[str, int], FetchResult]) -> list:
+        context = cache.new_context(session_id, epoch, {}, [], privileged=True, now_ms=epoch)
+        assert context.error == ErrorCode.none and list(context.partitions) == keys
+        return list(context.respond(cache, results, epoch)[1])
+
+    now = dict.fromkeys(keys, FetchResult(ErrorCode.none, high_watermark=3, log_start_offset=0))
+    assert incremental(1, now) == []
+    batch = FetchResult(ErrorCode.none, high_watermark=3, log_start_offset=0, records=b"batch")
+    assert incremental(2, {**now, keys[1]: batch}) == [keys[1]]
+    now[keys[0]] = FetchResult(ErrorCode.none, high_watermark=4, log_start_offset=0)
+    now[keys[2]] = FetchResult(ErrorCode.none, high_watermark=3, log_start_offset=2)
+    assert incremental(3, now) == [keys[0], keys[2]]
+    assert incremental(4, now) == []
+    error = FetchResult(ErrorCode.not_leader_or_follower)
+    assert incremental(5, {**now, keys[1]: error}) == [keys[1]]
+    # The error forgot the high watermark: the partition is answered again once it is gone.
+    assert incremental(6, now) == [keys[1]]
+
+
 # One fetch round: the follower's new positions (partition -> offset, None to stop
 # following), then whether the answer is lost, and whether the leader restarted before it.
 rounds = st.lists(st.tuples(

@@ -100,21 +100,24 @@ def test_the_coordinator_moves_with_its_partition_and_the_group_survives(
 
 
 def test_a_restarted_broker_loads_the_groups_it_leads_again(tmp_path: Path) -> None:
-    """Kill -9 of the only broker: the group state comes back from the log."""
+    """Kill -9 of the only broker: the group state comes back from the log, and of the
+    partition's commits the latest wins (``GroupMetadataManager.doLoadGroupsAndOffsets``
+    replays the log in order, each record replacing its key's)."""
     sim = SimCluster(tmp_path, brokers=1, config=CONFIG)
     sim.create_topic(OFFSETS_TOPIC, replication_factor=1)
     sim.create_topic("orders", replication_factor=1)
     sim.scheduler.advance(0)
     member_id, generation = join_and_sync(sim, sim.coordinators[1])
     done: list[Any] = []
-    sim.coordinators[1].handle_commit_offsets(GROUP, member_id, None, generation,
-                                              {TP: OffsetAndMetadata(5)}, done.append)
-    assert done == [{TP: ErrorCode.none}]
+    for offset in (5, 9, 7):  # the latest, not the highest
+        sim.coordinators[1].handle_commit_offsets(GROUP, member_id, None, generation,
+                                                  {TP: OffsetAndMetadata(offset)}, done.append)
+    assert done == [{TP: ErrorCode.none}] * 3
     sim.crash(1)
     sim.start(1)
     sim.advance(3500)
     error, offsets = sim.coordinators[1].handle_fetch_offsets(GROUP, False, None)
-    assert (error, offsets[TP].offset) == (ErrorCode.none, 5)
+    assert (error, offsets[TP].offset) == (ErrorCode.none, 7)
     assert sim.coordinators[1].manager.get_group(GROUP).generation_id == generation
 
 
