@@ -42,6 +42,7 @@ from minibroker.network.codec import (
 HOLD_S = 2.0  # how long a request may go unanswered before its connection is dropped
 MAX_EXAMPLES = 200  # violations and held requests kept for the report
 SESSION_TIMEOUT_S = 3.0  # broker.session.timeout.ms, minibroker's default
+CONNECT_TIMEOUT_S = 60.0  # a live broker refusing connections this long stops the campaign
 _SIZE = struct.Struct(">i")
 _HANDLER_FAILURE = re.compile(r"closing connection from \S+: (\S+ v\d+) \(correlation_id=(\d+)")
 _LOGGER = "(minibroker.network.kafka_server)"
@@ -213,13 +214,17 @@ async def _worker(port: int, source: _Source, tally: Tally, alive: Callable[[], 
         tally.sent[_api_name(frame.api_key)] += 1
         tally.versions.add((frame.api_key, frame.api_version))
         tally.bytes_sent += len(frame.data)
+        refused_until = time.monotonic() + CONNECT_TIMEOUT_S
         while conn is None:
             try:
                 conn = await _Connection.open(port)
-            except OSError:
+            except OSError as exc:
                 tally.connect_failures += 1
                 if not alive():
                     return
+                if time.monotonic() > refused_until:
+                    raise TimeoutError(f"port {port} refused connections for "
+                                       f"{CONNECT_TIMEOUT_S:g} s, its broker alive") from exc
                 await asyncio.sleep(0.05)
         sent_at = time.monotonic()
         try:

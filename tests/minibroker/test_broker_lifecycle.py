@@ -113,7 +113,7 @@ def _hold_the_event_loop(seconds: float) -> None:
     heartbeat sent from the loop would be that late, and the controller would fence the
     broker; what happened meanwhile is read afterwards from the controller's own record
     (the longest gap between two heartbeats), not guessed from the time slept."""
-    time.sleep(seconds)
+    time.sleep(seconds)  # hold: the fault under test, the event loop blocked
 
 
 async def _broker_entry(controller: RpcClient) -> dict[str, Any] | None:

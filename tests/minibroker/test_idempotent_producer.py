@@ -279,9 +279,9 @@ def test_producer_id_manager_shares_one_allocation_and_retries_after_a_failure()
 
     async def allocate_block() -> tuple[int, int]:
         calls.append(len(calls))
-        await asyncio.sleep(0.01)
         if len(calls) == 1:
             raise ProducerIdAllocationError("controller unreachable")
+        await asyncio.sleep(0.01)  # in flight while the other callers come
         return 1000 * len(calls), 2
 
     async def scenario() -> None:

@@ -741,7 +741,9 @@ def test_fetch_waits_for_data_without_blocking_other_connections() -> None:
     async def scenario(broker: FakeBroker, port: int) -> None:
         waiting = asyncio.create_task(
             call(port, fetch_request(12, {("orders", 0): 0}, max_wait_ms=8000)))
-        while not broker.parked:
+        deadline = asyncio.get_running_loop().time() + 5
+        while not broker.parked:  # the fetch waits in the purgatory
+            assert asyncio.get_running_loop().time() < deadline, "the fetch was not parked"
             await asyncio.sleep(0.01)
         await call(port, produce_request(9, 1, {("orders", 0): b"late"}))
         response = await waiting

@@ -68,6 +68,14 @@ def serve(config: dict[str, str], scenario: Callable[[KafkaServer], Awaitable[No
     asyncio.run(main())
 
 
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Poll the server's own state, at most 5 s."""
+    deadline = time.monotonic() + 5
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
 async def answered(port: int) -> KafkaConnection:
     """A connection that got an answer: the server kept it."""
     conn = await KafkaConnection.connect("127.0.0.1", port)
@@ -257,12 +265,6 @@ def test_frames_past_the_memory_pool_wait_unread_until_memory_is_released() -> N
     (Kafka's pool lets one overdraw), a third waits unread, whole as it is; when the first
     sender gives up, the third is read and answered."""
 
-    async def until(condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + 5
-        while not condition():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.01)
-
     async def scenario(server: KafkaServer) -> None:
         pool = server.memory_pool
         holders = []
@@ -298,8 +300,7 @@ def test_memory_pool_serves_waiters_in_order_and_a_cancelled_wait_takes_nothing(
         first = asyncio.create_task(take("first", 10))
         cancelled = asyncio.create_task(take("cancelled", 10))
         last = asyncio.create_task(take("last", 10))
-        while pool.waiting < 3:  # each queued in turn
-            await asyncio.sleep(0)
+        await until(lambda: pool.waiting == 3, "the three to queue, each in turn")
         cancelled.cancel()
         pool.release(150)
         await asyncio.gather(first, last, return_exceptions=True)

@@ -231,8 +231,10 @@ def test_a_connection_s_buffered_requests_take_turns_with_other_connections() ->
     assert served.index("single-0") < 5, served
 
 
-async def _until(condition: Callable[[], bool]) -> None:
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"not within {timeout} s"
         await asyncio.sleep(0.01)
 
 

@@ -87,9 +87,12 @@ def test_the_analysis_never_outlives_a_stopped_run(tmp_path: Path, sig: signal.S
 def test_no_analysis_starts_no_analysis_process(tmp_path: Path) -> None:
     proc, out, mark = start_run(tmp_path, "4s", "--no-analysis")
     seen: set[int] = set()
-    while proc.poll() is None:
+
+    def ended() -> bool:
         seen.update(analysis_processes(mark))
-        time.sleep(0.1)
+        return proc.poll() is not None
+
+    wait_until(ended, 120, "the run to end")
     stdout, stderr = proc.communicate()
     assert proc.returncode == 0, stdout + stderr
     assert "analysis skipped" in stdout

@@ -45,7 +45,7 @@ def test_requests_in_flight_are_delayed_together_and_in_order(network: ProxyNetw
     parts = [b"%03d;" % i for i in range(5)]
     for part in parts:  # five requests, each its own chunk at the proxy
         sock.sendall(part)
-        time.sleep(0.1)
+        time.sleep(0.1)  # hold: the requests' spacing, so that each is a chunk of its own
     assert recv_exactly(sock, 5 * len(parts[0])) == b"".join(parts)
     took = time.monotonic() - started
     # One latency (less the jitter) and the 0.4 s of sending: one at a time would be 5 s.
