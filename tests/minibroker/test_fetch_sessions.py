@@ -134,6 +134,24 @@ def test_an_incremental_answer_names_each_partition_with_records_a_new_hw_or_an_
     assert incremental(6, now) == [keys[1]]
 
 
+def test_an_incremental_fetch_with_another_epoch_is_refused_and_changes_nothing() -> None:
+    """Kafka's ``FetchManager.newContext``: an incremental fetch must carry the session's
+    next epoch; a replayed or skipped one is INVALID_FETCH_SESSION_EPOCH, and the session
+    still expects the epoch it did."""
+    cache = FetchSessionCache(10, EVICTION_MS, random.Random(5))
+    full = cache.new_context(0, 0, {("t", 0): position()}, [], privileged=True, now_ms=0)
+    session_id, _ = full.respond(cache, {("t", 0): FetchResult(ErrorCode.none, 3)}, 0)
+    assert cache.new_context(session_id, 1, {}, [], privileged=True,
+                             now_ms=1).error == ErrorCode.none
+    for epoch in (1, 3):  # the one just used, replayed; one ahead
+        refused = cache.new_context(session_id, epoch, {("t", 1): position()}, [],
+                                    privileged=True, now_ms=2)
+        assert (refused.error, refused.partitions) == (ErrorCode.invalid_fetch_session_epoch,
+                                                       {})
+    served = cache.new_context(session_id, 2, {}, [], privileged=True, now_ms=3)
+    assert (served.error, list(served.partitions)) == (ErrorCode.none, [("t", 0)])
+
+
 # One fetch round: the follower's new positions (partition -> offset, None to stop
 # following), then whether the answer is lost, and whether the leader restarted before it.
 rounds = st.lists(st.tuples(
