@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # imported again (0.2 s of a broker's start; pytest's collection 12.9 against 7.2 CPU-s).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install test lint demo broker-demo bench reliability images e2e-pods clean
+.PHONY: install test lint demo broker-demo bench reliability images e2e-pods mutations clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,14 @@ images:
 # folders: building the images takes minutes on a fresh machine.
 e2e-pods: $(STAMP)
 	UNDERTOW_E2E_PODS=1 $(BIN)/pytest -q -p no:cacheprovider tests/containers tests/pods
+
+# Each named mutation of scripts/mutations.py (the election order, the high watermark, the
+# coordinator's load, the fetch session, the anomaly definitions, the simulator's delay)
+# applied to a copy of HEAD, and the tests of its area run on it: fails if one survives.
+# Not part of make test (minutes of a core); .ci/run runs it after make test, and its last
+# result is in benchmarks/RESULTS.md ("mutations").
+mutations: $(STAMP)
+	$(BIN)/python scripts/mutations.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/broker_produce.py

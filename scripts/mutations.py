@@ -1,0 +1,245 @@
+"""The mutation check: each named mutation breaks one rule the project depends on, and the
+tests of that rule's area must fail on it (the mutation is *killed*); one that survives
+means a rule no fast test holds.
+
+Each mutation replaces one exact piece of a file (found once, or the check fails: the code
+moved and the mutation must follow it). It is applied to a copy of the committed tree
+(``git archive HEAD``), never to the working tree, and the copy's packages come first on
+the path of the tests run there. First the tests of every area run once on the copy
+unmutated (they must pass, or nothing is learned), then each mutation's tests run on it.
+
+    .venv/bin/python scripts/mutations.py            # every mutation
+    .venv/bin/python scripts/mutations.py NAME ...   # some of them
+    .venv/bin/python scripts/mutations.py --list
+
+Exit status 0 when every mutation chosen is killed. A mutation no input can tell apart
+is not listed: forgetting the fetch session's high watermark on an error answer
+(``CachedPartition``) changes nothing, since an error answer carries a high watermark of -1
+in Kafka and here alike, which the comparison already remembers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("broker-image", "operator", "analysis")
+TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    """pytest arguments: files, node ids or ``-k`` expressions, relative to the root."""
+
+
+PARTITION_CHANGE = "broker-image/minibroker/controller/partition_change.py"
+PARTITION = "broker-image/minibroker/cluster/partition.py"
+GROUP_LOAD = "broker-image/minibroker/coordinator/group_metadata_manager.py"
+FETCH_SESSION = "broker-image/minibroker/network/fetch_session.py"
+ANOMALIES = "analysis/undertow_analysis/anomalies.py"
+CHECKER = "analysis/undertow_history/checker.py"
+STREAMS = "operator/undertow/sim/virtual_streams.py"
+VIRTUAL_LOOP = "operator/undertow/sim/virtual_loop.py"
+TXN_COORDINATOR = "broker-image/minibroker/coordinator/transaction_coordinator.py"
+ELR_TESTS = ("tests/minibroker/test_elr.py",)
+CHECKER_TESTS = ("tests/analysis/test_checker.py", "-k", "alone or still_lost or clean_history")
+SPARK_CHECKS = ("tests/analysis/test_analysis_checks.py",)
+
+MUTATIONS = (
+    # The election order (Kafka's PartitionChangeBuilder).
+    Mutation("unclean-before-last-known-leader", PARTITION_CHANGE,
+             """        elif (elr_enabled and not isr and not elr and len(reg.last_known_elr) == 1
+              and is_acceptable_leader(reg.last_known_elr[0])):
+            leader, election = reg.last_known_elr[0], Election.LAST_KNOWN_LEADER
+        elif unclean_enabled:
+            leader = next((r for r in reg.replicas if is_acceptable_leader(r)), NO_LEADER)
+            election = Election.UNCLEAN if leader != NO_LEADER else None
+""", """        elif unclean_enabled:
+            leader = next((r for r in reg.replicas if is_acceptable_leader(r)), NO_LEADER)
+            election = Election.UNCLEAN if leader != NO_LEADER else None
+        elif (elr_enabled and not isr and not elr and len(reg.last_known_elr) == 1
+              and is_acceptable_leader(reg.last_known_elr[0])):
+            leader, election = reg.last_known_elr[0], Election.LAST_KNOWN_LEADER
+""", ELR_TESTS),
+    Mutation("elr-member-while-isr-non-empty", PARTITION_CHANGE,
+             "(replica in isr or (not isr and replica in elr))",
+             "(replica in isr or replica in elr)", ELR_TESTS),
+    Mutation("elr-never-elected", PARTITION_CHANGE,
+             "(replica in isr or (not isr and replica in elr))", "(replica in isr)", ELR_TESTS),
+    Mutation("unclean-without-the-config", PARTITION_CHANGE,
+             "        elif unclean_enabled:\n", "        elif True:\n", ELR_TESTS),
+    Mutation("last-known-leader-while-fenced", PARTITION_CHANGE,
+             "              and is_acceptable_leader(reg.last_known_elr[0])):",
+             "              ):", ELR_TESTS),
+    Mutation("elr-kept-after-unclean-election", PARTITION_CHANGE,
+             "if not elr_enabled or election in (Election.UNCLEAN, Election.LAST_KNOWN_LEADER):",
+             "if not elr_enabled:", ELR_TESTS),
+    Mutation("elr-at-min-isr", PARTITION_CHANGE,
+             "        if len(isr) >= min_isr:\n", "        if len(isr) > min_isr:\n", ELR_TESTS),
+    Mutation("unclean-shutdown-stays-eligible", PARTITION_CHANGE,
+             "\n                           - set(unclean_shutdown))", ")", ELR_TESTS),
+    # The leader's high watermark (Kafka's Partition.maybeIncrementLeaderHW).
+    Mutation("hw-past-a-lagging-isr-member", PARTITION,
+             "            if replica.log_end_offset < new_hw and (replica.broker_id in maximal_isr"
+             " or joining):",
+             "            if replica.log_end_offset < new_hw and joining:",
+             ("tests/minibroker/test_replication_rules.py",)),
+    Mutation("hw-under-min-isr", PARTITION,
+             ' == "strict" and self.is_under_min_isr:\n',
+             ' == "strict" and False:\n', ("tests/minibroker/test_replication_rules.py",)),
+    # The group coordinator's load (Kafka's GroupMetadataManager.doLoadGroupsAndOffsets).
+    Mutation("first-committed-offset-wins-on-load", GROUP_LOAD,
+             "                    offsets[where] = cached\n                elif",
+             "                    offsets.setdefault(where, cached)\n                elif",
+             ("tests/minibroker/test_group_failover.py", "-k", "restarted")),
+    Mutation("aborted-transaction-offsets-loaded", GROUP_LOAD,
+             "            if marker.is_abort:\n                return\n",
+             "", ("tests/minibroker/test_txn_offsets.py",)),
+    # Incremental fetch sessions (KIP-227, Kafka's CachedPartition).
+    Mutation("incremental-answer-drops-records", FETCH_SESSION,
+             "        respond = bool(result.records)", "        respond = False",
+             ("tests/minibroker/test_fetch_sessions.py",)),
+    Mutation("a-young-session-evicted", FETCH_SESSION,
+             "        if now_ms - oldest.last_used_ms > self.eviction_ms:",
+             "        if True:", ("tests/minibroker/test_fetch_sessions.py",)),
+    Mutation("a-wrong-session-epoch-served", FETCH_SESSION,
+             "        if session.epoch != epoch:", "        if False:",
+             ("tests/minibroker/test_fetch_sessions.py",)),
+    Mutation("log-start-change-not-answered", FETCH_SESSION,
+             "        if result.log_start_offset != self.log_start_offset:",
+             "        if False:", ("tests/minibroker/test_fetch_sessions.py",)),
+    # The anomaly definitions: the Spark job's and the plain checker's.
+    Mutation("spark-read-during-run-not-lost", ANOMALIES,
+             "    return _acked(v) & ~_drained(v)\n",
+             "    return _acked(v) & ~_drained(v) & ~_known(v.run_read_at)\n", SPARK_CHECKS),
+    Mutation("spark-duplicate-needs-three", ANOMALIES,
+             "    return v.n_drained > 1\n", "    return v.n_drained > 2\n", SPARK_CHECKS),
+    Mutation("spark-phantom-read-of-acked-ignored", ANOMALIES,
+             "    return _known(v.run_read_at) & ~_drained(v)\n",
+             "    return _known(v.run_read_at) & ~_drained(v) & ~_acked(v)\n", SPARK_CHECKS),
+    Mutation("checker-read-during-run-not-lost", CHECKER,
+             '        if outcome == "acked" and not n_drained:',
+             '        if outcome == "acked" and not n_drained and not run_read:', CHECKER_TESTS),
+    Mutation("checker-misplaced-never", CHECKER,
+             "and not (s.acked_at & drained):", "and False:", CHECKER_TESTS),
+    Mutation("checker-duplicate-needs-three", CHECKER,
+             "        if n_drained > 1:\n", "        if n_drained > 2:\n", CHECKER_TESTS),
+    Mutation("checker-aborted-read-drain-only", CHECKER,
+             'if outcome == "failed" and (run_read or n_drained):',
+             'if outcome == "failed" and n_drained and False:', CHECKER_TESTS),
+    # The transaction coordinator (Kafka's TransactionCoordinator).
+    Mutation("a-fenced-epoch-adds-partitions", TXN_COORDINATOR,
+             "        if metadata.producer_epoch != producer_epoch:\n"
+             "            return ErrorCode.producer_fenced\n", "",
+             ("tests/minibroker/test_txn_coordinator.py",)),
+    # The simulator's clock and nodes.
+    Mutation("the-clock-overshoots-its-timer", VIRTUAL_LOOP,
+             "            self._now = max(self._now, timers[0][0])",
+             "            self._now = max(self._now, timers[0][0]) + 0.001",
+             ("tests/sim/test_virtual_loop.py",)),
+    Mutation("a-resumed-node-loses-what-it-held", VIRTUAL_LOOP,
+             "        self._ready.extend(handle for handle in held if not handle._cancelled)",
+             "        self._ready.extend(())", ("tests/sim/test_virtual_loop.py",)),
+    # The simulator's network.
+    Mutation("delay-fault-ignored", STREAMS,
+             "        return base_s if self.delay is None else base_s + self.delay.draw()",
+             "        return base_s", ("tests/sim/test_virtual_delay.py",)),
+)
+
+
+def _copy_tree(into: Path) -> None:
+    """The committed tree (HEAD), as ``git archive`` writes it."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "HEAD"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+
+
+def _pytest(copy: Path, tests: tuple[str, ...]) -> tuple[int, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(copy / s) for s in SOURCES)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the copy's bytecode serves the next runs
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         "-p", "no:randomly", *tests], cwd=copy, env=env, capture_output=True, text=True,
+        timeout=TIMEOUT_S)
+    return proc.returncode, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def _imports_the_copy(copy: Path) -> None:
+    """The copy's packages, not the editable install's, are what the tests import."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import minibroker, undertow, undertow_analysis, "
+         "undertow_history; print(minibroker.__file__, undertow.__file__, "
+         "undertow_analysis.__file__, undertow_history.__file__)"],
+        cwd=copy, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            str(copy / s) for s in SOURCES)}, capture_output=True, text=True, check=True)
+    files = out.stdout.split()
+    if not all(Path(f).is_relative_to(copy) for f in files):
+        raise SystemExit(f"the tests would import the installed packages: {files}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="the mutations to check (default: all)")
+    parser.add_argument("--list", action="store_true", help="name the mutations and stop")
+    args = parser.parse_args()
+    by_name = {m.name: m for m in MUTATIONS}
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name:40} {m.path}")
+        return 0
+    unknown = set(args.names) - set(by_name)
+    if unknown:
+        parser.error(f"no such mutation: {', '.join(sorted(unknown))}")
+    chosen = [by_name[n] for n in args.names] or list(MUTATIONS)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="undertow-mutations-") as tmp:
+        copy = Path(tmp)
+        _copy_tree(copy)
+        _imports_the_copy(copy)
+        originals = {m.path: (copy / m.path).read_text() for m in chosen}
+        for m in chosen:
+            count = originals[m.path].count(m.old)
+            if count != 1:
+                print(f"{m.name}: its piece of {m.path} is found {count} times, not once")
+                return 2
+        for tests in dict.fromkeys(m.tests for m in chosen):
+            code, out = _pytest(copy, tests)
+            if code != 0:
+                print(f"{' '.join(tests)} fails without a mutation (exit {code}):\n{out}")
+                return 2
+        print(f"unmutated: the tests pass ({time.monotonic() - started:.0f} s)")
+        survived = []
+        for m in chosen:
+            target = copy / m.path
+            target.write_text(originals[m.path].replace(m.old, m.new))
+            try:
+                t0 = time.monotonic()
+                code, out = _pytest(copy, m.tests)
+            finally:
+                target.write_text(originals[m.path])
+            verdict = "killed" if code == 1 else ("SURVIVED" if code == 0 else f"error {code}")
+            print(f"{verdict:9} {m.name} ({time.monotonic() - t0:.0f} s)", flush=True)
+            if code != 1:
+                survived.append(m.name)
+                if code != 0:
+                    print(out)
+    print(f"{len(chosen) - len(survived)} of {len(chosen)} mutations killed in "
+          f"{time.monotonic() - started:.0f} s" + (
+              f"; not killed: {', '.join(survived)}" if survived else ""))
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
