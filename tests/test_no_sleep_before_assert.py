@@ -16,7 +16,13 @@ every module under ``tests/``:
   ``if``, ``with`` and ``try`` blocks around it, later in any enclosing block of the same
   function. Climbing stops at a poll loop (a ``while``, or a ``for`` that can ``break`` or
   ``return``): a poll's sleep ends its body, and the check after the loop is on the state
-  the loop waited for.
+  the loop waited for;
+- a ``while`` loop that sleeps has a deadline: its body fails (a check), or the loop reads
+  a clock (``time.monotonic()``, ``loop.time()``).
+
+``asyncio.sleep`` in a module that runs on the simulator's virtual clock (it imports
+``undertow.sim.virtual_loop`` or ``test_virtual_loop``'s runner) is exact, not a guess, and
+is no sleep; ``time.sleep`` there still is.
 
 A sleep that is the point of a test (a fault it injects, not a wait) carries the marker
 ``# hold:`` and a reason on its line; ``HOLDS`` names every such function, and a marker
