@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tools
 import yaml
 from container_helpers import REPO, Engine, kubeconfig, run_args, wait_for_log
 from kube_helpers import NAMESPACE, eventually, stored
@@ -47,9 +48,7 @@ def free_cluster_ports(brokers: int) -> int:
 
 def test_the_broker_image_serves_a_cluster_that_kcat_uses(images: Engine,
                                                           containers: list[str]) -> None:
-    kcat = shutil.which("kcat")
-    if kcat is None:
-        pytest.skip("kcat is not installed (apt-get install kcat)")
+    kcat = tools.kcat()
     base = free_cluster_ports(3)
     name = unique("broker")
     containers.append(name)

@@ -9,7 +9,6 @@ checked beside what the clients saw."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tools
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from test_interop_clients import BROKERS, STARTUP_TIMEOUT_S, Cluster, running_cluster
@@ -26,7 +26,6 @@ TOPIC = "groups"
 PARTITIONS = 3
 SESSION_MS = 6000
 REBALANCE_MS = 10000  # max.poll.interval.ms, the members' rebalance timeout
-KCAT = shutil.which("kcat")
 
 
 @pytest.fixture(scope="module")
@@ -144,14 +143,14 @@ def test_kafka_python_group_reads_commits_and_resumes(cluster: Cluster) -> None:
     assert len(second) == 15
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (apt-get install -y kcat)")
 def test_kcat_balanced_consumer_reads_commits_and_resumes(cluster: Cluster) -> None:
+    kcat = tools.kcat()
     produce(cluster, "kcat", 30)
     before = end_offsets(cluster)
 
     def read() -> list[tuple[int, int]]:
         done = subprocess.run(
-            [KCAT, "-b", cluster.bootstrap, "-G", "kcat", TOPIC, "-e", "-q", "-f", "%p %o\n",
+            [kcat, "-b", cluster.bootstrap, "-G", "kcat", TOPIC, "-e", "-q", "-f", "%p %o\n",
              "-X", "auto.offset.reset=earliest", "-X", f"session.timeout.ms={SESSION_MS}"],
             capture_output=True, text=True, timeout=60, check=True)
         return [(int(p), int(o)) for p, o in (line.split() for line in done.stdout.splitlines())]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tools
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import (
@@ -239,15 +239,9 @@ def test_kafka_python_produces_with_every_acks_and_reads_back_in_order(cluster: 
 
 # -- kcat ---------------------------------------------------------------------------------
 
-KCAT = shutil.which("kcat")
-needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not installed "
-                                "(apt-get install -y kcat)")
-
-
-@needs_kcat
 def test_kcat_lists_brokers_and_topics(cluster: Cluster) -> None:
-    listed = subprocess.run([KCAT, "-b", cluster.bootstrap, "-L", "-J"], capture_output=True,
-                            text=True, timeout=30, check=True)
+    listed = subprocess.run([tools.kcat(), "-b", cluster.bootstrap, "-L", "-J"],
+                            capture_output=True, text=True, timeout=30, check=True)
     metadata = json.loads(listed.stdout)
     assert sorted(b["id"] for b in metadata["brokers"]) == [1, 2, 3]
     assert {b["name"] for b in metadata["brokers"]} == {
@@ -260,13 +254,13 @@ def test_kcat_lists_brokers_and_topics(cluster: Cluster) -> None:
     assert sorted(r["id"] for r in partition["isrs"]) == [1, 2, 3]
 
 
-@needs_kcat
 def test_kcat_produces_and_consumes(cluster: Cluster) -> None:
+    kcat = tools.kcat()
     lines = [f"kcat-line-{i}" for i in range(RECORDS)]
-    subprocess.run([KCAT, "-b", cluster.bootstrap, "-P", "-t", "kcat", "-p", "0"],
+    subprocess.run([kcat, "-b", cluster.bootstrap, "-P", "-t", "kcat", "-p", "0"],
                    input="\n".join(lines) + "\n", text=True, timeout=30, check=True)
     consumed = subprocess.run(
-        [KCAT, "-b", cluster.bootstrap, "-C", "-t", "kcat", "-p", "0", "-o", "beginning", "-e",
+        [kcat, "-b", cluster.bootstrap, "-C", "-t", "kcat", "-p", "0", "-o", "beginning", "-e",
          "-f", "%o %s\n"], capture_output=True, text=True, timeout=30, check=True)
     assert consumed.stdout.splitlines() == [f"{i} {line}" for i, line in enumerate(lines)]
 

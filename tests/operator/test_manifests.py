@@ -178,7 +178,8 @@ def test_the_e2e_script_and_workflow_hang_together() -> None:
 def e2e_unavailable() -> str | None:
     missing = [tool for tool in ("docker", "kind", "kubectl", "helm") if not shutil.which(tool)]
     if missing:
-        return f"the kind end-to-end test needs {', '.join(missing)} (not installed here)"
+        return (f"the kind end-to-end test needs {', '.join(missing)}, not installed here: "
+                "the e2e-kind workflow (.github/workflows) runs scripts/kind-e2e.sh with them")
     probe = subprocess.run(["kubectl", "version", "--request-timeout=5s"], capture_output=True,
                            text=True, check=False)
     if probe.returncode != 0:

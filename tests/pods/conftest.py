@@ -1,15 +1,16 @@
 """``make e2e-pods``: experiments end to end on the operator's pods under podman. Slow
 (minutes), so only run when asked: ``UNDERTOW_E2E_PODS=1`` (the make target sets it);
-skipped with the reason where podman is missing."""
+where podman is missing or does not run, skipped with the reason, or failed in CI
+(``tests/tools.py``)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import tools
 from container_helpers import REPO, Engine, e2e_marks, mark_folder, probe_engine
 
 
@@ -21,15 +22,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def pod_images() -> Engine:
     """The three images, built for podman (``kube play`` is podman's alone)."""
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (apt-get install podman)")
+    tools.podman()
     os.environ["ENGINE"] = "podman"
     try:
         found = probe_engine()
     finally:
         os.environ.pop("ENGINE")
     if isinstance(found, str):
-        pytest.skip(f"podman does not run here: {found}")
+        tools.unavailable(f"podman does not run here: {found}")
     build = subprocess.run([str(REPO / "scripts" / "images.sh")], cwd=REPO,
                            env={**found.env, "ENGINE": "podman"}, capture_output=True,
                            text=True, check=False, timeout=1800)

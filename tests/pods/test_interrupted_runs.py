@@ -3,12 +3,12 @@ them, and only them (``interrupted_runs``)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
 
 import pytest
+import tools
 from interrupted_runs import (
     OWNER_LABEL,
     owner_alive,
@@ -40,8 +40,7 @@ def test_an_owner_is_alive_while_its_process_is_and_not_after() -> None:
 
 @pytest.fixture
 def names() -> Iterator[dict[str, str]]:
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed")
+    tools.podman()
     suffix = uuid.uuid4().hex[:6]
     made = {k: f"ut-reap-{k}-{suffix}" for k in (
         "net", "dead", "live", "unowned", "unowned_named", "volume")}
