@@ -53,6 +53,8 @@ CHECKER = "analysis/undertow_history/checker.py"
 STREAMS = "operator/undertow/sim/virtual_streams.py"
 VIRTUAL_LOOP = "operator/undertow/sim/virtual_loop.py"
 TXN_COORDINATOR = "broker-image/minibroker/coordinator/transaction_coordinator.py"
+LATE_REQUESTS = "analysis/undertow_analysis/late_requests.py"
+LATE_TESTS = ("tests/analysis/test_late_requests.py", "-k", "not report")
 ELR_TESTS = ("tests/minibroker/test_elr.py",)
 CHECKER_TESTS = ("tests/analysis/test_checker.py", "-k", "alone or still_lost or clean_history")
 SPARK_CHECKS = ("tests/analysis/test_analysis_checks.py",)
@@ -144,6 +146,18 @@ MUTATIONS = (
              "        if metadata.producer_epoch != producer_epoch:\n"
              "            return ErrorCode.producer_fenced\n", "",
              ("tests/minibroker/test_txn_coordinator.py",)),
+    # The late EndTxn requests (Jepsen 2024; KIP-890): which transaction a request landed
+    # in, and which sent it.
+    Mutation("an-own-end-txn-is-late", LATE_REQUESTS,
+             'landed["t_end_invoke"] is not None and landed["t_end_invoke"] <= end["t"]',
+             'landed["t_end_invoke"] is None', LATE_TESTS),
+    Mutation("the-epoch-does-not-name-the-sender", LATE_REQUESTS,
+             'end["transaction_version"] is not None and end["transaction_version"] >= 2',
+             "False", LATE_TESTS),
+    Mutation("a-late-end-txn-leaves-no-event", TXN_COORDINATOR,
+             "            if outcome is not None:\n"
+             "                self._emit_end_txn(arrived, outcome)\n",
+             "", ("tests/minibroker/test_txn_version_2.py",)),
     # The simulator's clock and nodes.
     Mutation("the-clock-overshoots-its-timer", VIRTUAL_LOOP,
              "            self._now = max(self._now, timers[0][0])",
