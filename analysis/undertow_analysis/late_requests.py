@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -76,20 +76,22 @@ def pair(ends: list[dict[str, Any]], txns: list[dict[str, Any]],
     kind of `anomalies` (anomalies/'s rows: value, kind) among the values of the transaction
     it landed in. Ordered by time."""
     by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for txn in txns:
-        by_id[txn["transactional_id"]].append(txn)
+    for txn in txns:  # a line without these fields (malformed, yet usable to others) says nothing
+        if txn["transactional_id"] is not None and txn["t_begin"] is not None:
+            by_id[txn["transactional_id"]].append(txn)
     for group in by_id.values():
         group.sort(key=lambda x: x["t_begin"])
+    begins = {tid: [x["t_begin"] for x in group] for tid, group in by_id.items()}
     kinds_of: dict[str, list[str]] = defaultdict(list)
     for row in anomalies:
         kinds_of[row["value"]].append(row["kind"])
     decided = [e for e in ends if e["reason"] == "decided"]
     late = []
     for end in sorted(ends, key=lambda e: e["t"]):
-        if end["reason"] == "timed_out":
-            continue  # the coordinator's own abort: no request of the client's
+        if end["reason"] not in _OUTCOMES or end["decision"] not in ("commit", "abort"):
+            continue  # the coordinator's own abort (`timed_out`: no request of the client's)
         group = by_id.get(end["transactional_id"], [])
-        begun = bisect.bisect_right([x["t_begin"] for x in group], end["t"])
+        begun = bisect.bisect_right(begins.get(end["transactional_id"], []), end["t"])
         if not begun:
             continue
         landed = group[begun - 1]
@@ -126,7 +128,8 @@ def _sender(end: dict[str, Any], earlier: list[dict[str, Any]],
         "slowest_end"
 
 
-def sentence(late: dict[str, Any], t0: float, fault_at: Any) -> str:
+def sentence(late: dict[str, Any], t0: float, fault_at: Callable[[float], str | None]
+             ) -> str:
     """One late request in words: what arrived, where it landed and what the coordinator
     did, what became of that transaction, and which transaction sent it (`fault_at`: the
     fault active when it was sent, in `explain._fault_at`'s words, or None)."""
@@ -136,9 +139,11 @@ def sentence(late: dict[str, Any], t0: float, fault_at: Any) -> str:
     version = late["transaction_version"]
     partitions = ", ".join(late["txn_partitions"] or ()) or "none"
     ended = (f"{'committed' if decision == 'commit' else 'aborted'} it early, with the "
-             f"partitions it had then ({partitions}): below transaction version 2 (this "
-             f"request's is {version}) the epoch is the same in every transaction, so the "
-             f"request passed for {landed['txn']}'s own")
+             f"partitions it had then ({partitions}): " + (
+                 f"below transaction version 2 (this request's is {version}) the epoch is the "
+                 f"same in every transaction, so the request passed for {landed['txn']}'s own"
+                 if version is None or version < 2 else
+                 f"under transaction version {version} its epoch should have been fenced"))
     did = _OUTCOMES[late["reason"]].format(ended=ended, epoch=late["producer_epoch"],
                                            current=late["txn_epoch"])
     text = (f"EndTxn ({decision}) with producer id {late['producer_id']} and epoch "

@@ -106,3 +106,15 @@ def test_the_report_names_the_late_end_txn_of_the_version_1_twin(spark, tmp_path
     assert late["sentence"] in summary_text(report)
     html = (tmp_path / "report" / "report.html").read_text()
     assert "<h2>Late transaction requests</h2>" in html and late["landed_in"] in html
+
+
+def test_lines_without_the_fields_the_pairing_needs_are_passed_over() -> None:
+    """A txns line without its begin or transactional id, and an `end_txn` without its
+    decision or with an outcome the coordinator does not write, are skipped, not fatal (the
+    analysis reads them as usable: other checks need only their other fields)."""
+    broken_txns = [*TXNS, {**txn(9, 10.2, None, 11.0), "t_begin": None},
+                   {**txn(8, 10.1, None, 11.0), "transactional_id": None}]
+    ends = [*OWN, end_txn(10.5, "decided"), {**end_txn(10.6, "decided"), "decision": None},
+            {**end_txn(10.7, "decided"), "reason": "unknown"}]
+    assert [(r["t"], r["landed_in"]["txn"]) for r in late_requests.pair(ends, broken_txns, [])] \
+        == [(10.5, "p0-t3")]
