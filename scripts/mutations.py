@@ -53,6 +53,7 @@ class Mutation:
 
 PARTITION_CHANGE = "broker-image/minibroker/controller/partition_change.py"
 PARTITION = "broker-image/minibroker/cluster/partition.py"
+QUORUM_CONTROLLER = "broker-image/minibroker/controller/quorum_controller.py"
 GROUP_LOAD = "broker-image/minibroker/coordinator/group_metadata_manager.py"
 FETCH_SESSION = "broker-image/minibroker/network/fetch_session.py"
 ANOMALIES = "analysis/undertow_analysis/anomalies.py"
@@ -95,6 +96,9 @@ MUTATIONS = (
     Mutation("elr-kept-after-unclean-election", PARTITION_CHANGE,
              "if not elr_enabled or election in (Election.UNCLEAN, Election.LAST_KNOWN_LEADER):",
              "if not elr_enabled:", ELR_TESTS),
+    Mutation("a-no-op-min-isr-change-clears-the-elr", QUORUM_CONTROLLER,
+             'config.get("min.insync.replicas") != topic_min_isr',
+             '"min.insync.replicas" in changes', ELR_TESTS),
     Mutation("elr-at-min-isr", PARTITION_CHANGE,
              "        if len(isr) >= min_isr:\n", "        if len(isr) > min_isr:\n", ELR_TESTS),
     Mutation("unclean-shutdown-stays-eligible", PARTITION_CHANGE,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from rule_sets import KAFKA_3_7, KAFKA_4_2
 from stepper import SimCluster
 
@@ -262,13 +263,42 @@ def test_unclean_election_only_after_the_isr_and_the_elr(tmp_path: Path) -> None
 
 
 def test_a_min_isr_change_clears_the_elr_and_reaches_the_leader(tmp_path: Path) -> None:
-    """Eligibility was earned against the old min.insync.replicas: setting it (even to the
-    same value) clears the topic's ELR and last known leader (Kafka 4.1's operations docs,
-    "Eligible Leader Replicas"); the leader applies the new minimum at once."""
+    """Eligibility was earned against the old min.insync.replicas: changing the topic's value
+    clears its ELR and last known leader (Kafka 4.2's ``createClearElrRecordsAsNeeded``);
+    the leader applies the new minimum at once. A request that changes nothing of the
+    topic's own config writes no ConfigRecord (``incrementalAlterConfigResource`` compares
+    the topic's value before and after), so it clears nothing: a DELETE of an override the
+    topic does not have, and a SET to the override it has. A SET of the cluster's default
+    on a topic without an override is a change (null to "2")."""
     sim = cluster(tmp_path)
     acked(sim, 1)
     down(sim, ("stop", 3), ("stop", 2))
     assert sim.registration(TP).elr == (2,)
+    epoch = sim.registration(TP).partition_epoch
+    mark = len(sim.events())
+    assert sim.controller.alter_topic_config("orders", {"min.insync.replicas": None}) == (
+        ErrorCode.none, None)
+    assert (sim.registration(TP).elr, sim.registration(TP).partition_epoch) == ((2,), epoch)
+    assert sim.controller.alter_topic_config("orders", {"min.insync.replicas": "2"}) == (
+        ErrorCode.none, None)
+    assert sim.registration(TP).elr == (), "null to 2 is a change, though 2 is the default"
+    assert sim.registration(TP).partition_epoch == epoch + 1
+    [change] = events_of(sim, "elr_change", mark)
+    assert change["reason"] == "min_isr_changed"
+    sim.start(2)  # back in the ISR, then out again: in the ELR once more
+    for _ in range(20):
+        if 2 in sim.registration(TP).isr:
+            break
+        sim.replicate()
+        sim.advance(100)
+    else:
+        pytest.fail(f"broker 2 never rejoined the ISR: {sim.registration(TP)}")
+    down(sim, ("stop", 2))
+    assert sim.registration(TP).elr == (2,)
+    epoch = sim.registration(TP).partition_epoch
+    assert sim.controller.alter_topic_config("orders", {"min.insync.replicas": "2"}) == (
+        ErrorCode.none, None)
+    assert (sim.registration(TP).elr, sim.registration(TP).partition_epoch) == ((2,), epoch)
     mark = len(sim.events())
     assert sim.controller.alter_topic_config("orders", {"min.insync.replicas": "1"}) == (
         ErrorCode.none, None)

@@ -493,10 +493,13 @@ class QuorumController:
     def alter_topic_config(self, name: str, changes: Mapping[str, str | None],
                            validate_only: bool = False) -> tuple[ErrorCode, str | None]:
         """IncrementalAlterConfigs on a topic: each key set (a value) or deleted (None).
-        With ELR, a change of min.insync.replicas, even to the same value, clears the
-        topic's ELR and last known leaders: eligibility was earned against the old minimum
-        (Kafka 4.1's ConfigurationControlManager; "Eligible Leader Replicas" in Kafka's
-        operations docs)."""
+        With ELR, a change of the topic's min.insync.replicas clears its ELR and last known
+        leaders: eligibility was earned against the old minimum. A change is what Kafka 4.2's
+        ``ConfigurationControlManager.incrementalAlterConfigResource`` writes a ConfigRecord
+        for: the topic's own value (its override, not the effective one) differs after the
+        request, so a SET to the value it has, or a DELETE of an override it does not have,
+        writes nothing and clears nothing (``createClearElrRecordsAsNeeded`` reads only the
+        records written)."""
         topic = self.topics.get(name)
         if topic is None:
             return ErrorCode.unknown_topic_or_partition, f"Topic '{name}' does not exist."
@@ -512,9 +515,10 @@ class QuorumController:
             return ErrorCode.invalid_config, str(exc)
         if validate_only:
             return ErrorCode.none, None
+        topic_min_isr = topic.config.get("min.insync.replicas")
         topic.config = config
         log.info("Topic %s config is now %s", name, config)
-        if "min.insync.replicas" in changes and self.elr_enabled:
+        if self.elr_enabled and config.get("min.insync.replicas") != topic_min_isr:
             for index, reg in list(topic.partitions.items()):
                 if reg.elr or reg.last_known_elr:
                     after = replace(reg, elr=(), last_known_elr=(),
