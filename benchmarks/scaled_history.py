@@ -265,7 +265,8 @@ def _write_run_context(out: Path, start_ms: int, duration: float, idempotent: bo
                 f.write(json.dumps({"t": start + t, "topic": "t", "partition": p,
                                     "leader": isr[p % len(isr)], "leader_epoch": 0, "isr": isr,
                                     "high_watermark": 0, "log_end_offsets": {}, "elr": [],
-                                    "last_known_elr": [], "last_stable_offset": 0}) + "\n")
+                                    "last_known_elr": [], "leader_recovery_state": "RECOVERED",
+                                    "last_stable_offset": 0}) + "\n")
 
 
 def _event(t: float, node: str, type_: str, **fields: object) -> str:

@@ -93,6 +93,14 @@ MUTATIONS = (
     Mutation("last-known-leader-while-fenced", PARTITION_CHANGE,
              "              and is_acceptable_leader(reg.last_known_elr[0])):",
              "              ):", ELR_TESTS),
+    # KIP-704: an unclean election marks the partition RECOVERING; the controller keeps a
+    # recovering ISR to its leader.
+    Mutation("an-unclean-election-leaves-the-partition-recovered", PARTITION_CHANGE,
+             "        recovery = LeaderRecoveryState.RECOVERING\n", "        pass\n",
+             ("tests/minibroker/test_leader_recovery.py",)),
+    Mutation("a-recovering-isr-may-grow", QUORUM_CONTROLLER,
+             "        if recovering and len(new_isr) > 1:", "        if False:",
+             ("tests/minibroker/test_leader_recovery.py",)),
     Mutation("elr-kept-after-unclean-election", PARTITION_CHANGE,
              "if not elr_enabled or election in (Election.UNCLEAN, Election.LAST_KNOWN_LEADER):",
              "if not elr_enabled:", ELR_TESTS),

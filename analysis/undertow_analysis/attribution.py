@@ -23,6 +23,10 @@ election removed, and the skipped one was written at O after it):
   and the ELR both empty), which Kafka counts as unclean, is an unclean election here only
   when the broker never had O (no truncation of its own, no restart): a last known leader
   that lost O with its unflushed tail or its disk is a power loss or a lost disk;
+- an unclean election (the last known leader's included) made the partition RECOVERING
+  (KIP-704) until its new leader's first ISR change: the *recovery* is when that epoch's
+  `leader_recovery` events say it began and ended (ended null: still RECOVERING when the run
+  ended; both null in a history from before KIP-704's events);
 - the *removals* are the truncations by which the other replicas dropped O after the
   election and after t (KIP-101's OffsetForLeaderEpoch, usually on the holder when it
   returns).
@@ -171,9 +175,11 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool,
                       drop["end"].alias("dropper_end"),
                       deposed.alias("deposed")))
     changes = prefixed(
-        of_type(events, "leader_election", "truncation", "log_recovery", "broker_fenced"),
+        of_type(events, "leader_election", "truncation", "log_recovery", "broker_fenced",
+                "leader_recovery"),
         ("topic", "partition", "t", "type", "broker", "leader_epoch", "kind", "reason", "isr",
-         "previous_leader", "from_offset", "to_offset", "log_end_offset"))
+         "previous_leader", "from_offset", "to_offset", "log_end_offset",
+         "leader_recovery_state"))
     a, e = stage1, changes
     covers = (e["e_from_offset"] > a["offset"]) & (e["e_to_offset"] <= a["offset"])
     truncation = e["e_type"] == "truncation"
@@ -181,6 +187,13 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool,
     by_dropper = e["e_broker"] == a["dropper"]
     election_of_drop = (e["e_type"] == "leader_election") & (e["e_leader_epoch"]
                                                             == a["drop_epoch"])
+    recovery_of_drop = (e["e_type"] == "leader_recovery") & (e["e_leader_epoch"]
+                                                             == a["drop_epoch"])
+
+    def recovery_at(state: str) -> Column:
+        return F.min(F.when(recovery_of_drop & (e["e_leader_recovery_state"] == state),
+                            F.col("e_t")))
+
     cause_row = truncation & by_dropper & covers & between
     restart_row = by_dropper & between & (
         ((e["e_type"] == "log_recovery") & (e["e_log_end_offset"] <= a["offset"]))
@@ -199,6 +212,8 @@ def attribute(subjects: DataFrame, events: DataFrame, acks_one: bool,
         a.join(e, _same_partition(a, e) | e["e_topic"].isNull(), "left")  # broker events too
         .groupBy(*stage1_columns)
         .agg(F.max_by(election, F.when(election_of_drop, F.col("e_t"))).alias("election"),
+             F.struct(recovery_at("RECOVERING").alias("began"),
+                      recovery_at("RECOVERED").alias("ended")).alias("recovery"),
              F.min_by(cause, F.when(cause_row, F.col("e_t"))).alias("cause"),
              F.coalesce(F.max(restart_row), F.lit(False)).alias("restarted"),
              F.array_sort(F.collect_set(F.when(removal_row, F.col("e_broker"))))
@@ -257,8 +272,8 @@ def _mechanism(acks_one: bool) -> Column:
 
 
 INCIDENT_KEY = ("topic", "partition", "mechanism", "holder", "holder_epoch", "dropper",
-                "drop_epoch", "drop_t", "dropper_end", "election", "cause", "restarted",
-                "hanging_lso")
+                "drop_epoch", "drop_t", "dropper_end", "election", "recovery", "cause",
+                "restarted", "hanging_lso")
 
 
 def incidents(attributed: DataFrame) -> DataFrame:

@@ -79,6 +79,17 @@ KIP_966_ELECTIONS = {
 the words that follow "elected broker N"."""
 
 
+def _recovery(inc: dict[str, Any], t0: float) -> str:
+    """KIP-704's window after an unclean election, as "RECOVERING, KIP-704, until 7.2 s,
+    when its ISR first grew" ("" when the history has no `leader_recovery` events for it)."""
+    recovery = inc.get("recovery") or {}
+    if recovery.get("began") is None:
+        return ""
+    if recovery.get("ended") is None:
+        return "RECOVERING, KIP-704, to the end of the run: its ISR never grew"
+    return f"RECOVERING, KIP-704, until {recovery['ended'] - t0:.1f} s, when its ISR first grew"
+
+
 def _election(inc: dict[str, Any], t0: float) -> str:
     """What the controller did at the dropping election, in words."""
     election = inc.get("election") or {}
@@ -117,7 +128,9 @@ def _election(inc: dict[str, Any], t0: float) -> str:
         what = f"{at} the controller elected {new} from the ISR{isr_text} as it returned"
     else:
         what = f"{at} {new} became leader in epoch {inc['drop_epoch']}"
-    return f"{what}, whose log ended at {inc['dropper_end']}"
+    recovering = _recovery(inc, t0) if kind in ("unclean", "last_known_leader") else ""
+    return f"{what}, whose log ended at {inc['dropper_end']}" + (
+        f" ({recovering})" if recovering else "")
 
 
 def _span(inc: dict[str, Any], t0: float) -> str:

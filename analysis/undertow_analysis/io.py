@@ -105,10 +105,11 @@ EVENT_FIELDS = ("t", "node", "type", "topic", "partition", "leader_epoch", "brok
                 "previous_leader", "kind", "reason", "from_offset", "to_offset",
                 "log_end_offset", "isr", "group", "generation", "transactional_id",
                 "producer_id", "producer_epoch", "decision", "txn_state", "txn_epoch",
-                "transaction_version", "txn_partitions")
+                "transaction_version", "txn_partitions", "leader_recovery_state")
 # What the analysis reads of each file: sends without producer and error, group lines without
 # member_id and error, transactions without offsets, cluster samples
-# without leader_epoch, log_end_offsets and last_known_elr (`elr` and `last_stable_offset`,
+# without leader_epoch, log_end_offsets, last_known_elr and leader_recovery_state (`elr` and
+# `last_stable_offset`,
 # absent from older histories, are null there),
 # events without detail, old_isr, the ELR lists (elr, old_elr, last_known_elr),
 # broker_epoch, high_watermark, members and member. A query parses only the fields it uses

@@ -416,7 +416,8 @@ def _marks(history: History, t0: float) -> list[dict[str, Any]]:
             & (F.col("partition") == group["offsets_partition"]))
     return [{**r.asDict(), "t_s": r["t"] - t0} for r in history.valid("events")
             .filter(F.col("type").isin(*plots.EVENT_MARKS) & (~internal | ours))
-            .select("t", "type", "kind", "broker", "leader", "group", "generation").collect()]
+            .select("t", "type", "kind", "broker", "leader", "group", "generation",
+                    "leader_recovery_state").collect()]
 
 
 def _brokers(meta: dict[str, Any]) -> int | None:

@@ -64,7 +64,7 @@ LSO_HELD_MIN_S = 5.0
 """The shortest stretch of a last stable offset held below the HW that the ISR panel hatches:
 shorter ones are transactions still open, as they are while they write."""
 EVENT_MARKS = ("leader_election", "truncation", "broker_fenced", "group_rebalance",
-               "group_stable", "group_empty", "coordinator_load")
+               "group_stable", "group_empty", "coordinator_load", "leader_recovery")
 """The events.jsonl types the timeline marks (the job keeps only the elections, truncations
 and coordinator loads of the consumer group's own __consumer_offsets partition, not of the
 other internal partitions)."""
@@ -90,6 +90,10 @@ MARKS = {  # an event type's marker, colour and legend entry (elections: by kind
     "coordinator_load": ("s", COORDINATOR_COLOUR, "group coordinator moved here"),
     "group_stable": ("D", GROUP_COLOUR, "group generation stable"),
     "group_empty": ("D", "#6c757d", "group left empty"),
+    # KIP-704: the uncleanly elected leader's first ISR change ended RECOVERING (its start is
+    # the unclean election's own mark).
+    "leader_recovery": ("^", ELECTION_COLOURS["unclean"], "recovered from the unclean "
+                                                          "election (KIP-704)"),
 }
 
 
@@ -427,6 +431,8 @@ def _lane_events(ax: Axes, y: dict[str, int], events: list[dict[str, Any]]) -> l
                  else "election found no leader", UPPER_ROW)
         elif kind == "group_rebalance":
             rebalancing.setdefault(e.get("group"), t)
+        elif kind == "leader_recovery" and e.get("leader_recovery_state") != "RECOVERED":
+            continue
         elif kind in MARKS:
             marker, colour, name = MARKS[kind]
             if kind in ("group_stable", "group_empty"):

@@ -117,6 +117,7 @@ def write_tiny_history(directory: Path, run_meta: Mapping[str, Any]) -> Path:
                                  "high_watermark": 0,
                                  "log_end_offsets": {str(b): 0 for b in isr},
                                  "elr": [], "last_known_elr": [],
+                                 "leader_recovery_state": "RECOVERED",
                                  "last_stable_offset": 0})
 
     directory.mkdir(parents=True)

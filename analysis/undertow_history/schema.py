@@ -350,6 +350,12 @@ CLUSTER = HistoryFile("cluster.jsonl", (
                                            "known leader there); empty when none or unknown, "
                                            "null in a history from before the field",
           nullable=True),
+    Field("leader_recovery_state", STRING, "KIP-704: `RECOVERING` from an unclean election "
+                                           "(the ISR held to the leader alone) until the "
+                                           "leader's first ISR change, `RECOVERED` otherwise; "
+                                           "null when the source does not say (a Kafka admin "
+                                           "client does not) or in a history from before the "
+                                           "field", nullable=True),
     Field("last_stable_offset", LONG, "the leader's last stable offset (LSO: the HW, held back "
                                       "at the first offset of a transaction still open, which "
                                       "`read_committed` consumers do not read past); null when "
@@ -364,7 +370,8 @@ CLUSTER = HistoryFile("cluster.jsonl", (
 EVENT_TYPES = ("become_leader", "become_follower", "truncation", "isr_change",
                "leader_election", "broker_fenced", "broker_unfenced", "power_loss",
                "log_recovery", "coordinator_load", "coordinator_unload", "group_rebalance",
-               "group_stable", "group_empty", "group_member_removed", "elr_change", "end_txn")
+               "group_stable", "group_empty", "group_member_removed", "elr_change", "end_txn",
+               "leader_recovery")
 ELECTION_KINDS = ("clean", "unclean", "preferred", "offline", "elr", "last_known_leader")
 EVENTS = HistoryFile("events.jsonl", (
     Field("t", DOUBLE, "when the node logged it"),
@@ -379,7 +386,8 @@ EVENTS = HistoryFile("events.jsonl", (
                           "synced) or was left empty; a member left, or was removed when its "
                           "session expired or it did not rejoin in time. The controller "
                           "changed a partition's eligible leader replicas (KIP-966: "
-                          "`elr_change`). A broker's transaction coordinator answered an "
+                          "`elr_change`), or its leader recovery state (KIP-704: "
+                          "`leader_recovery`). A broker's transaction coordinator answered an "
                           "EndTxn, or aborted a transaction itself (`end_txn`)",
           values=EVENT_TYPES),
     Field("topic", STRING, "the partition's topic; null for broker events", nullable=True),
@@ -389,10 +397,13 @@ EVENTS = HistoryFile("events.jsonl", (
           nullable=True),
     Field("broker", INT, "the broker the event is about: the one that became leader or "
                          "follower, truncated, was fenced, lost power or recovered; "
-                         "`elr_change`: the broker whose change caused it (null: none did)",
+                         "`elr_change`: the broker whose change caused it (null: none did); "
+                         "`leader_recovery`: the leader that was elected or said it had "
+                         "recovered",
           nullable=True),
     Field("leader", INT, "`become_follower`: the leader followed. `leader_election`: the new "
-                         "leader, -1 when none could be elected", nullable=True),
+                         "leader, -1 when none could be elected. `leader_recovery`: the "
+                         "partition's leader", nullable=True),
     Field("previous_leader", INT, "`leader_election`: the leader before it (-1: none)",
           nullable=True),
     Field("kind", STRING, "`leader_election`: `clean` (an ISR member), `unclean` (a replica "
@@ -447,6 +458,11 @@ EVENTS = HistoryFile("events.jsonl", (
           nullable=True),
     Field("last_known_elr", array_of(INT), "`elr_change`: the last known eligible leader "
                                            "replicas after", nullable=True),
+    Field("leader_recovery_state", STRING, "`leader_recovery`: the partition's state after "
+                                           "(KIP-704): `RECOVERING` (an unclean election) or "
+                                           "`RECOVERED` (its leader said so in the "
+                                           "AlterPartition that grew the ISR)",
+          nullable=True),
     Field("broker_epoch", LONG, "`broker_fenced`, `broker_unfenced`: the broker's "
                                 "registration epoch", nullable=True),
     Field("group", STRING, "the group of a `group_*` event; `coordinator_load`: null (its "

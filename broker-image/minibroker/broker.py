@@ -284,7 +284,9 @@ class BrokerServer:
                 "items": [{"topic": r.tp.topic, "partition": r.tp.partition,
                            "leader_epoch": r.leader_epoch,
                            "partition_epoch": r.partition_epoch, "new_isr": list(r.new_isr),
-                           "broker_epochs": list(r.broker_epochs)} for r in batch]})
+                           "broker_epochs": list(r.broker_epochs),
+                           "leader_recovery_state": r.leader_recovery_state.name}
+                          for r in batch]})
             answers = [(ErrorCode[result["error"]],
                         PartitionRegistration.from_json(result["registration"])
                         if result["registration"] else None)

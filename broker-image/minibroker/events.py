@@ -62,6 +62,7 @@ class EventType(StrEnum):
     ISR_CHANGE = "isr_change"
     ELR_CHANGE = "elr_change"
     LEADER_ELECTION = "leader_election"
+    LEADER_RECOVERY = "leader_recovery"  # KIP-704: RECOVERING after an unclean election
     BROKER_FENCED = "broker_fenced"
     BROKER_UNFENCED = "broker_unfenced"
     POWER_LOSS = "power_loss"

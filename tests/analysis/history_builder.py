@@ -173,7 +173,8 @@ class HistoryBuilder:
             "t": self.start + t, "topic": topic, "partition": partition, "leader": leader,
             "leader_epoch": 0, "isr": isr, "high_watermark": high_watermark,
             "log_end_offsets": {str(b): 0 for b in isr}, "elr": elr or [],
-            "last_known_elr": [], "last_stable_offset": last_stable_offset,
+            "last_known_elr": [], "leader_recovery_state": "RECOVERED",
+            "last_stable_offset": last_stable_offset,
         })
 
     def event(self, type_: str, *, t: float, node: str, topic: str | None = "t",

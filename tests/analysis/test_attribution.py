@@ -517,6 +517,12 @@ def test_elections_from_the_elr_and_of_the_last_known_leader(spark, tmp_path):
             previous_leader=-1, kind="last_known_leader", reason="broker_unfenced", isr=[])
     h.event("become_leader", t=8.1, node="broker-3", partition=1, broker=3, leader_epoch=1,
             log_end_offset=0, high_watermark=0, isr=[3])
+    # KIP-704: RECOVERING from the election until broker 3's first ISR change (a RECOVERED of
+    # epoch 0 is another election's, and does not count).
+    for t, state, epoch in ((8.0, "RECOVERING", 1), (4.0, "RECOVERED", 0),
+                            (12.5, "RECOVERED", 1)):
+        h.event("leader_recovery", t=t, node=C, partition=1, broker=3, leader=3,
+                leader_epoch=epoch, leader_recovery_state=state)
     h.event("truncation", t=12.0, node="broker-1", partition=1, broker=1, leader_epoch=1,
             from_offset=3, to_offset=0, reason="offset_for_leader_epoch")
 
@@ -526,6 +532,8 @@ def test_elections_from_the_elr_and_of_the_last_known_leader(spark, tmp_path):
             previous_leader=-1, kind="last_known_leader", reason="broker_unfenced", isr=[])
     h.event("become_leader", t=9.6, node="broker-1", partition=2, broker=1, leader_epoch=1,
             log_end_offset=0, high_watermark=0, isr=[1])
+    h.event("leader_recovery", t=9.5, node=C, partition=2, broker=1, leader=1, leader_epoch=1,
+            leader_recovery_state="RECOVERING")
 
     report = analyse(h, tmp_path)
     assert report["malformed"]["skipped"] == 0 and report["counts"]["lost"] == 11
@@ -545,14 +553,16 @@ def test_elections_from_the_elr_and_of_the_last_known_leader(spark, tmp_path):
         "records at offsets 0-2 of t-1 (3 acknowledged records lost) were acknowledged by "
         "broker 1 in epoch 0; broker 3 never had them; at 8.0 s the controller elected "
         "broker 3 as the partition's last known leader once unfenced, with the ISR and the "
-        "ELR empty (KIP-966, Kafka 4.1+), whose log ended at 0, and broker 1 truncated them "
-        "on becoming its follower (OffsetForLeaderEpoch, KIP-101).")
+        "ELR empty (KIP-966, Kafka 4.1+), whose log ended at 0 (RECOVERING, KIP-704, until "
+        "12.5 s, when its ISR first grew), and broker 1 truncated them on becoming its "
+        "follower (OffsetForLeaderEpoch, KIP-101).")
     assert by_partition[2]["sentence"] == (
         "records at offsets 0-4 of t-2 (5 acknowledged records lost) were acknowledged by "
         "broker 1 in epoch 0; broker 1, an ISR member that had them, came back from a restart "
         "without them (its disk was lost); at 9.5 s the controller elected broker 1 as the "
         "partition's last known leader once unfenced, with the ISR and the ELR empty "
-        "(KIP-966, Kafka 4.1+), whose log ended at 0.")
+        "(KIP-966, Kafka 4.1+), whose log ended at 0 (RECOVERING, KIP-704, to the end of the "
+        "run: its ISR never grew).")
     page = (tmp_path / "out" / "report.html").read_text()
     assert escape(by_partition[1]["sentence"]) in page
 

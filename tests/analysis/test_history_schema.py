@@ -37,7 +37,8 @@ def test_a_drifted_or_missing_table_is_found() -> None:
 
 SAMPLE = {"t": 1.5, "topic": "t", "partition": 0, "leader": -1, "leader_epoch": 3,
           "isr": [1, 2], "high_watermark": None, "log_end_offsets": {"1": 120},
-          "elr": [3], "last_known_elr": [], "last_stable_offset": None}
+          "elr": [3], "last_known_elr": [], "leader_recovery_state": None,
+          "last_stable_offset": None}
 
 
 @pytest.mark.parametrize(("change", "problem"), [
@@ -115,7 +116,8 @@ def test_the_analysis_parses_only_the_fields_it_uses() -> None:
     unused = {"sends": {"producer", "error"}, "reads": set(),
               "groups": {"member_id", "error"}, "faults": set(),
               "txns": {"offsets"},
-              "cluster": {"leader_epoch", "log_end_offsets", "last_known_elr"},
+              "cluster": {"leader_epoch", "log_end_offsets", "last_known_elr",
+                          "leader_recovery_state"},
               "events": {"detail", "old_isr", "broker_epoch", "high_watermark", "members",
                          "member", "elr", "old_elr", "last_known_elr"}}
     for name, spec in io.FILES.items():

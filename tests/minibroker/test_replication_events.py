@@ -244,6 +244,11 @@ def test_the_last_isr_member_fenced_gives_an_unclean_election_or_an_offline_part
         fenced(8.0, 2, 3, "session_expired", SESSION_EXPIRED),
         election(8.0, 2, 3 if unclean else -1, 2, "unclean" if unclean else "offline", [2],
                  "leader_fenced", f"{second}: leader 2 was fenced because {SESSION_EXPIRED}"),
+        *([{"t": 8.0, "type": "leader_recovery", "topic": "orders", "partition": 0,
+            "leader_epoch": 2, "broker": 3, "leader": 3, "leader_recovery_state": "RECOVERING",
+            "isr": [3], "node": "controller",
+            "detail": "leader 3 was elected uncleanly: RECOVERING, the ISR stays the leader "
+                      "alone until the leader says it has recovered"}] if unclean else []),
         leader(8.0, 3, 2, 2, 2, [3]) if unclean else follower(8.0, 3, 2, -1, 2, 2),
     ]
     assert sim.events()[mark:] == expected

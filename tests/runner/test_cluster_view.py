@@ -78,8 +78,9 @@ ELR_CONTROLLER = {
     "topics": {"t": {"config": {"min.insync.replicas": "2"}, "partitions": {
         "0": {"leader": -1, "isr": [], "replicas": [2, 0, 1], "leader_epoch": 6,
               "partition_epoch": 9, "elr": [2, 0], "last_known_elr": [2]},
-        "1": {"leader": 1, "isr": [1, 0, 2], "replicas": [1, 0, 2], "leader_epoch": 4,
-              "partition_epoch": 5, "elr": [], "last_known_elr": []},
+        "1": {"leader": 1, "isr": [1], "replicas": [1, 0, 2], "leader_epoch": 4,
+              "partition_epoch": 5, "elr": [], "last_known_elr": [],
+              "leader_recovery_state": "RECOVERING"},
     }}},
 }
 
@@ -102,15 +103,16 @@ def test_every_sample_carries_the_elr_and_the_table_shows_it_when_there_is_one()
     assert samples[0] == {"t": 100.0, "topic": "t", "partition": 0, "leader": -1,
                           "leader_epoch": 6, "isr": [], "high_watermark": None,
                           "log_end_offsets": {}, "elr": [2, 0], "last_known_elr": [2],
-                          "last_stable_offset": None}
+                          "leader_recovery_state": None, "last_stable_offset": None}
     assert (samples[1]["elr"], samples[1]["last_known_elr"]) == ([], [])
+    assert samples[1]["leader_recovery_state"] == "RECOVERING"  # KIP-704
     for sample in [*samples, to_sample(view_from_states(CONTROLLER).partition("t", 0), 1.0)]:
         assert CLUSTER.problems(sample) == [], sample
     assert render(view).splitlines() == [
         "brokers: 0 (fenced), 1, 2 (fenced); controller: unknown",
-        "partition  leader   epoch  ISR    ELR  replicas  HW",
-        "t-0        offline  6      -      2,0  2,0,1     ?",
-        "t-1        1        4      1,0,2  -    1,0,2     10",
+        "partition  leader          epoch  ISR  ELR  replicas  HW",
+        "t-0        offline         6      -    2,0  2,0,1     ?",
+        "t-1        1 (recovering)  4      1    -    1,0,2     10",
     ]
     # Without an ELR anywhere the table is as before KIP-966.
     assert render(view_from_states(CONTROLLER)).splitlines()[1].split() == [
@@ -119,13 +121,13 @@ def test_every_sample_carries_the_elr_and_the_table_shows_it_when_there_is_one()
     update = {"phase": "faults", "elapsed": 3.0, "total": 60, "acks_per_second": 10.0,
               "counts": {"ok": 5, "fail": 0, "info": 1}, "active_faults": [], "errors": {},
               "partitions": samples}
-    assert progress.line(update).endswith(" t-0:L-1/isr=/elr=2,0 t-1:L1/isr=1,0,2")
+    assert progress.line(update).endswith(" t-0:L-1/isr=/elr=2,0 t-1:L1/isr=1")
     console = Console(width=120, record=True, file=io.StringIO())
     console.print(progress.render(update))
     rows = [line.split() for line in console.export_text().splitlines()[2:]]
     assert rows == [["partition", "leader", "epoch", "ISR", "ELR", "HW", "LEO", "per", "broker"],
                     ["t-0", "offline", "6", "2,0", "None"],
-                    ["t-1", "1", "4", "1,0,2", "-", "10", "1:12"]]
+                    ["t-1", "1", "(recovering)", "4", "1", "-", "10", "1:12"]]
 
 
 def test_a_document_missing_a_field_every_minibroker_writes_is_named() -> None:

@@ -38,6 +38,7 @@ from minibroker.cluster.types import (
     UNDEFINED_EPOCH,
     ErrorCode,
     FetchResult,
+    LeaderRecoveryState,
     PartitionRegistration,
     TopicPartition,
 )
@@ -85,6 +86,8 @@ class AlterPartitionRequest:
     # fetches came with, -1 where unknown; the controller refuses a member whose
     # registration has moved on since.
     broker_epochs: tuple[int, ...] = ()
+    # KIP-704: the leader's recovery state; a leader is always RECOVERED (``makeLeader``).
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
 
 
 class Partition:
@@ -120,6 +123,7 @@ class Partition:
         self.partition_epoch = -1
         self.assignment: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
+        self.leader_recovery_state = LeaderRecoveryState.RECOVERED
         self.pending_alter: AlterPartitionRequest | None = None
         self.leader_epoch_start_offset = 0
         self.remote_replicas: dict[int, Replica] = {}
@@ -195,6 +199,10 @@ class Partition:
     def make_leader(self, reg: PartitionRegistration) -> None:
         """Become leader at ``reg.leader_epoch``: the new epoch starts at our LEO."""
         now = self._clock_ms()
+        if reg.leader_recovery_state is LeaderRecoveryState.RECOVERING:
+            # Partition.makeLeader (Kafka 4.2): a KRaft leader has nothing to recover; it
+            # marks itself RECOVERED and says so in its next AlterPartition.
+            log.info("%r was marked as RECOVERING; marking it RECOVERED", self)
         self._apply_registration(reg)
         self.leader_epoch_start_offset = self.log_end_offset
         self.leader_epoch_cache.assign(reg.leader_epoch, self.log_end_offset)
@@ -256,6 +264,9 @@ class Partition:
         self.partition_epoch = reg.partition_epoch
         self.assignment = reg.replicas
         self.isr = reg.isr
+        self.leader_recovery_state = (LeaderRecoveryState.RECOVERED
+                                      if reg.leader == self.broker_id
+                                      else reg.leader_recovery_state)
         self.pending_alter = None
 
     # ---- leader: produce ----------------------------------------------------------------
@@ -475,7 +486,7 @@ class Partition:
         epochs = tuple(-1 if e is None else e for e in epochs)
         self.pending_alter = AlterPartitionRequest(self.tp, self.leader_epoch,
                                                    self.partition_epoch, ordered, reason,
-                                                   detail, epochs)
+                                                   detail, epochs, self.leader_recovery_state)
         self._alter_partition(self.pending_alter)
 
     def on_alter_partition_response(self, request: AlterPartitionRequest, error: ErrorCode,

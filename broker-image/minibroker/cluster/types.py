@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from functools import cached_property
 from typing import NamedTuple
 
@@ -25,6 +26,7 @@ __all__ = [
     "FetchPartition",
     "FetchRequestData",
     "FetchResult",
+    "LeaderRecoveryState",
     "MetadataImage",
     "PartitionRegistration",
     "ProduceResult",
@@ -71,6 +73,16 @@ class BrokerEndpoint:
         return self.listeners.get(listener)
 
 
+class LeaderRecoveryState(IntEnum):
+    """KIP-704's ``LeaderRecoveryState`` (Kafka 3.2+, ``org.apache.kafka.metadata``): an
+    unclean election marks the partition RECOVERING; it is RECOVERED again once its leader
+    says so in an AlterPartition. While RECOVERING the controller refuses an ISR of more
+    than the leader (``ReplicationControlManager.validateAlterPartitionData``)."""
+
+    RECOVERED = 0
+    RECOVERING = 1
+
+
 @dataclass(frozen=True)
 class PartitionRegistration:
     """The controller's record of one partition (KRaft's PartitionRecord)."""
@@ -86,6 +98,8 @@ class PartitionRegistration:
     last_known_elr: tuple[int, ...] = ()
     """Kafka's LastKnownElr, holding the last known leader once the ISR and the ELR are empty
     (``PartitionChangeBuilder.maybeUpdateLastKnownLeader``)."""
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+    """KIP-704: RECOVERING from an unclean election until the leader's first AlterPartition."""
 
     def to_json(self) -> dict:
         return {
@@ -96,6 +110,7 @@ class PartitionRegistration:
             "partition_epoch": self.partition_epoch,
             "elr": list(self.elr),
             "last_known_elr": list(self.last_known_elr),
+            "leader_recovery_state": self.leader_recovery_state.name,
         }
 
     @classmethod
@@ -108,6 +123,9 @@ class PartitionRegistration:
             partition_epoch=data["partition_epoch"],
             elr=tuple(data.get("elr", ())),  # absent in a state written before ELR
             last_known_elr=tuple(data.get("last_known_elr", ())),
+            # absent in a state written before KIP-704's field
+            leader_recovery_state=LeaderRecoveryState[
+                data.get("leader_recovery_state", LeaderRecoveryState.RECOVERED.name)],
         )
 
 

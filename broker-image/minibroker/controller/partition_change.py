@@ -15,6 +15,9 @@ Every change of a partition's leader, ISR, ELR or last known leader goes through
    becomes the leader alone and the ELR is cleared;
 4. only with ``unclean.leader.election.enable``, any live replica.
 
+An unclean election (3 or 4) marks the partition RECOVERING (KIP-704, ``tryElection``); the
+leader's next AlterPartition says RECOVERED (``targetLeaderRecoveryState``).
+
 Without ELR (Kafka 3.7 and before, ``eligible.leader.replicas.version=0``) steps 2 and 3 do
 not exist and an empty target ISR is never written: the ISR keeps its last member, which
 is how KRaft brings a partition back with the replica that had everything.
@@ -29,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
-from minibroker.cluster.types import NO_LEADER, PartitionRegistration
+from minibroker.cluster.types import NO_LEADER, LeaderRecoveryState, PartitionRegistration
 from minibroker.events import ElectionKind as Election
 
 __all__ = ["PartitionChange", "build_change"]
@@ -56,14 +59,16 @@ def _ordered(replicas: tuple[int, ...], members: Collection[int]) -> tuple[int, 
 
 def build_change(reg: PartitionRegistration, *, target_isr: Collection[int], min_isr: int,
                  is_acceptable_leader: Callable[[int], bool], elr_enabled: bool,
-                 unclean_enabled: bool, unclean_shutdown: Collection[int] = ()
+                 unclean_enabled: bool, unclean_shutdown: Collection[int] = (),
+                 target_recovery_state: LeaderRecoveryState | None = None
                  ) -> PartitionChange:
     """The registration that follows ``reg`` when its ISR becomes ``target_isr``.
 
     ``is_acceptable_leader`` is Kafka's predicate of the same name: live (unfenced, or being
     unfenced by this change) and neither being removed nor back from an unclean shutdown.
     ``unclean_shutdown``: brokers that re-registered without a clean shutdown; they leave
-    the ELR (KAFKA-15586, KAFKA-18106).
+    the ELR (KAFKA-15586, KAFKA-18106). ``target_recovery_state``: the leader recovery
+    state an AlterPartition carries (None: the registration's own).
     """
     isr = _ordered(reg.replicas, target_isr)
     elr, last_known = reg.elr, reg.last_known_elr
@@ -104,6 +109,14 @@ def build_change(reg: PartitionRegistration, *, target_isr: Collection[int], min
     elif election in (Election.UNCLEAN, Election.LAST_KNOWN_LEADER):
         isr = (leader,)
 
+    # KIP-704: an unclean election marks the partition RECOVERING; the target an
+    # AlterPartition carries is applied after the election, as ``build`` does.
+    recovery = reg.leader_recovery_state
+    if election in (Election.UNCLEAN, Election.LAST_KNOWN_LEADER):
+        recovery = LeaderRecoveryState.RECOVERING
+    if target_recovery_state is not None and target_recovery_state != reg.leader_recovery_state:
+        recovery = target_recovery_state
+
     # maybeUpdateRecordElr: an unclean election, or ELR off, leaves no ELR.
     if not elr_enabled or election in (Election.UNCLEAN, Election.LAST_KNOWN_LEADER):
         elr = ()
@@ -125,6 +138,7 @@ def build_change(reg: PartitionRegistration, *, target_isr: Collection[int], min
     changed_leader = election is not None
     after = replace(
         reg, leader=leader, isr=isr, elr=elr, last_known_elr=last_known,
+        leader_recovery_state=recovery,
         leader_epoch=reg.leader_epoch + (1 if changed_leader else 0),
         partition_epoch=reg.partition_epoch)
     if after != reg:

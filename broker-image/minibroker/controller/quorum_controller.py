@@ -28,6 +28,7 @@ from minibroker.cluster.types import (
     NO_LEADER,
     BrokerEndpoint,
     ErrorCode,
+    LeaderRecoveryState,
     MetadataDelta,
     MetadataImage,
     PartitionRegistration,
@@ -85,6 +86,8 @@ class AlterPartitionItem:
     broker_epochs: tuple[int, ...] = ()
     """KIP-903 (AlterPartition v3): the broker epoch the leader saw each ``new_isr`` member
     fetch with, -1 where it does not know."""
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+    """KIP-704: the leader's own recovery state (AlterPartition v1+)."""
 
 
 @dataclass
@@ -329,7 +332,8 @@ class QuorumController:
                 acceptable: Callable[[int], bool], isr_reason: IsrChangeReason,
                 election_reason: ElectionReason, cause: str, broker: int | None = None,
                 unclean_shutdown: tuple[int, ...] = (), isr_logged_by_leader: bool = False,
-                election_cause: str | None = None) -> PartitionChange:
+                election_cause: str | None = None,
+                target_recovery_state: LeaderRecoveryState | None = None) -> PartitionChange:
         """Apply ``build_change`` to one partition and log what changed: the ISR (unless
         the leader that asked for it logs it), the ELR, the leader. ``cause`` says why, for
         the log and the events."""
@@ -337,7 +341,8 @@ class QuorumController:
         change = build_change(reg, target_isr=target_isr, min_isr=self._min_isr(topic),
                               is_acceptable_leader=acceptable, elr_enabled=self.elr_enabled,
                               unclean_enabled=self._unclean_enabled(topic),
-                              unclean_shutdown=unclean_shutdown)
+                              unclean_shutdown=unclean_shutdown,
+                              target_recovery_state=target_recovery_state)
         after, kind = change.registration, change.election
         tp = TopicPartition(topic.name, index)
         rewritten_by_election = kind in (ElectionKind.ELR, ElectionKind.UNCLEAN,
@@ -365,6 +370,8 @@ class QuorumController:
                 chosen_from = reg.isr
             self._emit_election(tp, replace(reg, isr=chosen_from), after.leader, kind,
                                 election_reason, detail)
+        if after.leader_recovery_state != reg.leader_recovery_state:
+            self._emit_leader_recovery(tp, after, broker if kind is None else after.leader)
         topic.partitions[index] = after
         return change
 
@@ -424,6 +431,21 @@ class QuorumController:
                           leader_epoch=reg.leader_epoch + 1, leader=leader,
                           previous_leader=reg.leader, kind=kind, isr=list(reg.isr),
                           reason=reason, detail=detail)
+
+    def _emit_leader_recovery(self, tp: TopicPartition, after: PartitionRegistration,
+                              broker: int | None) -> None:
+        """KIP-704: the partition became RECOVERING (an unclean election) or RECOVERED (its
+        leader said so in an AlterPartition)."""
+        state = after.leader_recovery_state
+        detail = (f"leader {after.leader} was elected uncleanly: RECOVERING, the ISR stays "
+                  "the leader alone until the leader says it has recovered"
+                  if state is LeaderRecoveryState.RECOVERING else
+                  f"leader {after.leader} has recovered from the unclean election")
+        log.info("[Partition %s] %s", tp, detail)
+        self._events.emit(
+            EventType.LEADER_RECOVERY, topic=tp.topic, partition=tp.partition,
+            leader_epoch=after.leader_epoch, broker=broker, leader=after.leader,
+            leader_recovery_state=state.name, isr=list(after.isr), detail=detail)
 
     def _elect_preferred_leaders(self) -> None:
         """Kafka's auto leader rebalance: the first replica leads again once it is in sync."""
@@ -588,6 +610,18 @@ class QuorumController:
             return ErrorCode.invalid_update_version, reg
         if broker_id not in new_isr or not set(new_isr) <= set(reg.replicas):
             return ErrorCode.invalid_request, reg
+        # KIP-704 (``validateAlterPartitionData``): a leader still recovering from an unclean
+        # election keeps the ISR to itself, and a recovered partition never goes back.
+        recovering = item.leader_recovery_state is LeaderRecoveryState.RECOVERING
+        if recovering and len(new_isr) > 1:
+            log.info("[Partition %s] AlterPartition from %d refused: the ISR %s has more than "
+                     "the leader while it is still recovering from an unclean election", tp,
+                     broker_id, list(new_isr))
+            return ErrorCode.invalid_request, reg
+        if recovering and reg.leader_recovery_state is LeaderRecoveryState.RECOVERED:
+            log.info("[Partition %s] AlterPartition from %d refused: the leader recovery "
+                     "state cannot change from RECOVERED to RECOVERING", tp, broker_id)
+            return ErrorCode.invalid_request, reg
         # KRaft checks every member, kept or added: registered, unfenced, and (KIP-903) the
         # same registration the leader saw fetching.
         if any(not self.is_live(r) for r in new_isr):
@@ -605,7 +639,7 @@ class QuorumController:
             isr_reason=IsrChangeReason.LAG if shrink else IsrChangeReason.CAUGHT_UP,
             election_reason=ElectionReason.LEADER_FENCED, broker=broker_id,
             cause=f"leader {broker_id} changed the ISR to {sorted(new_isr)}",
-            isr_logged_by_leader=True)
+            isr_logged_by_leader=True, target_recovery_state=item.leader_recovery_state)
         return ErrorCode.none, change.registration
 
     # ---- views ------------------------------------------------------------------------

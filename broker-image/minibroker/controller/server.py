@@ -20,7 +20,7 @@ from typing import Any
 
 from minibroker.admin import AdminServer
 from minibroker.cluster.alter_partition_manager import MAX_ALTER_PARTITION_ITEMS
-from minibroker.cluster.types import MetadataDelta, TopicPartition
+from minibroker.cluster.types import LeaderRecoveryState, MetadataDelta, TopicPartition
 from minibroker.config import resolve
 from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
 from minibroker.events import ReplicationEventLog
@@ -147,7 +147,8 @@ class ControllerServer:
         answers = self.controller.alter_partitions(p["broker_id"], [
             AlterPartitionItem(TopicPartition(i["topic"], i["partition"]), i["leader_epoch"],
                                i["partition_epoch"], tuple(i["new_isr"]),
-                               tuple(i.get("broker_epochs", ())))
+                               tuple(i.get("broker_epochs", ())),
+                               LeaderRecoveryState[i.get("leader_recovery_state", "RECOVERED")])
             for i in items])
         return {"results": [{"error": error.name,
                              "registration": reg.to_json() if reg else None}

@@ -82,6 +82,7 @@ def _partition(topic: str, index: int, reg: Mapping[str, Any],
         # KIP-966's fields: absent from a controller from before them, which keeps no ELR.
         elr=tuple(int(b) for b in reg.get("elr") or ()),
         last_known_elr=tuple(int(b) for b in reg.get("last_known_elr") or ()),
+        leader_recovery_state=reg.get("leader_recovery_state"),  # absent before KIP-704's
         high_watermark=on_leader.high_watermark if on_leader else None,
         last_stable_offset=on_leader.last_stable_offset if on_leader else None,
         log_end_offsets={b: r.log_end_offset for (t, i, b), r in sorted(replicas.items())

@@ -84,6 +84,9 @@ class PartitionView:
     last_stable_offset: int | None = None
     """As the current leader reports it (the HW, held back at the first offset of an open
     transaction); None when it did not answer or does not say."""
+    leader_recovery_state: str | None = None
+    """KIP-704: ``RECOVERING`` after an unclean election until the leader's first ISR change,
+    else ``RECOVERED``; None when the source does not say (a Kafka admin client does not)."""
 
     @property
     def has_leader(self) -> bool:

@@ -18,7 +18,10 @@ def render(view: ClusterView) -> str:
     rows = [("partition", "leader", "epoch", "ISR", *(("ELR",) if with_elr else ()),
              "replicas", "HW")]
     for (topic, index), p in sorted(view.partitions.items()):
-        rows.append((f"{topic}-{index}", str(p.leader) if p.has_leader else "offline",
+        # KIP-704: an uncleanly elected leader is RECOVERING until its ISR first grows.
+        leader = (f"{p.leader}{' (recovering)' if p.leader_recovery_state == 'RECOVERING' else ''}"
+                  if p.has_leader else "offline")
+        rows.append((f"{topic}-{index}", leader,
                      str(p.leader_epoch) if p.leader_epoch >= 0 else "?", ids(p.isr),
                      *((ids(p.elr),) if with_elr else ()), ids(p.replicas),
                      "?" if p.high_watermark is None else str(p.high_watermark)))

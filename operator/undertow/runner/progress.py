@@ -34,6 +34,8 @@ def render(update: dict[str, Any]) -> Group:
     for p in partitions:
         leos = " ".join(f"{b}:{o}" for b, o in p["log_end_offsets"].items())
         leader = str(p["leader"]) if p["leader"] >= 0 else "[red]offline[/red]"
+        if p.get("leader_recovery_state") == "RECOVERING":  # KIP-704, after an unclean election
+            leader += " [yellow](recovering)[/yellow]"
         elr = (",".join(map(str, p.get("elr") or [])) or "-",) if with_elr else ()
         table.add_row(f"{p['topic']}-{p['partition']}", leader, str(p["leader_epoch"]),
                       ",".join(map(str, p["isr"])), *elr, str(p["high_watermark"]), leos)

@@ -51,6 +51,7 @@ def to_sample(p: PartitionView, t: float) -> dict[str, Any]:
             "high_watermark": p.high_watermark,
             "log_end_offsets": {str(b): leo for b, leo in sorted(p.log_end_offsets.items())},
             "elr": list(p.elr), "last_known_elr": list(p.last_known_elr),
+            "leader_recovery_state": p.leader_recovery_state,
             "last_stable_offset": p.last_stable_offset}
 
 
