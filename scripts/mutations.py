@@ -61,6 +61,8 @@ CHECKER = "analysis/undertow_history/checker.py"
 STREAMS = "operator/undertow/sim/virtual_streams.py"
 VIRTUAL_LOOP = "operator/undertow/sim/virtual_loop.py"
 TXN_COORDINATOR = "broker-image/minibroker/coordinator/transaction_coordinator.py"
+TXN_METADATA = "broker-image/minibroker/coordinator/transaction_metadata.py"
+PRODUCER_STATE = "broker-image/minibroker/storage/producer_state.py"
 LATE_REQUESTS = "analysis/undertow_analysis/late_requests.py"
 LATE_TESTS = ("tests/analysis/test_late_requests.py", "-k", "not report")
 ELR_TESTS = ("tests/minibroker/test_elr.py",)
@@ -173,6 +175,17 @@ MUTATIONS = (
     Mutation("the-epoch-does-not-name-the-sender", LATE_REQUESTS,
              'end["transaction_version"] is not None and end["transaction_version"] >= 2',
              "False", LATE_TESTS),
+    # Kafka 4.3's fixes at the end of a producer id's epochs (KAFKA-20310, KAFKA-20090).
+    Mutation("the-log-forgets-the-next-producer-id", TXN_METADATA,
+             "                                   next_producer_id=self.next_producer_id,\n",
+             "", ("tests/minibroker/test_txn_version_2.py", "-k", "keeps_the_next_producer_id")),
+    Mutation("a-fenced-abort-keeps-an-exhausted-id", TXN_COORDINATOR,
+             "        if metadata.is_producer_epoch_exhausted:\n",
+             "        if not epoch_fence and metadata.is_producer_epoch_exhausted:\n",
+             ("tests/minibroker/test_txn_version_2.py", "-k", "timed_out_at_an_exhausted")),
+    Mutation("a-marker-at-the-largest-epoch-is-refused", PRODUCER_STATE,
+             "\n                               or producer_epoch == _MAX_PRODUCER_EPOCH)", ")",
+             ("tests/minibroker/test_transactional_log.py", "-k", "largest_epoch")),
     Mutation("a-late-end-txn-leaves-no-event", TXN_COORDINATOR,
              "            if outcome is not None:\n"
              "                self._emit_end_txn(arrived, outcome)\n",

@@ -133,6 +133,22 @@ def test_a_transaction_version_2_marker_must_carry_a_newer_epoch(tmp_path: Path)
     assert marker(log, 7, ABORT, epoch=4, transaction_version=1) == 4
 
 
+def test_a_version_2_marker_at_the_largest_epoch_closes_the_transaction_open_at_it(
+        tmp_path: Path) -> None:
+    """Kafka 4.3's checkProducerEpoch (KAFKA-20090): the coordinator aborts a transaction
+    left open at epoch 32767 without bumping it, so the partition takes a version 2 marker
+    of the same epoch there, though the transaction is open; below that epoch the same
+    marker is still refused (Kafka 4.2 refused both)."""
+    largest = 2**15 - 1
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(7, 0, epoch=largest), 0)
+    assert marker(log, 7, ABORT, epoch=largest, transaction_version=2) == 1
+    assert log.producer_state.ongoing_txns == {}
+    log.append_as_leader(txn_batch(8, 0, epoch=largest - 1), 0)
+    with pytest.raises(InvalidProducerEpochError, match="not newer than"):
+        marker(log, 8, ABORT, epoch=largest - 1, transaction_version=2)
+
+
 def test_the_state_and_the_index_are_rebuilt_when_the_log_is_reopened(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=200)  # a segment per batch or two
     log.append_as_leader(txn_batch(7, 0), 0)  # 0

@@ -14,7 +14,7 @@ from test_txn_coordinator import GONE, TXN, Coordinator, run, states, until, wal
 from minibroker.cluster.types import ErrorCode, TopicPartition
 from minibroker.coordinator.transaction_coordinator import EndTxnResult
 from minibroker.coordinator.transaction_log import TransactionState
-from minibroker.coordinator.transaction_metadata import MAX_EPOCH
+from minibroker.coordinator.transaction_metadata import MAX_EPOCH, TransactionMetadata
 from minibroker.events import ReplicationEventLog
 
 S = TransactionState
@@ -137,6 +137,88 @@ def test_an_exhausted_epoch_moves_to_the_next_producer_id_at_the_end(tmp_path: P
         assert await add(c, answer.producer_id, 0, 2) == ErrorCode.none
 
     run(scenario, tmp_path)
+
+
+def test_the_log_keeps_the_next_producer_id_of_a_decision_over_an_exhausted_epoch(
+        tmp_path: Path) -> None:
+    """Kafka 4.3's ``TransactionLog.valueToBytes`` writes the previous and next producer ids
+    (KAFKA-20310): a coordinator that loads the PrepareCommit of a transaction ended at epoch
+    32766 (its predecessor gone before the markers) still completes it to the next producer
+    id, and knows the previous id, whose late retry it recognises (``retryOnOverflow``). In
+    Kafka 4.2 both read back as -1: the id stayed at the exhausted epoch."""
+    async def scenario(c: Coordinator) -> None:
+        _, pid, _ = await c.init()
+        state = c.coordinator.state_manager.get_transaction_state(TXN)
+        assert not isinstance(state, ErrorCode) and state is not None
+        state.metadata.producer_epoch = MAX_EPOCH - 1
+        assert await add(c, pid, MAX_EPOCH - 1, 2) == ErrorCode.none
+        answer = await end(c, pid, MAX_EPOCH - 1, 2, commit=True)
+        await completed(c, S.COMPLETE_COMMIT)
+        prepare = c.written[-2][1]
+        assert prepare is not None and prepare.state is S.PREPARE_COMMIT
+        assert (prepare.previous_producer_id, prepare.next_producer_id) == (
+            pid, answer.producer_id)
+        loaded = TransactionMetadata.loaded(TXN, prepare)
+        complete = loaded.prepare_complete(now_ms=0)
+        assert (complete.producer_id, complete.producer_epoch) == (answer.producer_id, 0)
+        loaded.complete_transition_to(complete)
+        assert loaded.last_producer_id == pid  # a retry naming it is known
+
+    run(scenario, tmp_path)
+
+
+def test_a_transaction_timed_out_at_an_exhausted_epoch_moves_to_the_next_producer_id(
+        tmp_path: Path) -> None:
+    """Kafka 4.3's ``generateTxnTransitMetadataForTxnCompletion`` takes the next producer id
+    for an exhausted epoch on the coordinator's own abort too (KAFKA-20090: 4.2 skipped it
+    on the epoch-fence path): a transaction open past its timeout at epoch 32766 is aborted
+    at 32767 and completed at the next producer id, epoch 0; the client's own abort, coming
+    late with the old id and epoch, is a retry over the overflow and gets the new id."""
+    async def scenario(c: Coordinator) -> None:
+        clock = wall_clock(c)
+        _, pid, _ = await c.init()
+        state = c.coordinator.state_manager.get_transaction_state(TXN)
+        assert not isinstance(state, ErrorCode) and state is not None
+        state.metadata.producer_epoch = MAX_EPOCH - 1
+        assert await add(c, pid, MAX_EPOCH - 1, 2) == ErrorCode.none
+        clock[0] += 60_001
+        c.coordinator.abort_timed_out_transactions()
+        await completed(c, S.COMPLETE_ABORT)
+        assert states(c)[-2][:2] == (S.PREPARE_ABORT, MAX_EPOCH)
+        complete = c.written[-1][1]
+        assert complete is not None and complete.producer_id != pid
+        assert complete.producer_epoch == 0
+        assert await end(c, pid, MAX_EPOCH - 1, 2, commit=False) == EndTxnResult(
+            ErrorCode.none, complete.producer_id, 0)
+
+    run(scenario, tmp_path)
+
+
+def test_a_transaction_left_at_the_largest_epoch_is_aborted_without_overflow(
+        tmp_path: Path) -> None:
+    """Kafka 4.3 (KAFKA-20090) lets the coordinator abort a transaction that a bug left open
+    at epoch 32767: the fence and the decision keep that epoch instead of overflowing (4.2
+    refused the fence, and the transaction stayed open), and under transaction version 2
+    the id moves to the next producer id at the end. Version 1 keeps the id and epoch."""
+    async def scenario(c: Coordinator, level: int) -> None:
+        clock = wall_clock(c)
+        _, pid, _ = await c.init()
+        state = c.coordinator.state_manager.get_transaction_state(TXN)
+        assert not isinstance(state, ErrorCode) and state is not None
+        state.metadata.producer_epoch = MAX_EPOCH
+        assert await add(c, pid, MAX_EPOCH, level) == ErrorCode.none
+        clock[0] += 60_001
+        c.coordinator.abort_timed_out_transactions()
+        await completed(c, S.COMPLETE_ABORT)
+        assert states(c)[-2][:2] == (S.PREPARE_ABORT, MAX_EPOCH)
+        complete = c.written[-1][1]
+        assert complete is not None
+        assert (complete.producer_id != pid, complete.producer_epoch) == (
+            (True, 0) if level == 2 else (False, MAX_EPOCH))
+
+    for level in (1, 2):
+        run(lambda c, v=level: scenario(c, v), tmp_path / f"level{level}",
+            config={"transaction.version": str(level)})
 
 
 def test_the_coordinators_own_abort_follows_the_clusters_version(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The transaction coordinator: Kafka 4.2's ``TransactionCoordinator``, transaction versions
-0 to 2.
+0 to 2, with Kafka 4.3's handling of an exhausted epoch on the coordinator's own abort
+(KAFKA-20090).
 
 It answers for the transactional ids of the ``__transaction_state`` partitions this broker
 leads (``TransactionStateManager``). InitProducerId with a transactional id gives the id its
@@ -379,9 +380,11 @@ class TransactionCoordinator:
                           epoch_fence: bool, *, no_partition: bool
                           ) -> TxnTransitMetadata | EndTxnResult:
         """``generateTxnTransitMetadataForTxnCompletion``: an exhausted epoch gets the next
-        producer id, taken at completion."""
+        producer id, taken at completion, also when the coordinator aborts with a fenced
+        epoch (Kafka 4.3, KAFKA-20090: 4.2 skipped it there, so a transaction timed out at
+        epoch 32766 completed at 32767 and the next decision had no epoch left)."""
         next_producer_id = NO_PRODUCER_ID
-        if not epoch_fence and metadata.is_producer_epoch_exhausted:
+        if metadata.is_producer_epoch_exhausted:
             try:
                 next_producer_id = await self._generate_producer_id()
             except ProducerIdAllocationError:
@@ -450,15 +453,14 @@ class TransactionCoordinator:
         """Bump the epoch (fencing the producer) and abort the Ongoing transaction, under
         the cluster's transaction version (Kafka's ``prepareFenceProducerEpoch``, then
         ``endTransaction`` with ``isFromClient = false``). Version 1 bumps the epoch in
-        memory at once; version 2's decision bumps it as any version 2 decision does."""
+        memory at once; version 2's decision bumps it as any version 2 decision does. The
+        largest epoch is not bumped: the abort goes through at it (Kafka 4.3's
+        ``prepareFenceProducerEpoch``, KAFKA-20090; 4.2 refused it)."""
         if metadata.pending_transition_in_progress:
             return ErrorCode.concurrent_transactions
         server_version = self.state_manager.transaction_version
         if supports_epoch_bump(server_version):
-            if metadata.producer_epoch >= MAX_EPOCH:
-                raise TransitionError(f"{metadata.transactional_id}: cannot fence epoch "
-                                      f"{metadata.producer_epoch}")
-            fenced_epoch = metadata.producer_epoch + 1
+            fenced_epoch = min(metadata.producer_epoch + 1, MAX_EPOCH)
         else:
             metadata.fence_producer_epoch()
             fenced_epoch = metadata.producer_epoch

@@ -1,4 +1,5 @@
-"""One transactional id's state at its coordinator: Kafka 4.2's ``TransactionMetadata``.
+"""One transactional id's state at its coordinator: Kafka's ``TransactionMetadata`` (4.2, with
+4.3's handling of the largest epoch, KAFKA-20090).
 
 A change is made in two steps, as in Kafka: ``prepare_*`` checks the transition against
 ``TransactionState.valid_previous_states`` and returns the new state as a
@@ -21,6 +22,7 @@ the same from one transaction to the next.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from minibroker.cluster.types import TopicPartition
@@ -37,6 +39,8 @@ __all__ = [
     "is_epoch_exhausted",
     "supports_epoch_bump",
 ]
+
+log = logging.getLogger("minibroker.coordinator.transaction")
 
 NO_PRODUCER_ID = -1  # RecordBatch.NO_PRODUCER_ID
 NO_PRODUCER_EPOCH = -1  # RecordBatch.NO_PRODUCER_EPOCH
@@ -81,11 +85,17 @@ class TxnTransitMetadata:
     next_producer_id: int = NO_PRODUCER_ID
 
     def log_value(self) -> TransactionLogValue:
-        """What ``TransactionLog.valueToBytes`` writes of it (Kafka 4.2 sets the client's
-        transaction version among the tagged fields, not the previous or next ids)."""
+        """What ``TransactionLog.valueToBytes`` writes of it: Kafka 4.3 also writes the
+        previous and next producer ids (tagged fields 0 and 1 of the flexible version 1;
+        version 0 has no place for them), so that a coordinator that loads a decision
+        taken over an exhausted epoch still moves the id to the next producer id at its
+        completion, and still knows a retry from the previous one (KAFKA-20310). Kafka 4.2
+        wrote only the client's transaction version there: the ids read back as -1."""
         return TransactionLogValue(self.producer_id, self.producer_epoch, self.txn_timeout_ms,
                                    self.state, self.partitions, self.txn_last_update_timestamp,
                                    self.txn_start_timestamp,
+                                   previous_producer_id=self.last_producer_id,
+                                   next_producer_id=self.next_producer_id,
                                    client_transaction_version=self.client_transaction_version)
 
 
@@ -196,9 +206,18 @@ class TransactionMetadata:
         """Kafka's ``prepareAbortOrCommit``: PrepareCommit or PrepareAbort with the same
         partitions. Transaction version 2 bumps the epoch (the one before becomes the last
         epoch, which a retry of this EndTxn names) and may abort with no partition added,
-        its start then being now; versions 0 and 1 keep the epoch."""
+        its start then being now; versions 0 and 1 keep the epoch. An abort at the largest
+        epoch (a state only a bug leaves behind) keeps it rather than overflow, so that the
+        id recovers by moving to the next producer id (Kafka 4.3, KAFKA-20090; Kafka 4.2
+        overflowed to a negative epoch and refused the transition)."""
         if supports_epoch_bump(client_transaction_version):
-            epoch, last_epoch = self.producer_epoch + 1, self.producer_epoch
+            stuck = self.producer_epoch >= MAX_EPOCH and state is TransactionState.PREPARE_ABORT
+            if stuck:
+                log.error("Aborting %s (producer id %d) with epoch equal to Short.MaxValue: "
+                          "this must not happen unless there is a bug",
+                          self.transactional_id, self.producer_id)
+            epoch = self.producer_epoch if stuck else self.producer_epoch + 1
+            last_epoch = self.producer_epoch
         else:
             epoch, last_epoch = self.producer_epoch, self.last_producer_epoch
         return self._prepare(state, self.producer_id, epoch, last_epoch, self.txn_timeout_ms,
@@ -213,11 +232,14 @@ class TransactionMetadata:
         timeout expired, or a new instance of the producer initialized), so it bumps the
         epoch in memory at once, fencing the old producer's next request, and the
         PrepareAbort written next carries it. If that write fails the epoch is not bumped
-        again (``hasFailedEpochFence``): the bumped one was never given to anyone."""
+        again (``hasFailedEpochFence``): the bumped one was never given to anyone. At the
+        largest epoch it is not bumped either (Kafka 4.3, KAFKA-20090: logged, no longer
+        refused)."""
         if self.producer_epoch >= MAX_EPOCH:
-            raise TransitionError(f"{self.transactional_id}: cannot fence epoch "
-                                  f"{self.producer_epoch}")
-        if not self.has_failed_epoch_fence:
+            log.error("Fencing %s (producer id %d) with epoch equal to Short.MaxValue: this "
+                      "must not happen unless there is a bug", self.transactional_id,
+                      self.producer_id)
+        elif not self.has_failed_epoch_fence:
             self.producer_epoch += 1
         self.last_producer_epoch = NO_PRODUCER_EPOCH
 

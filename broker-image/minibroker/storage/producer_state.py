@@ -73,6 +73,7 @@ __all__ = [
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+_MAX_PRODUCER_EPOCH = 2**15 - 1  # Short.MAX_VALUE
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's: matches max.in.flight.requests.per.connection <= 5
 _MAX_SEQUENCE = 2**31 - 1
 NO_COORDINATOR_EPOCH = -1
@@ -233,16 +234,19 @@ class ProducerStateEntry:
 
     def check_marker(self, producer_epoch: int, marker: EndTransactionMarker,
                      where: str, transaction_version: int = 0) -> None:
-        """Kafka 4.2's ``checkProducerEpoch`` and ``checkCoordinatorEpoch`` for a
-        coordinator's marker. Transaction versions 0 and 1 refuse a marker of an older
-        epoch; version 2's marker carries the epoch its decision bumped, so it must be
-        newer than the producer's batches here, except the retry of a marker already
-        written (the same epoch with no transaction open: KAFKA-19999)."""
+        """Kafka's ``checkProducerEpoch`` and ``checkCoordinatorEpoch`` for a coordinator's
+        marker. Transaction versions 0 and 1 refuse a marker of an older epoch; version 2's
+        marker carries the epoch its decision bumped, so it must be newer than the
+        producer's batches here, except the retry of a marker already written (the same
+        epoch with no transaction open: KAFKA-19999, Kafka 4.2) and, from Kafka 4.3, the
+        marker of a transaction at the largest epoch, which the coordinator aborts without
+        a bump (KAFKA-20090)."""
         tv2 = transaction_version >= 2
         stale = producer_epoch <= self.producer_epoch if tv2 \
             else producer_epoch < self.producer_epoch
         if stale and not (tv2 and producer_epoch == self.producer_epoch
-                          and self.current_txn_first_offset is None):
+                          and (self.current_txn_first_offset is None
+                               or producer_epoch == _MAX_PRODUCER_EPOCH)):
             raise InvalidProducerEpochError(
                 f"{where}: epoch {producer_epoch} of producer {self.producer_id}'s marker is "
                 f"{'not newer than' if tv2 else 'older than'} the last seen epoch "
