@@ -251,6 +251,7 @@ def run_local_cluster(brokers: int, host: str, base_port: int, data_dir: Path,
             if selector.select(CHECK_INTERVAL_S) and server is not None and not stopping:
                 launcher.serve_one(server)
     finally:
+        say("stopping every node")
         selector.close()
         if server is not None:
             server.close()
