@@ -157,6 +157,7 @@ class Launcher:
 
     def handle(self, request: str) -> tuple[bool, str]:
         """A control socket request: ``status``, or ``restart NODE`` of an exited node."""
+        self.check()  # an exit since the last check: status shows it, restart may start it
         verb, _, key = request.partition(" ")
         if verb == "status":
             now = time.monotonic()
