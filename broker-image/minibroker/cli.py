@@ -2,7 +2,9 @@
 
     minibroker controller --listen HOST:PORT --data-dir DIR
     minibroker broker --id N --listen HOST:PORT --controller HOST:PORT --data-dir DIR
-    minibroker cluster --brokers 3 --base-port PORT --data-dir DIR
+    minibroker cluster --brokers 3 --base-port PORT --data-dir DIR [--restart-after SECONDS]
+    minibroker cluster status --data-dir DIR
+    minibroker cluster restart {N|controller} --data-dir DIR
     minibroker topics create --bootstrap HOST:PORT --topic T --partitions P --replication-factor R
     minibroker describe --bootstrap HOST:PORT [--topic T]
 """
@@ -98,12 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_secret(b)
     add_config(b)
 
-    cl = sub.add_parser("cluster", help="run a controller and N brokers as child processes")
+    cl = sub.add_parser("cluster", help="run a controller and N brokers as child processes; "
+                                         "a node that exits leaves the others serving")
     cl.add_argument("--brokers", type=int, default=3)
     cl.add_argument("--base-port", type=int, default=9090)
     cl.add_argument("--host", default="127.0.0.1")
-    cl.add_argument("--data-dir", type=Path, required=True)
+    cl.add_argument("--data-dir", type=Path, help="required to start a cluster")
+    cl.add_argument("--restart-after", type=float, metavar="SECONDS",
+                    help="start a node that exited (crash, kill -9) again after SECONDS "
+                         "(default: it stays down until `minibroker cluster restart`)")
     add_config(cl)
+    clsub = cl.add_subparsers(dest="cluster_command", metavar="{status,restart}")
+    cs = clsub.add_parser("status", help="list the running cluster's nodes, pids and states")
+    cs.add_argument("--data-dir", type=Path, required=True)
+    cr = clsub.add_parser("restart", help="start a node of the running cluster that exited")
+    cr.add_argument("node", help="a broker id, or controller")
+    cr.add_argument("--data-dir", type=Path, required=True)
 
     t = sub.add_parser("topics", help="manage topics")
     tsub = t.add_subparsers(dest="topics_command", required=True)
@@ -131,6 +143,32 @@ def _run_until_signal(main_coro_factory) -> None:
         await main_coro_factory(stop)
 
     asyncio.run(runner())
+
+
+def cluster_command(args: argparse.Namespace) -> int:
+    """``minibroker cluster``: start the launcher, or ask a running one (status, restart)."""
+    from minibroker import cluster_control
+    from minibroker.local_cluster import run_local_cluster
+
+    if args.cluster_command is None:
+        if args.data_dir is None:
+            print("minibroker cluster: --data-dir is required", file=sys.stderr)
+            return 2
+        if args.restart_after is not None and args.restart_after < 0:
+            print("minibroker cluster: --restart-after must be 0 or more seconds",
+                  file=sys.stderr)
+            return 2
+        os.environ["MINIBROKER_LOG_LEVEL"] = args.log_level  # the children's, too
+        return run_local_cluster(args.brokers, args.host, args.base_port, args.data_dir,
+                                 args.config, args.restart_after)
+    request = "status" if args.cluster_command == "status" else f"restart {args.node}"
+    try:
+        ok, text = cluster_control.ask(args.data_dir, request)
+    except cluster_control.ControlError as exc:
+        print(f"minibroker cluster {args.cluster_command}: {exc}", file=sys.stderr)
+        return 1
+    print(text, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,10 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     if args.command == "cluster":
-        from minibroker.local_cluster import run_local_cluster
-
-        return run_local_cluster(args.brokers, args.host, args.base_port, args.data_dir,
-                                 args.config)
+        return cluster_command(args)
 
     from minibroker import tools
 

@@ -25,7 +25,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,7 @@ import pytest
 from fuzz_cluster import running_cluster
 from kio.schema.api_versions.v0 import request as api_versions_v0
 from kio.schema.metadata.v1 import request as metadata_v1
+from waits import wait_for
 
 from minibroker.network.codec import encode_request
 
@@ -78,19 +79,6 @@ class Cluster:
             except OSError:
                 continue  # gone meanwhile
         raise AssertionError("no broker process")
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
