@@ -11,6 +11,7 @@ every run whatever Python's hash seed."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -107,9 +108,11 @@ def _signed64(value: int) -> int:
     return value - (1 << 64) if value >> 63 else value
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def topic_order(topic_id: str) -> tuple[int, int]:
     """Kafka's ``Uuid.compareTo``: the most significant 64 bits, then the least, each compared
-    as a signed ``long`` (so ids with the top bit set sort first, unlike their hex strings)."""
+    as a signed ``long`` (so ids with the top bit set sort first, unlike their hex strings).
+    Remembered for the last 65,536 ids: a large group sorts the same ids for every member."""
     try:
         value = uuid.UUID(topic_id).int
     except ValueError:

@@ -84,7 +84,8 @@ class RangeAssignor:
             return {}
         member_ids = _sorted_member_ids(group)
         metadata: dict[str, _TopicMetadata] = {}
-        if group.subscription_type == SubscriptionType.HOMOGENEOUS:
+        homogeneous = group.subscription_type == SubscriptionType.HOMOGENEOUS
+        if homogeneous:
             # assignHomogeneousGroup: the first member's topics, every member subscribed.
             first = group.members[member_ids[0]].subscribed_topic_ids
             for topic_id in sorted(first, key=topic_order):
@@ -99,10 +100,10 @@ class RangeAssignor:
                     metadata[topic_id].num_members += 1
         assignment: dict[str, dict[str, range]] = {}
         for member_id in member_ids:
-            member_topics = (metadata if group.subscription_type == SubscriptionType.HOMOGENEOUS
-                             else group.members[member_id].subscribed_topic_ids)
+            member_topics = (list(metadata) if homogeneous else
+                             sorted(group.members[member_id].subscribed_topic_ids, key=topic_order))
             ranges: dict[str, range] = {}
-            for topic_id in sorted(member_topics, key=topic_order):
+            for topic_id in member_topics:
                 topic = metadata[topic_id]
                 topic.maybe_compute_quota()
                 partitions = topic.next_partitions()
