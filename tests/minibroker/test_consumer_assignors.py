@@ -115,6 +115,17 @@ def test_topic_order_is_uuid_compare_to() -> None:
         topic_order("not-a-uuid")
 
 
+def test_member_order_is_java_string_compare_to() -> None:
+    """``String.compareTo`` compares UTF-16 code units: a character beyond the BMP (a
+    surrogate pair, 0xD83D...) sorts before U+FFFF, unlike Python's code point order."""
+    emoji, last_bmp = "\U0001f600", "\uffff"
+    assert sorted([last_bmp, emoji]) == [last_bmp, emoji]
+    assert sorted([last_bmp, emoji], key=member_order) == [emoji, last_bmp]
+    members = {last_bmp: member({T1}), emoji: member({T1})}
+    assert assign(RANGE, HOMOGENEOUS, {T1: 3}, members) == expect(
+        **{emoji: {T1: {0, 1}}, last_bmp: {T1: {2}}})
+
+
 # --- OptimizedUniformAssignmentBuilderTest (the homogeneous builder) -------------------------
 
 def test_uniform_one_member_no_topic_subscription() -> None:
