@@ -58,6 +58,10 @@ GROUP_LOAD = "broker-image/minibroker/coordinator/group_metadata_manager.py"
 FETCH_SESSION = "broker-image/minibroker/network/fetch_session.py"
 ANOMALIES = "analysis/undertow_analysis/anomalies.py"
 CHECKER = "analysis/undertow_history/checker.py"
+UNIFORM = "broker-image/minibroker/coordinator/consumer/uniform_assignor.py"
+UNIFORM_HETEROGENEOUS = "broker-image/minibroker/coordinator/consumer/uniform_heterogeneous.py"
+RANGE = "broker-image/minibroker/coordinator/consumer/range_assignor.py"
+ASSIGNOR_TESTS = ("tests/minibroker/test_consumer_assignors.py",)
 STREAMS = "operator/undertow/sim/virtual_streams.py"
 VIRTUAL_LOOP = "operator/undertow/sim/virtual_loop.py"
 TXN_COORDINATOR = "broker-image/minibroker/coordinator/transaction_coordinator.py"
@@ -202,6 +206,15 @@ MUTATIONS = (
     Mutation("delay-fault-ignored", STREAMS,
              "        return base_s if self.delay is None else base_s + self.delay.draw()",
              "        return base_s", ("tests/sim/test_virtual_delay.py",)),
+    # The consumer group protocol's assignors (Kafka 4.2's UniformAssignor, RangeAssignor).
+    Mutation("uniform-keeps-every-extra-partition", UNIFORM,
+             "if quota > 0 and has_extra and len(member_ids) - index > extra_left:",
+             "if False:", ASSIGNOR_TESTS),
+    Mutation("uniform-heterogeneous-never-balances", UNIFORM_HETEROGENEOUS,
+             "    builder.balance()\n", "", ASSIGNOR_TESTS),
+    Mutation("range-static-members-not-first", RANGE,
+             "return 0, member_order(instance_id), member_order(member_id)",
+             "return 1, member_order(member_id), b\"\"", ASSIGNOR_TESTS),
 )
 
 

@@ -1,0 +1,3 @@
+"""Kafka 4's consumer group protocol (KIP-848, Kafka's
+``org.apache.kafka.coordinator.group.modern.consumer``): groups whose target assignment the
+coordinator computes with a server-side assignor."""
