@@ -95,6 +95,24 @@ class ConfigDef:
     doc: str
 
 
+def _names(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """A comma-separated list of some of ``allowed``, at least one, each once."""
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in allowed]
+    if not names or unknown or len(set(names)) != len(names):
+        raise ValueError(f"expected a comma-separated list of distinct {what} from "
+                         f"{', '.join(allowed)}, got {value!r}")
+    return names
+
+
+def _rebalance_protocols(value: str) -> tuple[str, ...]:
+    return _names(value, ("classic", "consumer"), "group protocols")
+
+
+def _assignors(value: str) -> tuple[str, ...]:
+    return _names(value, ("uniform", "range"), "assignors")
+
+
 def _bytes_or_unbounded(value: str) -> int:
     """A byte count, or -1 (Kafka's "no limit")."""
     number = int(value)
@@ -310,6 +328,23 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
         ConfigDef("group.max.size", _positive_int, 2**31 - 1, False,
                   "Members a group may have (GROUP_MAX_SIZE_REACHED beyond; Kafka: "
                   "Integer.MAX_VALUE)."),
+        # The consumer group protocol (KIP-848; Kafka 4.2's GroupCoordinatorConfig).
+        ConfigDef("group.coordinator.rebalance.protocols", _rebalance_protocols,
+                  ("classic", "consumer"), False,
+                  "The group protocols the coordinator speaks: classic (JoinGroup, SyncGroup) "
+                  "and consumer (KIP-848's ConsumerGroupHeartbeat). Kafka 4.0+ enables both; "
+                  "without consumer, ConsumerGroupHeartbeat and ConsumerGroupDescribe are not "
+                  "advertised."),
+        ConfigDef("group.consumer.session.timeout.ms", _positive_int, 45000, False,
+                  "How long a consumer protocol member may go without a heartbeat before it "
+                  "is fenced (the coordinator decides it, not the client)."),
+        ConfigDef("group.consumer.heartbeat.interval.ms", _positive_int, 5000, False,
+                  "The heartbeat interval the coordinator gives consumer protocol members."),
+        ConfigDef("group.consumer.max.size", _positive_int, 2**31 - 1, False,
+                  "Members a consumer group may have (GROUP_MAX_SIZE_REACHED beyond)."),
+        ConfigDef("group.consumer.assignors", _assignors, ("uniform", "range"), False,
+                  "The server-side assignors offered to consumer groups, the first the "
+                  "default (uniform: balanced and sticky; range: per topic, co-partitioned)."),
         # The transaction coordinator (Kafka's TransactionLogConfig, TransactionStateManagerConfig).
         ConfigDef("transaction.state.log.replication.factor", _positive_int, 3, False,
                   "Replication factor of __transaction_state, created on the first "

@@ -8,6 +8,7 @@ checked beside what the clients saw."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -28,19 +29,27 @@ SESSION_MS = 6000
 REBALANCE_MS = 10000  # max.poll.interval.ms, the members' rebalance timeout
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("groups"),
-                         "group.initial.rebalance.delay.ms=500") as (cluster, process):
+@contextlib.contextmanager
+def cluster_with_topic(workdir: Path, topic: str, partitions: int, *config: str
+                       ) -> Iterator[Cluster]:
+    """``running_cluster`` once ``topic`` exists (created with the minibroker CLI)."""
+    with running_cluster(workdir, *config) as (cluster, process):
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while subprocess.run(
                 [sys.executable, "-m", "minibroker", "topics", "create", "--bootstrap",
-                 cluster.bootstrap.split(",")[0], "--topic", TOPIC, "--partitions",
-                 str(PARTITIONS), "--replication-factor", str(BROKERS)],
+                 cluster.bootstrap.split(",")[0], "--topic", topic, "--partitions",
+                 str(partitions), "--replication-factor", str(BROKERS)],
                 capture_output=True, timeout=30).returncode:
             assert time.monotonic() < deadline and process.poll() is None, \
                 cluster.log.read_text()[-3000:]
             time.sleep(0.2)
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with cluster_with_topic(tmp_path_factory.mktemp("groups"), TOPIC, PARTITIONS,
+                            "group.initial.rebalance.delay.ms=500") as cluster:
         yield cluster
 
 

@@ -4,11 +4,14 @@
 Every request first passes ``validate_group_status``: a valid group id, a running
 coordinator, the group's ``__consumer_offsets`` partition loaded (else
 COORDINATOR_LOAD_IN_PROGRESS) and led by this broker (else NOT_COORDINATOR). Membership
-requests then go to the classic protocol's handler (``classic_group``); offsets, listing and
-describing are answered here from the ``GroupMetadataManager``'s cache, and commits are
-written through it. The coordinator follows the ``ReplicaManager``: becoming leader of an
-offsets partition loads its groups (``on_election``), losing it unloads them
-(``on_resignation``).
+requests then go to the classic protocol's handler (``classic_group``) or, for KIP-848's
+ConsumerGroupHeartbeat, to the consumer protocol's (``consumer.group_manager``); offsets,
+listing and describing are answered here from the ``GroupMetadataManager``'s cache, and
+commits are written through it. A group id is one protocol's at a time: an empty group may
+change protocol, one with members keeps its own (minibroker has no online migration:
+``group.consumer.migration.policy`` is Kafka's ``disabled``). The coordinator follows the
+``ReplicaManager``: becoming leader of an offsets partition loads its groups
+(``on_election``), losing it unloads them (``on_resignation``).
 
 It is callback-based and takes its clock and timers from the broker's ``Scheduler``, like
 ``ReplicaManager``, so the same code runs in a broker and on the manual clock of the
@@ -21,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from minibroker import environment
 from minibroker.cluster.partition import Partition
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
@@ -30,7 +34,15 @@ from minibroker.coordinator.classic_group import (
     JoinCallback,
     SyncCallback,
 )
+from minibroker.coordinator.consumer.consumer_group import ConsumerGroup, GroupError
+from minibroker.coordinator.consumer.group_manager import (
+    ConsumerGroupConfig,
+    ConsumerGroupManager,
+    HeartbeatRequest,
+    HeartbeatResponse,
+)
 from minibroker.coordinator.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
     GroupMetadata,
     GroupState,
     GroupType,
@@ -114,6 +126,11 @@ class GroupCoordinator:
             local_partition=local_partition, metadata_image=metadata_image,
             events=self._events, wall_clock_ms=wall_clock_ms)
         self.classic = ClassicGroupHandler(self.manager, scheduler, self.config, self._events)
+        self.protocols: tuple[str, ...] = resolve("group.coordinator.rebalance.protocols",
+                                                  config)
+        self.consumer = ConsumerGroupManager(
+            scheduler, ConsumerGroupConfig.from_config(config), metadata_image, self,
+            new_member_id=lambda: str(environment.new_uuid()))
 
     # ---- following the offsets topic's leadership ------------------------------------------
 
@@ -127,7 +144,67 @@ class GroupCoordinator:
                                        self.classic.rebalancer.on_group_loaded)
         else:
             self.manager.remove_groups_for_partition(tp.partition, leader_epoch,
-                                                     self.classic.rebalancer.on_group_unloaded)
+                                                     self._on_group_unloaded)
+
+    def _on_group_unloaded(self, group: GroupMetadata) -> None:
+        if group.consumer is not None:
+            self.consumer.unload(group.consumer)
+        else:
+            self.classic.rebalancer.on_group_unloaded(group)
+
+    # ---- the consumer groups (``ConsumerGroups``) -------------------------------------------
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return None
+        if group.consumer is None:
+            raise GroupError(ErrorCode.group_id_not_found,
+                             f"Group {group_id} is not a consumer group.")
+        return group.consumer
+
+    def create_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """An empty classic group of the id (offsets only, or left by its members) becomes
+        a consumer group with its offsets; one with members stays classic (Kafka's
+        ``validateOnlineUpgrade`` with the migration disabled)."""
+        group = self.manager.get_or_maybe_create_group(group_id, True)
+        assert group is not None
+        if group.consumer is not None:
+            return group.consumer
+        if not group.is_(GroupState.EMPTY):
+            raise GroupError(ErrorCode.group_id_not_found,
+                             f"Cannot upgrade classic group {group_id} to consumer group "
+                             f"because the online upgrade is disabled.")
+        group.group_type = GroupType.CONSUMER
+        group.protocol_type = CONSUMER_PROTOCOL_TYPE
+        group.consumer = ConsumerGroup(group_id)
+        return group.consumer
+
+    def handle_consumer_group_describe(self, group_id: str
+                                       ) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
+        """ConsumerGroupDescribe of one group: (error, message, the group when found)."""
+        error = self.validate_group_status(group_id)
+        if error is not None:
+            return error, None, None
+        try:
+            group = self.consumer_group(group_id)
+        except GroupError as exc:
+            return exc.code, str(exc), None
+        if group is None:
+            return (ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.",
+                    None)
+        return ErrorCode.none, None, group
+
+    def handle_consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        """ConsumerGroupHeartbeat (KIP-848)."""
+        if "consumer" not in self.protocols:
+            return HeartbeatResponse(ErrorCode.unsupported_version,
+                                     "The consumer group protocol is not enabled "
+                                     "(group.coordinator.rebalance.protocols).")
+        error = self.validate_group_status(request.group_id)
+        if error is not None:
+            return HeartbeatResponse(error)
+        return self.consumer.heartbeat(request)
 
     def shutdown(self) -> None:
         """Kafka's ``GroupCoordinator.shutdown``: nothing is coordinated here any more."""
@@ -151,7 +228,7 @@ class GroupCoordinator:
                           client_id: str, client_host: str, rebalance_timeout_ms: int,
                           session_timeout_ms: int, protocol_type: str, protocols: Protocols,
                           callback: JoinCallback) -> None:
-        error = self.validate_group_status(group_id)
+        error = self.validate_group_status(group_id) or self._claim_for_classic(group_id)
         if error is not None:
             callback(JoinGroupResult(member_id, error))
             return
@@ -161,6 +238,21 @@ class GroupCoordinator:
             client_host=client_host, rebalance_timeout_ms=rebalance_timeout_ms,
             session_timeout_ms=session_timeout_ms, protocol_type=protocol_type,
             protocols=protocols, callback=callback)
+
+    def _claim_for_classic(self, group_id: str) -> ErrorCode | None:
+        """A classic JoinGroup to a consumer group: an empty one becomes classic again
+        (``classicGroupJoinToClassicGroup``); one with members refuses it (Kafka 4 would
+        take the member into the consumer group, which minibroker does not)."""
+        group = self.manager.get_group(group_id)
+        if group is None or group.consumer is None:
+            return None
+        if group.consumer.members:
+            return ErrorCode.inconsistent_group_protocol
+        self.consumer.unload(group.consumer)
+        group.consumer = None
+        group.group_type = GroupType.CLASSIC
+        group.protocol_type = None
+        return None
 
     def handle_sync_group(self, group_id: str, generation_id: int, member_id: str,
                           protocol_type: str | None, protocol_name: str | None,
@@ -210,10 +302,20 @@ class GroupCoordinator:
     def handle_commit_offsets(self, group_id: str, member_id: str, instance_id: str | None,
                               generation_id: int,
                               offsets: dict[TopicPartition, OffsetAndMetadata],
-                              callback: Callable[[dict[TopicPartition, ErrorCode]], None]
-                              ) -> None:
+                              callback: Callable[[dict[TopicPartition, ErrorCode]], None],
+                              api_version: int = 9) -> None:
+        """``generation_id`` is a consumer group member's epoch (OffsetCommit v9)."""
         error = self.validate_group_status(group_id, allow_empty=True)
         group = self.manager.get_group(group_id) if error is None else None
+        if group is not None and group.consumer is not None:
+            error = _group_error(lambda: group.consumer.validate_offset_commit(
+                member_id, generation_id, transactional=False, instance_id=instance_id,
+                api_version=api_version))
+            if error is not None:
+                callback(dict.fromkeys(offsets, error))
+            else:
+                self.manager.store_offsets(group, offsets, callback)
+            return
         if error is None and group is None:
             if generation_id < 0:
                 # A group that uses Kafka only to store offsets (no membership).
@@ -251,12 +353,16 @@ class GroupCoordinator:
             group = self.manager.get_or_maybe_create_group(group_id, True)
             if group is None or group.is_(GroupState.DEAD):
                 error = ErrorCode.coordinator_not_available
+            elif group.consumer is not None:
+                consumer = group.consumer
+                error = _group_error(lambda: consumer.validate_offset_commit(
+                    member_id, generation_id, transactional=True, instance_id=instance_id))
             elif instance_id is not None:
                 error = self.classic.validate_current_member(group, member_id, instance_id)
             elif member_id != UNKNOWN_MEMBER_ID and not group.has(member_id):
                 error = ErrorCode.unknown_member_id
-            if error is None and group is not None and 0 <= generation_id != \
-                    group.generation_id:
+            if error is None and group is not None and group.consumer is None \
+                    and 0 <= generation_id != group.generation_id:
                 error = ErrorCode.illegal_generation
         if error is not None or group is None:
             callback(dict.fromkeys(offsets, error or ErrorCode.coordinator_not_available))
@@ -286,10 +392,17 @@ class GroupCoordinator:
         return None
 
     def handle_fetch_offsets(self, group_id: str, require_stable: bool,
-                             partitions: list[TopicPartition] | None
+                             partitions: list[TopicPartition] | None,
+                             member: tuple[str | None, int] = (None, -1)
                              ) -> tuple[ErrorCode, dict[TopicPartition, CommittedOffset]]:
-        """Offsets whatever the group's state: a group may commit without membership."""
+        """Offsets whatever the group's state: a group may commit without membership.
+        ``member``: OffsetFetch v9's member id and epoch, checked against a consumer
+        group's member (``validateOffsetFetch``)."""
         error = self.validate_group_status(group_id, allow_empty=True)
+        group = self.manager.get_group(group_id) if error is None else None
+        if group is not None and group.consumer is not None:
+            consumer = group.consumer
+            error = _group_error(lambda: consumer.validate_offset_fetch(*member))
         if error is not None:
             return error, {}
         return ErrorCode.none, self.manager.get_offsets(group_id, require_stable, partitions)
@@ -299,22 +412,24 @@ class GroupCoordinator:
     def handle_list_groups(self, states: set[str], types: set[str]
                            ) -> tuple[ErrorCode, list[tuple[str, str, str, str]]]:
         """(group id, protocol type, state, type) of every group coordinated here,
-        filtered by state and type (case-insensitive; every group is ``classic``)."""
+        filtered by state and type (case-insensitive)."""
         error = (ErrorCode.coordinator_load_in_progress if self.manager.is_loading
                  else ErrorCode.none)
         wanted_states = {s.lower() for s in states}
-        if types and GroupType.CLASSIC not in {t.lower() for t in types}:
-            return error, []
-        return error, [(g.group_id, g.protocol_type or "", g.state, g.group_type)
-                       for g in self.manager.groups.values()
-                       if not wanted_states or g.state.lower() in wanted_states]
+        wanted_types = {t.lower() for t in types}
+        listed = [(g.group_id, g.protocol_type or "", _state(g), g.group_type)
+                  for g in self.manager.groups.values()]
+        return error, [group for group in listed
+                       if (not wanted_states or group[2].lower() in wanted_states)
+                       and (not wanted_types or group[3] in wanted_types)]
 
     def handle_describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary]:
         error = self.validate_group_status(group_id, allow_empty=True)
         if error is not None:
             return error, _NO_GROUP
         group = self.manager.get_group(group_id)
-        if group is None:
+        if group is None or group.consumer is not None:
+            # Kafka's DescribeGroups (before v6) says Dead of a group that is not classic.
             return ErrorCode.none, _DEAD_GROUP
         stable = group.is_(GroupState.STABLE) and group.protocol_name is not None
         return ErrorCode.none, GroupSummary(
@@ -334,9 +449,35 @@ class GroupCoordinator:
             "loading_partitions": sorted(self.manager.loading_partitions),
             "groups": [
                 {"group": g.group_id, "partition": self.manager.partition_for(g.group_id),
-                 "state": g.state, "type": g.group_type, "protocol_type": g.protocol_type,
+                 "state": _state(g), "type": g.group_type, "protocol_type": g.protocol_type,
                  "protocol": g.protocol_name, "generation": g.generation_id,
                  "leader": g.leader_id, "members": list(g.members),
-                 "committed_offsets": len(g.offsets)}
+                 "committed_offsets": len(g.offsets),
+                 **(_consumer_state(g.consumer) if g.consumer is not None else {})}
                 for g in sorted(self.manager.groups.values(), key=lambda g: g.group_id)],
         }
+
+
+def _consumer_state(group: ConsumerGroup) -> dict[str, Any]:
+    """A consumer group's epochs and members (KIP-848): the group epoch stands in the
+    generation, each member's epoch and partitions are listed."""
+    return {
+        "generation": group.group_epoch, "assignment_epoch": group.assignment_epoch,
+        "members": sorted(group.members),
+        "member_epochs": {m.member_id: m.member_epoch for m in group.members.values()},
+        "assignments": {m.member_id: {t: sorted(ps) for t, ps in m.assigned_partitions.items()}
+                        for m in group.members.values()},
+    }
+
+
+def _state(group: GroupMetadata) -> str:
+    """The state ListGroups and /v1/state report: a consumer group's own."""
+    return group.consumer.state if group.consumer is not None else group.state
+
+
+def _group_error(check: Callable[[], None]) -> ErrorCode | None:
+    try:
+        check()
+    except GroupError as exc:
+        return exc.code
+    return None

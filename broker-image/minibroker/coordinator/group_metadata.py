@@ -18,10 +18,10 @@ Members carry their parked JoinGroup/SyncGroup callbacks: answering one is invok
 cached here with the offset of the record that holds them, next to those whose write is
 still waiting for its acks (pending commits).
 
-KIP-848 seam: ``GroupMetadata.group_type`` is Kafka's ``Group.GroupType``; only ``classic``
-exists today, and the classic protocol's request logic is its own class
-(``classic_group.ClassicGroupHandler``), so a ``consumer`` group type with server-side
-assignment can be added beside it.
+``GroupMetadata.group_type`` is Kafka's ``Group.GroupType``: a ``classic`` group's membership
+is here, run by ``classic_group.ClassicGroupHandler``; a ``consumer`` group's (KIP-848) is
+its ``consumer`` (``consumer.consumer_group.ConsumerGroup``), run by
+``consumer.group_manager.ConsumerGroupManager``. Both keep their offsets here.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from enum import StrEnum
 
 from minibroker import environment
 from minibroker.cluster.types import ErrorCode, TopicPartition
+from minibroker.coordinator.consumer.consumer_group import ConsumerGroup
 from minibroker.coordinator.records import OffsetAndMetadata, decode_assignment
 
 __all__ = [
@@ -58,9 +59,10 @@ class GroupState(StrEnum):
 
 
 class GroupType(StrEnum):
-    """Kafka's ``Group.GroupType``; ``consumer`` (KIP-848) is not built yet."""
+    """Kafka's ``Group.GroupType``."""
 
     CLASSIC = "classic"
+    CONSUMER = "consumer"  # KIP-848
 
 
 _VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
@@ -187,6 +189,8 @@ class GroupMetadata:
     # record is not appended yet).
     pending_txn_offset_commits: dict[int, dict[TopicPartition, CachedOffset]] = field(
         default_factory=dict)
+    consumer: ConsumerGroup | None = None
+    """A consumer group's membership (KIP-848); None for a classic group."""
     _awaiting_join: int = 0
     _protocol_votes: Counter[str] = field(default_factory=Counter)
 

@@ -68,6 +68,8 @@ class KafkaApis:
             ApiKey.END_TXN: txns.handle_end_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: txns.handle_add_offsets_to_txn,
             ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.handle_consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.handle_consumer_group_describe,
         }
 
     async def handle(self, request: Request) -> ResponsePayload | None:

@@ -16,7 +16,12 @@ from kio.static.protocol import ResponsePayload
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicImage
 from minibroker.config import resolve
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
-from minibroker.network.codec import SUPPORTED_API_VERSIONS, ApiKey, Request
+from minibroker.network.codec import (
+    CONSUMER_PROTOCOL_APIS,
+    SUPPORTED_API_VERSIONS,
+    ApiKey,
+    Request,
+)
 from minibroker.network.kafka_server import LISTENER
 from minibroker.network.responses import NO_NODE, NO_THROTTLE, build, response_module
 
@@ -74,9 +79,15 @@ class ClusterApis:
         else:
             version, error = request.api_version, ErrorCode.none
         m = response_module(ApiKey.API_VERSIONS, version)
+        # KIP-848's APIs only while the coordinator speaks the consumer protocol (Kafka's
+        # ApiVersionsManager leaves them out without group.coordinator.rebalance.protocols'
+        # consumer).
+        consumer = "consumer" in resolve("group.coordinator.rebalance.protocols",
+                                         self._broker.broker_config())
         api_keys = tuple(
             m.ApiVersion(api_key=key, min_version=lo, max_version=hi)
             for key, (lo, hi) in sorted(SUPPORTED_API_VERSIONS.items())
+            if consumer or key not in CONSUMER_PROTOCOL_APIS
         )
         if version < 3:
             return build(m.ApiVersionsResponse, error_code=error, api_keys=api_keys,

@@ -77,6 +77,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
     DESCRIBE_TOPIC_PARTITIONS = 75
 
 
@@ -121,7 +123,16 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # KIP-664
     ApiKey.LIST_TRANSACTIONS: (0, 1),  # v1: KIP-994's duration filter; v2's regex is not served
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),  # KIP-966: the only API that shows the ELR
+    # KIP-848 (Kafka 4.0+), advertised while group.coordinator.rebalance.protocols has
+    # consumer; v1 is KIP-1082's client-generated member id (and the regex, not served).
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
+
+
+CONSUMER_PROTOCOL_APIS = frozenset({ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                                    ApiKey.CONSUMER_GROUP_DESCRIBE})
+"""KIP-848's APIs, served only with group.coordinator.rebalance.protocols' consumer."""
 
 
 class KafkaProtocolError(Exception):

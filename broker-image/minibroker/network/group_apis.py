@@ -1,6 +1,7 @@
 """The group coordinator's APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
 OffsetFetch, ListGroups and DescribeGroups, as Kafka 3.9's ``KafkaApis`` handles them for
-the classic protocol (FindCoordinator, which serves both coordinators, is in
+the classic protocol, and KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe as
+Kafka 4.2's do (FindCoordinator, which serves both coordinators, is in
 ``coordinator_apis``).
 
 Every version's request is turned into a call on the ``GroupCoordinator`` (callback-based;
@@ -11,6 +12,7 @@ response, built from a superset of fields (``responses.build``).
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 from types import ModuleType
 from typing import Any, Protocol
@@ -19,6 +21,8 @@ from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicPartition
 from minibroker.config import resolve
+from minibroker.coordinator.consumer.group_manager import HeartbeatRequest
+from minibroker.coordinator.consumer.member import Assignment
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.coordinator.records import OffsetAndMetadata
@@ -170,7 +174,7 @@ class GroupApis:
         if offsets:
             errors.update(await completion(lambda done: self._coordinator.handle_commit_offsets(
                 body.group_id, body.member_id, getattr(body, "group_instance_id", None),
-                body.generation_id_or_member_epoch, offsets, done)))
+                body.generation_id_or_member_epoch, offsets, done, version)))
         return build(m.OffsetCommitResponse, throttle_time=NO_THROTTLE,
                      topics=_commit_answer(m.OffsetCommitResponseTopic,
                                            m.OffsetCommitResponsePartition, body.topics, errors))
@@ -230,25 +234,28 @@ class GroupApis:
         body, version = request.body, request.api_version
         m = response_module(ApiKey.OFFSET_FETCH, version)
         require_stable = getattr(body, "require_stable", False)
-        if version >= 8:  # KIP-709: many groups in one request
+        if version >= 8:  # KIP-709: many groups in one request; v9 names the member
             return m.OffsetFetchResponse(throttle_time=NO_THROTTLE, groups=tuple(
-                self._fetched_group(m, group.group_id, group.topics, require_stable)
+                self._fetched_group(m, group.group_id, group.topics, require_stable,
+                                    (getattr(group, "member_id", None),
+                                     getattr(group, "member_epoch", -1)))
                 for group in body.groups))
         error, topics = self._fetch(m, body.group_id, body.topics, require_stable, version)
         return build(m.OffsetFetchResponse, throttle_time=NO_THROTTLE, error_code=error,
                      topics=topics)
 
     def _fetched_group(self, m: ModuleType, group_id: str, topics: Any,
-                       require_stable: bool) -> Any:
-        error, fetched = self._fetch(m, group_id, topics, require_stable, 8)
+                       require_stable: bool, member: tuple[str | None, int]) -> Any:
+        error, fetched = self._fetch(m, group_id, topics, require_stable, 8, member)
         return m.OffsetFetchResponseGroup(group_id=group_id, topics=fetched, error_code=error)
 
     def _fetch(self, m: ModuleType, group_id: str, topics: Any, require_stable: bool,
-               version: int) -> tuple[ErrorCode, tuple[Any, ...]]:
+               version: int, member: tuple[str | None, int] = (None, -1)
+               ) -> tuple[ErrorCode, tuple[Any, ...]]:
         wanted = (None if topics is None else
                   [TopicPartition(t.name, p) for t in topics for p in t.partition_indexes])
         error, offsets = self._coordinator.handle_fetch_offsets(group_id, require_stable,
-                                                                wanted)
+                                                                wanted, member)
         v8 = version >= 8
         topic_type = m.OffsetFetchResponseTopics if v8 else m.OffsetFetchResponseTopic
         partition_type = m.OffsetFetchResponsePartitions if v8 else m.OffsetFetchResponsePartition
@@ -295,3 +302,81 @@ class GroupApis:
                 authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
         return build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
                      groups=tuple(described))
+
+    # -- ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) --------------------------
+
+    async def handle_consumer_group_heartbeat(self, request: Request) -> ResponsePayload:
+        body, version = request.body, request.api_version
+        m = response_module(ApiKey.CONSUMER_GROUP_HEARTBEAT, version)
+        owned = (None if body.topic_partitions is None else
+                 _assignment((t.topic_id, t.partitions) for t in body.topic_partitions))
+        rebalance_ms = _ms(body.rebalance_timeout)
+        answer = self._coordinator.handle_consumer_group_heartbeat(HeartbeatRequest(
+            group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch,
+            rebalance_timeout_ms=rebalance_ms,
+            subscribed_topic_names=(None if body.subscribed_topic_names is None
+                                    else tuple(body.subscribed_topic_names)),
+            subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
+            server_assignor=body.server_assignor, owned=owned, instance_id=body.instance_id,
+            rack_id=body.rack_id, client_id=request.client_id or "",
+            client_host=CLIENT_HOST.get(), api_version=version))
+        assignment = None if answer.assignment is None else m.Assignment(
+            topic_partitions=tuple(
+                m.TopicPartitions(topic_id=uuid.UUID(topic_id), partitions=tuple(sorted(ps)))
+                for topic_id, ps in answer.assignment.items()))
+        return m.ConsumerGroupHeartbeatResponse(
+            throttle_time=NO_THROTTLE, error_code=answer.error, error_message=answer.message,
+            member_id=answer.member_id, member_epoch=answer.member_epoch,
+            heartbeat_interval=timedelta(milliseconds=answer.heartbeat_interval_ms),
+            assignment=assignment)
+
+    async def handle_consumer_group_describe(self, request: Request) -> ResponsePayload:
+        m = response_module(ApiKey.CONSUMER_GROUP_DESCRIBE, request.api_version)
+        image = self._broker.metadata_image()
+        names = {t.topic_id: t.name for t in image.topics.values()}
+
+        def described_assignment(assignment: Assignment) -> Any:
+            return m.Assignment(topic_partitions=tuple(
+                m.TopicPartitions(topic_id=uuid.UUID(topic_id),
+                                  topic_name=names.get(topic_id, ""),
+                                  partitions=tuple(sorted(ps)))
+                for topic_id, ps in assignment.items() if topic_id in names))
+
+        described = []
+        for group_id in request.body.group_ids:
+            error, message, group = self._coordinator.handle_consumer_group_describe(group_id)
+            if group is None:
+                described.append(build(m.DescribedGroup, error_code=error,
+                                       error_message=message, group_id=group_id,
+                                       group_state="", group_epoch=-1, assignment_epoch=-1,
+                                       assignor_name="", members=(),
+                                       authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
+                continue
+            described.append(build(
+                m.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
+                group_state=group.state, group_epoch=group.group_epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=self._coordinator.consumer.assignor_name(group),
+                members=tuple(build(
+                    m.Member, member_id=member.member_id, instance_id=member.instance_id,
+                    rack_id=member.rack_id, member_epoch=member.member_epoch,
+                    client_id=member.client_id, client_host=member.client_host,
+                    subscribed_topic_names=member.subscribed_topic_names,
+                    subscribed_topic_regex=None,
+                    assignment=described_assignment(member.assigned_partitions),
+                    target_assignment=described_assignment(
+                        group.target_assignment.get(member.member_id, {})),
+                    member_type=1)  # KIP-1099: a consumer protocol member
+                    for member in group.members.values()),
+                authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
+        return m.ConsumerGroupDescribeResponse(throttle_time=NO_THROTTLE,
+                                               groups=tuple(described))
+
+
+def _assignment(topics: Any) -> Assignment:
+    """A heartbeat's owned partitions, topics by minibroker's topic id."""
+    owned: dict[str, frozenset[int]] = {}
+    for topic_id, partitions in topics:
+        if topic_id is not None and partitions:
+            owned[str(topic_id)] = owned.get(str(topic_id), frozenset()) | frozenset(partitions)
+    return dict(sorted(owned.items()))
