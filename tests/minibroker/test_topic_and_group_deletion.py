@@ -16,7 +16,7 @@ from test_group_failover import CONFIG, GROUP, OFFSETS_TP, TP, join_and_sync
 from minibroker.cluster.types import ErrorCode, TopicPartition
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.coordinator.records import OffsetAndMetadata
-from minibroker.storage.log_manager import read_topic_id
+from minibroker.storage.log_manager import PARTITION_METADATA_FILE, read_topic_id
 
 T0 = TopicPartition("t", 0)
 
@@ -115,3 +115,21 @@ def test_a_deleted_group_stays_deleted_under_its_next_coordinator(tmp_path: Path
     answers.clear()
     moved.handle_delete_groups([GROUP], answers.append)
     assert answers == [{GROUP: ErrorCode.group_id_not_found}]
+
+
+def test_a_topic_id_file_a_crash_cut_short_says_nothing(tmp_path: Path) -> None:
+    """The file is written without an fsync: missing or cut, it names no topic, and the log
+    is taken as the topic's (as a log from before the file) rather than deleted."""
+    sim = SimCluster(tmp_path)
+    sim.create_topic("t")
+    sim.produce(T0, ["kept"])
+    sim.replicate()
+    sim.stop(3)
+    topic_id = sim.controller.topics["t"].topic_id
+    metadata = tmp_path / "broker-3" / "t-0" / PARTITION_METADATA_FILE
+    assert read_topic_id(metadata.parent) == topic_id
+    metadata.write_text(metadata.read_text()[:-5])  # cut inside the id
+    assert read_topic_id(metadata.parent) is None
+    sim.start(3)
+    assert sim.log_values(3, T0) == [(0, b"kept")]
+    assert read_topic_id(metadata.parent) == topic_id  # written again

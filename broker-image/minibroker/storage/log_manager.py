@@ -18,6 +18,7 @@ start, as Kafka's ``loadLogs`` does).
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 from minibroker import environment
 from minibroker.config import LogConfig
 from minibroker.events import EventType, ReplicationEventLog, TruncationReason
-from minibroker.fsutil import atomic_write, fsync_dir
+from minibroker.fsutil import fsync_dir
 from minibroker.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     RECOVERY_POINT_OFFSET_CHECKPOINT_FILE,
@@ -41,20 +42,19 @@ log = logging.getLogger("minibroker.log")
 
 PARTITION_METADATA_FILE = "partition.metadata"  # Kafka's PartitionMetadataFile
 DELETE_DIR_SUFFIX = "-delete"  # Kafka's LogFileUtils.DELETE_DIR_SUFFIX
+_PARTITION_METADATA = re.compile(r"version: 0\ntopic_id: ([0-9a-f]{32})\n")
 
 
 def read_topic_id(directory: Path) -> str | None:
     """The topic id a log directory was created for; None for a log written before the
-    file existed (or a file that does not say)."""
+    file existed, or a file a crash left incomplete (it is written without an fsync: see
+    ``LogManager.load_log``), which then counts as not saying."""
     try:
         text = (directory / PARTITION_METADATA_FILE).read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, UnicodeDecodeError):
         return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            return value.strip() or None
-    return None
+    match = _PARTITION_METADATA.fullmatch(text)
+    return match[1] if match else None
 
 
 def _recover_epoch_cache(cache: LeaderEpochCache, log_: Log) -> None:
@@ -131,9 +131,14 @@ class LogManager:
         _recover_epoch_cache(cache, log_)
         self._logs[topic, partition] = log_
         if topic_id is not None and stored != topic_id:
+            # Not fsynced: Kafka flushes the file off the request path
+            # (UnifiedLog.initializeTopicId schedules "flush-metadata-file"), and an fsync
+            # per new log here would double what creating thousands of logs holds the event
+            # loop (about 10 ms more a log). A crash may leave it missing or cut, which reads
+            # as no id: the log is then taken as the topic's, as one from before the file.
             self._durability.check_space(directory)
-            atomic_write(directory / PARTITION_METADATA_FILE,
-                         f"version: 0\ntopic_id: {topic_id}\n".encode())
+            (directory / PARTITION_METADATA_FILE).write_text(
+                f"version: 0\ntopic_id: {topic_id}\n")
         if loaded:
             self._record_log_recovery(topic, partition, log_, recovery_point)
         elif leader_epoch > 0 or partition_epoch > 0:
