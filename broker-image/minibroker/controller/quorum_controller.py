@@ -558,8 +558,7 @@ class QuorumController:
         replicas and logs once its metadata no longer has it (``ReplicaManager``). With
         ``delete.topic.enable`` false every topic is TOPIC_DELETION_DISABLED."""
         if not resolve("delete.topic.enable", self.config):
-            return [TopicDeletion(name, topic_id, ErrorCode.topic_deletion_disabled,
-                                  "Topic deletion is disabled.")
+            return [TopicDeletion(name, topic_id, ErrorCode.topic_deletion_disabled)
                     for name, topic_id in [*((n, None) for n in names),
                                            *((None, i) for i in topic_ids)]]
         by_id = {t.topic_id: t for t in self.topics.values()}
@@ -635,9 +634,8 @@ class QuorumController:
 
     def _additional_partitions(self, request: NewPartitions) -> int:
         topic = self.topics.get(request.name)
-        if topic is None:
-            raise _Refused(ErrorCode.unknown_topic_or_partition,
-                           "This server does not host this topic-partition.")
+        if topic is None:  # an UnknownTopicOrPartitionException without a message
+            raise _Refused(ErrorCode.unknown_topic_or_partition)
         current = len(topic.partitions)
         if request.count == current:
             raise _Refused(ErrorCode.invalid_partitions,
