@@ -321,6 +321,35 @@ def test_kafkajs_admin_calls_are_served(cluster: Cluster, kafkajs: Path) -> None
     wait_for(lambda: not log_dirs(cluster, "js-admin"), "every broker to delete its logs")
 
 
+def test_the_offsets_topic_deleted_comes_back_empty_at_the_next_group(cluster: Cluster
+                                                                      ) -> None:
+    """Kafka deletes an internal topic for a client allowed to; the next FindCoordinator
+    creates ``__consumer_offsets`` again, and a group works in it from scratch."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    assert error_name(admin.delete_topics(["__consumer_offsets"])["__consumer_offsets"]) \
+        is None
+    wait_for(lambda: not log_dirs(cluster, "__consumer_offsets"),
+             "every broker to delete the offsets topic's logs")
+    create(admin, "ck-after-offsets", 1)
+    produce(cluster, "ck-after-offsets", [b"x"])
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "ck-reborn",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["ck-after-offsets"])
+        read: list[object] = []
+        deadline = time.monotonic() + 2 * TIMEOUT_S
+        while not read and time.monotonic() < deadline:
+            read = [m for m in consumer.consume(1, 0.5) if m.error() is None]
+        assert read, "the group never got its partition"
+        consumer.commit(asynchronous=False)
+        [committed] = consumer.committed([CkTopicPartition("ck-after-offsets", 0)],
+                                         timeout=TIMEOUT_S)
+        assert committed.offset == 1
+    finally:
+        consumer.close()
+    assert topic_partitions(cluster, "__consumer_offsets")
+
+
 def test_no_client_connection_was_refused(cluster: Cluster) -> None:
     """Runs last (file order): every request the clients above sent was understood."""
     text = cluster.log.read_text()

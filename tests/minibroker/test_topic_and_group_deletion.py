@@ -133,3 +133,22 @@ def test_a_topic_id_file_a_crash_cut_short_says_nothing(tmp_path: Path) -> None:
     sim.start(3)
     assert sim.log_values(3, T0) == [(0, b"kept")]
     assert read_topic_id(metadata.parent) == topic_id  # written again
+
+
+def test_deleting_the_offsets_topic_unloads_its_groups(tmp_path: Path) -> None:
+    """Kafka deletes an internal topic for a client allowed to: the coordinators of its
+    partitions resign (their groups unloaded, NOT_COORDINATOR) and its logs go."""
+    sim = SimCluster(tmp_path, config=CONFIG)
+    sim.create_topic("orders")
+    sim.create_topic(OFFSETS_TOPIC, config={"cleanup.policy": "compact"})
+    sim.scheduler.advance(0)
+    coordinator = sim.coordinators[sim.leader_of(OFFSETS_TP)]
+    join_and_sync(sim, coordinator)
+    assert coordinator.manager.owned_partitions == {0}
+
+    [deleted] = sim.controller.delete_topics([OFFSETS_TOPIC], [])
+    assert deleted.error == ErrorCode.none
+    for broker in sim.coordinators.values():
+        assert broker.manager.owned_partitions == set() and broker.manager.groups == {}
+    assert coordinator.handle_fetch_offsets(GROUP, False, [TP])[0] == ErrorCode.not_coordinator
+    assert _log_dirs(sim, OFFSETS_TOPIC) == []
