@@ -68,6 +68,10 @@ TXN_COORDINATOR = "broker-image/minibroker/coordinator/transaction_coordinator.p
 TXN_METADATA = "broker-image/minibroker/coordinator/transaction_metadata.py"
 PRODUCER_STATE = "broker-image/minibroker/storage/producer_state.py"
 LATE_REQUESTS = "analysis/undertow_analysis/late_requests.py"
+REPLICA_MANAGER = "broker-image/minibroker/cluster/replica_manager.py"
+LOG_MANAGER = "broker-image/minibroker/storage/log_manager.py"
+CONFIG_APIS = "broker-image/minibroker/network/config_apis.py"
+DELETION_TESTS = ("tests/minibroker/test_topic_and_group_deletion.py",)
 LATE_TESTS = ("tests/analysis/test_late_requests.py", "-k", "not report")
 ELR_TESTS = ("tests/minibroker/test_elr.py",)
 CHECKER_TESTS = ("tests/analysis/test_checker.py", "-k", "alone or still_lost or clean_history")
@@ -194,6 +198,26 @@ MUTATIONS = (
              "            if outcome is not None:\n"
              "                self._emit_end_txn(arrived, outcome)\n",
              "", ("tests/minibroker/test_txn_version_2.py",)),
+    # The admin APIs (Kafka's ControllerApis, ReplicationControlManager, ConfigHelper,
+    # GroupCoordinatorService.deleteGroups).
+    Mutation("a-deleted-topic-keeps-its-replicas", REPLICA_MANAGER,
+             "                    self._delete_partition(TopicPartition(name, index))",
+             "                    pass", DELETION_TESTS),
+    Mutation("a-stray-log-serves-the-new-topic", LOG_MANAGER,
+             "        if topic_id is not None and stored is not None and stored != topic_id:",
+             "        if False:", DELETION_TESTS),
+    Mutation("a-deleted-group-keeps-its-offsets", GROUP_LOAD,
+             "                  for tp in dict.fromkeys(held)), encode_group_key(group_id)]",
+             "                  for tp in dict.fromkeys(held) if False), "
+             "encode_group_key(group_id)]", DELETION_TESTS),
+    Mutation("create-partitions-past-the-batch-bound", QUORUM_CONTROLLER,
+             "if sum(a for a in additions if isinstance(a, int)) > MAX_PARTITIONS_PER_BATCH:",
+             "if sum(a for a in additions if isinstance(a, int)) > 2 * MAX_PARTITIONS_PER_BATCH:",
+             ("tests/minibroker/test_controller_admin.py",)),
+    Mutation("describe-configs-broker-before-topic", CONFIG_APIS,
+             "layers = ((TOPIC_CONFIG, topic.config), (STATIC_BROKER_CONFIG, broker_config))",
+             "layers = ((STATIC_BROKER_CONFIG, broker_config), (TOPIC_CONFIG, topic.config))",
+             ("tests/minibroker/test_admin_apis.py",)),
     # The simulator's clock and nodes.
     Mutation("the-clock-overshoots-its-timer", VIRTUAL_LOOP,
              "            self._now = max(self._now, timers[0][0])",

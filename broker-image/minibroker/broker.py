@@ -35,8 +35,10 @@ from minibroker.cluster.types import (
     FetchResult,
     MetadataDelta,
     MetadataImage,
+    NewPartitions,
     PartitionRegistration,
     ProduceResult,
+    TopicDeletion,
     TopicPartition,
     TxnMarker,
 )
@@ -321,7 +323,7 @@ class BrokerServer:
                 log.debug("Metadata fetch failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            image = (MetadataDelta(MetadataImage.from_json(data["delta"])).apply(current)
+            image = (MetadataDelta.from_json(data).apply(current)
                      if "delta" in data else MetadataImage.from_json(data))
             if image.metadata_offset > current.metadata_offset:
                 await self._prepare_partitions(image)
@@ -454,6 +456,34 @@ class BrokerServer:
         except RpcError as exc:
             return ErrorCode.request_timed_out, str(exc)
         return ErrorCode[answer["error"]], answer["message"]
+
+    async def delete_topics(self, names: list[str], topic_ids: list[str]
+                            ) -> list[TopicDeletion]:
+        """Forwarded to the controller (Kafka's ``forwardToController``); if it cannot be
+        reached, every topic gets REQUEST_TIMED_OUT."""
+        try:
+            answer = await self.controller.call("delete_topics", {"names": names,
+                                                                  "topic_ids": topic_ids})
+        except RpcError as exc:
+            return [TopicDeletion(name, topic_id, ErrorCode.request_timed_out, str(exc))
+                    for name, topic_id in [*((n, None) for n in names),
+                                           *((None, i) for i in topic_ids)]]
+        return [TopicDeletion(r["name"], r["topic_id"], ErrorCode[r["error"]], r["message"])
+                for r in answer["results"]]
+
+    async def create_partitions(self, topics: list[NewPartitions], validate_only: bool
+                                ) -> list[tuple[ErrorCode, str | None]]:
+        """Forwarded to the controller, all topics in one call: its bound on the partitions
+        one request adds counts them together."""
+        try:
+            answer = await self.controller.call("create_partitions", {
+                "topics": [{"name": t.name, "count": t.count,
+                            "assignments": None if t.assignments is None
+                            else [list(a) for a in t.assignments]} for t in topics],
+                "validate_only": validate_only})
+        except RpcError as exc:
+            return [(ErrorCode.request_timed_out, str(exc))] * len(topics)
+        return [(ErrorCode[r["error"]], r["message"]) for r in answer["results"]]
 
     async def init_producer_id(self) -> tuple[ErrorCode, int]:
         try:

@@ -389,6 +389,9 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "Replication factor of CreateTopics requests that leave it unset."),
         ConfigDef("num.partitions", _positive_int, 1, False,
                   "Partition count of CreateTopics requests that leave it unset."),
+        ConfigDef("delete.topic.enable", _bool, True, False,
+                  "DeleteTopics deletes (Kafka's default); false answers every topic "
+                  "TOPIC_DELETION_DISABLED (INVALID_REQUEST before DeleteTopics v3)."),
         *_SOCKET_SERVER_DEFS,
         *_CONTROLLER_LISTENER_DEFS,
     ]

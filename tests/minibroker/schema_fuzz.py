@@ -33,10 +33,14 @@ close that one connection, as Kafka's ``SocketServer`` does when parsing fails.
 
 What is held back, and why: topics are created only under a few names of a pool, and with
 a few partitions or a count Kafka refuses (over its 10,000 per request), so the cluster's
-state stays small. ``docs/design.md`` ("Resource limits") records that creating thousands of
-partitions at once is not bounded yet; a fuzzer that did it would measure that, not the
-protocol. Likewise durations that make a request wait (a Fetch's max wait, a timeout) are
-short 70% of the time, so that most requests are answered within the sender's patience.
+state stays small; likewise CreatePartitions grows only the pool's new topics, to a few
+partitions or a count Kafka refuses, and DeleteTopics deletes only those (by name: a topic
+id drawn for it is never one of the cluster's), so the topics the fuzzer reads and writes
+stay, and so does ``__consumer_offsets``. ``docs/design.md`` ("Resource limits") records
+that creating thousands of partitions at once is not bounded yet; a fuzzer that did it would
+measure that, not the protocol. Likewise durations that make a request wait (a Fetch's max
+wait, a timeout) are short 70% of the time, so that most requests are answered within the
+sender's patience.
 """
 
 from __future__ import annotations
@@ -221,6 +225,9 @@ _STRING_HINTS: dict[str, Hint] = {
     "protocol_name": lambda d: d.rng.choice(("range", "roundrobin", None)),
     "JoinGroupRequestProtocol.name": lambda d: d.rng.choice(("range", "roundrobin")),
     "CreatableTopic.name": lambda d: d.rng.choice(d.pools.new_topics + d.pools.topics),
+    "CreatePartitionsTopic.name": lambda d: d.rng.choice(d.pools.new_topics),
+    "DeleteTopicState.name": lambda d: d.rng.choice(d.pools.new_topics),
+    "DeleteTopicsRequest.topic_names": lambda d: d.rng.choice(d.pools.new_topics),
     "CreatableTopicConfig.name": lambda d: d.rng.choice(_CONFIG_KEYS),
     "AlterableConfig.name": lambda d: d.rng.choice(_CONFIG_KEYS),
     "CreatableTopicConfig.value": lambda d: d.rng.choice(_CONFIG_VALUES),
@@ -234,6 +241,12 @@ _STRING_HINTS: dict[str, Hint] = {
 }
 # Partitions to create: few, or a count that Kafka refuses outright (see the docstring).
 _NUM_PARTITIONS = (1, 2, 3, -1, 0, -2, 32, -(2**31), 2**31 - 1, KAFKA_PARTITIONS_PER_REQUEST + 1)
+# A topic's new partition count (CreatePartitions): a few more, none more, or refused.
+_PARTITION_COUNTS = (1, 2, 3, 4, 6, 0, -1, -(2**31), 2**31 - 1,
+                     KAFKA_PARTITIONS_PER_REQUEST + 4)
+# The topic names that may only be the pool's new topics (see ``_only_a_new_topic``).
+_NEW_TOPICS_ONLY = frozenset({("CreatePartitionsTopic", "name"), ("DeleteTopicState", "name"),
+                              ("DeleteTopicsRequest", "topic_names")})
 
 
 class _Draw:
@@ -321,6 +334,11 @@ class _Draw:
             return UUID(int=0)
         return UUID(int=rng.getrandbits(128))
 
+    def foreign_uuid(self) -> UUID:
+        """The zero id or a random one: not one of the cluster's topics."""
+        rng = self.rng
+        return UUID(int=0) if rng.random() < 0.5 else UUID(int=rng.getrandbits(128))
+
     def count(self, depth: int, nullable: bool) -> int | None:
         rng = self.rng
         if nullable and rng.random() < 0.1:
@@ -401,6 +419,10 @@ def _primitive_step(kafka_type: str, compact: bool, nullable: bool, owner: str,
             def write_partitions(d: _Draw, out: _Out, _depth: int) -> None:
                 out.buf += packer.pack(d.rng.choice(_NUM_PARTITIONS))
             return write_partitions
+        if owner == "CreatePartitionsTopic" and schema_field.name == "count":
+            def write_count(d: _Draw, out: _Out, _depth: int) -> None:
+                out.buf += packer.pack(d.rng.choice(_PARTITION_COUNTS))
+            return write_count
 
         def write_int(d: _Draw, out: _Out, _depth: int) -> None:
             out.buf += packer.pack(d.integer(bits, hint))
@@ -421,17 +443,22 @@ def _primitive_step(kafka_type: str, compact: bool, nullable: bool, owner: str,
             out.mark(Kind.DURATION64, start)
         return write_long_duration
     if kafka_type == "uuid":
+        foreign = owner == "DeleteTopicState"  # never a topic of the cluster's
+
         def write_uuid(d: _Draw, out: _Out, _depth: int) -> None:
-            out.buf += d.uuid().bytes
+            out.buf += (d.foreign_uuid() if foreign else d.uuid()).bytes
         return write_uuid
     if kafka_type == "string":
         hint = _hint(_STRING_HINTS, owner, schema_field, item_type)
         creatable = owner == "CreatableTopic" and schema_field.name == "name"
+        new_only = (owner, schema_field.name) in _NEW_TOPICS_ONLY
 
         def write_string(d: _Draw, out: _Out, _depth: int) -> None:
             value = d.text(hint, nullable)
             if creatable and value is not None:
                 value = _not_a_new_topic(value, d.pools)
+            elif new_only and value is not None:
+                value = _only_a_new_topic(value, d.pools)
             _write_sized(out, None if value is None else value.encode(), compact, 2, nullable,
                          text=True)
         return write_string
@@ -451,6 +478,12 @@ def _not_a_new_topic(name: str, pools: Pools) -> str:
     if name and len(name) <= 249 and all(c in _NAME_CHARS for c in name):
         return name + " "
     return name
+
+
+def _only_a_new_topic(name: str, pools: Pools) -> str:
+    """A name drawn for CreatePartitions or DeleteTopics that is one of the cluster's own
+    topics is made invalid (a space): only the pool's new topics grow or go."""
+    return name + " " if name in pools.topics else name
 
 
 def _write_sized(out: _Out, value: bytes | None, compact: bool, legacy_width: int,

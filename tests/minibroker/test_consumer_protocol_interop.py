@@ -16,6 +16,7 @@ from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupType,
     KafkaError,
+    KafkaException,
     Producer,
 )
 from confluent_kafka.admin import AdminClient
@@ -132,6 +133,10 @@ def test_three_members_share_six_partitions_commit_and_are_described(cluster: Cl
         state = coordinated(cluster, GROUP)
         assert (state["type"], state["state"], len(state["members"])) == (
             "consumer", "Stable", 3)
+        # DeleteGroups refuses a consumer group with members (validateDeleteGroup).
+        with pytest.raises(KafkaException) as refused:
+            admin.delete_consumer_groups([GROUP])[GROUP].result(10)
+        assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
     finally:
         for consumer in members:
             consumer.close()

@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_controller import Clock, controller, join
 
-from minibroker.cluster.types import ErrorCode, MetadataDelta, MetadataImage, TopicPartition
+from minibroker.cluster.types import (
+    ErrorCode,
+    MetadataDelta,
+    MetadataImage,
+    NewPartitions,
+    TopicPartition,
+)
 from minibroker.controller import metadata_deltas
 from minibroker.controller.quorum_controller import QuorumController
 
@@ -18,7 +24,7 @@ from minibroker.controller.quorum_controller import QuorumController
 def _through_json(answer: MetadataImage | MetadataDelta, base: MetadataImage) -> MetadataImage:
     """What a broker makes of the answer, after the wire (``controller.server``)."""
     if isinstance(answer, MetadataDelta):
-        return MetadataDelta(MetadataImage.from_json(answer.changes.to_json())).apply(base)
+        return MetadataDelta.from_json(answer.to_json()).apply(base)
     return MetadataImage.from_json(answer.to_json())
 
 
@@ -43,6 +49,8 @@ OPERATIONS = st.lists(st.one_of(
     st.tuples(st.just("rejoin"), st.integers(1, 3)),
     st.tuples(st.just("create"), st.integers(1, 4)),
     st.tuples(st.just("config"), st.integers(1, 3)),
+    st.tuples(st.just("delete"), st.integers(0, 4)),
+    st.tuples(st.just("grow"), st.integers(0, 4)),
     st.tuples(st.just("poll"), st.just(0)),
 ), max_size=25)
 
@@ -67,6 +75,12 @@ def test_a_broker_applying_deltas_holds_the_controllers_image(
         elif kind == "create":
             created += 1
             c.create_topic(f"u{created}", arg, 1, {})
+        elif kind == "delete":  # "t" deleted is created again, under another id
+            name = "t" if arg == 0 else f"u{arg}"
+            if c.delete_topics([name], [])[0].error == ErrorCode.none and arg == 0:
+                c.create_topic("t", 2, 3, {})
+        elif kind == "grow" and (topic := c.topics.get("t" if arg == 0 else f"u{arg}")):
+            c.create_partitions([NewPartitions(topic.name, len(topic.partitions) + 1)])
         elif kind == "config":
             c.alter_topic_config("t", {"min.insync.replicas": str(arg)})
         elif kind == "poll":
@@ -113,3 +127,21 @@ def test_the_whole_image_when_the_delta_is_not_known(tmp_path: Path, monkeypatch
                       MetadataImage)
     current = restarted.metadata_since(c.metadata_offset, c.cluster_id)
     assert isinstance(current, MetadataDelta) and current.changes.topics == {}
+
+
+def test_a_delta_names_the_deleted_topics(tmp_path: Path) -> None:
+    """A RemoveTopicRecord reaches a broker as the topic's name in ``deleted_topics``; a
+    topic created and deleted between two polls is named too (the broker may have none)."""
+    c = controller(tmp_path, Clock())
+    c.create_topic("gone", 2, 3, {})
+    c.create_topic("kept", 1, 3, {})
+    base = _through_json(c.metadata_since(-1, ""), MetadataImage())
+    c.create_topic("brief", 1, 3, {})
+    [result] = c.delete_topics(["gone"], [])
+    assert (result.error, result.topic_id) == (ErrorCode.none, base.topics["gone"].topic_id)
+    c.delete_topics(["brief"], [])
+    answer = c.metadata_since(base.metadata_offset, c.cluster_id)
+    assert isinstance(answer, MetadataDelta)
+    assert answer.deleted_topics == {"gone", "brief"} and answer.changes.topics == {}
+    image = _through_json(answer, base)
+    assert set(image.topics) == {"kept"} and image == c.image()

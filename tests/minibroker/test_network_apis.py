@@ -193,8 +193,8 @@ class FakeBroker:
 Scenario = Callable[[FakeBroker, int], Awaitable[None]]
 
 
-def run(scenario: Scenario) -> FakeBroker:
-    broker = FakeBroker()
+def run(scenario: Scenario, broker: FakeBroker | None = None) -> FakeBroker:
+    broker = broker or FakeBroker()
 
     async def main() -> None:
         server = KafkaServer(KafkaApis(broker))

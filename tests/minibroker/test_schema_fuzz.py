@@ -14,11 +14,18 @@ import io
 import struct
 from collections import Counter
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 from fuzz_campaign import run_campaign
 from kio.serial import entity_writer
-from schema_fuzz import MAX_REQUEST_ELEMENTS, Expect, FrameGenerator, advertised_versions
+from schema_fuzz import (
+    MAX_REQUEST_ELEMENTS,
+    Expect,
+    FrameGenerator,
+    Pools,
+    advertised_versions,
+)
 
 from minibroker.network.codec import ApiKey, KafkaProtocolError, parse_request
 
@@ -67,6 +74,33 @@ def test_valid_frames_of_every_advertised_version_parse_as_generated() -> None:
         if (request.api_key, request.api_version) not in _KIO_WRITES_OTHERWISE:
             assert _kio_encoding(data, request.body) == data, f"frame {index}"
     assert seen == set(advertised_versions())
+
+
+def test_valid_frames_never_delete_nor_grow_the_clusters_own_topics() -> None:
+    """DeleteTopics and CreatePartitions name only the pool's new topics (by name; an id is
+    never one of the cluster's) and grow them to a few partitions or a count Kafka refuses:
+    the topics the campaign reads and writes, and ``__consumer_offsets``, stay as they are."""
+    own_ids = (UUID(int=7), UUID(int=8))
+    pools = Pools(topic_ids=own_ids)
+    generator = FrameGenerator(SEED + 2, pools, corrupt=0.0)
+    generator.targets = [(api, version) for api, version in advertised_versions()
+                         if api in (ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS)]
+    named: set[str] = set()
+    for index in range(2000):
+        frame = generator.frame(index)
+        if frame.expect is Expect.CLOSE:
+            continue
+        body = parse_request(frame.data[4:], MAX_REQUEST_ELEMENTS).body
+        if frame.api_key == ApiKey.CREATE_PARTITIONS:
+            named |= {t.name for t in body.topics}
+            assert all(t.count <= 6 or t.count > 10_000 for t in body.topics), frame.index
+        elif frame.api_version >= 6:
+            named |= {t.name for t in body.topics if t.name is not None}
+            assert not {t.topic_id for t in body.topics} & set(own_ids), frame.index
+        else:
+            named |= set(body.topic_names)
+    assert not named & set(pools.topics)
+    assert set(pools.new_topics) <= named  # the pool's new topics are drawn
 
 
 def test_corrupted_frames_parse_or_are_protocol_errors() -> None:

@@ -210,9 +210,11 @@ class ReplicaManager:
     def _create_partition(self, tp: TopicPartition, reg: PartitionRegistration,
                           image: MetadataImage) -> Partition:
         config = self._log_config(tp.topic, image)
+        topic = image.topics.get(tp.topic)
         log_, cache = self.log_manager.load_log(tp.topic, tp.partition, config,
                                                 leader_epoch=reg.leader_epoch,
-                                                partition_epoch=reg.partition_epoch)
+                                                partition_epoch=reg.partition_epoch,
+                                                topic_id=topic.topic_id if topic else None)
         return Partition(
             tp, self.broker_id, log_, cache, config,
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,
@@ -254,6 +256,11 @@ class ReplicaManager:
         if image.metadata_offset <= self.image.metadata_offset:
             return
         before, self.image = self.image, image
+        for name, old in before.topics.items():
+            current = image.topics.get(name)
+            if current is None or current.topic_id != old.topic_id:
+                for index in old.partitions:
+                    self._delete_partition(TopicPartition(name, index))
         for name, topic in image.topics.items():
             old = before.topics.get(name)
             if old is topic:
@@ -272,6 +279,23 @@ class ReplicaManager:
         if image.brokers != before.brokers:
             for partition in self.partitions.values():
                 partition.reset_replicas_of_new_incarnations()
+
+    def _delete_partition(self, tp: TopicPartition) -> None:
+        """Kafka's ``ReplicaManager.applyDelta`` for a deleted topic (``stopPartitions`` with
+        delete): the replica stops fetching and serving, a coordinator of it resigns, its
+        waiting requests are answered, and its log and checkpointed offsets go. A topic
+        created again under the same name (another id) starts from empty logs."""
+        partition = self.partitions.pop(tp, None) or self._prepared.pop(tp, None)
+        if partition is None:
+            return
+        self.follower_states.pop(tp, None)
+        self._fetcher_manager.unfollow(tp)
+        for listener in self.leadership_listeners:
+            listener(tp, False, partition.leader_epoch)
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+        self._checkpointed_hws.pop((tp.topic, tp.partition), None)
+        self.log_manager.delete_log(tp.topic, tp.partition)
 
     def _alive_broker_epoch(self, broker_id: int) -> int | None:
         """Kafka's MetadataCache.getAliveBrokerEpoch: None for a fenced or unknown broker."""

@@ -28,8 +28,10 @@ __all__ = [
     "FetchResult",
     "LeaderRecoveryState",
     "MetadataImage",
+    "NewPartitions",
     "PartitionRegistration",
     "ProduceResult",
+    "TopicDeletion",
     "TopicImage",
     "TopicPartition",
     "TxnMarker",
@@ -193,15 +195,18 @@ class MetadataDelta:
     config and only the partitions whose registration changed. With thousands of partitions
     a broker long-polling for metadata gets the few registrations an ISR change or an
     election touched, not the whole image (Kafka's brokers replay the metadata log's records
-    the same way, ``BrokerMetadataListener``)."""
+    the same way, ``BrokerMetadataListener``). ``deleted_topics``: the topics removed since
+    (Kafka's ``TopicsDelta.deletedTopicIds``, from RemoveTopicRecords)."""
 
     changes: MetadataImage
+    deleted_topics: frozenset[str] = frozenset()
 
     def apply(self, base: MetadataImage) -> MetadataImage:
         """The image after this delta. Topics it does not name are shared with ``base``
         (images are replaced, never changed); a topic it names keeps ``base``'s other
         partitions unless it is a new topic of the same name (another id)."""
-        topics = dict(base.topics)
+        topics = {name: topic for name, topic in base.topics.items()
+                  if name not in self.deleted_topics}
         for name, changed in self.changes.topics.items():
             old = topics.get(name)
             partitions = (dict(old.partitions) if old is not None
@@ -211,6 +216,35 @@ class MetadataDelta:
         return MetadataImage(metadata_offset=self.changes.metadata_offset,
                              brokers=self.changes.brokers, topics=topics,
                              cluster_id=self.changes.cluster_id)
+
+    def to_json(self) -> dict:
+        return {"delta": self.changes.to_json(), "deleted_topics": sorted(self.deleted_topics)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> MetadataDelta:
+        return cls(MetadataImage.from_json(data["delta"]),
+                   frozenset(data.get("deleted_topics", ())))
+
+
+@dataclass(frozen=True)
+class TopicDeletion:
+    """One topic's answer to a DeleteTopics (Kafka's ``DeletableTopicResult``): the name
+    and id as far as known."""
+
+    name: str | None
+    topic_id: str | None
+    error: ErrorCode
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class NewPartitions:
+    """One topic of a CreatePartitions (Kafka's ``CreatePartitionsTopic``): its new total
+    partition count and, optionally, the replicas of each new partition."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
 
 
 @dataclass(frozen=True)

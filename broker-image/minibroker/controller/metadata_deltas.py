@@ -33,7 +33,7 @@ class _Committed:
 @dataclass(frozen=True)
 class TopicChange:
     """Of one topic at one offset: the partitions whose registration changed, or ``None``
-    for a new topic (all of them)."""
+    for a new or deleted topic (all of them)."""
 
     partitions: frozenset[int] | None
 
@@ -66,6 +66,8 @@ class MetadataDeltaLog:
                 if touched or before.config != config:
                     changed[name] = TopicChange(touched)
             committed[name] = _Committed(topic_id, dict(config), dict(partitions))
+        for name in self._committed.keys() - committed.keys():  # a RemoveTopicRecord
+            changed[name] = TopicChange(None)
         self._committed = committed
         if len(self._changes) == self._changes.maxlen:
             self._first += 1
@@ -73,7 +75,8 @@ class MetadataDeltaLog:
 
     def changes_since(self, since: int, offset: int) -> dict[str, frozenset[int] | None] | None:
         """Topic -> changed partitions (``None``: all) between ``since`` and ``offset`` (the
-        current offset); ``None`` when ``since`` is outside what is kept."""
+        current offset); ``None`` when ``since`` is outside what is kept. A topic named here
+        that the controller no longer has was deleted."""
         if since < self._first - 1 or since > offset:
             return None
         union: dict[str, frozenset[int] | None] = {}

@@ -8,17 +8,17 @@ change is persisted (fsync) before the caller is answered, so a controller resta
 nothing. Fencing, unfencing, the ISR changes fencing makes and every election are also
 recorded as replication events (``minibroker.events``).
 
-Long (about 650 lines) as Kafka's ``QuorumController`` is: one state machine whose every
-change (registration, heartbeat, fencing, AlterPartition, topic creation, producer ids) is
-applied and persisted in one place; the rules it applies live beside it
-(``partition_change``, ``elr``).
+Long (about 800 lines) as Kafka's ``QuorumController`` is: one state machine whose every
+change (registration, heartbeat, fencing, AlterPartition, topic creation and deletion, new
+partitions, producer ids) is applied and persisted in one place; the rules it applies live
+beside it (``partition_change``, ``replica_placement``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,13 +31,20 @@ from minibroker.cluster.types import (
     LeaderRecoveryState,
     MetadataDelta,
     MetadataImage,
+    NewPartitions,
     PartitionRegistration,
+    TopicDeletion,
     TopicImage,
     TopicPartition,
 )
 from minibroker.config import ConfigError, resolve, validate_topic_config
 from minibroker.controller.metadata_deltas import MetadataDeltaLog, TopicState
 from minibroker.controller.partition_change import PartitionChange, build_change
+from minibroker.controller.replica_placement import (
+    InvalidAssignment,
+    place,
+    validate_manual_assignment,
+)
 from minibroker.events import (
     ElectionKind,
     ElectionReason,
@@ -53,6 +60,14 @@ log = logging.getLogger("minibroker.controller")
 
 STATE_FILE = "controller-state.json"
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+MAX_PARTITIONS_PER_BATCH = 10_000
+"""Kafka's ``ReplicationControlManager.MAX_PARTITIONS_PER_BATCH`` (CreateTopics, KAFKA-14996)
+and ``QuorumController.MAX_RECORDS_PER_USER_OP`` (CreatePartitions): the most partitions one
+request may create. Without it, a request for 10,001 partitions fenced every broker of a
+3-broker cluster over and over."""
+EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+"""The message of the POLICY_VIOLATION Kafka's ``EventHandlerExceptionInfo`` gives an
+operation over ``MAX_RECORDS_PER_USER_OP`` records."""
 
 
 @dataclass
@@ -96,6 +111,12 @@ class TopicRecord:
     topic_id: str
     config: dict[str, str]
     partitions: dict[int, PartitionRegistration]
+
+
+class _Refused(Exception):
+    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message)
+        self.error, self.message = error, message
 
 
 class QuorumController:
@@ -499,13 +520,8 @@ class QuorumController:
             validate_topic_config(config)
         except ConfigError as exc:
             return ErrorCode.invalid_config, str(exc)
-        partitions = {}
-        for index in range(num_partitions):
-            replicas = tuple(live[(index + i) % len(live)] for i in range(replication_factor))
-            partitions[index] = PartitionRegistration(
-                replicas=replicas, isr=replicas, leader=replicas[0], leader_epoch=0,
-                partition_epoch=0,
-            )
+        partitions = {index: _new_registration(replicas, replicas) for index, replicas
+                      in enumerate(place(live, 0, num_partitions, replication_factor))}
         self.topics[name] = TopicRecord(name, environment.new_uuid().hex, dict(config), partitions)
         log.info("Created topic %s with %d partitions, replication factor %d, config %s",
                  name, num_partitions, replication_factor, dict(config))
@@ -551,6 +567,139 @@ class QuorumController:
                     topic.partitions[index] = after
         self._commit()
         return ErrorCode.none, None
+
+    def delete_topics(self, names: Collection[str], topic_ids: Collection[str]
+                      ) -> list[TopicDeletion]:
+        """DeleteTopics, as Kafka 4.2's ``ControllerApis.deleteTopics`` resolves its names
+        and ids (``findTopicIds``, ``findTopicNames``) and
+        ``ReplicationControlManager.deleteTopics`` removes them: one RemoveTopicRecord per
+        topic, all committed at once. An unknown name is UNKNOWN_TOPIC_OR_PARTITION, an
+        unknown id UNKNOWN_TOPIC_ID, a name whose id was also given INVALID_REQUEST (and,
+        as in Kafka, that id gets no answer of its own). Internal topics are deleted like
+        any other, as Kafka does for a client allowed to. Each broker drops the topic's
+        replicas and logs once its metadata no longer has it (``ReplicaManager``). With
+        ``delete.topic.enable`` false every topic is TOPIC_DELETION_DISABLED."""
+        if not resolve("delete.topic.enable", self.config):
+            return [TopicDeletion(name, topic_id, ErrorCode.topic_deletion_disabled)
+                    for name, topic_id in [*((n, None) for n in names),
+                                           *((None, i) for i in topic_ids)]]
+        by_id = {t.topic_id: t for t in self.topics.values()}
+        results: list[TopicDeletion] = []
+        doomed: dict[str, str] = {}  # topic id -> name
+        for topic_id in topic_ids:
+            topic = by_id.get(topic_id)
+            if topic is None:
+                results.append(TopicDeletion(None, topic_id, ErrorCode.unknown_topic_id,
+                                             "This server does not host this topic ID."))
+            else:
+                doomed[topic_id] = topic.name
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is None:
+                results.append(TopicDeletion(name, None, ErrorCode.unknown_topic_or_partition,
+                                             "This server does not host this "
+                                             "topic-partition."))
+            elif topic.topic_id in doomed:
+                del doomed[topic.topic_id]
+                results.append(TopicDeletion(
+                    name, topic.topic_id, ErrorCode.invalid_request,
+                    "The provided topic name maps to an ID that was already supplied."))
+            else:
+                doomed[topic.topic_id] = name
+        for topic_id, name in doomed.items():
+            del self.topics[name]
+            results.append(TopicDeletion(name, topic_id, ErrorCode.none))
+        if doomed:
+            log.info("DeleteTopics result(s): %s", ", ".join(
+                f"{{id: {topic_id}, name: {name}, result: SUCCESS}}"
+                for topic_id, name in doomed.items()))
+            self._commit()
+        return results
+
+    def create_partitions(self, requests: Sequence[NewPartitions], validate_only: bool = False
+                          ) -> list[tuple[ErrorCode, str | None]]:
+        """CreatePartitions, as Kafka 4.2's ``ReplicationControlManager.createPartitions``:
+        each topic grows to its new count, the new partitions placed over the live brokers
+        with the topic's replication factor (or where ``assignments`` says, checked as
+        ``validateManualPartitionAssignment``), each led by the first live replica, all
+        committed at once. Errors are per topic; a request that would add more than
+        ``MAX_PARTITIONS_PER_BATCH`` partitions in all is refused whole, before anything is
+        placed (Kafka's ``BoundedList`` of ``MAX_RECORDS_PER_USER_OP`` records).
+        ``validate_only`` answers without changing anything."""
+        additions: list[int | _Refused] = []
+        for request in requests:
+            try:
+                additions.append(self._additional_partitions(request))
+            except _Refused as refused:
+                additions.append(refused)
+        if sum(a for a in additions if isinstance(a, int)) > MAX_PARTITIONS_PER_BATCH:
+            return [(ErrorCode.policy_violation, EXCESSIVE_BATCH)] * len(requests)
+        results: list[tuple[ErrorCode, str | None]] = []
+        grown: list[tuple[TopicRecord, dict[int, PartitionRegistration]]] = []
+        for request, additional in zip(requests, additions, strict=True):
+            try:
+                if isinstance(additional, _Refused):
+                    raise additional
+                topic = self.topics[request.name]
+                grown.append((topic, self._place_new_partitions(topic, request, additional)))
+                results.append((ErrorCode.none, None))
+            except _Refused as refused:
+                results.append((refused.error, refused.message))
+        if validate_only or not grown:
+            return results
+        for topic, added in grown:
+            topic.partitions.update(added)
+            log.info("Topic %s now has %d partitions (added %s)", topic.name,
+                     len(topic.partitions), {i: list(r.replicas) for i, r in added.items()})
+        self._commit()
+        return results
+
+    def _additional_partitions(self, request: NewPartitions) -> int:
+        topic = self.topics.get(request.name)
+        if topic is None:  # an UnknownTopicOrPartitionException without a message
+            raise _Refused(ErrorCode.unknown_topic_or_partition)
+        current = len(topic.partitions)
+        if request.count == current:
+            raise _Refused(ErrorCode.invalid_partitions,
+                           f"Topic already has {current} partition(s).")
+        if request.count < current:
+            raise _Refused(ErrorCode.invalid_partitions,
+                           f"The topic {request.name} currently has {current} partition(s); "
+                           f"{request.count} would not be an increase.")
+        additional = request.count - current
+        if request.assignments is not None and len(request.assignments) != additional:
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           f"Attempted to add {additional} additional partition(s), but only "
+                           f"{len(request.assignments)} assignment(s) were specified.")
+        return additional
+
+    def _place_new_partitions(self, topic: TopicRecord, request: NewPartitions,
+                              additional: int) -> dict[int, PartitionRegistration]:
+        start = len(topic.partitions)
+        replication_factor = len(next(iter(topic.partitions.values())).replicas)
+        if request.assignments is None:
+            live = sorted(b for b in self.brokers if self.is_live(b))
+            if replication_factor > len(live):
+                raise _Refused(ErrorCode.invalid_replication_factor,
+                               f"Unable to replicate the partition {replication_factor} "
+                               f"time(s): only {len(live)} broker(s) are live.")
+            return {start + i: _new_registration(replicas, replicas) for i, replicas
+                    in enumerate(place(live, start, additional, replication_factor))}
+        added = {}
+        for i, replicas in enumerate(request.assignments):
+            try:
+                validate_manual_assignment(replicas, replication_factor,
+                                           lambda b: b in self.brokers)
+            except InvalidAssignment as exc:
+                raise _Refused(ErrorCode.invalid_replica_assignment, str(exc)) from None
+            isr = tuple(r for r in replicas if self.is_live(r))
+            if not isr:
+                raise _Refused(ErrorCode.invalid_replica_assignment,
+                               f"All brokers specified in the manual partition assignment "
+                               f"for partition {start + i} are fenced or in controlled "
+                               f"shutdown.")
+            added[start + i] = _new_registration(tuple(replicas), isr)
+        return added
 
     # ---- producer ids -----------------------------------------------------------------
 
@@ -653,8 +802,12 @@ class QuorumController:
         the controller no longer knows them or the broker's image is of another cluster."""
         changed = (self._deltas.changes_since(since, self.metadata_offset)
                    if cluster_id == self.cluster_id else None)
-        image = self.image(topics=changed)
-        return image if changed is None else MetadataDelta(image)
+        if changed is None:
+            return self.image()
+        deleted = frozenset(name for name in changed if name not in self.topics)
+        return MetadataDelta(self.image(topics={name: partitions for name, partitions
+                                                in changed.items() if name not in deleted}),
+                             deleted_topics=deleted)
 
     def image(self, topics: Mapping[str, frozenset[int] | None] | None = None
               ) -> MetadataImage:
@@ -706,3 +859,10 @@ class QuorumController:
             1 for t in self.topics.values() for reg in t.partitions.values()
             if reg.leader == NO_LEADER
         )
+
+
+def _new_registration(replicas: tuple[int, ...], isr: tuple[int, ...]) -> PartitionRegistration:
+    """A new partition, as Kafka's ``buildPartitionRegistration``: led by its first ISR
+    member, at leader and partition epoch 0."""
+    return PartitionRegistration(replicas=replicas, isr=isr, leader=isr[0], leader_epoch=0,
+                                 partition_epoch=0)

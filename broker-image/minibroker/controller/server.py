@@ -1,7 +1,8 @@
 """The controller process: ``QuorumController`` on the network, with metrics and state.
 
 Brokers register, heartbeat, long-poll for metadata changes, and send AlterPartition,
-CreateTopic and AllocateProducerIds requests over ``minibroker.rpc``. Every state change is
+AllocateProducerIds and the admin requests they forward (CreateTopics, DeleteTopics,
+CreatePartitions, IncrementalAlterConfigs) over ``minibroker.rpc``. Every state change is
 persisted before the answer leaves (the controller fsyncs in ``QuorumController._persist``).
 
 Only peers holding the cluster's secret are served (``rpc_auth``: Kafka's controller
@@ -20,7 +21,7 @@ from typing import Any
 
 from minibroker.admin import AdminServer
 from minibroker.cluster.alter_partition_manager import MAX_ALTER_PARTITION_ITEMS
-from minibroker.cluster.types import LeaderRecoveryState, MetadataDelta, TopicPartition
+from minibroker.cluster.types import LeaderRecoveryState, NewPartitions, TopicPartition
 from minibroker.config import resolve
 from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
 from minibroker.events import ReplicationEventLog
@@ -61,6 +62,8 @@ class ControllerServer:
             "alter_partitions": self._alter_partitions,
             "create_topic": self._create_topic,
             "alter_topic_config": self._alter_topic_config,
+            "delete_topics": self._delete_topics,
+            "create_partitions": self._create_partitions,
             "allocate_producer_ids": self._allocate_producer_ids,
             "state": self._state,
         }, secret=secret, limits=controller_rpc_limits(config))
@@ -134,8 +137,6 @@ class ControllerServer:
                     await self._changed.wait_for(
                         lambda: self.controller.metadata_offset > since)
         answer = self.controller.metadata_since(since, cluster_id)
-        if isinstance(answer, MetadataDelta):
-            return {"delta": answer.changes.to_json()}
         return answer.to_json()
 
     async def _alter_partitions(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +165,26 @@ class ControllerServer:
                                                             bool(p.get("validate_only")))
         return {"error": error.name, "message": message}
 
+    async def _delete_topics(self, p: dict[str, Any]) -> dict[str, Any]:
+        """DeleteTopics forwarded by a broker: the names and the ids (hex) it asks for."""
+        names, ids = _strings(p, "names"), _strings(p, "topic_ids")
+        return {"results": [{"name": r.name, "topic_id": r.topic_id, "error": r.error.name,
+                             "message": r.message}
+                            for r in self.controller.delete_topics(names, ids)]}
+
+    async def _create_partitions(self, p: dict[str, Any]) -> dict[str, Any]:
+        """CreatePartitions forwarded by a broker: each topic's new count and, optionally,
+        the replicas of each new partition; answered topic by topic, in order."""
+        topics = p["topics"]
+        if not isinstance(topics, list):
+            raise ValueError("topics: expected a list")
+        requests = [NewPartitions(t["name"], int(t["count"]), None if t["assignments"] is None
+                                  else tuple(tuple(map(int, a)) for a in t["assignments"]))
+                    for t in topics]
+        return {"results": [{"error": error.name, "message": message} for error, message
+                            in self.controller.create_partitions(
+                                requests, bool(p.get("validate_only")))]}
+
     async def _allocate_producer_ids(self, p: dict[str, Any]) -> dict[str, Any]:
         error, start, length = self.controller.allocate_producer_ids(p["broker_id"],
                                                                      p["broker_epoch"])
@@ -174,3 +195,10 @@ class ControllerServer:
 
     def state(self) -> dict[str, Any]:
         return {**self.controller.state(), "rpc": self.rpc.stats()}
+
+
+def _strings(p: dict[str, Any], key: str) -> list[str]:
+    value = p.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key}: expected a list of strings")
+    return value

@@ -440,6 +440,51 @@ class GroupCoordinator:
                 m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
                 m.assignment if stable else b"") for m in group.members.values()))
 
+    # ---- deleting ---------------------------------------------------------------------
+
+    def handle_delete_groups(self, group_ids: list[str],
+                             callback: Callable[[dict[str, ErrorCode]], None]) -> None:
+        """Kafka 4.2's ``GroupCoordinatorService.deleteGroups``: each
+        group must be coordinated here (else NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS), known (GROUP_ID_NOT_FOUND) and Empty
+        (``validateDeleteGroup``: NON_EMPTY_GROUP while it has members, classic or consumer
+        protocol ones); an
+        Empty group's offsets and metadata get tombstones in ``__consumer_offsets``
+        (``GroupMetadataManager.delete_group``). ``callback`` gets every group's error once
+        every write is acknowledged. The empty group id is allowed, as in Kafka."""
+        results: dict[str, ErrorCode] = {}
+        doomed: list[GroupMetadata] = []
+        for group_id in group_ids:
+            error = self.validate_group_status(group_id, allow_empty=True)
+            group = self.manager.get_group(group_id) if error is None else None
+            if error is None and (group is None or group.is_(GroupState.DEAD)):
+                error = ErrorCode.group_id_not_found
+            elif error is None and group is not None and (
+                    not group.is_(GroupState.EMPTY)
+                    or (group.consumer is not None and group.consumer.members)):
+                # ``ConsumerGroup.validateDeleteGroup`` too: a consumer group with members.
+                error = ErrorCode.non_empty_group
+            if error is not None or group is None:
+                results[group_id] = error or ErrorCode.group_id_not_found
+            elif group_id not in results:
+                results[group_id] = ErrorCode.none
+                doomed.append(group)
+        waiting = len(doomed)
+        if not waiting:
+            callback(results)
+            return
+
+        def deleted(group_id: str, error: ErrorCode) -> None:
+            nonlocal waiting
+            results[group_id] = error
+            waiting -= 1
+            if waiting == 0:
+                callback(results)
+
+        for group in doomed:
+            self.manager.delete_group(
+                group, lambda error, group_id=group.group_id: deleted(group_id, error))
+
     # ---- state for /v1/state ------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ coordinator epoch), so a load overtaken by a newer leadership change does nothin
 
 Simplified against Kafka: offsets never expire (no ``offsets.retention.minutes``), nothing
 is compacted (minibroker has no log cleaner; the topic's ``cleanup.policy=compact`` is
-recorded only), there are no transactional offset commits and no offset deletion.
+recorded only), and offsets are deleted only with their group (DeleteGroups, ``delete_group``).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class GroupMetadataManager:
 
     # ---- writing ------------------------------------------------------------------------
 
-    def _write(self, group_id: str, keys: list[bytes], values: list[bytes],
+    def _write(self, group_id: str, keys: list[bytes], values: list[bytes | None],
                done: Callable[[ProduceResult], None],
                producer: tuple[int, int] | None = None,
                verification_guards: Guards | None = None) -> None:
@@ -268,6 +268,32 @@ class GroupMetadataManager:
                     [encode_offset_key(group.group_id, tp.topic, tp.partition) for tp in valid],
                     [encode_offset_value(o) for o in valid.values()], done, producer,
                     verification_guards)
+
+    def delete_group(self, group: GroupMetadata, callback: Callable[[ErrorCode], None]
+                     ) -> None:
+        """Kafka 4.2's ``GroupCoordinatorShard.deleteGroups`` for one Empty group: a
+        tombstone for each committed offset (and each offset an open transaction holds that
+        is not committed, ``OffsetMetadataManager.deleteAllOffsets``) and for the group's
+        metadata (``createGroupTombstoneRecords``), in one batch. The group is Dead and out
+        of the cache at once, so nothing joins it while the tombstones are written;
+        ``callback`` gets the write's error as a client sees it. A replay drops a key whose
+        last record is a tombstone (``_replay``), so a new coordinator does not load it."""
+        group_id = group.group_id
+        held = [*group.offsets, *(tp for pending in group.pending_txn_offset_commits.values()
+                                  for tp in pending if tp not in group.offsets)]
+        keys = [*(encode_offset_key(group_id, tp.topic, tp.partition)
+                  for tp in dict.fromkeys(held)), encode_group_key(group_id)]
+        group.transition_to(GroupState.DEAD)
+        del self.groups[group_id]
+        log.info("Deleting group %s and its %d offsets", group_id, len(keys) - 1)
+
+        def done(result: ProduceResult) -> None:
+            if result.error != ErrorCode.none:
+                log.info("Writing the tombstones of group %s failed: %s", group_id,
+                         result.error.name)
+            callback(_APPEND_ERRORS.get(result.error, result.error))
+
+        self._write(group_id, keys, [None] * len(keys), done)
 
     def handle_txn_completion(self, producer_id: int, partitions: set[int],
                               is_commit: bool) -> None:

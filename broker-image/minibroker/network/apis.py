@@ -7,7 +7,8 @@ its supported versions: responses are built from a superset of fields and each
 version's class keeps the fields it has (``responses.build``). The handlers of the APIs
 that read and write the replicas are in ``replica_apis``, FindCoordinator in
 ``coordinator_apis``, the group coordinator's in ``group_apis``, the transaction
-coordinator's in ``txn_apis``, the others in ``cluster_apis``.
+coordinator's in ``txn_apis``, DeleteTopics and CreatePartitions in ``admin_apis``,
+DescribeConfigs in ``config_apis``, the others in ``cluster_apis``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Protocol
 
 from kio.static.protocol import ResponsePayload
 
+from minibroker.network.admin_apis import AdminApis, AdminBroker
 from minibroker.network.cluster_apis import ClusterApis, ClusterBroker
 from minibroker.network.codec import ApiKey, Request
+from minibroker.network.config_apis import ConfigApis, ConfigBroker
 from minibroker.network.coordinator_apis import CoordinatorApis, CoordinatorBroker
 from minibroker.network.group_apis import GroupApis, GroupBroker
 from minibroker.network.replica_apis import ReplicaApis, ReplicaBroker
@@ -26,11 +29,12 @@ from minibroker.network.txn_apis import TxnApis, TxnBroker
 __all__ = ["BrokerApi", "KafkaApis"]
 
 
-class BrokerApi(ReplicaBroker, ClusterBroker, CoordinatorBroker, GroupBroker, TxnBroker,
-                Protocol):
+class BrokerApi(ReplicaBroker, ClusterBroker, AdminBroker, ConfigBroker, CoordinatorBroker,
+                GroupBroker, TxnBroker, Protocol):
     """What KafkaApis needs of the broker: the ReplicaManager's API (``ReplicaBroker``),
-    what it forwards to the controller (``ClusterBroker``, ``CoordinatorBroker``) and its
-    coordinators (``GroupBroker``, ``TxnBroker``)."""
+    what it forwards to the controller (``ClusterBroker``, ``AdminBroker``,
+    ``CoordinatorBroker``), its configs (``ConfigBroker``) and its coordinators
+    (``GroupBroker``, ``TxnBroker``)."""
 
 
 class KafkaApis:
@@ -39,6 +43,7 @@ class KafkaApis:
     def __init__(self, broker: BrokerApi) -> None:
         replicas, cluster, groups = ReplicaApis(broker), ClusterApis(broker), GroupApis(broker)
         coordinators, txns = CoordinatorApis(broker), TxnApis(broker)
+        admin, configs = AdminApis(broker), ConfigApis(broker)
         self.fetch_sessions = replicas.fetch_sessions
         """The incremental fetch sessions this broker serves (KIP-227's FetchSessionCache)."""
         self._handlers = {
@@ -57,6 +62,10 @@ class KafkaApis:
             ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
             ApiKey.API_VERSIONS: cluster.handle_api_versions,
             ApiKey.CREATE_TOPICS: cluster.handle_create_topics,
+            ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+            ApiKey.CREATE_PARTITIONS: admin.handle_create_partitions,
+            ApiKey.DESCRIBE_CONFIGS: configs.handle_describe_configs,
+            ApiKey.DELETE_GROUPS: groups.handle_delete_groups,
             ApiKey.INIT_PRODUCER_ID: txns.handle_init_producer_id,
             ApiKey.DESCRIBE_TRANSACTIONS: txns.handle_describe_transactions,
             ApiKey.LIST_TRANSACTIONS: txns.handle_list_transactions,

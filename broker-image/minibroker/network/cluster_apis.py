@@ -15,6 +15,7 @@ from kio.static.protocol import ResponsePayload
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, TopicImage
 from minibroker.config import resolve
+from minibroker.controller.quorum_controller import MAX_PARTITIONS_PER_BATCH
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.network.codec import (
     CONSUMER_PROTOCOL_APIS,
@@ -32,10 +33,6 @@ _ZERO_UUID = uuid.UUID(int=0)
 _NO_PRODUCER_ID = -1
 _NO_PRODUCER_EPOCH = -1
 DESCRIBE_PARTITIONS_LIMIT = 2000
-# Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: a CreateTopics that would make
-# more partitions is refused whole (POLICY_VIOLATION, KAFKA-14996). Without it, a request
-# for 10,001 partitions fenced every broker of a 3-broker cluster over and over.
-MAX_PARTITIONS_PER_BATCH = 10_000
 _TOPIC_RESOURCE = 2  # Kafka's ConfigResource.Type.TOPIC
 _SET, _DELETE = 0, 1  # AlterConfigOp.OpType  # Kafka's max.request.partition.size.limit default
 
@@ -308,6 +305,8 @@ class ClusterApis:
         body = request.body
         m = response_module(ApiKey.CREATE_TOPICS, request.api_version)
         timeout = body.timeout.total_seconds()
+        # A CreateTopics that would make more is refused whole (POLICY_VIOLATION,
+        # Kafka's validateTotalNumberOfPartitions, KAFKA-14996).
         if self._partitions_requested(body.topics) > MAX_PARTITIONS_PER_BATCH:
             outcomes = [(ErrorCode.policy_violation,
                          "Excessively large number of partitions per request.")] * len(body.topics)

@@ -67,6 +67,7 @@ class ApiKey(IntEnum):
     LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
@@ -74,6 +75,9 @@ class ApiKey(IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -96,6 +100,11 @@ class ApiKey(IntEnum):
 # sends them); FindCoordinator to v4 (KIP-699's batch; v5 only adds an error transactional
 # producers see), DescribeGroups to v5 (v6 is Kafka 4.0's). OffsetCommit v9 and OffsetFetch
 # v9 carry KIP-848's member epoch, which a classic group reads as the generation.
+# The admin APIs clients clean up and read configs with at Kafka 4.2's versions: DeleteTopics
+# v1-6 (v0 removed in 4.0; v6 names topics by id), DescribeConfigs v1-4 (v0 removed in 4.0),
+# CreatePartitions v0-3 and DeleteGroups v0-2; librdkafka 2.x, kafka-python and kafkajs
+# 2.2.4 (DeleteTopics v1, DescribeConfigs v2, CreatePartitions v1, DeleteGroups v1) each
+# find a version in them.
 SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 12),
     ApiKey.FETCH: (4, 15),
@@ -112,6 +121,7 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 4),  # v4: features whose minimum is 0 too (KAFKA-17011)
     ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
@@ -119,6 +129,9 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.END_TXN: (0, 5),  # v4 adds TRANSACTION_ABORTABLE, v5 is transaction version 2
     ApiKey.WRITE_TXN_MARKERS: (1, 2),
     ApiKey.TXN_OFFSET_COMMIT: (0, 5),  # v3: KIP-447's member id and generation
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topic configs only
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # KIP-664
     ApiKey.LIST_TRANSACTIONS: (0, 1),  # v1: KIP-994's duration filter; v2's regex is not served

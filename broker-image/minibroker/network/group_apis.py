@@ -1,8 +1,8 @@
 """The group coordinator's APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
-OffsetFetch, ListGroups and DescribeGroups, as Kafka 3.9's ``KafkaApis`` handles them for
-the classic protocol, and KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe as
-Kafka 4.2's do (FindCoordinator, which serves both coordinators, is in
-``coordinator_apis``).
+OffsetFetch, ListGroups, DescribeGroups and DeleteGroups, as Kafka 3.9's ``KafkaApis``
+handles them for the classic protocol (DeleteGroups as Kafka 4.2's), and KIP-848's
+ConsumerGroupHeartbeat and ConsumerGroupDescribe as Kafka 4.2's do; FindCoordinator, which
+serves both coordinators, is in ``coordinator_apis``.
 
 Every version's request is turned into a call on the ``GroupCoordinator`` (callback-based;
 a parked JoinGroup or SyncGroup is awaited here) and its answer into that version's
@@ -302,6 +302,18 @@ class GroupApis:
                 authorized_operations=_AUTHORIZED_OPERATIONS_OMITTED))
         return build(m.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
                      groups=tuple(described))
+
+    async def handle_delete_groups(self, request: Request) -> ResponsePayload:
+        """Kafka 4.2's ``KafkaApis.handleDeleteGroupsRequest``: each group's error, a
+        tombstone write's as ``CoordinatorOperationExceptionHelper`` maps it."""
+        m = response_module(ApiKey.DELETE_GROUPS, request.api_version)
+        group_ids = list(request.body.groups_names)
+        errors = await completion(
+            lambda done: self._coordinator.handle_delete_groups(group_ids, done))
+        return build(m.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(
+            m.DeletableGroupResult(group_id=group_id, error_code=_COORDINATOR_ERRORS.get(
+                errors[group_id], errors[group_id]))
+            for group_id in dict.fromkeys(group_ids)))
 
     # -- ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) --------------------------
 

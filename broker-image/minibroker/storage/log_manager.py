@@ -6,17 +6,28 @@ flushes the logs on time, checkpoints their recovery points, and flushes them al
 clean shutdown. It records the replication events of loading a log (``minibroker.events``):
 ``log_recovery``, and the truncation a power loss made when the process that lost power
 held more of the log than survived.
+
+Each log directory holds its topic's id (Kafka's ``PartitionMetadataFile``), so a log left
+by a deleted topic is never taken for the log of a new topic of the same name: it is a stray
+(Kafka's ``LogManager.isStrayReplica``, KAFKA-14616) and is deleted. A deleted log's
+directory is renamed ``<topic>-<partition>.<id>-delete`` first and then removed (Kafka's
+``LogManager.asyncDelete``; a crash between the two leaves a directory removed at the next
+start, as Kafka's ``loadLogs`` does).
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from minibroker import environment
 from minibroker.config import LogConfig
 from minibroker.events import EventType, ReplicationEventLog, TruncationReason
+from minibroker.fsutil import fsync_dir
 from minibroker.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT_FILE,
     RECOVERY_POINT_OFFSET_CHECKPOINT_FILE,
@@ -28,6 +39,22 @@ from minibroker.storage.leader_epoch_cache import LeaderEpochCache
 from minibroker.storage.log import Log
 
 log = logging.getLogger("minibroker.log")
+
+PARTITION_METADATA_FILE = "partition.metadata"  # Kafka's PartitionMetadataFile
+DELETE_DIR_SUFFIX = "-delete"  # Kafka's LogFileUtils.DELETE_DIR_SUFFIX
+_PARTITION_METADATA = re.compile(r"version: 0\ntopic_id: ([0-9a-f]{32})\n")
+
+
+def read_topic_id(directory: Path) -> str | None:
+    """The topic id a log directory was created for; None for a log written before the
+    file existed, or a file a crash left incomplete (it is written without an fsync: see
+    ``LogManager.load_log``), which then counts as not saying."""
+    try:
+        text = (directory / PARTITION_METADATA_FILE).read_text()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+    match = _PARTITION_METADATA.fullmatch(text)
+    return match[1] if match else None
 
 
 def _recover_epoch_cache(cache: LeaderEpochCache, log_: Log) -> None:
@@ -71,13 +98,23 @@ class LogManager:
         self._recovery_checkpoint = OffsetCheckpointFile(
             data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT_FILE)
         self._checkpointed_recovery_points = dict(self._recovery_checkpoint.read())
+        if data_dir.is_dir():
+            for left in data_dir.glob(f"*{DELETE_DIR_SUFFIX}"):
+                shutil.rmtree(left, ignore_errors=True)
 
     def load_log(self, topic: str, partition: int, config: LogConfig, *, leader_epoch: int,
-                 partition_epoch: int) -> tuple[Log, LeaderEpochCache]:
+                 partition_epoch: int, topic_id: str | None = None
+                 ) -> tuple[Log, LeaderEpochCache]:
         """The partition's log and leader-epoch cache (Kafka's getOrCreateLog), loaded once.
         `leader_epoch` and `partition_epoch` are the partition's, from the metadata: above 0,
-        the partition is older than a log this directory does not have."""
+        the partition is older than a log this directory does not have. A log on disk of
+        another ``topic_id`` (a deleted topic's) is deleted and a new one made."""
         directory = self.data_dir / f"{topic}-{partition}"
+        stored = read_topic_id(directory) if directory.is_dir() else None
+        if topic_id is not None and stored is not None and stored != topic_id:
+            log.warning("Deleting the stray log %s: it belongs to topic id %s, not %s",
+                        directory, stored, topic_id)
+            self._remove(directory, topic, partition)
         loaded = directory.is_dir()
         recovery_point = self._checkpointed_recovery_points.get((topic, partition), 0)
         log_ = Log(
@@ -93,6 +130,15 @@ class LogManager:
         cache = LeaderEpochCache(checkpoint)
         _recover_epoch_cache(cache, log_)
         self._logs[topic, partition] = log_
+        if topic_id is not None and stored != topic_id:
+            # Not fsynced: Kafka flushes the file off the request path
+            # (UnifiedLog.initializeTopicId schedules "flush-metadata-file"), and an fsync
+            # per new log here would double what creating thousands of logs holds the event
+            # loop (about 10 ms more a log). A crash may leave it missing or cut, which reads
+            # as no id: the log is then taken as the topic's, as one from before the file.
+            self._durability.check_space(directory)
+            (directory / PARTITION_METADATA_FILE).write_text(
+                f"version: 0\ntopic_id: {topic_id}\n")
         if loaded:
             self._record_log_recovery(topic, partition, log_, recovery_point)
         elif leader_epoch > 0 or partition_epoch > 0:
@@ -104,6 +150,26 @@ class LogManager:
                 detail=f"no log on disk for a partition at leader epoch {leader_epoch}, "
                        f"partition epoch {partition_epoch}: the disk is new or was emptied")
         return log_, cache
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Kafka's ``LogManager.asyncDelete`` for a partition of a deleted topic: the log is
+        closed, forgotten (its recovery point no longer checkpointed) and its directory
+        removed."""
+        log_ = self._logs.pop((topic, partition), None)
+        if log_ is not None:
+            log_.close()
+        self._remove(self.data_dir / f"{topic}-{partition}", topic, partition)
+        log.info("Deleted log for partition %s-%d", topic, partition)
+
+    def _remove(self, directory: Path, topic: str, partition: int) -> None:
+        self._checkpointed_recovery_points.pop((topic, partition), None)
+        if not directory.is_dir():
+            return
+        doomed = directory.with_name(
+            f"{directory.name}.{environment.new_uuid().hex}{DELETE_DIR_SUFFIX}")
+        directory.rename(doomed)
+        fsync_dir(self.data_dir)
+        shutil.rmtree(doomed)
 
     def _record_log_recovery(self, topic: str, partition: int, log_: Log,
                              recovery_point: int) -> None:
