@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from manual_scheduler import ManualScheduler
+from test_controller import Clock, controller
 
 from minibroker.cluster.types import ErrorCode, MetadataImage, PartitionRegistration, TopicImage
 from minibroker.coordinator.consumer.consumer_group import ConsumerGroup, GroupError
@@ -20,8 +23,18 @@ from minibroker.coordinator.consumer.group_manager import (
     HeartbeatResponse,
 )
 from minibroker.coordinator.consumer.member import MemberState
+from minibroker.coordinator.consumer.records import (
+    ConsumerGroupKey,
+    Record,
+    decode_consumer_value,
+    group_epoch_record,
+    replay_consumer_groups,
+    target_assignment_member_record,
+)
+from minibroker.coordinator.records import decode_key
+from minibroker.network.group_apis import owned_partitions
 
-FOO, BAR = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
+FOO, BAR = uuid.UUID(int=1).hex, uuid.UUID(int=2).hex  # topic ids as the image has them
 SESSION_MS, REBALANCE_MS = 45000, 30000
 
 
@@ -37,6 +50,8 @@ class Groups:
     def __init__(self) -> None:
         self.groups: dict[str, ConsumerGroup] = {}
         self.classic: set[str] = set()
+        self.log: list[Record] = []
+        """Every record written, in order (acknowledged at once)."""
 
     def consumer_group(self, group_id: str) -> ConsumerGroup | None:
         if group_id in self.classic:
@@ -44,8 +59,13 @@ class Groups:
                              f"Group {group_id} is not a consumer group.")
         return self.groups.get(group_id)
 
-    def create_consumer_group(self, group_id: str) -> ConsumerGroup:
-        return self.groups.setdefault(group_id, ConsumerGroup(group_id))
+    def create_consumer_group(self, group_id: str) -> tuple[ConsumerGroup, list[Record]]:
+        return self.groups.setdefault(group_id, ConsumerGroup(group_id)), []
+
+    def write(self, group_id: str, records: list[Record],
+              done: Callable[[ErrorCode], None]) -> None:
+        self.log += records
+        done(ErrorCode.none)
 
 
 class Harness:
@@ -61,16 +81,21 @@ class Harness:
                 (assignor, *(a for a in ("uniform", "range") if a != assignor))),
             lambda: self.image, self.store, lambda: next(ids))
 
+    def call(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        answers: list[HeartbeatResponse] = []
+        self.manager.heartbeat(request, answers.append)
+        [answer] = answers
+        return answer
+
     def join(self, member_id: str, topics: tuple[str, ...] = ("foo", "bar")
              ) -> HeartbeatResponse:
-        return self.manager.heartbeat(HeartbeatRequest(
-            "g", member_id, 0, rebalance_timeout_ms=REBALANCE_MS,
-            subscribed_topic_names=topics, owned={}))
+        return self.call(HeartbeatRequest("g", member_id, 0, rebalance_timeout_ms=REBALANCE_MS,
+                                          subscribed_topic_names=topics, owned={}))
 
     def beat(self, member_id: str, epoch: int, owned: dict | None = None,
              **fields: object) -> HeartbeatResponse:
-        return self.manager.heartbeat(HeartbeatRequest("g", member_id, epoch, owned=owned,
-                                                       **fields))  # type: ignore[arg-type]
+        return self.call(HeartbeatRequest("g", member_id, epoch, owned=owned,
+                                          **fields))  # type: ignore[arg-type]
 
     @property
     def group(self) -> ConsumerGroup:
@@ -164,13 +189,13 @@ def test_an_invalid_heartbeat_names_its_field(fields: dict, message: str) -> Non
     request = {"group_id": "g", "member_id": "m1", "member_epoch": 0,
                "rebalance_timeout_ms": REBALANCE_MS, "subscribed_topic_names": ("foo",),
                "owned": {}} | fields
-    answer = Harness().manager.heartbeat(HeartbeatRequest(**request))
+    answer = Harness().call(HeartbeatRequest(**request))
     assert (answer.error, answer.message) == (ErrorCode.invalid_request, message)
 
 
 def test_an_unknown_assignor_group_or_member_is_refused() -> None:
     h = Harness()
-    answer = h.manager.heartbeat(HeartbeatRequest(
+    answer = h.call(HeartbeatRequest(
         "g", "m1", 0, rebalance_timeout_ms=1, subscribed_topic_names=("foo",), owned={},
         server_assignor="sticky"))
     assert answer.error is ErrorCode.unsupported_assignor and "range, uniform" in (
@@ -179,7 +204,7 @@ def test_an_unknown_assignor_group_or_member_is_refused() -> None:
     h.join("m1")
     assert h.beat("stranger", 1).error is ErrorCode.unknown_member_id
     h.store.classic.add("classic")
-    answer = h.manager.heartbeat(HeartbeatRequest(
+    answer = h.call(HeartbeatRequest(
         "classic", "m1", 0, rebalance_timeout_ms=1, subscribed_topic_names=("foo",),
         owned={}))
     assert answer.error is ErrorCode.group_id_not_found
@@ -260,3 +285,62 @@ def test_the_uniform_assignor_spreads_a_group_evenly() -> None:
     assert h.group.state == "Stable"
     assert sorted(len(m.assigned_partitions.get(FOO, ())) for m in
                   h.group.members.values()) == [2, 2, 2]
+
+
+def _replayed(log: list[Record]) -> ConsumerGroup:
+    """What a new coordinator makes of the records: the latest of each key, tombstones
+    dropped (``GroupMetadataManager._replay``)."""
+    latest: dict[ConsumerGroupKey, object] = {}
+    for key, value in log:
+        parsed = decode_key(key)
+        assert isinstance(parsed, ConsumerGroupKey)
+        latest[parsed] = decode_consumer_value(parsed, value)
+    [group] = replay_consumer_groups({k: v for k, v in latest.items() if v is not None}
+                                     ).values()
+    return group
+
+
+def _view(group: ConsumerGroup) -> tuple[object, ...]:
+    return (group.group_epoch, group.assignment_epoch, group.metadata_hash, group.members,
+            group.target_assignment, group.state,
+            [group.current_partition_epoch(t, p) for t in (FOO, BAR) for p in range(6)])
+
+
+def test_a_new_coordinator_replays_the_group_its_records_describe() -> None:
+    """Every step writes its records (``consumer.records``); replaying them gives the same
+    group: epochs, members with their epochs and states, targets, partition owners. Checked
+    mid-reconciliation and after a member is fenced."""
+    h = Harness()
+    h.join("m1")
+    h.join("m2")
+    h.beat("m1", 1, owned={FOO: frozenset(range(6)), BAR: frozenset(range(3))})
+    assert h.group.members["m1"].state is MemberState.UNREVOKED_PARTITIONS
+    assert _view(_replayed(h.store.log)) == _view(h.group)
+    h.beat("m2", -1)
+    h.beat("m1", 1, owned=h.group.members["m1"].assigned_partitions)
+    assert list(h.group.members) == ["m1"]
+    assert _view(_replayed(h.store.log)) == _view(h.group)
+
+
+def test_the_records_are_kafkas_bytes() -> None:
+    """ConsumerGroupMetadataKey/Value (key version 3, value version 0, flexible: a tagged
+    MetadataHash), worked out by hand from Kafka 4.2's message JSON."""
+    key, value = group_epoch_record("g", 5, 0)
+    assert key == bytes.fromhex("0003" "0001") + b"g"
+    assert value == bytes.fromhex("0000" "00000005" "00")
+    _, hashed = group_epoch_record("g", 5, 1)
+    assert hashed == bytes.fromhex("0000" "00000005" "01" "00" "08" "0000000000000001")
+    _, target = target_assignment_member_record("g", "m", {FOO: frozenset({2, 0})})
+    assert target == (bytes.fromhex("0000" "02") + uuid.UUID(FOO).bytes
+                      + bytes.fromhex("03" "00000000" "00000002" "00" "00"))
+
+
+
+def test_owned_partitions_from_the_wire_name_topics_as_the_image_does(tmp_path: Path) -> None:
+    """A heartbeat's TopicPartitions carry UUIDs; the coordinator compares them with the
+    image's topic ids, so they must come out in the image's form (a mismatch would take
+    every owned partition for revoked and hand it to another member at once)."""
+    c = controller(tmp_path, Clock())
+    c.create_topic("t", 2, 3, {})
+    topic_id = c.image().topics["t"].topic_id
+    assert owned_partitions([(uuid.UUID(topic_id), (1, 0))]) == {topic_id: frozenset({0, 1})}

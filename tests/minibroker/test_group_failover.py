@@ -19,6 +19,7 @@ from stepper import SimCluster
 from test_broker_processes import TOPIC, ProcessCluster, wait_for
 
 from minibroker.cluster.types import ErrorCode, TopicPartition
+from minibroker.coordinator.consumer.group_manager import HeartbeatRequest, HeartbeatResponse
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.coordinator.group_metadata_manager import OFFSETS_TOPIC
 from minibroker.coordinator.records import OffsetAndMetadata
@@ -187,3 +188,55 @@ def coordinator_of(cluster: ProcessCluster, group: str, committed: int = 0) -> i
                    for g in state["groups"]):
                 return broker_id
     return None
+
+
+def test_a_consumer_group_moves_with_its_partition_and_keeps_its_epochs(
+        tmp_path: Path) -> None:
+    """KIP-848: a heartbeat is answered once its records are on every ISR member; the new
+    coordinator replays them, so the members go on at their epochs with their partitions
+    (no UNKNOWN_MEMBER_ID, no rejoin), and the target assignment is the same."""
+    sim = SimCluster(tmp_path, config=CONFIG)
+    sim.create_topic("orders", partitions=4)
+    sim.create_topic(OFFSETS_TOPIC, config={"cleanup.policy": "compact"})
+    sim.scheduler.advance(0)
+    old = sim.leader_of(OFFSETS_TP)
+
+    def beat(coordinator: GroupCoordinator, member_id: str, epoch: int,
+             owned: dict[str, frozenset[int]] | None = None) -> HeartbeatResponse:
+        answers: list[HeartbeatResponse] = []
+        coordinator.handle_consumer_group_heartbeat(HeartbeatRequest(
+            GROUP, member_id, epoch, rebalance_timeout_ms=30000 if epoch == 0 else -1,
+            subscribed_topic_names=("orders",) if epoch == 0 else None,
+            owned={} if epoch == 0 else owned), answers.append)
+        if not answers:
+            sim.replicate()  # acks=-1: answered once the followers have the records
+        [answer] = answers
+        assert answer.error == ErrorCode.none, answer
+        return answer
+
+    coordinator = sim.coordinators[old]
+    first = beat(coordinator, "m1", 0)
+    assert (first.member_epoch, sum(map(len, (first.assignment or {}).values()))) == (1, 4)
+    second = beat(coordinator, "m2", 0)
+    revoking = beat(coordinator, "m1", 1, dict(first.assignment or {}))
+    settled = beat(coordinator, "m1", 1, dict(revoking.assignment or {}))
+    got = beat(coordinator, "m2", second.member_epoch, {})
+    before = coordinator.consumer_group(GROUP)
+    assert before is not None and before.state == "Stable"
+    snapshot = (before.group_epoch, before.assignment_epoch, dict(before.members),
+                dict(before.target_assignment))
+
+    while sim.leader_of(OFFSETS_TP) == old:  # the old leader is cut off from the controller
+        sim.advance(250, silent=[old])
+    moved = sim.coordinators[sim.leader_of(OFFSETS_TP)]
+    sim.scheduler.advance(0)  # the new leader's load runs
+    after = moved.consumer_group(GROUP)
+    assert after is not None
+    assert (after.group_epoch, after.assignment_epoch, dict(after.members),
+            dict(after.target_assignment)) == snapshot
+    again = beat(moved, "m1", settled.member_epoch, dict(settled.assignment or {}))
+    assert again.member_epoch == settled.member_epoch
+    assert beat(moved, "m2", got.member_epoch, dict(got.assignment or {})).member_epoch == \
+        got.member_epoch
+    load = [e for e in sim.events() if e["type"] == "coordinator_load"][-1]
+    assert "g (consumer group Stable, epoch 2, 2 members" in load["detail"]

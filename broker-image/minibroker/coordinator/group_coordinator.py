@@ -41,6 +41,7 @@ from minibroker.coordinator.consumer.group_manager import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
+from minibroker.coordinator.consumer.records import Record, consumer_group_tombstones
 from minibroker.coordinator.group_metadata import (
     CONSUMER_PROTOCOL_TYPE,
     GroupMetadata,
@@ -58,7 +59,7 @@ from minibroker.coordinator.group_metadata_manager import (
     Guards,
 )
 from minibroker.coordinator.rebalance import UNKNOWN_MEMBER_ID
-from minibroker.coordinator.records import OffsetAndMetadata
+from minibroker.coordinator.records import OffsetAndMetadata, encode_group_key
 from minibroker.events import EventType, ReplicationEventLog
 
 __all__ = ["GroupConfig", "GroupCoordinator", "GroupEvents", "GroupSummary", "MemberSummary"]
@@ -140,11 +141,16 @@ class GroupCoordinator:
         if tp.topic != OFFSETS_TOPIC:
             return
         if is_leader:
-            self.manager.schedule_load(tp.partition, leader_epoch,
-                                       self.classic.rebalancer.on_group_loaded)
+            self.manager.schedule_load(tp.partition, leader_epoch, self._on_group_loaded)
         else:
             self.manager.remove_groups_for_partition(tp.partition, leader_epoch,
                                                      self._on_group_unloaded)
+
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        if group.consumer is not None:
+            self.consumer.on_loaded(group.consumer)
+        else:
+            self.classic.rebalancer.on_group_loaded(group)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         if group.consumer is not None:
@@ -163,22 +169,29 @@ class GroupCoordinator:
                              f"Group {group_id} is not a consumer group.")
         return group.consumer
 
-    def create_consumer_group(self, group_id: str) -> ConsumerGroup:
+    def create_consumer_group(self, group_id: str) -> tuple[ConsumerGroup, list[Record]]:
         """An empty classic group of the id (offsets only, or left by its members) becomes
-        a consumer group with its offsets; one with members stays classic (Kafka's
+        a consumer group with its offsets, its classic metadata record deleted
+        (``maybeDeleteEmptyClassicGroup``); one with members stays classic (Kafka's
         ``validateOnlineUpgrade`` with the migration disabled)."""
-        group = self.manager.get_or_maybe_create_group(group_id, True)
-        assert group is not None
-        if group.consumer is not None:
-            return group.consumer
-        if not group.is_(GroupState.EMPTY):
+        existing = self.manager.get_group(group_id)
+        if existing is not None and existing.consumer is not None:
+            return existing.consumer, []
+        if existing is not None and not existing.is_(GroupState.EMPTY):
             raise GroupError(ErrorCode.group_id_not_found,
                              f"Cannot upgrade classic group {group_id} to consumer group "
                              f"because the online upgrade is disabled.")
+        group = self.manager.get_or_maybe_create_group(group_id, True)
+        assert group is not None
         group.group_type = GroupType.CONSUMER
         group.protocol_type = CONSUMER_PROTOCOL_TYPE
         group.consumer = ConsumerGroup(group_id)
-        return group.consumer
+        return group.consumer, ([] if existing is None
+                                else [(encode_group_key(group_id), None)])
+
+    def write(self, group_id: str, records: list[Record],
+              done: Callable[[ErrorCode], None]) -> None:
+        self.manager.write_records(group_id, records, done)
 
     def handle_consumer_group_describe(self, group_id: str
                                        ) -> tuple[ErrorCode, str | None, ConsumerGroup | None]:
@@ -195,16 +208,20 @@ class GroupCoordinator:
                     None)
         return ErrorCode.none, None, group
 
-    def handle_consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        """ConsumerGroupHeartbeat (KIP-848)."""
+    def handle_consumer_group_heartbeat(self, request: HeartbeatRequest,
+                                        callback: Callable[[HeartbeatResponse], None]
+                                        ) -> None:
+        """ConsumerGroupHeartbeat (KIP-848); answered once its records are written."""
         if "consumer" not in self.protocols:
-            return HeartbeatResponse(ErrorCode.unsupported_version,
-                                     "The consumer group protocol is not enabled "
-                                     "(group.coordinator.rebalance.protocols).")
+            callback(HeartbeatResponse(ErrorCode.unsupported_version,
+                                       "The consumer group protocol is not enabled "
+                                       "(group.coordinator.rebalance.protocols)."))
+            return
         error = self.validate_group_status(request.group_id)
         if error is not None:
-            return HeartbeatResponse(error)
-        return self.consumer.heartbeat(request)
+            callback(HeartbeatResponse(error))
+            return
+        self.consumer.heartbeat(request, callback)
 
     def shutdown(self) -> None:
         """Kafka's ``GroupCoordinator.shutdown``: nothing is coordinated here any more."""
@@ -249,6 +266,9 @@ class GroupCoordinator:
         if group.consumer.members:
             return ErrorCode.inconsistent_group_protocol
         self.consumer.unload(group.consumer)
+        # Its records go (``ConsumerGroup.createGroupTombstoneRecords``); the offsets stay.
+        self.manager.write_records(group_id, consumer_group_tombstones(group_id),
+                                   lambda _error: None)
         group.consumer = None
         group.group_type = GroupType.CLASSIC
         group.protocol_type = None

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from minibroker import environment
@@ -33,10 +33,20 @@ from minibroker.cluster.partition import Partition
 from minibroker.cluster.scheduler import Scheduler
 from minibroker.cluster.types import ErrorCode, MetadataImage, ProduceResult, TopicPartition
 from minibroker.config import resolve
+from minibroker.coordinator.consumer.consumer_group import ConsumerGroup
+from minibroker.coordinator.consumer.records import (
+    ConsumerGroupKey,
+    CorruptConsumerRecordError,
+    consumer_group_tombstones,
+    decode_consumer_value,
+    replay_consumer_groups,
+)
 from minibroker.coordinator.group_metadata import (
+    CONSUMER_PROTOCOL_TYPE,
     CachedOffset,
     GroupMetadata,
     GroupState,
+    GroupType,
     MemberMetadata,
 )
 from minibroker.coordinator.log_replay import replay
@@ -99,6 +109,8 @@ class Replayed:
     groups: dict[str, GroupMetadataValue]
     offsets: dict[tuple[str, TopicPartition], CachedOffset]
     pending_txn_offsets: dict[int, dict[tuple[str, TopicPartition], CachedOffset]]
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    """The consumer groups (KIP-848) their records make."""
 
 
 class Emit(Protocol):
@@ -269,6 +281,15 @@ class GroupMetadataManager:
                     [encode_offset_value(o) for o in valid.values()], done, producer,
                     verification_guards)
 
+    def write_records(self, group_id: str, records: list[tuple[bytes, bytes | None]],
+                      callback: Callable[[ErrorCode], None]) -> None:
+        """Append a consumer group's records (KIP-848) in one batch; ``callback`` gets the
+        error a member should see (Kafka's ``CoordinatorOperationExceptionHelper``)."""
+        def done(result: ProduceResult) -> None:
+            callback(_APPEND_ERRORS.get(result.error, result.error))
+
+        self._write(group_id, [k for k, _ in records], [v for _, v in records], done)
+
     def delete_group(self, group: GroupMetadata, callback: Callable[[ErrorCode], None]
                      ) -> None:
         """Kafka 4.2's ``GroupCoordinatorShard.deleteGroups`` for one Empty group: a
@@ -282,7 +303,9 @@ class GroupMetadataManager:
         held = [*group.offsets, *(tp for pending in group.pending_txn_offset_commits.values()
                                   for tp in pending if tp not in group.offsets)]
         keys = [*(encode_offset_key(group_id, tp.topic, tp.partition)
-                  for tp in dict.fromkeys(held)), encode_group_key(group_id)]
+                  for tp in dict.fromkeys(held)), encode_group_key(group_id),
+                *(key for key, _ in (consumer_group_tombstones(group_id)
+                                     if group.consumer is not None else []))]
         group.transition_to(GroupState.DEAD)
         del self.groups[group_id]
         log.info("Deleting group %s and its %d offsets", group_id, len(keys) - 1)
@@ -364,9 +387,15 @@ class GroupMetadataManager:
         groups, offsets = replayed.groups, replayed.offsets
         in_txns = {g for by_producer in replayed.pending_txn_offsets.values()
                    for g, _ in by_producer}
-        for group_id in sorted(set(groups) | {g for g, _ in offsets} | in_txns):
+        for group_id in sorted(set(groups) | set(replayed.consumer_groups)
+                               | {g for g, _ in offsets} | in_txns):
             value = groups.get(group_id)
-            group = self._group_from(group_id, value)
+            consumer = replayed.consumer_groups.get(group_id)
+            group = self._group_from(group_id, None if consumer is not None else value)
+            if consumer is not None:  # KIP-848: a consumer group, with its offsets
+                group.group_type = GroupType.CONSUMER
+                group.protocol_type = CONSUMER_PROTOCOL_TYPE
+                group.consumer = consumer
             group.initialize_offsets({tp_: o for (g, tp_), o in offsets.items()
                                       if g == group_id})
             for producer_id, by_group in replayed.pending_txn_offsets.items():
@@ -375,8 +404,12 @@ class GroupMetadataManager:
                     group.pending_txn_offset_commits[producer_id] = mine
             self.groups.setdefault(group_id, group)
             on_group_loaded(group)
-            loaded.append(f"{group_id} ({group.state}, generation {group.generation_id}, "
-                          f"{len(group.members)} members, {len(group.offsets)} offsets)")
+            loaded.append(
+                f"{group_id} ({group.state}, generation {group.generation_id}, "
+                f"{len(group.members)} members, {len(group.offsets)} offsets)"
+                if consumer is None else
+                f"{group_id} (consumer group {consumer.state}, epoch {consumer.group_epoch}, "
+                f"{len(consumer.members)} members, {len(group.offsets)} offsets)")
         log.info("Loaded %s to offset %d in epoch %d: %s", tp, end, epoch,
                  ", ".join(loaded) or "no group")
         self._events.emit(EventType.COORDINATOR_LOAD, topic=OFFSETS_TOPIC, partition=partition,
@@ -389,6 +422,7 @@ class GroupMetadataManager:
         transaction's offsets count once its COMMIT marker is read (Kafka's
         ``doLoadGroupsAndOffsets``), and those of a transaction still open stay pending."""
         groups: dict[str, GroupMetadataValue | None] = {}
+        consumer: dict[ConsumerGroupKey, object] = {}
         offsets: dict[tuple[str, TopicPartition], CachedOffset | None] = {}
         pending: dict[int, dict[tuple[str, TopicPartition], CachedOffset]] = {}
 
@@ -407,6 +441,11 @@ class GroupMetadataManager:
                     pending.setdefault(header.producer_id, {})[where] = cached
             elif isinstance(parsed, GroupMetadataKey):
                 groups[parsed.group] = decode_group_value(value)
+            elif isinstance(parsed, ConsumerGroupKey):
+                try:
+                    consumer[parsed] = decode_consumer_value(parsed, value)
+                except CorruptConsumerRecordError as exc:
+                    raise CorruptGroupRecordError(str(exc)) from None
 
         def on_marker(header: BatchHeader, marker: EndTransactionMarker) -> None:
             ended = pending.pop(header.producer_id, {})
@@ -419,7 +458,9 @@ class GroupMetadataManager:
 
         replay(tp, replica, apply, (CorruptGroupRecordError,), on_marker)
         return Replayed({g: v for g, v in groups.items() if v is not None},
-                        {k: v for k, v in offsets.items() if v is not None}, pending)
+                        {k: v for k, v in offsets.items() if v is not None}, pending,
+                        replay_consumer_groups({k: v for k, v in consumer.items()
+                                                if v is not None}))
 
     def _group_from(self, group_id: str, value: GroupMetadataValue | None) -> GroupMetadata:
         """Kafka's ``GroupMetadata.loadGroup``: Stable with its members, or Empty."""

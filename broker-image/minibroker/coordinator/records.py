@@ -21,6 +21,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from minibroker.coordinator.consumer.records import KEY_VERSIONS as CONSUMER_KEY_VERSIONS
+from minibroker.coordinator.consumer.records import (
+    ConsumerGroupKey,
+    CorruptConsumerRecordError,
+    decode_consumer_key,
+)
+
 __all__ = [
     "CorruptGroupRecordError",
     "GroupMetadataKey",
@@ -188,15 +195,21 @@ class _Reader:
         return self._take(self.int32())
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
-    """The key's record, or None for a key version this coordinator does not know (Kafka's
-    ``UnknownKey``: skipped when loading, e.g. a newer coordinator's record type)."""
+def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | None:
+    """The key's record (a consumer group's, KIP-848, from ``consumer.records``), or None
+    for a key version this coordinator does not know (Kafka's ``UnknownKey``: skipped when
+    loading, e.g. a newer coordinator's record type)."""
     reader = _Reader(data)
     version = reader.int16()
     if version in (LEGACY_OFFSET_COMMIT_KEY, OFFSET_COMMIT_KEY):
         return OffsetCommitKey(reader.string(), reader.string(), reader.int32())
     if version == GROUP_METADATA_KEY:
         return GroupMetadataKey(reader.string())
+    if version in CONSUMER_KEY_VERSIONS:
+        try:
+            return decode_consumer_key(version, data[2:])
+        except CorruptConsumerRecordError as exc:
+            raise CorruptGroupRecordError(str(exc)) from None
     return None
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from minibroker.cluster.types import TopicPartition
+from minibroker.coordinator.kafka_encoding import compact_string, string16, uvarint
 
 __all__ = [
     "CorruptTransactionRecordError",
@@ -120,27 +121,8 @@ class TransactionLogValue:
     client_transaction_version: int = 0
 
 
-def _string(value: str) -> bytes:
-    data = value.encode()
-    return _I16.pack(len(data)) + data
-
-
 def encode_key(transactional_id: str) -> bytes:
-    return _I16.pack(KEY_VERSION) + _string(transactional_id)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _compact_string(value: str) -> bytes:
-    data = value.encode()
-    return _uvarint(len(data) + 1) + data
+    return _I16.pack(KEY_VERSION) + string16(transactional_id)
 
 
 def encode_value(value: TransactionLogValue, version: int = 0) -> bytes:
@@ -161,13 +143,13 @@ def encode_value(value: TransactionLogValue, version: int = 0) -> bytes:
     if value.state is TransactionState.EMPTY:
         parts.append(b"\x00" if flexible else _I32.pack(-1))
     else:
-        parts.append(_uvarint(len(by_topic) + 1) if flexible else _I32.pack(len(by_topic)))
+        parts.append(uvarint(len(by_topic) + 1) if flexible else _I32.pack(len(by_topic)))
     for topic, ids in by_topic.items():
         if flexible:
-            parts += [_compact_string(topic), _uvarint(len(ids) + 1),
+            parts += [compact_string(topic), uvarint(len(ids) + 1),
                       *(_I32.pack(i) for i in ids), b"\x00"]
         else:
-            parts += [_string(topic), _I32.pack(len(ids)), *(_I32.pack(i) for i in ids)]
+            parts += [string16(topic), _I32.pack(len(ids)), *(_I32.pack(i) for i in ids)]
     parts += [_I64.pack(value.last_update_timestamp_ms), _I64.pack(value.start_timestamp_ms)]
     if flexible:
         parts.append(_tagged_fields(value))
@@ -182,8 +164,8 @@ def _tagged_fields(value: TransactionLogValue) -> bytes:
         (2, _I16.pack(value.client_transaction_version), value.client_transaction_version == 0),
         (3, _I16.pack(value.next_producer_epoch),
          value.next_producer_epoch == NO_PRODUCER_EPOCH)) if not is_default]
-    return _uvarint(len(fields)) + b"".join(
-        _uvarint(tag) + _uvarint(len(packed)) + packed for tag, packed in fields)
+    return uvarint(len(fields)) + b"".join(
+        uvarint(tag) + uvarint(len(packed)) + packed for tag, packed in fields)
 
 
 class _Reader:

@@ -321,9 +321,9 @@ class GroupApis:
         body, version = request.body, request.api_version
         m = response_module(ApiKey.CONSUMER_GROUP_HEARTBEAT, version)
         owned = (None if body.topic_partitions is None else
-                 _assignment((t.topic_id, t.partitions) for t in body.topic_partitions))
+                 owned_partitions((t.topic_id, t.partitions) for t in body.topic_partitions))
         rebalance_ms = _ms(body.rebalance_timeout)
-        answer = self._coordinator.handle_consumer_group_heartbeat(HeartbeatRequest(
+        heartbeat = HeartbeatRequest(
             group_id=body.group_id, member_id=body.member_id, member_epoch=body.member_epoch,
             rebalance_timeout_ms=rebalance_ms,
             subscribed_topic_names=(None if body.subscribed_topic_names is None
@@ -331,13 +331,17 @@ class GroupApis:
             subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
             server_assignor=body.server_assignor, owned=owned, instance_id=body.instance_id,
             rack_id=body.rack_id, client_id=request.client_id or "",
-            client_host=CLIENT_HOST.get(), api_version=version))
+            client_host=CLIENT_HOST.get(), api_version=version)
+        answer = await completion(lambda done: self._coordinator.handle_consumer_group_heartbeat(
+            heartbeat, done))
+        # A write's error as Kafka's CoordinatorOperationExceptionHelper gives it.
+        error = _COORDINATOR_ERRORS.get(answer.error, answer.error)
         assignment = None if answer.assignment is None else m.Assignment(
             topic_partitions=tuple(
                 m.TopicPartitions(topic_id=uuid.UUID(topic_id), partitions=tuple(sorted(ps)))
                 for topic_id, ps in answer.assignment.items()))
         return m.ConsumerGroupHeartbeatResponse(
-            throttle_time=NO_THROTTLE, error_code=answer.error, error_message=answer.message,
+            throttle_time=NO_THROTTLE, error_code=error, error_message=answer.message,
             member_id=answer.member_id, member_epoch=answer.member_epoch,
             heartbeat_interval=timedelta(milliseconds=answer.heartbeat_interval_ms),
             assignment=assignment)
@@ -385,10 +389,11 @@ class GroupApis:
                                                groups=tuple(described))
 
 
-def _assignment(topics: Any) -> Assignment:
-    """A heartbeat's owned partitions, topics by minibroker's topic id."""
+def owned_partitions(topics: Any) -> Assignment:
+    """A heartbeat's owned partitions, topics by minibroker's topic id (the image's form:
+    ``uuid.hex``)."""
     owned: dict[str, frozenset[int]] = {}
     for topic_id, partitions in topics:
         if topic_id is not None and partitions:
-            owned[str(topic_id)] = owned.get(str(topic_id), frozenset()) | frozenset(partitions)
+            owned[topic_id.hex] = owned.get(topic_id.hex, frozenset()) | frozenset(partitions)
     return dict(sorted(owned.items()))

@@ -53,9 +53,11 @@ class ConsumerGroup:
         self._partition_epochs: dict[str, dict[int, int]] = {}
         self.subscribed_topic_names: Counter[str] = Counter()
         self.subscription_metadata: dict[str, tuple[str, int]] = {}
-        """Subscribed topic name -> (topic id, partitions) the target was computed from: a
-        change (a topic created, deleted, or given partitions) bumps the group epoch (Kafka
-        4.1+ keeps a hash of this, ``metadataHash``)."""
+        """Subscribed topic name -> (topic id, partitions) the target was computed from."""
+        self.metadata_hash = 0
+        """KIP-1101's ``metadataHash`` of ``subscription_metadata``: a change (a topic
+        created, deleted, or given partitions) bumps the group epoch; kept in the group's
+        epoch record, so a new coordinator knows too."""
 
     # ---- derived state ------------------------------------------------------------------
 

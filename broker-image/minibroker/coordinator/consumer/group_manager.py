@@ -16,6 +16,12 @@ A heartbeat does three things, in order:
 A member that stops heartbeating for ``group.consumer.session.timeout.ms`` is fenced:
 removed, the group epoch bumped, its partitions free once the others reconcile. One that
 does not revoke within its rebalance timeout is fenced too.
+
+Every change is also a record (``consumer.records``), written to the group's
+``__consumer_offsets`` partition in one batch before the member gets its answer, as Kafka's
+coordinator runtime does, so a new coordinator replays the group. The state changes at
+once; Kafka would revert it if the write failed (its timeline snapshots), minibroker keeps
+it, which only matters while the write's failure leaves this broker the coordinator.
 """
 
 from __future__ import annotations
@@ -51,6 +57,19 @@ from minibroker.coordinator.consumer.member import (
     ConsumerGroupMember,
     MemberState,
     assignment_of,
+)
+from minibroker.coordinator.consumer.records import (
+    CURRENT_MEMBER_ASSIGNMENT,
+    MEMBER_METADATA,
+    TARGET_ASSIGNMENT_MEMBER,
+    Record,
+    current_assignment_record,
+    group_epoch_record,
+    member_metadata_record,
+    metadata_hash,
+    target_assignment_epoch_record,
+    target_assignment_member_record,
+    tombstone,
 )
 
 __all__ = ["ConsumerGroupConfig", "ConsumerGroupManager", "ConsumerGroups", "HeartbeatRequest",
@@ -121,10 +140,15 @@ class ConsumerGroups(Protocol):
         """The group, None when there is none; GroupError (GROUP_ID_NOT_FOUND) when the id
         is a classic group's."""
 
-    def create_consumer_group(self, group_id: str) -> ConsumerGroup:
+    def create_consumer_group(self, group_id: str) -> tuple[ConsumerGroup, list[Record]]:
         """``getOrMaybeCreateConsumerGroup(groupId, true)``: a new group (an empty classic
-        group of the id becomes one); GroupError when a classic group with members has the
-        id."""
+        group of the id becomes one, with the records that say so); GroupError when a
+        classic group with members has the id."""
+
+    def write(self, group_id: str, records: list[Record],
+              done: Callable[[ErrorCode], None]) -> None:
+        """Append ``records`` to the group's partition, one batch; ``done`` gets the error a
+        member should see."""
 
 
 class _Describer:
@@ -155,18 +179,30 @@ class ConsumerGroupManager:
 
     # ---- the request ---------------------------------------------------------------------
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        """``GroupCoordinatorService.consumerGroupHeartbeat`` after its status checks."""
+    def heartbeat(self, request: HeartbeatRequest,
+                  callback: Callable[[HeartbeatResponse], None]) -> None:
+        """``GroupCoordinatorService.consumerGroupHeartbeat`` after its status checks:
+        ``callback`` gets the answer once the heartbeat's records are written."""
+        records: list[Record] = []
         try:
             self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH,
                                         LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                return self._leave(request)
-            return self._heartbeat(request)
+                answer = self._leave(request, records)
+            else:
+                answer = self._heartbeat(request, records)
         except GroupError as exc:
-            return HeartbeatResponse(exc.code, str(exc))
+            answer = HeartbeatResponse(exc.code, str(exc))
         except FencedMemberEpochError as exc:
-            return HeartbeatResponse(ErrorCode.fenced_member_epoch, str(exc))
+            answer = HeartbeatResponse(ErrorCode.fenced_member_epoch, str(exc))
+        if not records:
+            callback(answer)
+            return
+
+        def written(error: ErrorCode) -> None:
+            callback(answer if error is ErrorCode.none else HeartbeatResponse(error))
+
+        self._groups.write(request.group_id, records, written)
 
     def _validate(self, r: HeartbeatRequest) -> None:
         """``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
@@ -207,14 +243,15 @@ class ConsumerGroupManager:
             raise GroupError(ErrorCode.invalid_regular_expression,
                              "SubscribedTopicRegex is not supported by minibroker yet.")
 
-    def _heartbeat(self, r: HeartbeatRequest) -> HeartbeatResponse:
+    def _heartbeat(self, r: HeartbeatRequest, records: list[Record]) -> HeartbeatResponse:
         joining = r.member_epoch == JOIN_GROUP_MEMBER_EPOCH
         group = self._groups.consumer_group(r.group_id)
         if group is None:
             if not joining:
                 raise GroupError(ErrorCode.group_id_not_found,
                                  f"Consumer group {r.group_id} not found.")
-            group = self._groups.create_consumer_group(r.group_id)
+            group, created = self._groups.create_consumer_group(r.group_id)
+            records += created
         member_id = r.member_id or self._new_member_id()
         member = group.members.get(member_id)
         if member is None:
@@ -244,23 +281,28 @@ class ConsumerGroupManager:
                                     if r.subscribed_topic_names is not None
                                     else member.subscribed_topic_names))
         subscription_changed = updated.subscribed_topic_names != member.subscribed_topic_names
+        if r.member_id not in group.members or _metadata_of(updated) != _metadata_of(member):
+            records.append(member_metadata_record(group.group_id, updated))
         image = self._metadata_image()
         metadata = self._subscription_metadata(group, updated, image)
         if subscription_changed or group.group_epoch == 0 \
-                or metadata != group.subscription_metadata:
+                or metadata_hash(metadata) != group.metadata_hash:
             group.subscription_metadata = metadata
+            group.metadata_hash = metadata_hash(metadata)
             group.group_epoch += 1
+            records.append(group_epoch_record(group.group_id, group.group_epoch,
+                                              group.metadata_hash))
             log.info("[GroupId %s] Bumped group epoch to %d.", r.group_id, group.group_epoch)
         # The member is in the group from here on (Kafka writes its metadata record).
         group.update_member(updated)
 
         # 2. A new target assignment for the group epoch.
         if group.group_epoch > group.assignment_epoch:
-            self._update_target_assignment(group, image)
+            self._update_target_assignment(group, image, records)
 
         # 3. Reconcile the member one step.
         reconciled = self._maybe_reconcile(group, updated, subscription_changed, r.owned,
-                                           image)
+                                           image, records)
         self._schedule_session_timeout(group.group_id, member_id)
         full = (r.rebalance_timeout_ms != -1 and r.subscribed_topic_names is not None
                 and r.owned is not None)
@@ -281,7 +323,8 @@ class ConsumerGroupManager:
         return {name: (image.topics[name].topic_id, len(image.topics[name].partitions))
                 for name in sorted(names) if name in image.topics}
 
-    def _update_target_assignment(self, group: ConsumerGroup, image: MetadataImage) -> None:
+    def _update_target_assignment(self, group: ConsumerGroup, image: MetadataImage,
+                                  records: list[Record]) -> None:
         """``TargetAssignmentBuilder.build``: every member's target at the group epoch."""
         ids = {name: topic_id for name, (topic_id, _) in group.subscription_metadata.items()}
         spec = GroupSpec(
@@ -300,8 +343,14 @@ class ConsumerGroupManager:
             raise GroupError(ErrorCode.unknown_server_error,
                              f"Failed to compute a new target assignment for epoch "
                              f"{group.group_epoch}: {exc}") from exc
-        group.target_assignment = {m: assignment_of(a) for m, a in sorted(target.items())}
+        new_target = {m: assignment_of(a) for m, a in sorted(target.items())}
+        for member_id, assignment in new_target.items():
+            if group.target_assignment.get(member_id) != assignment:
+                records.append(target_assignment_member_record(group.group_id, member_id,
+                                                               assignment))
+        group.target_assignment = new_target
         group.assignment_epoch = group.group_epoch
+        records.append(target_assignment_epoch_record(group.group_id, group.assignment_epoch))
         log.info("[GroupId %s] Computed a new target assignment for epoch %d with '%s' "
                  "assignor.", group.group_id, group.group_epoch, name)
 
@@ -322,7 +371,7 @@ class ConsumerGroupManager:
 
     def _maybe_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember,
                          subscription_changed: bool, owned: Assignment | None,
-                         image: MetadataImage) -> ConsumerGroupMember:
+                         image: MetadataImage, records: list[Record]) -> ConsumerGroupMember:
         if not subscription_changed and member.is_reconciled_to(group.assignment_epoch):
             return member
         ids = {name: topic_id for name, (topic_id, _) in group.subscription_metadata.items()}
@@ -334,6 +383,7 @@ class ConsumerGroupManager:
             current_partition_epoch=group.current_partition_epoch, owned=owned)
         if updated != member:
             group.update_member(updated)
+            records.append(current_assignment_record(group.group_id, updated))
             log.info("[GroupId %s] Member %s new assignment state: epoch=%d, previousEpoch=%d, "
                      "state=%s, assignedPartitions=%s and revokedPartitions=%s.",
                      group.group_id, member.member_id, updated.member_epoch,
@@ -350,21 +400,25 @@ class ConsumerGroupManager:
 
     # ---- leaving and fencing ----------------------------------------------------------------
 
-    def _leave(self, r: HeartbeatRequest) -> HeartbeatResponse:
+    def _leave(self, r: HeartbeatRequest, records: list[Record]) -> HeartbeatResponse:
         group = self._groups.consumer_group(r.group_id)
         if group is None:
             raise GroupError(ErrorCode.group_id_not_found,
                              f"Consumer group {r.group_id} not found.")
         group.member(r.member_id)
         log.info("[GroupId %s] Member %s left the consumer group.", r.group_id, r.member_id)
-        self.fence_member(group, r.member_id)
+        records += self._fence_member(group, r.member_id)
         return HeartbeatResponse(member_id=r.member_id, member_epoch=r.member_epoch)
 
-    def fence_member(self, group: ConsumerGroup, member_id: str) -> None:
+    def _fence_member(self, group: ConsumerGroup, member_id: str) -> list[Record]:
         """``consumerGroupFenceMember``: the member is gone, its target too, and the group
-        epoch moves so the others get its partitions."""
+        epoch moves so the others get its partitions; the records that say so."""
+        member = group.members[member_id]
         group.remove_member(member_id)
         group.target_assignment.pop(member_id, None)
+        group.subscription_metadata = self._subscription_metadata(
+            group, ConsumerGroupMember(member_id), self._metadata_image())
+        group.metadata_hash = metadata_hash(group.subscription_metadata)
         group.group_epoch += 1
         key = (group.group_id, member_id)
         self._cancel(self._session_timers, key)
@@ -372,6 +426,33 @@ class ConsumerGroupManager:
         if group.state is ConsumerGroupState.EMPTY:
             log.info("[GroupId %s] The group is now empty, at epoch %d.", group.group_id,
                      group.group_epoch)
+        return [tombstone(CURRENT_MEMBER_ASSIGNMENT, group.group_id, member.member_id),
+                tombstone(TARGET_ASSIGNMENT_MEMBER, group.group_id, member.member_id),
+                tombstone(MEMBER_METADATA, group.group_id, member.member_id),
+                group_epoch_record(group.group_id, group.group_epoch, group.metadata_hash)]
+
+    def _fence_and_write(self, group: ConsumerGroup, member_id: str) -> None:
+        """A timer's fencing: nobody waits for its records."""
+        records = self._fence_member(group, member_id)
+
+        def written(error: ErrorCode) -> None:
+            if error is not ErrorCode.none:
+                log.info("[GroupId %s] Writing the fencing of %s failed: %s",
+                         group.group_id, member_id, error.name)
+
+        self._groups.write(group.group_id, records, written)
+
+    def on_loaded(self, group: ConsumerGroup) -> None:
+        """A new coordinator replayed the group (Kafka's ``onLoaded``): every member's
+        session starts now, and one still revoking gets its rebalance timeout again."""
+        for member in group.members.values():
+            self._schedule_session_timeout(group.group_id, member.member_id)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                key = (group.group_id, member.member_id)
+                epoch = member.member_epoch
+                self._schedule(self._rebalance_timers, key, member.rebalance_timeout_ms,
+                               lambda key=key, epoch=epoch: self._on_rebalance_timeout(key,
+                                                                                       epoch))
 
     def unload(self, group: ConsumerGroup) -> None:
         """The coordinator gave up the group's partition: its timers go with it."""
@@ -385,7 +466,7 @@ class ConsumerGroupManager:
         if group is not None and key[1] in group.members:
             log.info("[GroupId %s] Member %s fenced from the group because its session "
                      "expired.", *key)
-            self.fence_member(group, key[1])
+            self._fence_and_write(group, key[1])
 
     def _on_rebalance_timeout(self, key: tuple[str, str], member_epoch: int) -> None:
         self._rebalance_timers.pop(key, None)
@@ -395,7 +476,7 @@ class ConsumerGroupManager:
             log.info("[GroupId %s] Member %s fenced from the group because it failed to "
                      "transition from epoch %d within %dms.", key[0], key[1], member_epoch,
                      member.rebalance_timeout_ms)
-            self.fence_member(group, key[1])
+            self._fence_and_write(group, key[1])
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         key = (group_id, member_id)
@@ -444,3 +525,9 @@ def _is_subset(owned: Assignment | None, assigned: Assignment) -> bool:
 def _text(assignment: Assignment, image: MetadataImage) -> str:
     names = {t.topic_id: t.name for t in image.topics.values()}
     return ", ".join(f"{names.get(t, t)}-{sorted(ps)}" for t, ps in assignment.items()) or "-"
+
+
+def _metadata_of(m: ConsumerGroupMember) -> tuple[object, ...]:
+    """What ``ConsumerGroupMemberMetadataValue`` holds of a member."""
+    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
+            m.rebalance_timeout_ms, m.server_assignor)
