@@ -55,6 +55,10 @@ PARTITION_CHANGE = "broker-image/minibroker/controller/partition_change.py"
 PARTITION = "broker-image/minibroker/cluster/partition.py"
 QUORUM_CONTROLLER = "broker-image/minibroker/controller/quorum_controller.py"
 GROUP_LOAD = "broker-image/minibroker/coordinator/group_metadata_manager.py"
+CURRENT_ASSIGNMENT = "broker-image/minibroker/coordinator/consumer/current_assignment_builder.py"
+CONSUMER_GROUP_MANAGER = "broker-image/minibroker/coordinator/consumer/group_manager.py"
+CONSUMER_GROUP_TESTS = ("tests/minibroker/test_consumer_group_heartbeat.py",
+                        "tests/minibroker/test_consumer_reconciliation.py")
 FETCH_SESSION = "broker-image/minibroker/network/fetch_session.py"
 ANOMALIES = "analysis/undertow_analysis/anomalies.py"
 CHECKER = "analysis/undertow_history/checker.py"
@@ -239,6 +243,18 @@ MUTATIONS = (
     Mutation("range-static-members-not-first", RANGE,
              "return 0, member_order(instance_id), member_order(member_id)",
              "return 1, member_order(member_id), b\"\"", ASSIGNOR_TESTS),
+    # KIP-848's reconciliation: a partition another member holds is not given; only the
+    # previous epoch with a subset of the assignment is accepted; every reconciliation
+    # step is a record a new coordinator replays.
+    Mutation("a-held-partition-is-given", CURRENT_ASSIGNMENT,
+             "            if current_partition_epoch(topic_id, p) != -1 and p not in revoked_here:",
+             "            if False:", CONSUMER_GROUP_TESTS),
+    Mutation("any-older-member-epoch-is-accepted", CONSUMER_GROUP_MANAGER,
+             "            received != member.previous_member_epoch\n", "            False\n",
+             CONSUMER_GROUP_TESTS),
+    Mutation("a-reconciliation-step-leaves-no-record", CONSUMER_GROUP_MANAGER,
+             "            records.append(current_assignment_record(group.group_id, updated))",
+             "            pass", CONSUMER_GROUP_TESTS),
 )
 
 
