@@ -37,7 +37,7 @@ from pathlib import Path
 from undertow.runner.abort import RunAborted
 from undertow.spec import LoadedExperiment, SpecError, choose_seed, load_experiment, plan
 from undertow.spec.errors import format_loc
-from undertow.spec.experiment import check_stock_clients
+from undertow.spec.experiment import check_simulated_clients, check_stock_clients
 from undertow.spec.meta import FieldError
 
 EXIT_AS_EXPECTED, EXIT_UNEXPECTED, EXIT_ERROR = 0, 1, 2
@@ -176,12 +176,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from undertow.sim.world import simulated_platform
 
     loaded = load_experiment(args.file, args.cluster_file)
-    if args.platform != "sim":
-        try:
-            check_stock_clients(loaded.experiment.spec)
-        except FieldError as exc:
-            raise SpecError(exc.message, source=str(args.file),
-                            path=format_loc(("spec", *exc.loc))) from None
+    try:
+        (check_simulated_clients if args.platform == "sim" else check_stock_clients)(
+            loaded.experiment.spec)
+    except FieldError as exc:
+        raise SpecError(exc.message, source=str(args.file),
+                        path=format_loc(("spec", *exc.loc))) from None
     name = loaded.experiment.metadata.name
     out = args.out or Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if (out / "history").exists() and any((out / "history").iterdir()):
@@ -253,6 +253,11 @@ def cmd_explore(args: argparse.Namespace) -> int:
         print("undertow: --runs must be at least 1 and --confirm at least 0", file=sys.stderr)
         return EXIT_ERROR
     loaded = load_experiment(args.file)
+    try:
+        check_simulated_clients(loaded.experiment.spec)
+    except FieldError as exc:
+        raise SpecError(exc.message, source=str(args.file),
+                        path=format_loc(("spec", *exc.loc))) from None
     name = loaded.experiment.metadata.name
     out = args.out or Path("runs") / f"explore-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.matrix:

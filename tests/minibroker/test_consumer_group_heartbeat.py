@@ -322,6 +322,24 @@ def test_a_new_coordinator_replays_the_group_its_records_describe() -> None:
     assert _view(_replayed(h.store.log)) == _view(h.group)
 
 
+def test_the_reconciliation_goes_on_under_a_new_coordinator() -> None:
+    """A member waiting for partitions another member was revoking gets them from the next
+    coordinator, which has only the records (the topic ids come from its own image, the
+    replayed hash says nothing changed): no epoch bump, m2 stable with its target."""
+    h = Harness()
+    h.join("m1")
+    h.join("m2")
+    asked = h.beat("m1", 1, owned={FOO: frozenset(range(6)), BAR: frozenset(range(3))})
+    h.beat("m1", 1, owned=dict(asked.assignment or {}))  # revoked: m1 at epoch 2
+    target = dict(h.group.target_assignment["m2"])
+    moved = Harness()
+    moved.store.groups["g"] = _replayed(h.store.log)
+    got = moved.beat("m2", 2, owned={})
+    assert got.member_epoch == 2 and moved.group.group_epoch == 2
+    assert dict(got.assignment or {}) == target
+    assert moved.group.state == "Stable"
+
+
 def test_the_records_are_kafkas_bytes() -> None:
     """ConsumerGroupMetadataKey/Value (key version 3, value version 0, flexible: a tagged
     MetadataHash), worked out by hand from Kafka 4.2's message JSON."""

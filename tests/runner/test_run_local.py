@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from procs import living_with_mark, processes_mentioning
-from small_experiment import small_experiment, write_small_experiment
+from small_experiment import SMALL_CONFIG, small_experiment, write_small_experiment
 
 from undertow.platform.base import wait_for
 from undertow.runner.run import max_run_duration_s
@@ -176,6 +176,41 @@ def test_a_pipeline_run_kills_members_mid_transaction_and_records_what_they_did(
     below = {r["value"] for r in reads if r["phase"] == "drain" and r["topic"] == "t"
              and r["offset"] < committed.get(r["partition"], 0)}
     assert below and below <= set(inputs), "an input record below a commit has no output"
+
+
+def test_a_consumer_protocol_group_reads_everything_across_a_leader_kill(
+        tmp_path: Path) -> None:
+    """workload.consumer.groupProtocol consumer: the stock client speaks KIP-848's
+    ConsumerGroupHeartbeat (group.protocol=consumer) to minibroker's coordinator; the two
+    members share the partitions, commit, carry their member epochs as the reads' generation,
+    and nothing acknowledged is lost across the leader kill. The simulator refuses it (no
+    model of that client yet) with the field's name."""
+    experiment = tmp_path / "kip848.yaml"
+    config = {**SMALL_CONFIG, "group.consumer.session.timeout.ms": 6000,
+              "group.consumer.heartbeat.interval.ms": 500}
+    experiment.write_text(small_experiment("kip848", "8s", config=config, workload={
+        "consumers": 2, "consumer": "{mode: subscribe, groupProtocol: consumer}"}))
+    out = tmp_path / "out"
+    proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "5")
+    output, _ = proc.communicate(timeout=bound_s(experiment))
+    assert proc.returncode == 0, output
+    history = out / "history"
+    groups = lines(history / "groups.jsonl")
+    assert {g["partition"] for g in groups if g["type"] == "assign"} == {0, 1}
+    assert {g["member"] for g in groups if g["type"] == "assign"} == {"c0", "c1"}
+    assert any(g["type"] == "commit" and g["status"] == "ok" for g in groups)
+    run_reads = [r for r in lines(history / "reads.jsonl") if r["phase"] == "run"]
+    assert run_reads and all(r["generation"] is not None and r["generation"] >= 1
+                             for r in run_reads), "a member epoch on every read"
+    acked = {s["value"] for s in lines(history / "sends.jsonl") if s["status"] == "ok"}
+    drained = {r["value"] for r in lines(history / "reads.jsonl") if r["phase"] == "drain"}
+    assert acked and acked <= drained
+
+    refused = undertow("run", str(experiment), "--platform", "sim", "--out",
+                       str(tmp_path / "sim"))
+    said, _ = refused.communicate(timeout=60)
+    assert refused.returncode != 0
+    assert "spec.workload.consumer.groupProtocol" in said and "no model" in said, said
 
 
 def test_a_run_writes_the_documented_history(tmp_path: Path) -> None:

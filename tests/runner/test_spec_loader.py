@@ -571,6 +571,28 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "(killEvery)",
     ),
     (
+        "consumer-protocol-with-a-member-session",
+        exp("spec/workload/consumer", {"mode": "subscribe", "groupProtocol": "consumer",
+                                       "sessionTimeout": "3s"}),
+        EXP,
+        "spec.workload.consumer.sessionTimeout: with groupProtocol consumer the coordinator "
+        "keeps the session: set the cluster's group.consumer.session.timeout.ms instead",
+    ),
+    (
+        "consumer-protocol-static-member",
+        exp("spec/workload/consumer", {"mode": "subscribe", "groupProtocol": "consumer",
+                                       "staticMembership": True}),
+        EXP,
+        "spec.workload.consumer.staticMembership: minibroker does not serve static members "
+        "of the consumer protocol yet (KIP-848's InstanceId)",
+    ),
+    (
+        "group-protocol-in-assign-mode",
+        exp("spec/workload/consumer", {"groupProtocol": "consumer"}),
+        EXP,
+        "spec.workload.consumer.groupProtocol: only consumers of mode subscribe take it",
+    ),
+    (
         "transaction-commits-without-pipeline",
         exp("spec/workload/consumer", {"mode": "subscribe", "commit": "transaction"}),
         EXP,
@@ -1110,6 +1132,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "offsets.topic.replication.factor, offsets.topic.num.partitions, "
         "offsets.commit.required.acks, group.initial.rebalance.delay.ms, "
         "group.min.session.timeout.ms, group.max.session.timeout.ms, "
+        "group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms, "
         "transaction.state.log.replication.factor, transaction.state.log.min.isr, "
         "transaction.state.log.num.partitions, "
         "transaction.abort.timed.out.transaction.cleanup.interval.ms, "

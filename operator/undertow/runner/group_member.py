@@ -53,6 +53,9 @@ class GroupSettings:
     isolation_level: str
     static_membership: bool
     session_timeout_ms: int
+    """classic: the member's session.timeout.ms; consumer: the coordinator's, which the
+    member does not set (librdkafka refuses session.timeout.ms there)."""
+    group_protocol: str = "classic"
 
     def client_config(self, name: str, bootstrap: str) -> dict[str, Any]:
         config: dict[str, Any] = {
@@ -63,14 +66,17 @@ class GroupSettings:
             "auto.commit.interval.ms": self.commit_interval_ms,
             "auto.offset.reset": "earliest",
             "isolation.level": self.isolation_level,
-            "session.timeout.ms": self.session_timeout_ms,
-            "heartbeat.interval.ms": max(100, min(1000, self.session_timeout_ms // 3)),
             # The rebalance timeout librdkafka sends: how long a rebalance waits for a
             # member that does not rejoin (Kafka's default, 5 min, outlasts a run).
             "max.poll.interval.ms": max(2 * self.session_timeout_ms, 10_000),
             "topic.metadata.refresh.interval.ms": 1000,
             "log_level": LIBRDKAFKA_LOG_LEVEL,
         }
+        if self.group_protocol == "consumer":  # KIP-848: the coordinator keeps time
+            config["group.protocol"] = "consumer"
+        else:
+            config["session.timeout.ms"] = self.session_timeout_ms
+            config["heartbeat.interval.ms"] = max(100, min(1000, self.session_timeout_ms // 3))
         if self.static_membership:
             config["group.instance.id"] = f"{self.group_id}-{name}"
         return config

@@ -80,13 +80,18 @@ def workload_config(loaded: LoadedExperiment) -> WorkloadConfig:
     c = w.consumer
     group = None
     if c.mode == "subscribe":
-        assert c.group_id and c.commit and c.commit_interval and c.isolation_level \
-            and c.session_timeout, "the spec fills in every subscribe default"
+        assert c.group_id and c.commit and c.commit_interval and c.isolation_level, \
+            "the spec fills in every subscribe default"
+        # KIP-848: the coordinator's session (minibroker's default is Kafka's 45 s).
+        session_s = (
+            (loaded.cluster.spec.config.group_consumer_session_timeout_ms or 45_000) / 1000
+            if c.group_protocol == "consumer" else c.session_timeout or 6.0)
         group = GroupSettings(
             group_id=c.group_id, commit=c.commit,
             commit_interval_ms=int(c.commit_interval * 1000),
             isolation_level=c.isolation_level, static_membership=bool(c.static_membership),
-            session_timeout_ms=int(c.session_timeout * 1000))
+            session_timeout_ms=int(session_s * 1000), group_protocol=c.group_protocol or
+            "classic")
     return WorkloadConfig(
         topic=spec.topic.name, partitions=spec.topic.partitions, producers=w.producers,
         consumers=w.consumers, acks=str(w.acks), retries=w.retries,

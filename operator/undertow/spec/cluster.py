@@ -149,6 +149,13 @@ class BrokerConfig(TopicConfig):
     group_max_session_timeout_ms: PositiveInt | None = Field(
         None, alias="group.max.session.timeout.ms")
     """The longest session timeout a group member may ask for."""
+    group_consumer_session_timeout_ms: PositiveInt | None = Field(
+        None, alias="group.consumer.session.timeout.ms")
+    """A consumer protocol member (KIP-848) silent this long is fenced (Kafka: 45000)."""
+    group_consumer_heartbeat_interval_ms: PositiveInt | None = Field(
+        None, alias="group.consumer.heartbeat.interval.ms")
+    """The heartbeat interval the coordinator gives consumer protocol members (Kafka:
+    5000)."""
 
     transaction_state_log_replication_factor: PositiveInt | None = Field(
         None, alias="transaction.state.log.replication.factor")

@@ -40,6 +40,7 @@ __all__ = [
     "TopicSpec",
     "Verdict",
     "check_against_cluster",
+    "check_simulated_clients",
     "check_stock_clients",
 ]
 
@@ -232,6 +233,19 @@ STOCK_CLIENT_TRANSACTIONS = (
     "Java 4.x client does; the stock producer of local, pod and Kubernetes runs, "
     "confluent-kafka (librdkafka 2.16), speaks version 1. Run it in simulation: undertow "
     "run --platform sim, or undertow explore")
+
+
+SIMULATED_CONSUMER_PROTOCOL = (
+    "the simulator has no model of librdkafka's consumer protocol member yet; run it with "
+    "the stock client: undertow run FILE (local processes) or on pods")
+
+
+def check_simulated_clients(spec: ChaosExperimentSpec) -> None:
+    """Reject what the simulator's client models cannot do yet, before a simulated run or
+    an exploration starts; `FieldError` locations are below `spec`."""
+    if spec.workload.consumer.group_protocol == "consumer":
+        raise FieldError(("workload", "consumer", "groupProtocol"),
+                         SIMULATED_CONSUMER_PROTOCOL)
 
 
 def check_stock_clients(spec: ChaosExperimentSpec) -> None:

@@ -46,6 +46,12 @@ class ConsumerSpec(SpecModel):
     mode: Literal["assign", "subscribe"] = "assign"
     group_id: str | None = Field(None, min_length=1, max_length=249)
     """subscribe: the group's id (default `undertow`)."""
+    group_protocol: Literal["classic", "consumer"] | None = None
+    """subscribe: librdkafka's group.protocol. `classic` (the default): JoinGroup and
+    SyncGroup, the members assign. `consumer`: Kafka 4's protocol (KIP-848), the coordinator
+    assigns and each member reconciles at its own member epoch; the session is the
+    coordinator's (the cluster's `group.consumer.session.timeout.ms`), not the member's. Runs
+    with the stock client (local processes, pods); the simulator has no model of it yet."""
     commit: Literal["auto", "manual", "transaction"] | None = None
     """subscribe: `auto` (the client commits every `commitInterval`, enable.auto.commit),
     `manual` (the member commits synchronously every `commitInterval`, and when its
@@ -69,8 +75,9 @@ class ConsumerSpec(SpecModel):
 
     @model_validator(mode="after")
     def _check(self) -> ConsumerSpec:
-        group_only = ("group_id", "commit", "commit_interval", "isolation_level",
-                      "static_membership", "session_timeout", "rebalance_every")
+        group_only = ("group_id", "group_protocol", "commit", "commit_interval",
+                      "isolation_level", "static_membership", "session_timeout",
+                      "rebalance_every")
         if self.mode == "assign":
             for name in group_only:
                 if getattr(self, name) is not None:
@@ -78,11 +85,22 @@ class ConsumerSpec(SpecModel):
                     raise FieldError((alias,), "only consumers of mode subscribe take it")
             return self
         self.group_id = self.group_id or "undertow"
+        self.group_protocol = self.group_protocol or "classic"
+        if self.group_protocol == "consumer":
+            if self.session_timeout is not None:
+                raise FieldError(("sessionTimeout",), "with groupProtocol consumer the "
+                                 "coordinator keeps the session: set the cluster's "
+                                 "group.consumer.session.timeout.ms instead")
+            if self.static_membership:
+                raise FieldError(("staticMembership",), "minibroker does not serve static "
+                                 "members of the consumer protocol yet (KIP-848's InstanceId)")
         self.commit = self.commit or "auto"
         self.commit_interval = 1.0 if self.commit_interval is None else self.commit_interval
         self.isolation_level = self.isolation_level or "read_committed"
         self.static_membership = bool(self.static_membership)
-        self.session_timeout = 6.0 if self.session_timeout is None else self.session_timeout
+        if self.group_protocol == "classic":
+            self.session_timeout = (6.0 if self.session_timeout is None
+                                    else self.session_timeout)
         for name in ("commit_interval", "session_timeout", "rebalance_every"):
             value = getattr(self, name)
             if value is not None and value <= 0:

@@ -285,9 +285,12 @@ class ConsumerGroupManager:
             records.append(member_metadata_record(group.group_id, updated))
         image = self._metadata_image()
         metadata = self._subscription_metadata(group, updated, image)
-        if subscription_changed or group.group_epoch == 0 \
-                or metadata_hash(metadata) != group.metadata_hash:
-            group.subscription_metadata = metadata
+        bump = (subscription_changed or group.group_epoch == 0
+                or metadata_hash(metadata) != group.metadata_hash)
+        # The topic ids the target and the reconciliation use: from this image (a replayed
+        # group has only the hash of what they were).
+        group.subscription_metadata = metadata
+        if bump:
             group.metadata_hash = metadata_hash(metadata)
             group.group_epoch += 1
             records.append(group_epoch_record(group.group_id, group.group_epoch,
