@@ -87,7 +87,9 @@ class Outcome:
 def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]],
              timing: Timing = NOMINAL) -> Outcome:
     """Run ``loaded`` (whose faults are ``faults``) in simulation with ``seed`` and check it."""
-    logging.getLogger("undertow").setLevel(logging.ERROR)
+    quiet = logging.getLogger("undertow")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # thousands of runs: a schedule's warnings are its outcome
     started = time.monotonic()
     work = scratch_dir("undertow-explore-")
     schedule = json.dumps(faults, separators=(",", ":"), sort_keys=True)
@@ -99,6 +101,7 @@ def simulate(loaded: LoadedExperiment, seed: int, faults: list[dict[str, Any]],
                        time.monotonic() - started, f"{type(exc).__name__}: {exc}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        quiet.setLevel(level)  # a test's process goes on with its own
     return Outcome(seed, len(faults), schedule, summary.verdict, summary.counts.get("lost", 0),
                    dict(summary.counts), dict(summary.mechanisms), time.monotonic() - started,
                    faults_skipped=len(summary.faults_skipped))
