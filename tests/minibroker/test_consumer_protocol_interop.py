@@ -164,7 +164,7 @@ def test_a_member_that_leaves_has_its_partitions_taken_over_and_a_new_one_resume
         read = read_until([resumed], later, 60)[0]
         assert not read - later
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:  # hold: nothing older may follow
+        while time.monotonic() < deadline:  # 3 s more polls: nothing older may follow
             message = resumed.poll(0.2)
             if message is not None and message.error() is None:
                 read.add(message.value())

@@ -29,14 +29,16 @@ def _through_json(answer: MetadataImage | MetadataDelta, base: MetadataImage) ->
 
 
 def _shrink_isr(c: QuorumController, topic: str, index: int) -> None:
-    reg = c.topics[topic].partitions.get(index)  # "t" may be back with fewer partitions
+    # "t" may be deleted (and not yet back: too few live brokers), or back with fewer
+    # partitions.
+    reg = c.topics[topic].partitions.get(index) if topic in c.topics else None
     if reg is not None and len(reg.isr) > 1 and reg.leader >= 0:
         c.alter_partition(reg.leader, TopicPartition(topic, index), reg.leader_epoch,
                           reg.partition_epoch, (reg.leader,))
 
 
 def _expand_isr(c: QuorumController, topic: str, index: int) -> None:
-    reg = c.topics[topic].partitions.get(index)
+    reg = c.topics[topic].partitions.get(index) if topic in c.topics else None
     if reg is not None and reg.leader >= 0:
         c.alter_partition(reg.leader, TopicPartition(topic, index), reg.leader_epoch,
                           reg.partition_epoch, tuple(r for r in reg.replicas if c.is_live(r)))

@@ -80,7 +80,7 @@ BAD_INPUTS: dict[str, tuple[bytes, str]] = {
     "absurd size": (struct.pack(">i", 2**31 - 1) + b"\x00" * 16, "frame size"),
     "negative size": (struct.pack(">i", -4) + b"\x00" * 16, "frame size"),
     "unknown api key": (frame(header(999, 0)), "unsupported API key"),
-    "api minibroker lacks": (frame(header(20, 4)), "unsupported API key"),  # DeleteTopics
+    "api minibroker lacks": (frame(header(17, 1)), "unsupported API key"),  # SaslHandshake
     "unsupported version": (frame(header(3, 0)), "unsupported version"),
     "handler crash": (frame(valid_metadata_v12()), "METADATA v12"),
     # The group coordinator's APIs get the same rule.
