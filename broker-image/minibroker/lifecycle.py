@@ -36,8 +36,6 @@ from minibroker.shutdown import STOP_TIMEOUT_S, end_tasks
 
 log = logging.getLogger("minibroker.broker")
 
-REGISTRATION_RETRY_S = 0.2
-
 
 @dataclass(frozen=True)
 class Registration:
@@ -133,12 +131,21 @@ class BrokerLifecycleManager:
             await self._client.aclose(STOP_TIMEOUT_S / 2)
 
     async def _register(self, registration: Registration) -> None:
+        """Register, retrying every ``broker.heartbeat.interval.ms`` until the controller
+        accepts, as Kafka's BrokerLifecycleManager does after a failure
+        (``scheduleNextCommunicationAfterFailure``): among the refusals, a new incarnation's
+        while its previous one's session lives (DUPLICATE_BROKER_REGISTRATION)."""
         while True:
             try:
                 answer = await self._rpc().call("register_broker", registration.to_params())
             except RpcError as exc:
                 log.info("Registration with the controller failed (%s); retrying", exc)
-                await asyncio.sleep(REGISTRATION_RETRY_S)
+                await asyncio.sleep(self._heartbeat_s)
+                continue
+            if answer["error"] != "none":
+                log.info("The controller refused the registration (%s: %s); retrying",
+                         answer["error"], answer.get("message", ""))
+                await asyncio.sleep(self._heartbeat_s)
                 continue
             self.fenced = True
             self.broker_epoch = answer["broker_epoch"]

@@ -206,6 +206,31 @@ async def test_a_stopped_broker_stops_heartbeating(controller: RpcClient,
                  timeout=3 * SESSION_TIMEOUT_MS / 1000)
 
 
+async def test_a_restarted_broker_registers_once_its_previous_session_has_expired(
+        controller: RpcClient, tmp_path: Path) -> None:
+    """Kafka 4.2's registerBroker refuses a new incarnation while the previous one's session
+    is valid (DUPLICATE_BROKER_REGISTRATION); the restarted broker retries every heartbeat
+    interval, so it registers between one session timeout after the previous incarnation's
+    last heartbeat and one retry later. Its start waits for the registration."""
+    first = _broker(controller, tmp_path)
+    await first.start()
+    await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+    await first.stop()
+    stopped = time.monotonic()  # its last heartbeat was at most one interval before this
+    second = _broker(controller, tmp_path)
+    async with asyncio.timeout(3 * SESSION_TIMEOUT_MS / 1000):
+        await second.start()
+    waited = time.monotonic() - stopped
+    try:
+        entry = await _broker_entry(controller)
+        assert entry is not None and entry["broker_epoch"] == second.broker_epoch
+        assert second.broker_epoch > first.broker_epoch
+        assert waited >= (SESSION_TIMEOUT_MS - HEARTBEAT_MS) / 1000, waited
+        assert waited <= (SESSION_TIMEOUT_MS + 2 * HEARTBEAT_MS) / 1000 + 1.0, waited
+    finally:
+        await second.stop()
+
+
 async def test_a_stop_ends_the_brokers_tasks_when_the_controller_connection_drops_with_it(
         controller: RpcClient, tmp_path: Path) -> None:
     """The broker's controller connection drops in the same turn of the loop as its stop

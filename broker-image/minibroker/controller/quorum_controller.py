@@ -54,6 +54,11 @@ STATE_FILE = "controller-state.json"
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 
+class DuplicateBrokerRegistration(Exception):
+    """Kafka's DuplicateBrokerRegistrationException: a new incarnation of a broker whose
+    registered one still has a valid session."""
+
+
 @dataclass
 class BrokerRegistration:
     """KRaft's BrokerRegistration. ``broker_epoch`` is the metadata offset of the registration
@@ -66,9 +71,16 @@ class BrokerRegistration:
     port: int
     fenced: bool
     broker_epoch: int
-    last_heartbeat_ms: float = 0.0
+    last_heartbeat_ms: float | None = None
+    """When this registration (its broker epoch) last heartbeat: its session, as Kafka's
+    ``BrokerHeartbeatTracker`` keeps a contact time per broker id and epoch. None until the
+    first heartbeat, and once fenced by ``fence_broker`` (an expired session has none)."""
     listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Its other listeners' advertised addresses, by name (KIP-103)."""
+    registration_offset: int = -1
+    """The metadata offset of its latest registration record (Kafka's
+    ``registerBrokerRecordOffsets``): the broker epoch, or later when the same incarnation
+    registered again. A fenced broker is unfenced once it has caught up with it."""
     max_heartbeat_gap_ms: float = 0.0
     """The longest time between two heartbeats of this registration: how close its session
     came to expiring (``broker.session.timeout.ms``), not persisted."""
@@ -145,6 +157,7 @@ class QuorumController:
             "brokers": [
                 {"id": b.broker_id, "incarnation_id": b.incarnation_id, "host": b.host,
                  "port": b.port, "fenced": b.fenced, "broker_epoch": b.broker_epoch,
+                 "registration_offset": b.registration_offset,
                  "listeners": {name: list(address) for name, address in b.listeners.items()}}
                 for b in self.brokers.values()
             ],
@@ -166,12 +179,14 @@ class QuorumController:
         self.metadata_offset = state["metadata_offset"]
         self.next_producer_id = state.get("next_producer_id", 0)  # absent before idempotence
         now = self._clock_ms()
-        # Every broker gets a full session from the controller's restart to heartbeat again.
+        # Every unfenced broker gets a full session from the controller's restart to heartbeat
+        # again; a fenced one has none (ClusterControlManager.activate).
         self.brokers = {
             b["id"]: BrokerRegistration(
                 b["id"], b["incarnation_id"], b["host"], b["port"], b["fenced"],
-                b.get("broker_epoch", -1), now,
-                {name: (host, port) for name, (host, port) in b.get("listeners", {}).items()})
+                b.get("broker_epoch", -1), None if b["fenced"] else now,
+                {name: (host, port) for name, (host, port) in b.get("listeners", {}).items()},
+                b.get("registration_offset", b.get("broker_epoch", -1)))
             for b in state["brokers"]
         }
         self.topics = {
@@ -192,29 +207,46 @@ class QuorumController:
         broker = self.brokers.get(broker_id)
         return broker is not None and not broker.fenced
 
+    def has_valid_session(self, broker_id: int) -> bool:
+        """BrokerHeartbeatManager.hasValidSession for the broker's registered epoch: it has
+        heartbeat within ``broker.session.timeout.ms`` (whether or not it is fenced: a broker
+        fenced by its controlled shutdown keeps its session until it times out)."""
+        broker = self.brokers.get(broker_id)
+        return (broker is not None and broker.last_heartbeat_ms is not None
+                and self._clock_ms() - broker.last_heartbeat_ms <= self._session_timeout_ms())
+
     def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int,
                         listeners: Mapping[str, tuple[str, int]] | None = None,
                         previous_broker_epoch: int = -1) -> int:
-        """KRaft's registerBroker: a (re)starting broker gets a new broker epoch and starts
-        fenced. A new incarnation first fences the old one (out of every ISR, its
-        leaderships moved). ``previous_broker_epoch`` is the epoch its clean shutdown
-        recorded (-1: none). With ELR, a new incarnation whose previous epoch is not the one
-        registered shut down uncleanly and leaves every ISR and ELR (Kafka's
-        ``ClusterControlManager.registerBroker``, KAFKA-15586; the partition changes of
-        KAFKA-18106). Returns the broker epoch."""
+        """Kafka 4.2's ``ClusterControlManager.registerBroker``. A new incarnation (a new
+        process start) is refused with DUPLICATE_BROKER_REGISTRATION while the registered one
+        still has a valid session: the restarted broker retries until that session expires.
+        Then it gets a new broker epoch and starts fenced; the old incarnation leaves every
+        ISR and its leaderships move (``handleBrokerShutdown``). ``previous_broker_epoch`` is
+        the epoch its clean shutdown recorded (-1: none): with ELR, a new incarnation whose
+        previous epoch is not the one registered shut down uncleanly and leaves every ISR and
+        ELR (KAFKA-15586; the partition changes of KAFKA-18106). The same incarnation
+        registering again (its answer was lost) amends its registration and keeps its broker
+        epoch and fenced state. Returns the broker epoch."""
         existing = self.brokers.get(broker_id)
-        restarted = existing is not None and existing.incarnation_id != incarnation_id
+        if existing is not None and existing.incarnation_id == incarnation_id:
+            return self._amend_registration(existing, host, port, listeners)
+        if existing is not None and self.has_valid_session(broker_id):
+            raise DuplicateBrokerRegistration(
+                f"Another broker is registered with broker id {broker_id} (incarnation "
+                f"{existing.incarnation_id}, broker epoch {existing.broker_epoch}) and its "
+                f"session has not expired; if the broker was restarted this resolves itself "
+                f"once the session times out")
         if existing is not None and not existing.fenced:
-            self._fence(broker_id, FenceReason.RESTARTED,
-                        "it restarted with a new incarnation" if restarted
-                        else "it registered again")
+            # Its session expired since the last tick, which has not fenced it yet.
+            self._fence(broker_id, FenceReason.RESTARTED, "it restarted with a new incarnation")
         clean = existing is not None and existing.broker_epoch == previous_broker_epoch
-        if restarted and not clean and self.elr_enabled:
+        if existing is not None and not clean and self.elr_enabled:
             self._handle_unclean_shutdown(broker_id, previous_broker_epoch)
         broker_epoch = self.metadata_offset + 1  # the offset of this registration's record
         self.brokers[broker_id] = BrokerRegistration(
             broker_id, incarnation_id, host, port, fenced=True, broker_epoch=broker_epoch,
-            last_heartbeat_ms=self._clock_ms(), listeners=dict(listeners or {}),
+            listeners=dict(listeners or {}), registration_offset=broker_epoch,
         )
         log.info("Broker %d registered (incarnation %s, broker epoch %d%s) at %s:%d; fenced "
                  "until it catches up with the metadata", broker_id, incarnation_id,
@@ -222,22 +254,35 @@ class QuorumController:
         self._commit()
         return broker_epoch
 
+    def _amend_registration(self, broker: BrokerRegistration, host: str, port: int,
+                            listeners: Mapping[str, tuple[str, int]] | None) -> int:
+        """registerBroker's same-incarnation case: a new registration record with the same
+        broker epoch, fenced state and session; its addresses are the request's."""
+        broker.host, broker.port, broker.listeners = host, port, dict(listeners or {})
+        broker.registration_offset = self.metadata_offset + 1
+        log.info("Amending the registration of broker %d, incarnation %s; its broker epoch "
+                 "remains %d", broker.broker_id, broker.incarnation_id, broker.broker_epoch)
+        self._commit()
+        return broker.broker_epoch
+
     def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int
                   ) -> tuple[ErrorCode, bool]:
         """KRaft's BrokerHeartbeat: keeps the session alive and unfences a fenced broker once
-        its metadata offset has reached its registration (BrokerHeartbeatManager), so that it
-        is elected or admitted to an ISR only with the current view of every partition.
-        Returns (error, fenced); an unknown broker or an older epoch must register again."""
+        its metadata offset has reached its registration record (BrokerHeartbeatManager), so
+        that it is elected or admitted to an ISR only with the current view of every
+        partition. Returns (error, fenced); an unknown broker or an older epoch must
+        register again."""
         broker = self.brokers.get(broker_id)
         if broker is None:
             return ErrorCode.broker_id_not_registered, True
         if broker.broker_epoch != broker_epoch:
             return ErrorCode.stale_broker_epoch, True
         now = self._clock_ms()
-        broker.max_heartbeat_gap_ms = max(broker.max_heartbeat_gap_ms,
-                                          now - broker.last_heartbeat_ms)
+        if broker.last_heartbeat_ms is not None:
+            broker.max_heartbeat_gap_ms = max(broker.max_heartbeat_gap_ms,
+                                              now - broker.last_heartbeat_ms)
         broker.last_heartbeat_ms = now
-        if broker.fenced and metadata_offset >= broker.broker_epoch:
+        if broker.fenced and metadata_offset >= broker.registration_offset:
             self._unfence(broker_id)
         return ErrorCode.none, broker.fenced
 
@@ -251,7 +296,7 @@ class QuorumController:
         timeout = self._session_timeout_ms()
         expired = [
             b.broker_id for b in self.brokers.values()
-            if not b.fenced and now - b.last_heartbeat_ms > timeout
+            if not b.fenced and not self.has_valid_session(b.broker_id)
         ]
         for broker_id in expired:
             self._fence(broker_id, FenceReason.SESSION_EXPIRED,
@@ -262,6 +307,7 @@ class QuorumController:
     def fence_broker(self, broker_id: int, detail: str) -> None:
         """Fence now, as an expired session would: how step-by-step tests fence a broker at
         an exact moment."""
+        self.brokers[broker_id].last_heartbeat_ms = None
         if self.is_live(broker_id):
             self._fence(broker_id, FenceReason.SESSION_EXPIRED, detail)
             self._commit()

@@ -20,9 +20,13 @@ from typing import Any
 
 from minibroker.admin import AdminServer
 from minibroker.cluster.alter_partition_manager import MAX_ALTER_PARTITION_ITEMS
-from minibroker.cluster.types import MetadataDelta, TopicPartition
+from minibroker.cluster.types import ErrorCode, MetadataDelta, TopicPartition
 from minibroker.config import resolve
-from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
+from minibroker.controller.quorum_controller import (
+    AlterPartitionItem,
+    DuplicateBrokerRegistration,
+    QuorumController,
+)
 from minibroker.events import ReplicationEventLog
 from minibroker.metrics import controller_registry
 from minibroker.rpc import RpcLimits, RpcServer
@@ -100,10 +104,13 @@ class ControllerServer:
     async def _register_broker(self, p: dict[str, Any]) -> dict[str, Any]:
         listeners = {name: (host, port)
                      for name, (host, port) in (p.get("listeners") or {}).items()}
-        epoch = self.controller.register_broker(p["broker_id"], p["incarnation_id"], p["host"],
-                                                p["port"], listeners,
-                                                p.get("previous_broker_epoch", -1))
-        return {"broker_epoch": epoch}
+        try:
+            epoch = self.controller.register_broker(p["broker_id"], p["incarnation_id"],
+                                                    p["host"], p["port"], listeners,
+                                                    p.get("previous_broker_epoch", -1))
+        except DuplicateBrokerRegistration as exc:
+            return {"error": ErrorCode.duplicate_broker_registration.name, "message": str(exc)}
+        return {"error": ErrorCode.none.name, "broker_epoch": epoch}
 
     async def _heartbeat(self, p: dict[str, Any]) -> dict[str, Any]:
         error, fenced = self.controller.heartbeat(p["broker_id"], p["broker_epoch"],
