@@ -191,7 +191,9 @@ class SimCluster:
 
     def stop(self, broker_id: int) -> None:
         """A clean shutdown (SIGTERM): every log flushed, its recovery point checkpointed, and
-        its broker epoch recorded for its next registration (KAFKA-15582)."""
+        its broker epoch recorded for its next registration (KAFKA-15582). Without a
+        controlled shutdown (``controlled.shutdown.enable=false``): the controller fences it
+        once its session expires."""
         self._fetchers.pop(broker_id)
         self.coordinators.pop(broker_id).shutdown()
         self.brokers.pop(broker_id).shutdown()

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.asyncio
 
 SESSION_TIMEOUT_MS = 1500
 HEARTBEAT_MS = 100
+CONTROLLED_SHUTDOWN_TIMEOUT_MS = 1000
 SECRET = new_secret()
 TO_CONTROLLER = Link("broker-1", "controller")
 
@@ -78,7 +79,8 @@ def _broker(controller: RpcClient, tmp_path: Path,
         broker_id=1, listen=("127.0.0.1", 0), controller=via or ("127.0.0.1", controller.port),
         data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
         config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS),
-                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}))
+                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                "controlled.shutdown.timeout.ms": str(CONTROLLED_SHUTDOWN_TIMEOUT_MS)}))
 
 
 async def _call(client: RpcClient, method: str) -> dict[str, Any] | None:
@@ -254,14 +256,16 @@ async def test_a_stop_is_bounded_when_the_controller_never_answers(
         controller_process: tuple[subprocess.Popen, int], controller: RpcClient,
         tmp_path: Path) -> None:
     """The controller is stopped (SIGSTOP): its connections stay open and nothing on them is
-    ever answered. The heartbeat and the metadata poll in flight are cancelled, not waited
-    out, and the lifecycle thread ends."""
+    ever answered. The controlled shutdown gives up after ``controlled.shutdown.timeout.ms``
+    (as Kafka's at its shutdown's deadline); the heartbeat and the metadata poll in flight
+    are cancelled, not waited out, and the lifecycle thread ends."""
     before = asyncio.all_tasks()
     broker = _broker(controller, tmp_path)
     await broker.start()
     await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+    await _until(lambda: _true(not broker.fenced), "the broker to know it is unfenced")
     controller_process[0].send_signal(signal.SIGSTOP)
-    async with asyncio.timeout(STOP_TIMEOUT_S):
+    async with asyncio.timeout(STOP_TIMEOUT_S + CONTROLLED_SHUTDOWN_TIMEOUT_MS / 1000):
         await broker.stop()
     assert not _tasks_left(before)
     assert not broker.lifecycle.running

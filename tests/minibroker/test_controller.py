@@ -324,3 +324,64 @@ def test_an_alter_partition_batch_answers_each_item_and_commits_once(tmp_path: P
     # A batch of refusals commits nothing.
     assert c.alter_partitions(1, items[-2:])[0][0] == ErrorCode.not_leader_or_follower
     assert c.metadata_offset == before + 1
+
+
+def test_kraft_a_controlled_shutdown_moves_leaderships_before_the_broker_may_stop(
+        tmp_path: Path) -> None:
+    """Kafka 4.2's BrokerHeartbeatManager.calculateNextBrokerState: an unfenced leader that
+    heartbeats with wantShutDown enters CONTROLLED_SHUTDOWN (not fenced, not told to stop):
+    it leaves every ISR and its leaderships move (handleBrokerInControlledShutdown), and it
+    may neither lead nor rejoin an ISR (isActive). It is told to stop (shouldShutDown, and
+    fenced) only once every active broker has reported the metadata offset of that change
+    (lowestActiveOffset)."""
+    clock = Clock()
+    c = controller(tmp_path, clock)
+    c.create_topic("t", 3, 3, {})
+    leader = c.topics["t"].partitions[0].leader
+    led = [i for i, reg in c.topics["t"].partitions.items() if reg.leader == leader]
+    for b in (1, 2, 3):
+        c.heartbeat(b, c.brokers[b].broker_epoch, c.metadata_offset)
+    epoch = c.brokers[leader].broker_epoch
+    assert c.heartbeat(leader, epoch, c.metadata_offset, want_shut_down=True) == (
+        ErrorCode.none, False)
+    shutdown_offset = c.metadata_offset
+    for i in led:
+        reg = c.topics["t"].partitions[i]
+        assert reg.leader not in (leader, NO_LEADER) and leader not in reg.isr
+    assert all(leader not in reg.isr for reg in c.topics["t"].partitions.values())
+    assert c.brokers[leader].in_controlled_shutdown and not c.is_live(leader)
+    reg = c.topics["t"].partitions[led[0]]
+    assert c.alter_partition(reg.leader, TopicPartition("t", led[0]), reg.leader_epoch,
+                             reg.partition_epoch, (*reg.isr, leader))[0] == \
+        ErrorCode.ineligible_replica
+    # The other brokers have not seen the change yet: not yet.
+    assert c.heartbeat(leader, epoch, c.metadata_offset, want_shut_down=True) == (
+        ErrorCode.none, False)
+    others = [b for b in (1, 2, 3) if b != leader]
+    c.heartbeat(others[0], c.brokers[others[0]].broker_epoch, shutdown_offset)
+    assert c.heartbeat(leader, epoch, c.metadata_offset, want_shut_down=True) == (
+        ErrorCode.none, False)
+    c.heartbeat(others[1], c.brokers[others[1]].broker_epoch, shutdown_offset)
+    assert c.heartbeat(leader, epoch, c.metadata_offset, want_shut_down=True) == (
+        ErrorCode.none, True)
+    assert c.brokers[leader].fenced
+    # Its session lives on: a restart within it waits, as after any stop.
+    with pytest.raises(DuplicateBrokerRegistration):
+        c.register_broker(leader, "restarted", "127.0.0.1", 9999)
+
+
+def test_kraft_a_broker_that_leads_nothing_is_let_go_at_once(tmp_path: Path) -> None:
+    """calculateNextBrokerState: an unfenced broker without leaderships that wants to shut
+    down is fenced and told to stop at once (SHUTDOWN_NOW, handleBrokerFenced: out of every
+    ISR); so is a fenced one."""
+    c = controller(tmp_path, Clock())
+    c.create_topic("t", 1, 3, {})
+    reg = c.topics["t"].partitions[0]
+    follower = reg.isr[-1]
+    epoch = c.brokers[follower].broker_epoch
+    assert c.heartbeat(follower, epoch, c.metadata_offset, want_shut_down=True) == (
+        ErrorCode.none, True)
+    after = c.topics["t"].partitions[0]
+    assert after.leader == reg.leader and follower not in after.isr
+    assert c.heartbeat(follower, epoch, c.metadata_offset, want_shut_down=True) == (
+        ErrorCode.none, True)

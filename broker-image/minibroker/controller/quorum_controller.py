@@ -84,6 +84,16 @@ class BrokerRegistration:
     max_heartbeat_gap_ms: float = 0.0
     """The longest time between two heartbeats of this registration: how close its session
     came to expiring (``broker.session.timeout.ms``), not persisted."""
+    in_controlled_shutdown: bool = False
+    """Kafka's ``BrokerRegistration.inControlledShutdown``: it asked to shut down while it
+    led partitions; neither electable nor admitted to an ISR since (``isActive``)."""
+    metadata_offset: int = -1
+    """The metadata offset its last heartbeat reported (BrokerHeartbeatState), not
+    persisted."""
+    controlled_shutdown_offset: int = -1
+    """BrokerHeartbeatState.controlledShutdownOffset: the metadata offset at which its
+    controlled shutdown began, -1 when not shutting down; not persisted (Kafka keeps it in
+    the active controller's BrokerHeartbeatManager only)."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +168,7 @@ class QuorumController:
                 {"id": b.broker_id, "incarnation_id": b.incarnation_id, "host": b.host,
                  "port": b.port, "fenced": b.fenced, "broker_epoch": b.broker_epoch,
                  "registration_offset": b.registration_offset,
+                 "in_controlled_shutdown": b.in_controlled_shutdown,
                  "listeners": {name: list(address) for name, address in b.listeners.items()}}
                 for b in self.brokers.values()
             ],
@@ -186,7 +197,8 @@ class QuorumController:
                 b["id"], b["incarnation_id"], b["host"], b["port"], b["fenced"],
                 b.get("broker_epoch", -1), None if b["fenced"] else now,
                 {name: (host, port) for name, (host, port) in b.get("listeners", {}).items()},
-                b.get("registration_offset", b.get("broker_epoch", -1)))
+                b.get("registration_offset", b.get("broker_epoch", -1)),
+                in_controlled_shutdown=b.get("in_controlled_shutdown", False))
             for b in state["brokers"]
         }
         self.topics = {
@@ -204,8 +216,10 @@ class QuorumController:
         return resolve("broker.session.timeout.ms", self.config)
 
     def is_live(self, broker_id: int) -> bool:
+        """ClusterControlManager.isActive: registered, unfenced and not in controlled
+        shutdown: one that may lead, join an ISR or be given a new replica."""
         broker = self.brokers.get(broker_id)
-        return broker is not None and not broker.fenced
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
 
     def has_valid_session(self, broker_id: int) -> bool:
         """BrokerHeartbeatManager.hasValidSession for the broker's registered epoch: it has
@@ -265,13 +279,17 @@ class QuorumController:
         self._commit()
         return broker.broker_epoch
 
-    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int
-                  ) -> tuple[ErrorCode, bool]:
-        """KRaft's BrokerHeartbeat: keeps the session alive and unfences a fenced broker once
-        its metadata offset has reached its registration record (BrokerHeartbeatManager), so
+    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, *,
+                  want_shut_down: bool = False) -> tuple[ErrorCode, bool]:
+        """KRaft's BrokerHeartbeat (ReplicationControlManager.processBrokerHeartbeat, with
+        BrokerHeartbeatManager.calculateNextBrokerState): keeps the session alive; unfences
+        a fenced broker once its metadata offset has reached its registration record, so
         that it is elected or admitted to an ISR only with the current view of every
-        partition. Returns (error, fenced); an unknown broker or an older epoch must
-        register again."""
+        partition; with ``want_shut_down``, takes the broker through its controlled shutdown
+        (``_controlled_shutdown``). Returns (error, fenced); an unknown broker or an older
+        epoch must register again. With ``want_shut_down`` the reply's shouldShutDown is
+        ``fenced``: Kafka's SHUTDOWN_NOW is the one state that both fences and lets the
+        broker stop, CONTROLLED_SHUTDOWN neither."""
         broker = self.brokers.get(broker_id)
         if broker is None:
             return ErrorCode.broker_id_not_registered, True
@@ -282,9 +300,55 @@ class QuorumController:
             broker.max_heartbeat_gap_ms = max(broker.max_heartbeat_gap_ms,
                                               now - broker.last_heartbeat_ms)
         broker.last_heartbeat_ms = now
-        if broker.fenced and metadata_offset >= broker.registration_offset:
-            self._unfence(broker_id)
+        if broker.fenced:
+            if not want_shut_down and metadata_offset >= broker.registration_offset:
+                self._unfence(broker_id)
+        elif want_shut_down:
+            self._controlled_shutdown(broker)
+        broker.metadata_offset = metadata_offset
         return ErrorCode.none, broker.fenced
+
+    def _controlled_shutdown(self, broker: BrokerRegistration) -> None:
+        """An unfenced broker wants to shut down (calculateNextBrokerState's UNFENCED and
+        CONTROLLED_SHUTDOWN states). While it leads a partition it enters controlled
+        shutdown: out of every ISR, its leaderships moved by the election rules
+        (ReplicationControlManager.handleBrokerInControlledShutdown), at the metadata offset
+        that change commits at. It may stop (SHUTDOWN_NOW: fenced, handleBrokerFenced) once
+        it leads nothing and every active broker has reached that offset
+        (lowestActiveOffset), so the new leaders know they lead before the old one goes."""
+        leads = self._has_leaderships(broker.broker_id)
+        if broker.controlled_shutdown_offset < 0:
+            if leads:
+                self._enter_controlled_shutdown(broker)
+                return
+        elif leads or broker.controlled_shutdown_offset > self._lowest_active_offset():
+            return
+        self._fence(broker.broker_id, FenceReason.CONTROLLED_SHUTDOWN,
+                    "its controlled shutdown was granted")
+        self._commit()
+
+    def _enter_controlled_shutdown(self, broker: BrokerRegistration) -> None:
+        broker_id = broker.broker_id
+        log.info("Broker %d has requested and been granted a controlled shutdown: moving its "
+                 "leaderships and removing it from every ISR", broker_id)
+        broker.in_controlled_shutdown = True
+        detail = f"broker {broker_id} is in controlled shutdown"
+        self._remove_from_every_isr(broker_id, IsrChangeReason.CONTROLLED_SHUTDOWN,
+                                    ElectionReason.CONTROLLED_SHUTDOWN, detail,
+                                    f"leader {detail}")
+        self._commit()
+        broker.controlled_shutdown_offset = self.metadata_offset
+
+    def _has_leaderships(self, broker_id: int) -> bool:
+        """BrokersToIsrs.hasLeaderships."""
+        return any(reg.leader == broker_id for topic in self.topics.values()
+                   for reg in topic.partitions.values())
+
+    def _lowest_active_offset(self) -> float:
+        """BrokerHeartbeatManager.lowestActiveOffset: the lowest metadata offset an active
+        broker (unfenced, not shutting down) has reported; infinite with none."""
+        return min((b.metadata_offset for b in self.brokers.values()
+                    if not b.fenced and b.controlled_shutdown_offset < 0), default=float("inf"))
 
     def tick(self) -> None:
         """Fence every broker whose session expired; now and then, restore preferred leaders."""
@@ -308,7 +372,7 @@ class QuorumController:
         """Fence now, as an expired session would: how step-by-step tests fence a broker at
         an exact moment."""
         self.brokers[broker_id].last_heartbeat_ms = None
-        if self.is_live(broker_id):
+        if not self.brokers[broker_id].fenced:
             self._fence(broker_id, FenceReason.SESSION_EXPIRED, detail)
             self._commit()
 
@@ -323,21 +387,32 @@ class QuorumController:
         self._commit()
 
     def _fence(self, broker_id: int, reason: FenceReason, detail: str) -> None:
+        """handleBrokerFenced: out of every ISR, its leaderships moved. A fenced broker leaves
+        controlled shutdown (BrokerHeartbeatManager.touch)."""
         broker = self.brokers[broker_id]
-        log.warning("Fencing broker %d because %s", broker_id, detail)
+        log.log(logging.INFO if reason == FenceReason.CONTROLLED_SHUTDOWN else logging.WARNING,
+                "Fencing broker %d because %s", broker_id, detail)
         broker.fenced = True
+        broker.controlled_shutdown_offset = -1
         self._events.emit(EventType.BROKER_FENCED, broker=broker_id,
                           broker_epoch=broker.broker_epoch, reason=reason, detail=detail)
+        self._remove_from_every_isr(broker_id, IsrChangeReason.FENCED,
+                                    ElectionReason.LEADER_FENCED,
+                                    f"broker {broker_id} was fenced because {detail}",
+                                    f"leader {broker_id} was fenced because {detail}")
+
+    def _remove_from_every_isr(self, broker_id: int, isr_reason: IsrChangeReason,
+                               election_reason: ElectionReason, cause: str,
+                               election_cause: str) -> None:
+        """generateLeaderAndIsrUpdates with ``brokerToRemove``: out of every ISR it is in,
+        and never an acceptable leader, so each partition it led elects another."""
         for topic in self.topics.values():
             for index, reg in list(topic.partitions.items()):
                 if broker_id in reg.isr:
                     self._change(topic, index, target_isr=set(reg.isr) - {broker_id},
                                  acceptable=lambda r: r != broker_id and self.is_live(r),
-                                 isr_reason=IsrChangeReason.FENCED,
-                                 election_reason=ElectionReason.LEADER_FENCED,
-                                 cause=f"broker {broker_id} was fenced because {detail}",
-                                 election_cause=f"leader {broker_id} was fenced because "
-                                                f"{detail}",
+                                 isr_reason=isr_reason, election_reason=election_reason,
+                                 cause=cause, election_cause=election_cause,
                                  broker=broker_id)
 
     def _handle_unclean_shutdown(self, broker_id: int, previous_broker_epoch: int) -> None:

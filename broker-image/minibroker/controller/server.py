@@ -113,9 +113,16 @@ class ControllerServer:
         return {"error": ErrorCode.none.name, "broker_epoch": epoch}
 
     async def _heartbeat(self, p: dict[str, Any]) -> dict[str, Any]:
+        """BrokerHeartbeat; ``should_shut_down`` answers a ``want_shut_down`` (Kafka's
+        BrokerHeartbeatResponse.ShouldShutDown)."""
+        want_shut_down = p.get("want_shut_down", False)
+        if not isinstance(want_shut_down, bool):
+            raise ValueError(f"want_shut_down: expected a boolean, got {want_shut_down!r}")
         error, fenced = self.controller.heartbeat(p["broker_id"], p["broker_epoch"],
-                                                  p["metadata_offset"])
-        return {"error": error.name, "is_fenced": fenced}
+                                                  p["metadata_offset"],
+                                                  want_shut_down=want_shut_down)
+        return {"error": error.name, "is_fenced": fenced,
+                "should_shut_down": want_shut_down and fenced and error == ErrorCode.none}
 
     async def _fetch_metadata(self, p: dict[str, Any]) -> dict[str, Any]:
         """Long poll: answer as soon as the metadata is newer than ``since``, or after
