@@ -75,17 +75,21 @@ def run_local_cluster(brokers: int, host: str, base_port: int, data_dir: Path,
                       file=sys.stderr, flush=True)
                 stopping, exit_code = True, 1
         time.sleep(0.2)
-    for child in children.values():
-        if child.poll() is None:
-            child.send_signal(signal.SIGCONT)
-            child.terminate()
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    for child in children.values():
-        try:
-            child.wait(max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+    # The brokers first, then the controller, as Kafka's KafkaRaftServer.shutdown orders
+    # them: a broker's controlled shutdown needs the controller's answer.
+    for group in ([c for name, c in children.items() if name != "controller"],
+                  [children["controller"]]):
+        for child in group:
+            if child.poll() is None:
+                child.send_signal(signal.SIGCONT)
+                child.terminate()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in group:
+            try:
+                child.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
     return exit_code
 
 
