@@ -381,3 +381,27 @@ def test_kip_903_a_fetch_from_a_previous_incarnation_changes_nothing(tmp_path: P
     sim.replicate()
     assert sim.registration(TP).isr == (leader, b, c)
     assert view.broker_epoch == sim.broker_epoch(b)
+
+
+def test_kip_841_a_leader_does_not_take_a_broker_in_controlled_shutdown_back_into_the_isr(
+        tmp_path: Path) -> None:
+    """Kafka's Partition.isReplicaIsrEligible (KIP-841): a follower whose broker is in
+    controlled shutdown is not added back to the ISR however caught up it is: the controller
+    took it out (handleBrokerInControlledShutdown), and would refuse it (INELIGIBLE_REPLICA)."""
+    sim = SimCluster(tmp_path, config={"min.insync.replicas": "1"}, auto_alter_partition=False)
+    sim.create_topic("orders", partitions=3)
+    leader = sim.leader_of(TP)
+    follower = next(r for r in sim.registration(TP).replicas if r != leader and any(
+        reg.leader == r for reg in sim.controller.topics["orders"].partitions.values()))
+    c = sim.controller
+    assert c.heartbeat(follower, sim.broker_epoch(follower), c.metadata_offset,
+                       want_shut_down=True) == (ErrorCode.none, False)
+    assert follower not in sim.registration(TP).isr
+    assert sim.brokers[leader].image.brokers[follower].in_controlled_shutdown
+    assert sim.produce(TP, ["after"], acks=1).acknowledged
+    for _ in range(3):
+        sim.fetch_round(follower)
+        sim.fetch_round(leader)
+    assert sim.replica(follower, TP).log_end_offset == sim.replica(leader, TP).log_end_offset
+    assert [request.new_isr for broker, request, _ in sim.pending_alter_partitions
+            if broker == leader and request.tp == TP and follower in request.new_isr] == []

@@ -219,6 +219,7 @@ class ReplicaManager:
             clock_ms=self.scheduler.now_ms,
             alter_partition=self._send_alter_partition,
             alive_broker_epoch=self._alive_broker_epoch,
+            broker_shutting_down=self._broker_shutting_down,
             events=self.events,
             high_watermark=self._checkpointed_hws.get((tp.topic, tp.partition), 0),
         )
@@ -272,6 +273,11 @@ class ReplicaManager:
         if image.brokers != before.brokers:
             for partition in self.partitions.values():
                 partition.reset_replicas_of_new_incarnations()
+
+    def _broker_shutting_down(self, broker_id: int) -> bool:
+        """Kafka's MetadataCache.isBrokerShuttingDown: in controlled shutdown."""
+        endpoint = self.image.brokers.get(broker_id)
+        return endpoint is not None and endpoint.in_controlled_shutdown
 
     def _alive_broker_epoch(self, broker_id: int) -> int | None:
         """Kafka's MetadataCache.getAliveBrokerEpoch: None for a fenced or unknown broker."""

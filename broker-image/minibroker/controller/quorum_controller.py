@@ -754,7 +754,7 @@ class QuorumController:
             cluster_id=self.cluster_id,
             brokers={
                 b.broker_id: BrokerEndpoint(b.broker_id, b.host, b.port, b.broker_epoch,
-                                            dict(b.listeners))
+                                            dict(b.listeners), b.in_controlled_shutdown)
                 for b in self.brokers.values() if not b.fenced
             },
             topics={
