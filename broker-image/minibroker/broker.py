@@ -202,6 +202,7 @@ class BrokerServer:
         shutdown is then not recorded as clean (that task may still change the logs)."""
         config = self.options.config
         if resolve("controlled.shutdown.enable", config):
+            self.replica_manager.begin_controlled_shutdown()
             await self.lifecycle.controlled_shutdown(
                 resolve("controlled.shutdown.timeout.ms", config) / 1000)
         await self.lifecycle.stop()

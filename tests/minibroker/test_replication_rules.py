@@ -405,3 +405,26 @@ def test_kip_841_a_leader_does_not_take_a_broker_in_controlled_shutdown_back_int
     assert sim.replica(follower, TP).log_end_offset == sim.replica(leader, TP).log_end_offset
     assert [request.new_isr for broker, request, _ in sim.pending_alter_partitions
             if broker == leader and request.tp == TP and follower in request.new_isr] == []
+
+
+def test_a_broker_in_controlled_shutdown_stops_fetching_what_it_is_out_of_the_isr_of(
+        tmp_path: Path) -> None:
+    """Kafka's ReplicaManager.beginControlledShutdown and applyLocalFollowersDelta: once its
+    controlled shutdown has begun, a follower replica whose ISR the controller took the
+    broker out of stops fetching; one still in the ISR goes on."""
+    sim = SimCluster(tmp_path, config={"min.insync.replicas": "1"})
+    sim.create_topic("orders", partitions=3)
+    leader = sim.leader_of(TP)
+    follower = next(r for r in sim.registration(TP).replicas if r != leader and any(
+        reg.leader == r for reg in sim.controller.topics["orders"].partitions.values()))
+    sim.brokers[follower].begin_controlled_shutdown()
+    assert sim.produce(TP, ["before"], acks=1).acknowledged
+    sim.fetch_round(follower)  # in the ISR yet: it fetches
+    assert sim.replica(follower, TP).log_end_offset == 1
+    c = sim.controller
+    c.heartbeat(follower, sim.broker_epoch(follower), c.metadata_offset, want_shut_down=True)
+    assert follower not in sim.registration(TP).isr
+    assert sim.produce(TP, ["after"], acks=1).acknowledged
+    sim.fetch_round(follower)
+    assert sim.replica(follower, TP).log_end_offset == 1
+    assert TP not in sim.brokers[follower].follower_states
