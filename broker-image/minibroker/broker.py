@@ -194,12 +194,19 @@ class BrokerServer:
                  self.kafka_server.port, *self.advertised)
 
     async def stop(self) -> None:
-        """Shut the components down in turn, as Kafka's BrokerServer.shutdown does: here the
-        controller session and channel first, then the broker's own tasks, then the listeners
-        and the logs. Each step is bounded, so a controller that never answers, or a task
-        that ignores its cancellation, cannot hold the stop; a task still running when the
-        bound is up is logged by name, and the shutdown is then not recorded as clean (that
-        task may still change the logs)."""
+        """Shut the components down in turn, as Kafka's BrokerServer.shutdown does: first,
+        with ``controlled.shutdown.enable``, the controlled shutdown (the controller moves
+        this broker's leaderships and takes it out of every ISR while it still serves, at
+        most ``controlled.shutdown.timeout.ms``); then the controller session and channel,
+        the broker's own tasks, the listeners and the logs. Each step is bounded, so a
+        controller that never answers, or a task that ignores its cancellation, cannot hold
+        the stop; a task still running when the bound is up is logged by name, and the
+        shutdown is then not recorded as clean (that task may still change the logs)."""
+        config = self.options.config
+        if resolve("controlled.shutdown.enable", config):
+            self.replica_manager.begin_controlled_shutdown()
+            await self.lifecycle.controlled_shutdown(
+                resolve("controlled.shutdown.timeout.ms", config) / 1000)
         await self.lifecycle.stop()
         # Closed for good before the tasks are cancelled: an answer's callback that starts
         # another call (AlterPartitionManager's next batch) fails at once, without reconnecting.

@@ -284,6 +284,16 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "A broker silent for this long is fenced (Kafka: 9000). A broker waits "
                   "half of it for each heartbeat's answer (Kafka's heartbeat channel, "
                   "KAFKA-14392)."),
+        ConfigDef("controlled.shutdown.enable", _bool, True, False,
+                  "A clean stop (SIGTERM) is a controlled shutdown: the broker asks the "
+                  "controller to move its leaderships and take it out of every ISR, and stops "
+                  "once told to (Kafka's default, BrokerServer.shutdown). false: it stops at "
+                  "once and is fenced later, by its session timeout or its next "
+                  "registration, as a Kafka broker with controlled.shutdown.enable=false."),
+        ConfigDef("controlled.shutdown.timeout.ms", _positive_int, 300000, False,
+                  "How long a controlled shutdown waits for the controller's leave before the "
+                  "broker stops anyway. Not a Kafka config: Kafka waits until its shutdown's "
+                  "deadline, the 5 minutes of KafkaBroker.shutdown()."),
         ConfigDef("socket.connection.setup.timeout.ms", _positive_int, 10000, False,
                   "How long a broker's connection to the controller may take to set up, "
                   "its authentication included (Kafka's default)."),

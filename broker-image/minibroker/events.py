@@ -90,6 +90,7 @@ class IsrChangeReason(StrEnum):
     CAUGHT_UP = "caught_up"
     FENCED = "fenced"
     UNCLEAN_SHUTDOWN = "unclean_shutdown"  # re-registered without a clean shutdown
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"  # it asked to shut down (wantShutDown)
 
 
 class ElrChangeReason(StrEnum):
@@ -117,11 +118,13 @@ class ElectionReason(StrEnum):
     BROKER_UNFENCED = "broker_unfenced"
     PREFERRED = "preferred"
     UNCLEAN_SHUTDOWN = "unclean_shutdown"  # the leader re-registered after an unclean one
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"  # the leader began a controlled shutdown
 
 
 class FenceReason(StrEnum):
     SESSION_EXPIRED = "session_expired"
     RESTARTED = "restarted"
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"  # its controlled shutdown was granted
 
 
 class RebalanceReason(StrEnum):

@@ -25,6 +25,7 @@ its loop stopped and closed, and the thread joined.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +36,6 @@ from minibroker.rpc import RpcClient, RpcError
 from minibroker.shutdown import STOP_TIMEOUT_S, end_tasks
 
 log = logging.getLogger("minibroker.broker")
-
-REGISTRATION_RETRY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -74,6 +73,12 @@ class BrokerLifecycleManager:
         self.broker_epoch = -1
         """From the controller at registration: the offset of the registration record."""
         self.fenced = True
+        self._want_shut_down = False
+        """PENDING_CONTROLLED_SHUTDOWN: each heartbeat says wantShutDown."""
+        self._wake = asyncio.Event()
+        """Set to send the next heartbeat at once (scheduleNextCommunicationImmediately)."""
+        self._shutdown_granted = asyncio.Event()
+        """The controller answered shouldShutDown (controlledShutdownFuture)."""
         # A thread of its own in a broker process; the node's loop in simulation.
         self._queue = environment.current().event_queue("broker-lifecycle")
         self._client: RpcClient | None = None
@@ -106,6 +111,32 @@ class BrokerLifecycleManager:
                       STOP_TIMEOUT_S)
         await self._queue.stop()  # at once: its loop has nothing left to run
 
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Kafka's BrokerLifecycleManager.beginControlledShutdown, and BrokerServer.shutdown's
+        wait on its controlledShutdownFuture: heartbeat at once with wantShutDown, then again
+        until the controller answers shouldShutDown (it has moved this broker's leaderships
+        and taken it out of every ISR), for at most ``timeout_s``. True once granted; False
+        at the timeout, or at once for a broker that is not registered and unfenced (Kafka
+        skips it outside RUNNING)."""
+        if not self._queue.running or self.broker_epoch < 0 or self.fenced:
+            log.info("Skipping controlled shutdown: the broker is not registered and unfenced")
+            return False
+        log.info("Beginning controlled shutdown")
+        return await self._queue.submit(self._await_shutdown_granted(timeout_s))
+
+    async def _await_shutdown_granted(self, timeout_s: float) -> bool:
+        """On the thread's loop: ask, and wait for the leave within the bound."""
+        self._want_shut_down = True
+        self._wake.set()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._shutdown_granted.wait()
+        except TimeoutError:
+            log.error("Timed out waiting for the controller to approve controlled shutdown "
+                      "(%.0f s)", timeout_s)
+            return False
+        return True
+
     def _rpc(self) -> RpcClient:
         if self._client is None:  # made on the lifecycle loop, whose connection it is
             self._client = RpcClient(*self._controller, secret=self._secret,
@@ -133,12 +164,21 @@ class BrokerLifecycleManager:
             await self._client.aclose(STOP_TIMEOUT_S / 2)
 
     async def _register(self, registration: Registration) -> None:
+        """Register, retrying every ``broker.heartbeat.interval.ms`` until the controller
+        accepts, as Kafka's BrokerLifecycleManager does after a failure
+        (``scheduleNextCommunicationAfterFailure``): among the refusals, a new incarnation's
+        while its previous one's session lives (DUPLICATE_BROKER_REGISTRATION)."""
         while True:
             try:
                 answer = await self._rpc().call("register_broker", registration.to_params())
             except RpcError as exc:
                 log.info("Registration with the controller failed (%s); retrying", exc)
-                await asyncio.sleep(REGISTRATION_RETRY_S)
+                await asyncio.sleep(self._heartbeat_s)
+                continue
+            if answer["error"] != "none":
+                log.info("The controller refused the registration (%s: %s); retrying",
+                         answer["error"], answer.get("message", ""))
+                await asyncio.sleep(self._heartbeat_s)
                 continue
             self.fenced = True
             self.broker_epoch = answer["broker_epoch"]
@@ -147,13 +187,24 @@ class BrokerLifecycleManager:
 
     async def _heartbeat_loop(self, registration: Registration) -> None:
         """Kafka's BrokerHeartbeat, every ``broker.heartbeat.interval.ms``; an answer that
-        the registration is unknown or stale registers this incarnation again."""
+        the registration is unknown or stale registers this incarnation again. In a
+        controlled shutdown each says wantShutDown, the first at once and the one after the
+        first answer 50 ms later (BrokerHeartbeatResponseEvent); the loop ends when the
+        controller answers shouldShutDown."""
+        delay = self._heartbeat_s
+        answered_shutdown = False
         while True:
-            await asyncio.sleep(self._heartbeat_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+            self._wake.clear()
+            delay = self._heartbeat_s
+            want_shut_down = self._want_shut_down
             try:
                 answer = await self._rpc().call("heartbeat", {
                     "broker_id": registration.broker_id, "broker_epoch": self.broker_epoch,
-                    "metadata_offset": self._metadata_offset()},
+                    "metadata_offset": self._metadata_offset(),
+                    "want_shut_down": want_shut_down},
                     timeout=self._heartbeat_timeout_s)
             except RpcError as exc:
                 log.debug("Heartbeat failed: %s", exc)
@@ -161,7 +212,15 @@ class BrokerLifecycleManager:
             if answer["error"] != "none":
                 log.warning("Heartbeat rejected (%s): registering again", answer["error"])
                 await self._register(registration)
-            elif answer["is_fenced"] != self.fenced:
+                continue
+            if answer["is_fenced"] != self.fenced:
                 log.info("The controller %s this broker",
                          "fenced" if answer["is_fenced"] else "unfenced")
                 self.fenced = answer["is_fenced"]
+            if want_shut_down and answer.get("should_shut_down"):
+                log.info("The controller has asked us to exit controlled shutdown")
+                self._shutdown_granted.set()
+                return
+            if want_shut_down and not answered_shutdown:
+                answered_shutdown = True
+                delay = 0.05

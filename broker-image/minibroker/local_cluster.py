@@ -191,17 +191,22 @@ class Launcher:
             cluster_control.answer(conn, ok, text)
 
     def stop_all(self) -> None:
-        for node in self.nodes.values():
-            if node.process.poll() is None:
-                node.process.send_signal(signal.SIGCONT)
-                node.process.terminate()
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for node in self.nodes.values():
-            try:
-                node.process.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                node.process.kill()
-                node.process.wait()
+        """The brokers first, then the controller, as Kafka's ``KafkaRaftServer.shutdown``
+        orders them: a broker's controlled shutdown needs the controller's answer."""
+        brokers = [n for n in self.nodes.values() if n.key != CONTROLLER]
+        controller = [n for n in self.nodes.values() if n.key == CONTROLLER]
+        for group in (brokers, controller):
+            for node in group:
+                if node.process.poll() is None:
+                    node.process.send_signal(signal.SIGCONT)
+                    node.process.terminate()
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            for node in group:
+                try:
+                    node.process.wait(max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    node.process.kill()
+                    node.process.wait()
 
 
 def run_local_cluster(brokers: int, host: str, base_port: int, data_dir: Path,

@@ -40,7 +40,7 @@ from minibroker.cluster.types import (
     TopicPartition,
 )
 from minibroker.config import resolve
-from minibroker.controller.quorum_controller import QuorumController
+from minibroker.controller.quorum_controller import DuplicateBrokerRegistration, QuorumController
 from minibroker.coordinator.group_coordinator import GroupCoordinator
 from minibroker.events import ReplicationEventLog
 from minibroker.storage.clean_shutdown import (
@@ -110,6 +110,9 @@ class SimCluster:
         self._durability: dict[int, DurabilityTracker] = {}
         self._incarnations: dict[int, str] = {}
         self._broker_epochs: dict[int, int] = {}
+        self._registering: dict[int, int] = {}
+        """Brokers whose registration the controller refused, with the previous broker epoch
+        their next attempt carries."""
         self.heartbeat_interval_ms: int = resolve("broker.heartbeat.interval.ms", self.config)
         for broker_id in range(1, brokers + 1):
             self.start(broker_id)
@@ -151,19 +154,35 @@ class SimCluster:
         self.brokers[broker_id] = rm
         self._fetchers[broker_id] = follow_map
         self._incarnations[broker_id] = uuid.uuid4().hex
-        self._register(broker_id, take_clean_shutdown(self.root / f"broker-{broker_id}"))
-        self.heartbeat(broker_id)  # it has the metadata at once: unfenced
+        self._registering.pop(broker_id, None)
+        if self._register(broker_id, take_clean_shutdown(self.root / f"broker-{broker_id}")):
+            self.heartbeat(broker_id)  # it has the metadata at once: unfenced
         return rm
 
-    def _register(self, broker_id: int, previous_broker_epoch: int = NO_PREVIOUS_EPOCH) -> None:
-        self._broker_epochs[broker_id] = self.controller.register_broker(
-            broker_id, self._incarnations[broker_id], "sim", 9000 + broker_id,
-            previous_broker_epoch=previous_broker_epoch)
+    def _register(self, broker_id: int, previous_broker_epoch: int = NO_PREVIOUS_EPOCH) -> bool:
+        """Register the broker's incarnation; False if the controller refused it because the
+        previous incarnation's session lives (Kafka's DUPLICATE_BROKER_REGISTRATION): as the
+        real broker does, it retries at each heartbeat (``advance``) until that expires."""
+        try:
+            epoch = self.controller.register_broker(
+                broker_id, self._incarnations[broker_id], "sim", 9000 + broker_id,
+                previous_broker_epoch=previous_broker_epoch)
+        except DuplicateBrokerRegistration:
+            self._registering[broker_id] = previous_broker_epoch
+            return False
+        self._registering.pop(broker_id, None)
+        self._broker_epochs[broker_id] = epoch
         self.brokers[broker_id].apply_metadata(self.controller.image())
+        return True
 
     def heartbeat(self, broker_id: int) -> None:
         """One BrokerHeartbeat with the broker's metadata offset; as the real broker's loop,
-        it registers again when the controller no longer knows its broker epoch."""
+        it registers again when the controller no longer knows its broker epoch. A broker
+        whose registration was refused tries it again first, and heartbeats at once if it is
+        accepted (Kafka's BrokerLifecycleManager: "Immediately send a heartbeat")."""
+        if broker_id in self._registering and not self._register(
+                broker_id, self._registering[broker_id]):
+            return
         rm = self.brokers[broker_id]
         error, _ = self.controller.heartbeat(broker_id, self._broker_epochs[broker_id],
                                              rm.image.metadata_offset)
@@ -172,16 +191,21 @@ class SimCluster:
 
     def stop(self, broker_id: int) -> None:
         """A clean shutdown (SIGTERM): every log flushed, its recovery point checkpointed, and
-        its broker epoch recorded for its next registration (KAFKA-15582)."""
+        its broker epoch recorded for its next registration (KAFKA-15582). Without a
+        controlled shutdown (``controlled.shutdown.enable=false``): the controller fences it
+        once its session expires."""
         self._fetchers.pop(broker_id)
         self.coordinators.pop(broker_id).shutdown()
         self.brokers.pop(broker_id).shutdown()
-        write_clean_shutdown(self.root / f"broker-{broker_id}", self._broker_epochs[broker_id])
+        if self._registering.pop(broker_id, None) is None:  # its incarnation had an epoch
+            write_clean_shutdown(self.root / f"broker-{broker_id}",
+                                 self._broker_epochs[broker_id])
 
     def crash(self, broker_id: int, *, power_loss: bool = False) -> None:
         """kill -9 (page cache survives) or power loss (unflushed writes are gone; the broker
         records its log end offsets first, as the failpoint does)."""
         rm = self.brokers.pop(broker_id)
+        self._registering.pop(broker_id, None)
         self._fetchers.pop(broker_id)
         self.coordinators.pop(broker_id).shutdown()
         if power_loss:
@@ -197,6 +221,11 @@ class SimCluster:
 
     def is_running(self, broker_id: int) -> bool:
         return broker_id in self.brokers
+
+    def has_replica(self, broker_id: int, tp: TopicPartition) -> bool:
+        """Running with its replica of ``tp`` loaded: a restarted broker loads its logs once
+        registered, after its previous incarnation's session has expired."""
+        return broker_id in self.brokers and tp in self.brokers[broker_id].partitions
 
     # ---- controller traffic -----------------------------------------------------------
 

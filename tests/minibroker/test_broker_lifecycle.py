@@ -38,6 +38,7 @@ pytestmark = pytest.mark.asyncio
 
 SESSION_TIMEOUT_MS = 1500
 HEARTBEAT_MS = 100
+CONTROLLED_SHUTDOWN_TIMEOUT_MS = 1000
 SECRET = new_secret()
 TO_CONTROLLER = Link("broker-1", "controller")
 
@@ -78,7 +79,8 @@ def _broker(controller: RpcClient, tmp_path: Path,
         broker_id=1, listen=("127.0.0.1", 0), controller=via or ("127.0.0.1", controller.port),
         data_dir=tmp_path / "broker-1", controller_secret=SECRET.encode(),
         config={"broker.heartbeat.interval.ms": str(HEARTBEAT_MS),
-                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS)}))
+                "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                "controlled.shutdown.timeout.ms": str(CONTROLLED_SHUTDOWN_TIMEOUT_MS)}))
 
 
 async def _call(client: RpcClient, method: str) -> dict[str, Any] | None:
@@ -206,6 +208,31 @@ async def test_a_stopped_broker_stops_heartbeating(controller: RpcClient,
                  timeout=3 * SESSION_TIMEOUT_MS / 1000)
 
 
+async def test_a_restarted_broker_registers_once_its_previous_session_has_expired(
+        controller: RpcClient, tmp_path: Path) -> None:
+    """Kafka 4.2's registerBroker refuses a new incarnation while the previous one's session
+    is valid (DUPLICATE_BROKER_REGISTRATION); the restarted broker retries every heartbeat
+    interval, so it registers between one session timeout after the previous incarnation's
+    last heartbeat and one retry later. Its start waits for the registration."""
+    first = _broker(controller, tmp_path)
+    await first.start()
+    await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+    await first.stop()
+    stopped = time.monotonic()  # its last heartbeat was at most one interval before this
+    second = _broker(controller, tmp_path)
+    async with asyncio.timeout(3 * SESSION_TIMEOUT_MS / 1000):
+        await second.start()
+    waited = time.monotonic() - stopped
+    try:
+        entry = await _broker_entry(controller)
+        assert entry is not None and entry["broker_epoch"] == second.broker_epoch
+        assert second.broker_epoch > first.broker_epoch
+        assert waited >= (SESSION_TIMEOUT_MS - HEARTBEAT_MS) / 1000, waited
+        assert waited <= (SESSION_TIMEOUT_MS + 2 * HEARTBEAT_MS) / 1000 + 1.0, waited
+    finally:
+        await second.stop()
+
+
 async def test_a_stop_ends_the_brokers_tasks_when_the_controller_connection_drops_with_it(
         controller: RpcClient, tmp_path: Path) -> None:
     """The broker's controller connection drops in the same turn of the loop as its stop
@@ -229,14 +256,16 @@ async def test_a_stop_is_bounded_when_the_controller_never_answers(
         controller_process: tuple[subprocess.Popen, int], controller: RpcClient,
         tmp_path: Path) -> None:
     """The controller is stopped (SIGSTOP): its connections stay open and nothing on them is
-    ever answered. The heartbeat and the metadata poll in flight are cancelled, not waited
-    out, and the lifecycle thread ends."""
+    ever answered. The controlled shutdown gives up after ``controlled.shutdown.timeout.ms``
+    (as Kafka's at its shutdown's deadline); the heartbeat and the metadata poll in flight
+    are cancelled, not waited out, and the lifecycle thread ends."""
     before = asyncio.all_tasks()
     broker = _broker(controller, tmp_path)
     await broker.start()
     await _until(lambda: _unfenced_entry(controller), "the broker to be unfenced")
+    await _until(lambda: _true(not broker.fenced), "the broker to know it is unfenced")
     controller_process[0].send_signal(signal.SIGSTOP)
-    async with asyncio.timeout(STOP_TIMEOUT_S):
+    async with asyncio.timeout(STOP_TIMEOUT_S + CONTROLLED_SHUTDOWN_TIMEOUT_MS / 1000):
         await broker.stop()
     assert not _tasks_left(before)
     assert not broker.lifecycle.running

@@ -101,7 +101,7 @@ async def test_a_broker_with_the_secret_registers_and_heartbeats(
             "broker_epoch"]
         beat = await client.call("heartbeat", {"broker_id": 2, "broker_epoch": epoch,
                                                "metadata_offset": 10**9})
-        assert beat == {"error": "none", "is_fenced": False}
+        assert beat == {"error": "none", "is_fenced": False, "should_shut_down": False}
     finally:
         client.close()
     assert registrations(controller) == {2: ("127.0.0.1", 9092, False)}

@@ -251,9 +251,11 @@ def test_only_a_flush_makes_records_survive_a_power_loss_after_a_restart(tmp_pat
     else:
         sim.crash(1)
     sim.start(1)
+    sim.advance(3500)  # registered once the previous incarnation's session expired
     assert sim.replica(1, TP).log_end_offset == 10  # the page cache survived either way
     sim.crash(1, power_loss=True)
     sim.start(1)
+    sim.advance(3500)
     assert sim.replica(1, TP).log_end_offset == (10 if clean else 0)
 
 
@@ -379,3 +381,50 @@ def test_kip_903_a_fetch_from_a_previous_incarnation_changes_nothing(tmp_path: P
     sim.replicate()
     assert sim.registration(TP).isr == (leader, b, c)
     assert view.broker_epoch == sim.broker_epoch(b)
+
+
+def test_kip_841_a_leader_does_not_take_a_broker_in_controlled_shutdown_back_into_the_isr(
+        tmp_path: Path) -> None:
+    """Kafka's Partition.isReplicaIsrEligible (KIP-841): a follower whose broker is in
+    controlled shutdown is not added back to the ISR however caught up it is: the controller
+    took it out (handleBrokerInControlledShutdown), and would refuse it (INELIGIBLE_REPLICA)."""
+    sim = SimCluster(tmp_path, config={"min.insync.replicas": "1"}, auto_alter_partition=False)
+    sim.create_topic("orders", partitions=3)
+    leader = sim.leader_of(TP)
+    follower = next(r for r in sim.registration(TP).replicas if r != leader and any(
+        reg.leader == r for reg in sim.controller.topics["orders"].partitions.values()))
+    c = sim.controller
+    assert c.heartbeat(follower, sim.broker_epoch(follower), c.metadata_offset,
+                       want_shut_down=True) == (ErrorCode.none, False)
+    assert follower not in sim.registration(TP).isr
+    assert sim.brokers[leader].image.brokers[follower].in_controlled_shutdown
+    assert sim.produce(TP, ["after"], acks=1).acknowledged
+    for _ in range(3):
+        sim.fetch_round(follower)
+        sim.fetch_round(leader)
+    assert sim.replica(follower, TP).log_end_offset == sim.replica(leader, TP).log_end_offset
+    assert [request.new_isr for broker, request, _ in sim.pending_alter_partitions
+            if broker == leader and request.tp == TP and follower in request.new_isr] == []
+
+
+def test_a_broker_in_controlled_shutdown_stops_fetching_what_it_is_out_of_the_isr_of(
+        tmp_path: Path) -> None:
+    """Kafka's ReplicaManager.beginControlledShutdown and applyLocalFollowersDelta: once its
+    controlled shutdown has begun, a follower replica whose ISR the controller took the
+    broker out of stops fetching; one still in the ISR goes on."""
+    sim = SimCluster(tmp_path, config={"min.insync.replicas": "1"})
+    sim.create_topic("orders", partitions=3)
+    leader = sim.leader_of(TP)
+    follower = next(r for r in sim.registration(TP).replicas if r != leader and any(
+        reg.leader == r for reg in sim.controller.topics["orders"].partitions.values()))
+    sim.brokers[follower].begin_controlled_shutdown()
+    assert sim.produce(TP, ["before"], acks=1).acknowledged
+    sim.fetch_round(follower)  # in the ISR yet: it fetches
+    assert sim.replica(follower, TP).log_end_offset == 1
+    c = sim.controller
+    c.heartbeat(follower, sim.broker_epoch(follower), c.metadata_offset, want_shut_down=True)
+    assert follower not in sim.registration(TP).isr
+    assert sim.produce(TP, ["after"], acks=1).acknowledged
+    sim.fetch_round(follower)
+    assert sim.replica(follower, TP).log_end_offset == 1
+    assert TP not in sim.brokers[follower].follower_states

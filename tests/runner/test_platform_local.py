@@ -14,6 +14,7 @@ import pytest
 from planned_faults import planned
 from processes import ON_SIGTERM, needs_local_minibroker, sigterm_lines
 
+from minibroker.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE
 from undertow.faults import Nodes, build_fault
 from undertow.platform import netns
 from undertow.platform.base import CONTROLLER, Link, PlatformError, broker_id_of, wait_for
@@ -107,6 +108,10 @@ def test_stop_ends_processes_proxies_and_guardian(tmp_path: Path) -> None:
             platform.proxies.address(Link("client", node)) for node in platform.brokers}
         assert (tmp_path / "data" / "broker-1").is_dir()
     assert not any(alive(pid) for pid in [*pids, guardian])
+    # The brokers stopped before the controller: their controlled shutdowns were answered
+    # and each ended cleanly (within the grace period, not SIGKILLed).
+    for broker in platform.brokers:
+        assert (tmp_path / "data" / broker / CLEAN_SHUTDOWN_FILE).is_file(), broker
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(client_proxy, timeout=2)
     with pytest.raises(PlatformError, match="platform is stopped"):

@@ -103,6 +103,7 @@ class Partition:
         clock_ms: Callable[[], float],
         alter_partition: Callable[[AlterPartitionRequest], None],
         alive_broker_epoch: Callable[[int], int | None],
+        broker_shutting_down: Callable[[int], bool],
         events: ReplicationEventLog,
         high_watermark: int = 0,
     ) -> None:
@@ -115,6 +116,7 @@ class Partition:
         self._clock_ms = clock_ms
         self._alter_partition = alter_partition
         self._alive_broker_epoch = alive_broker_epoch
+        self._broker_shutting_down = broker_shutting_down
         self._events = events
         self._high_watermark = -1
         self.high_watermark = min(high_watermark, log.log_end_offset)
@@ -438,11 +440,13 @@ class Partition:
                 replica.reset(now, False, self.log_end_offset)
 
     def _is_replica_isr_eligible(self, replica: Replica) -> bool:
-        """Kafka 3.7's isReplicaIsrEligible: the broker is alive (registered, unfenced) and
-        the fetches that made it caught up came from that registration (or sent no epoch)."""
+        """Kafka 3.7's isReplicaIsrEligible: the broker is alive (registered, unfenced), not
+        in controlled shutdown (KIP-841), and the fetches that made it caught up came from
+        that registration (or sent no epoch)."""
         alive_epoch = self._alive_broker_epoch(replica.broker_id)
         return (alive_epoch is not None and replica.broker_epoch is not None
-                and replica.broker_epoch in (-1, alive_epoch))
+                and replica.broker_epoch in (-1, alive_epoch)
+                and not self._broker_shutting_down(replica.broker_id))
 
     # ---- leader: ISR changes ------------------------------------------------------------
 

@@ -106,6 +106,8 @@ class ReplicaManager:
         # the group coordinator follows __consumer_offsets this way.
         self.leadership_listeners: list[Callable[[TopicPartition, bool, int], None]] = []
         self.follower_states: dict[TopicPartition, FollowerState] = {}
+        self.in_controlled_shutdown = False
+        """Set by ``begin_controlled_shutdown`` (Kafka's ``isInControlledShutdown``)."""
         self.image = MetadataImage()
         self.produce_purgatory = Purgatory(scheduler)
         self.fetch_purgatory = Purgatory(scheduler)
@@ -177,6 +179,12 @@ class ReplicaManager:
         """Every log's recovery point, checkpointed by the log manager."""
         self.log_manager.checkpoint_recovery_points()
 
+    def begin_controlled_shutdown(self) -> None:
+        """Kafka's ReplicaManager.beginControlledShutdown: from now on a follower replica this
+        broker is out of the ISR of, or that has no leader, stops fetching
+        (``_apply_partition``): the controller is taking the broker out of every ISR."""
+        self.in_controlled_shutdown = True
+
     def shutdown(self) -> None:
         """A clean shutdown, as Kafka's LogManager.shutdown: flush every log, checkpoint the
         recovery points and high watermarks, then close."""
@@ -221,6 +229,7 @@ class ReplicaManager:
             clock_ms=self.scheduler.now_ms,
             alter_partition=self._send_alter_partition,
             alive_broker_epoch=self._alive_broker_epoch,
+            broker_shutting_down=self._broker_shutting_down,
             events=self.events,
             high_watermark=self._checkpointed_hws.get((tp.topic, tp.partition), 0),
         )
@@ -297,6 +306,11 @@ class ReplicaManager:
         self._checkpointed_hws.pop((tp.topic, tp.partition), None)
         self.log_manager.delete_log(tp.topic, tp.partition)
 
+    def _broker_shutting_down(self, broker_id: int) -> bool:
+        """Kafka's MetadataCache.isBrokerShuttingDown: in controlled shutdown."""
+        endpoint = self.image.brokers.get(broker_id)
+        return endpoint is not None and endpoint.in_controlled_shutdown
+
     def _alive_broker_epoch(self, broker_id: int) -> int | None:
         """Kafka's MetadataCache.getAliveBrokerEpoch: None for a fenced or unknown broker."""
         endpoint = self.image.brokers.get(broker_id)
@@ -329,6 +343,12 @@ class ReplicaManager:
             changed = True
         else:
             partition.apply_registration(reg)
+        if (self.in_controlled_shutdown and reg.leader != self.broker_id
+                and (reg.leader < 0 or self.broker_id not in reg.isr)):
+            # ReplicaManager.applyLocalFollowersDelta: "During controlled shutdown, replica
+            # with no leaders and replica where this broker is not in the ISR are stopped."
+            self._fetcher_manager.unfollow(tp)
+            self.follower_states.pop(tp, None)
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
         if changed:

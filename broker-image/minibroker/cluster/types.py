@@ -67,6 +67,9 @@ class BrokerEndpoint:
     port: int
     broker_epoch: int = -1
     listeners: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    in_controlled_shutdown: bool = False
+    """Kafka's ``BrokerRegistration.inControlledShutdown``: a leader does not take it into an
+    ISR (``MetadataCache.isBrokerShuttingDown``)."""
 
     def address(self, listener: str) -> tuple[str, int] | None:
         """Where ``listener`` reaches this broker; None when it has no such listener."""
@@ -161,7 +164,8 @@ class MetadataImage:
             "metadata_offset": self.metadata_offset,
             "cluster_id": self.cluster_id,
             "brokers": [[b.broker_id, b.host, b.port, b.broker_epoch,
-                         {name: list(address) for name, address in b.listeners.items()}]
+                         {name: list(address) for name, address in b.listeners.items()},
+                         b.in_controlled_shutdown]
                         for b in self.brokers.values()],
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "config": t.config,
@@ -176,7 +180,8 @@ class MetadataImage:
             metadata_offset=data["metadata_offset"],
             cluster_id=data["cluster_id"],
             brokers={b[0]: BrokerEndpoint(*b[:4], {name: (host, port) for name, (host, port)
-                                                   in (b[4] if len(b) > 4 else {}).items()})
+                                                   in (b[4] if len(b) > 4 else {}).items()},
+                                          len(b) > 5 and b[5])
                      for b in data["brokers"]},
             topics={
                 t["name"]: TopicImage(

@@ -70,6 +70,11 @@ EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 operation over ``MAX_RECORDS_PER_USER_OP`` records."""
 
 
+class DuplicateBrokerRegistration(Exception):
+    """Kafka's DuplicateBrokerRegistrationException: a new incarnation of a broker whose
+    registered one still has a valid session."""
+
+
 @dataclass
 class BrokerRegistration:
     """KRaft's BrokerRegistration. ``broker_epoch`` is the metadata offset of the registration
@@ -82,12 +87,29 @@ class BrokerRegistration:
     port: int
     fenced: bool
     broker_epoch: int
-    last_heartbeat_ms: float = 0.0
+    last_heartbeat_ms: float | None = None
+    """When this registration (its broker epoch) last heartbeat: its session, as Kafka's
+    ``BrokerHeartbeatTracker`` keeps a contact time per broker id and epoch. None until the
+    first heartbeat, and once fenced by ``fence_broker`` (an expired session has none)."""
     listeners: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Its other listeners' advertised addresses, by name (KIP-103)."""
+    registration_offset: int = -1
+    """The metadata offset of its latest registration record (Kafka's
+    ``registerBrokerRecordOffsets``): the broker epoch, or later when the same incarnation
+    registered again. A fenced broker is unfenced once it has caught up with it."""
     max_heartbeat_gap_ms: float = 0.0
     """The longest time between two heartbeats of this registration: how close its session
     came to expiring (``broker.session.timeout.ms``), not persisted."""
+    in_controlled_shutdown: bool = False
+    """Kafka's ``BrokerRegistration.inControlledShutdown``: it asked to shut down while it
+    led partitions; neither electable nor admitted to an ISR since (``isActive``)."""
+    metadata_offset: int = -1
+    """The metadata offset its last heartbeat reported (BrokerHeartbeatState), not
+    persisted."""
+    controlled_shutdown_offset: int = -1
+    """BrokerHeartbeatState.controlledShutdownOffset: the metadata offset at which its
+    controlled shutdown began, -1 when not shutting down; not persisted (Kafka keeps it in
+    the active controller's BrokerHeartbeatManager only)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +191,8 @@ class QuorumController:
             "brokers": [
                 {"id": b.broker_id, "incarnation_id": b.incarnation_id, "host": b.host,
                  "port": b.port, "fenced": b.fenced, "broker_epoch": b.broker_epoch,
+                 "registration_offset": b.registration_offset,
+                 "in_controlled_shutdown": b.in_controlled_shutdown,
                  "listeners": {name: list(address) for name, address in b.listeners.items()}}
                 for b in self.brokers.values()
             ],
@@ -190,12 +214,15 @@ class QuorumController:
         self.metadata_offset = state["metadata_offset"]
         self.next_producer_id = state.get("next_producer_id", 0)  # absent before idempotence
         now = self._clock_ms()
-        # Every broker gets a full session from the controller's restart to heartbeat again.
+        # Every unfenced broker gets a full session from the controller's restart to heartbeat
+        # again; a fenced one has none (ClusterControlManager.activate).
         self.brokers = {
             b["id"]: BrokerRegistration(
                 b["id"], b["incarnation_id"], b["host"], b["port"], b["fenced"],
-                b.get("broker_epoch", -1), now,
-                {name: (host, port) for name, (host, port) in b.get("listeners", {}).items()})
+                b.get("broker_epoch", -1), None if b["fenced"] else now,
+                {name: (host, port) for name, (host, port) in b.get("listeners", {}).items()},
+                b.get("registration_offset", b.get("broker_epoch", -1)),
+                in_controlled_shutdown=b.get("in_controlled_shutdown", False))
             for b in state["brokers"]
         }
         self.topics = {
@@ -213,32 +240,51 @@ class QuorumController:
         return resolve("broker.session.timeout.ms", self.config)
 
     def is_live(self, broker_id: int) -> bool:
+        """ClusterControlManager.isActive: registered, unfenced and not in controlled
+        shutdown: one that may lead, join an ISR or be given a new replica."""
         broker = self.brokers.get(broker_id)
-        return broker is not None and not broker.fenced
+        return broker is not None and not broker.fenced and not broker.in_controlled_shutdown
+
+    def has_valid_session(self, broker_id: int) -> bool:
+        """BrokerHeartbeatManager.hasValidSession for the broker's registered epoch: it has
+        heartbeat within ``broker.session.timeout.ms`` (whether or not it is fenced: a broker
+        fenced by its controlled shutdown keeps its session until it times out)."""
+        broker = self.brokers.get(broker_id)
+        return (broker is not None and broker.last_heartbeat_ms is not None
+                and self._clock_ms() - broker.last_heartbeat_ms <= self._session_timeout_ms())
 
     def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int,
                         listeners: Mapping[str, tuple[str, int]] | None = None,
                         previous_broker_epoch: int = -1) -> int:
-        """KRaft's registerBroker: a (re)starting broker gets a new broker epoch and starts
-        fenced. A new incarnation first fences the old one (out of every ISR, its
-        leaderships moved). ``previous_broker_epoch`` is the epoch its clean shutdown
-        recorded (-1: none). With ELR, a new incarnation whose previous epoch is not the one
-        registered shut down uncleanly and leaves every ISR and ELR (Kafka's
-        ``ClusterControlManager.registerBroker``, KAFKA-15586; the partition changes of
-        KAFKA-18106). Returns the broker epoch."""
+        """Kafka 4.2's ``ClusterControlManager.registerBroker``. A new incarnation (a new
+        process start) is refused with DUPLICATE_BROKER_REGISTRATION while the registered one
+        still has a valid session: the restarted broker retries until that session expires.
+        Then it gets a new broker epoch and starts fenced; the old incarnation leaves every
+        ISR and its leaderships move (``handleBrokerShutdown``). ``previous_broker_epoch`` is
+        the epoch its clean shutdown recorded (-1: none): with ELR, a new incarnation whose
+        previous epoch is not the one registered shut down uncleanly and leaves every ISR and
+        ELR (KAFKA-15586; the partition changes of KAFKA-18106). The same incarnation
+        registering again (its answer was lost) amends its registration and keeps its broker
+        epoch and fenced state. Returns the broker epoch."""
         existing = self.brokers.get(broker_id)
-        restarted = existing is not None and existing.incarnation_id != incarnation_id
+        if existing is not None and existing.incarnation_id == incarnation_id:
+            return self._amend_registration(existing, host, port, listeners)
+        if existing is not None and self.has_valid_session(broker_id):
+            raise DuplicateBrokerRegistration(
+                f"Another broker is registered with broker id {broker_id} (incarnation "
+                f"{existing.incarnation_id}, broker epoch {existing.broker_epoch}) and its "
+                f"session has not expired; if the broker was restarted this resolves itself "
+                f"once the session times out")
         if existing is not None and not existing.fenced:
-            self._fence(broker_id, FenceReason.RESTARTED,
-                        "it restarted with a new incarnation" if restarted
-                        else "it registered again")
+            # Its session expired since the last tick, which has not fenced it yet.
+            self._fence(broker_id, FenceReason.RESTARTED, "it restarted with a new incarnation")
         clean = existing is not None and existing.broker_epoch == previous_broker_epoch
-        if restarted and not clean and self.elr_enabled:
+        if existing is not None and not clean and self.elr_enabled:
             self._handle_unclean_shutdown(broker_id, previous_broker_epoch)
         broker_epoch = self.metadata_offset + 1  # the offset of this registration's record
         self.brokers[broker_id] = BrokerRegistration(
             broker_id, incarnation_id, host, port, fenced=True, broker_epoch=broker_epoch,
-            last_heartbeat_ms=self._clock_ms(), listeners=dict(listeners or {}),
+            listeners=dict(listeners or {}), registration_offset=broker_epoch,
         )
         log.info("Broker %d registered (incarnation %s, broker epoch %d%s) at %s:%d; fenced "
                  "until it catches up with the metadata", broker_id, incarnation_id,
@@ -246,24 +292,87 @@ class QuorumController:
         self._commit()
         return broker_epoch
 
-    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int
-                  ) -> tuple[ErrorCode, bool]:
-        """KRaft's BrokerHeartbeat: keeps the session alive and unfences a fenced broker once
-        its metadata offset has reached its registration (BrokerHeartbeatManager), so that it
-        is elected or admitted to an ISR only with the current view of every partition.
-        Returns (error, fenced); an unknown broker or an older epoch must register again."""
+    def _amend_registration(self, broker: BrokerRegistration, host: str, port: int,
+                            listeners: Mapping[str, tuple[str, int]] | None) -> int:
+        """registerBroker's same-incarnation case: a new registration record with the same
+        broker epoch, fenced state and session; its addresses are the request's."""
+        broker.host, broker.port, broker.listeners = host, port, dict(listeners or {})
+        broker.registration_offset = self.metadata_offset + 1
+        log.info("Amending the registration of broker %d, incarnation %s; its broker epoch "
+                 "remains %d", broker.broker_id, broker.incarnation_id, broker.broker_epoch)
+        self._commit()
+        return broker.broker_epoch
+
+    def heartbeat(self, broker_id: int, broker_epoch: int, metadata_offset: int, *,
+                  want_shut_down: bool = False) -> tuple[ErrorCode, bool]:
+        """KRaft's BrokerHeartbeat (ReplicationControlManager.processBrokerHeartbeat, with
+        BrokerHeartbeatManager.calculateNextBrokerState): keeps the session alive; unfences
+        a fenced broker once its metadata offset has reached its registration record, so
+        that it is elected or admitted to an ISR only with the current view of every
+        partition; with ``want_shut_down``, takes the broker through its controlled shutdown
+        (``_controlled_shutdown``). Returns (error, fenced); an unknown broker or an older
+        epoch must register again. With ``want_shut_down`` the reply's shouldShutDown is
+        ``fenced``: Kafka's SHUTDOWN_NOW is the one state that both fences and lets the
+        broker stop, CONTROLLED_SHUTDOWN neither."""
         broker = self.brokers.get(broker_id)
         if broker is None:
             return ErrorCode.broker_id_not_registered, True
         if broker.broker_epoch != broker_epoch:
             return ErrorCode.stale_broker_epoch, True
         now = self._clock_ms()
-        broker.max_heartbeat_gap_ms = max(broker.max_heartbeat_gap_ms,
-                                          now - broker.last_heartbeat_ms)
+        if broker.last_heartbeat_ms is not None:
+            broker.max_heartbeat_gap_ms = max(broker.max_heartbeat_gap_ms,
+                                              now - broker.last_heartbeat_ms)
         broker.last_heartbeat_ms = now
-        if broker.fenced and metadata_offset >= broker.broker_epoch:
-            self._unfence(broker_id)
+        if broker.fenced:
+            if not want_shut_down and metadata_offset >= broker.registration_offset:
+                self._unfence(broker_id)
+        elif want_shut_down:
+            self._controlled_shutdown(broker)
+        broker.metadata_offset = metadata_offset
         return ErrorCode.none, broker.fenced
+
+    def _controlled_shutdown(self, broker: BrokerRegistration) -> None:
+        """An unfenced broker wants to shut down (calculateNextBrokerState's UNFENCED and
+        CONTROLLED_SHUTDOWN states). While it leads a partition it enters controlled
+        shutdown: out of every ISR, its leaderships moved by the election rules
+        (ReplicationControlManager.handleBrokerInControlledShutdown), at the metadata offset
+        that change commits at. It may stop (SHUTDOWN_NOW: fenced, handleBrokerFenced) once
+        it leads nothing and every active broker has reached that offset
+        (lowestActiveOffset), so the new leaders know they lead before the old one goes."""
+        leads = self._has_leaderships(broker.broker_id)
+        if broker.controlled_shutdown_offset < 0:
+            if leads:
+                self._enter_controlled_shutdown(broker)
+                return
+        elif leads or broker.controlled_shutdown_offset > self._lowest_active_offset():
+            return
+        self._fence(broker.broker_id, FenceReason.CONTROLLED_SHUTDOWN,
+                    "its controlled shutdown was granted")
+        self._commit()
+
+    def _enter_controlled_shutdown(self, broker: BrokerRegistration) -> None:
+        broker_id = broker.broker_id
+        log.info("Broker %d has requested and been granted a controlled shutdown: moving its "
+                 "leaderships and removing it from every ISR", broker_id)
+        broker.in_controlled_shutdown = True
+        detail = f"broker {broker_id} is in controlled shutdown"
+        self._remove_from_every_isr(broker_id, IsrChangeReason.CONTROLLED_SHUTDOWN,
+                                    ElectionReason.CONTROLLED_SHUTDOWN, detail,
+                                    f"leader {detail}")
+        self._commit()
+        broker.controlled_shutdown_offset = self.metadata_offset
+
+    def _has_leaderships(self, broker_id: int) -> bool:
+        """BrokersToIsrs.hasLeaderships."""
+        return any(reg.leader == broker_id for topic in self.topics.values()
+                   for reg in topic.partitions.values())
+
+    def _lowest_active_offset(self) -> float:
+        """BrokerHeartbeatManager.lowestActiveOffset: the lowest metadata offset an active
+        broker (unfenced, not shutting down) has reported; infinite with none."""
+        return min((b.metadata_offset for b in self.brokers.values()
+                    if not b.fenced and b.controlled_shutdown_offset < 0), default=float("inf"))
 
     def tick(self) -> None:
         """Fence every broker whose session expired; now and then, restore preferred leaders."""
@@ -275,7 +384,7 @@ class QuorumController:
         timeout = self._session_timeout_ms()
         expired = [
             b.broker_id for b in self.brokers.values()
-            if not b.fenced and now - b.last_heartbeat_ms > timeout
+            if not b.fenced and not self.has_valid_session(b.broker_id)
         ]
         for broker_id in expired:
             self._fence(broker_id, FenceReason.SESSION_EXPIRED,
@@ -286,7 +395,8 @@ class QuorumController:
     def fence_broker(self, broker_id: int, detail: str) -> None:
         """Fence now, as an expired session would: how step-by-step tests fence a broker at
         an exact moment."""
-        if self.is_live(broker_id):
+        self.brokers[broker_id].last_heartbeat_ms = None
+        if not self.brokers[broker_id].fenced:
             self._fence(broker_id, FenceReason.SESSION_EXPIRED, detail)
             self._commit()
 
@@ -301,21 +411,32 @@ class QuorumController:
         self._commit()
 
     def _fence(self, broker_id: int, reason: FenceReason, detail: str) -> None:
+        """handleBrokerFenced: out of every ISR, its leaderships moved. A fenced broker leaves
+        controlled shutdown (BrokerHeartbeatManager.touch)."""
         broker = self.brokers[broker_id]
-        log.warning("Fencing broker %d because %s", broker_id, detail)
+        log.log(logging.INFO if reason == FenceReason.CONTROLLED_SHUTDOWN else logging.WARNING,
+                "Fencing broker %d because %s", broker_id, detail)
         broker.fenced = True
+        broker.controlled_shutdown_offset = -1
         self._events.emit(EventType.BROKER_FENCED, broker=broker_id,
                           broker_epoch=broker.broker_epoch, reason=reason, detail=detail)
+        self._remove_from_every_isr(broker_id, IsrChangeReason.FENCED,
+                                    ElectionReason.LEADER_FENCED,
+                                    f"broker {broker_id} was fenced because {detail}",
+                                    f"leader {broker_id} was fenced because {detail}")
+
+    def _remove_from_every_isr(self, broker_id: int, isr_reason: IsrChangeReason,
+                               election_reason: ElectionReason, cause: str,
+                               election_cause: str) -> None:
+        """generateLeaderAndIsrUpdates with ``brokerToRemove``: out of every ISR it is in,
+        and never an acceptable leader, so each partition it led elects another."""
         for topic in self.topics.values():
             for index, reg in list(topic.partitions.items()):
                 if broker_id in reg.isr:
                     self._change(topic, index, target_isr=set(reg.isr) - {broker_id},
                                  acceptable=lambda r: r != broker_id and self.is_live(r),
-                                 isr_reason=IsrChangeReason.FENCED,
-                                 election_reason=ElectionReason.LEADER_FENCED,
-                                 cause=f"broker {broker_id} was fenced because {detail}",
-                                 election_cause=f"leader {broker_id} was fenced because "
-                                                f"{detail}",
+                                 isr_reason=isr_reason, election_reason=election_reason,
+                                 cause=cause, election_cause=election_cause,
                                  broker=broker_id)
 
     def _handle_unclean_shutdown(self, broker_id: int, previous_broker_epoch: int) -> None:
@@ -820,7 +941,7 @@ class QuorumController:
             cluster_id=self.cluster_id,
             brokers={
                 b.broker_id: BrokerEndpoint(b.broker_id, b.host, b.port, b.broker_epoch,
-                                            dict(b.listeners))
+                                            dict(b.listeners), b.in_controlled_shutdown)
                 for b in self.brokers.values() if not b.fenced
             },
             topics={

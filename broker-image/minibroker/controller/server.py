@@ -21,9 +21,18 @@ from typing import Any
 
 from minibroker.admin import AdminServer
 from minibroker.cluster.alter_partition_manager import MAX_ALTER_PARTITION_ITEMS
-from minibroker.cluster.types import LeaderRecoveryState, NewPartitions, TopicPartition
+from minibroker.cluster.types import (
+    ErrorCode,
+    LeaderRecoveryState,
+    NewPartitions,
+    TopicPartition,
+)
 from minibroker.config import resolve
-from minibroker.controller.quorum_controller import AlterPartitionItem, QuorumController
+from minibroker.controller.quorum_controller import (
+    AlterPartitionItem,
+    DuplicateBrokerRegistration,
+    QuorumController,
+)
 from minibroker.events import ReplicationEventLog
 from minibroker.metrics import controller_registry
 from minibroker.rpc import RpcLimits, RpcServer
@@ -103,15 +112,25 @@ class ControllerServer:
     async def _register_broker(self, p: dict[str, Any]) -> dict[str, Any]:
         listeners = {name: (host, port)
                      for name, (host, port) in (p.get("listeners") or {}).items()}
-        epoch = self.controller.register_broker(p["broker_id"], p["incarnation_id"], p["host"],
-                                                p["port"], listeners,
-                                                p.get("previous_broker_epoch", -1))
-        return {"broker_epoch": epoch}
+        try:
+            epoch = self.controller.register_broker(p["broker_id"], p["incarnation_id"],
+                                                    p["host"], p["port"], listeners,
+                                                    p.get("previous_broker_epoch", -1))
+        except DuplicateBrokerRegistration as exc:
+            return {"error": ErrorCode.duplicate_broker_registration.name, "message": str(exc)}
+        return {"error": ErrorCode.none.name, "broker_epoch": epoch}
 
     async def _heartbeat(self, p: dict[str, Any]) -> dict[str, Any]:
+        """BrokerHeartbeat; ``should_shut_down`` answers a ``want_shut_down`` (Kafka's
+        BrokerHeartbeatResponse.ShouldShutDown)."""
+        want_shut_down = p.get("want_shut_down", False)
+        if not isinstance(want_shut_down, bool):
+            raise ValueError(f"want_shut_down: expected a boolean, got {want_shut_down!r}")
         error, fenced = self.controller.heartbeat(p["broker_id"], p["broker_epoch"],
-                                                  p["metadata_offset"])
-        return {"error": error.name, "is_fenced": fenced}
+                                                  p["metadata_offset"],
+                                                  want_shut_down=want_shut_down)
+        return {"error": error.name, "is_fenced": fenced,
+                "should_shut_down": want_shut_down and fenced and error == ErrorCode.none}
 
     async def _fetch_metadata(self, p: dict[str, Any]) -> dict[str, Any]:
         """Long poll: answer as soon as the metadata is newer than ``since``, or after

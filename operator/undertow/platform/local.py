@@ -191,13 +191,18 @@ class LocalPlatform(Platform):
             self._state = "stopping"
             errors: list[BaseException] = []
             self._attempt(errors, self.kill_clients)  # what the workload did not stop itself
-            processes = list(self._processes.values())
-            for process in processes:  # all at once, so they share one grace period
-                process.send(signal.SIGCONT)
-                process.send(signal.SIGTERM)
-            deadline = time.monotonic() + self.config.stop_grace_s
-            for process in processes:
-                self._attempt(errors, process.terminate, max(0.0, deadline - time.monotonic()))
+            # The brokers first, all at once so that they share one grace period, then the
+            # controller, as Kafka's KafkaRaftServer.shutdown orders them: a broker's
+            # controlled shutdown needs the controller's answer.
+            for group in ([p for node, p in self._processes.items() if node != CONTROLLER],
+                          [p for node, p in self._processes.items() if node == CONTROLLER]):
+                for process in group:
+                    process.send(signal.SIGCONT)
+                    process.send(signal.SIGTERM)
+                deadline = time.monotonic() + self.config.stop_grace_s
+                for process in group:
+                    self._attempt(errors, process.terminate,
+                                  max(0.0, deadline - time.monotonic()))
             for closer in (self._proxies and self._proxies.close,
                            self._netns and self._netns.teardown,
                            self._spawner and self._spawner.close,
