@@ -70,6 +70,7 @@ def test_a_broker_down_while_its_topic_was_replaced_drops_the_old_log(tmp_path: 
     assert read_topic_id(old_dir) not in (None, new_id)  # broker 3 still has the old log
 
     sim.start(3)
+    sim.advance(3500)  # registered once its old session has expired (Kafka's registerBroker)
     assert sim.log_values(3, T0) == []  # the stray was deleted, not served as the new topic's
     assert read_topic_id(old_dir) == new_id
     sim.produce(T0, ["new"])
@@ -131,6 +132,7 @@ def test_a_topic_id_file_a_crash_cut_short_says_nothing(tmp_path: Path) -> None:
     metadata.write_text(metadata.read_text()[:-5])  # cut inside the id
     assert read_topic_id(metadata.parent) is None
     sim.start(3)
+    sim.advance(3500)  # registered once its old session has expired (Kafka's registerBroker)
     assert sim.log_values(3, T0) == [(0, b"kept")]
     assert read_topic_id(metadata.parent) == topic_id  # written again
 
