@@ -211,9 +211,9 @@ MUTATIONS = (
              "        if topic_id is not None and stored is not None and stored != topic_id:",
              "        if False:", DELETION_TESTS),
     Mutation("a-deleted-group-keeps-its-offsets", GROUP_LOAD,
-             "                  for tp in dict.fromkeys(held)), encode_group_key(group_id)]",
+             "                  for tp in dict.fromkeys(held)), encode_group_key(group_id),",
              "                  for tp in dict.fromkeys(held) if False), "
-             "encode_group_key(group_id)]", DELETION_TESTS),
+             "encode_group_key(group_id),", DELETION_TESTS),
     Mutation("create-partitions-past-the-batch-bound", QUORUM_CONTROLLER,
              "if sum(a for a in additions if isinstance(a, int)) > MAX_PARTITIONS_PER_BATCH:",
              "if sum(a for a in additions if isinstance(a, int)) > 2 * MAX_PARTITIONS_PER_BATCH:",
