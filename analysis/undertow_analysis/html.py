@@ -234,6 +234,39 @@ UNGROUPED_LOST = 20
 """Lost records listed one by one when no incident groups them (a history without events)."""
 
 
+def _consumption(report: dict[str, Any]) -> list[str]:
+    """The consumer group's section (`consumption.summary`): per partition, then the
+    unconsumed stretches; nothing for a run without a group."""
+    consumed = report.get("consumption")
+    if not consumed:
+        return []
+    protocol = consumed["group_protocol"]
+    rows = consumed["partitions"]
+    total = ["all", _s(sum(r["unconsumed_s"] for r in rows)),
+             sum(r["stretches"] for r in rows),
+             _s(max((r["longest_s"] for r in rows if r["longest_s"] is not None), default=None)),
+             sum(r["returned_again"] for r in rows), sum(r["handovers"] for r in rows),
+             sum(r["overlapping_handovers"] for r in rows),
+             _s(max((r["longest_pause_s"] for r in rows if r["longest_pause_s"] is not None),
+                    default=None))]
+    return [
+        f"<h2>Consumer group ({escape(protocol)} protocol)</h2>",
+        f"<p class='muted'>{escape(consumed['definition'])}</p>",
+        _table(["partition", "unconsumed (s)", "stretches", "longest (s)", "returned again",
+                "handovers", "while still held", "longest pause (s)"],
+               [[f"{r['topic']}-{r['partition']}", _s(r["unconsumed_s"]), r["stretches"],
+                 _s(r["longest_s"]), r["returned_again"], r["handovers"],
+                 r["overlapping_handovers"], _s(r["longest_pause_s"])] for r in rows]
+               + [total], "consumption"),
+        "<h3>Unconsumed stretches</h3>",
+        _table(["partition", "start (s)", "end (s)", "length (s)"],
+               [[f"{s['topic']}-{s['partition']}", _s(s["start_s"]), _s(s["end_s"]),
+                 _s(s["length_s"])] for s in consumed["stretches"]], "unconsumed",
+               none="No partition went unconsumed for "
+                    f"{consumed['min_window_s']:g} s or more while a record waited."),
+    ]
+
+
 def render(
     report: dict[str, Any],
     *,
@@ -319,6 +352,7 @@ def render(
                "windows", none="No unavailable window: no acknowledgement was missing for "
                                f"{av['min_window_s']:g} s or more while sends were in flight, "
                                "and every partition always had a leader."),
+        *_consumption(report),
         "<h2>Faults</h2>",
         "<p class='muted'>injected: the fault took effect; healed: its duration ran out (or "
         "the run stopped) and undoing it began; recovered: undoing it finished (a killed "

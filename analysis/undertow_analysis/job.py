@@ -29,6 +29,7 @@ from undertow_analysis import (
     anomalies,
     attribution,
     checks,
+    consumption,
     explain,
     groups,
     html,
@@ -379,6 +380,26 @@ def _start_early(pool: ThreadPoolExecutor, history: History, cuts: DataFrame | N
     return {name: future.result for name, future in started.items()}
 
 
+def _consumption(history: History, group: Group) -> dict[str, Any]:
+    """report.json's `consumption` (`consumption.summary`) of the experiment's topic, every
+    partition of it (the spec's count; without one, those the group held)."""
+    name = topics.spec_topic(history.meta)
+    spec = history.meta.get("spec")
+    topic = spec.get("topic") if isinstance(spec, dict) else None
+    count = topic.get("partitions") if isinstance(topic, dict) else None
+    held = group.actions.filter(F.col("type") == "assign").select("topic", "partition") \
+        .distinct().collect()
+    if name is None:
+        name = held[0]["topic"] if held else ""
+    partitions = (list(range(count)) if isinstance(count, int) and not isinstance(count, bool)
+                  else sorted({r["partition"] for r in held if r["topic"] == name}))
+    workload = spec.get("workload") if isinstance(spec, dict) else None
+    consumer = workload.get("consumer") if isinstance(workload, dict) else None
+    protocol = consumer.get("groupProtocol") if isinstance(consumer, dict) else None
+    return consumption.summary(group, history.usable("sends"), name, partitions,
+                               report.UNAVAILABLE_MIN_S, protocol or "classic")
+
+
 def _clock_from_meta(meta: dict[str, Any]) -> tuple[float, float] | None:
     """The report's zero and the run's end (t0, t_end) as `_analyze` computes them, when
     meta.json alone gives them (its workload_start or start, and its end): they do not
@@ -505,11 +526,12 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
             for wait in early.values():
                 wait()  # the group lines' count, which `history.malformed` needs
             lost, other = _examples(anomaly_rows) if anomalous else ([], [])
+            consumed = None if group is None else _consumption(history, group)
             result = report.build(
                 meta, history=history.uri, outputs=outputs, counts=counts, series=series,
                 latency=latency, t0=t0, t_end=t_end, last_read=send_times["last_read"],
                 faults=faults, offline=offline, first_lost=lost[0] if lost else None,
-                malformed=history.malformed(), drain_short=drain_short)
+                malformed=history.malformed(), drain_short=drain_short, consumption=consumed)
             png = plots.timeline_png(
                 series=series, t0=t0, t_end=t_end, clock=result.get("clock"), isr=isr,
                 isr_width=width, faults=result["faults"],

@@ -341,13 +341,15 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
           t0: float, t_end: float, last_read: float | None,
           faults: list[dict[str, Any]], offline: list[dict[str, Any]],
           first_lost: dict[str, Any] | None,
-          malformed: dict[str, Any], drain_short: list[dict[str, Any]]) -> dict[str, Any]:
+          malformed: dict[str, Any], drain_short: list[dict[str, Any]],
+          consumption: dict[str, Any] | None = None) -> dict[str, Any]:
     """report.json's content from what the job collected: `meta` (meta.json), the history's
     URI, the outputs' (by file name), the counts, the send series and latency histogram
     (`checks.send_series`), the run's start (t0, the zero of every time) and end, its last
     read, the faults, the rows of `checks.offline_windows`, the earliest-sent lost record of
     anomalies/, the malformed lines (`History.malformed`) and the drain's shortfalls
-    (`drain_shortfalls`). The verdict is `anomalies.verdict`. The explanations come last
+    (`drain_shortfalls`), and a consumer group's `consumption.summary`. The verdict is
+    `anomalies.verdict`. The explanations come last
     (`explained`): the timeline is drawn while they are queried."""
     idempotent = bool(meta.get("idempotent", False))
     verdict = anomalies.verdict(counts, idempotent)
@@ -379,6 +381,7 @@ def build(meta: Mapping[str, Any], *, history: str, outputs: Mapping[str, str],
         "drain_short": drain_short,
         "faults_skipped": skipped,
         "consumer_group": meta.get("consumer_group"),
+        "consumption": consumption,
         "outputs": {"json": outputs["report.json"], "html": outputs["report.html"],
                     "anomalies": outputs["anomalies"]},
     })
@@ -445,6 +448,20 @@ def _incident_lines(explained: dict[str, Any]) -> list[str]:
         lines.append(f"duplicates: {sum(by_mechanism.values()):,} ("
                      + "; ".join(f"{name}: {n:,}" for name, n in by_mechanism.items()) + ")")
     return lines
+
+
+def consumption_line(consumed: dict[str, Any]) -> str:
+    """The summary's line on the consumer group (`consumption.summary`)."""
+    rows = consumed["partitions"]
+    longest = max(consumed["stretches"], key=lambda s: s["length_s"], default=None)
+    where = (f", longest {longest['length_s']:.1f} s ({longest['topic']}-{longest['partition']}"
+             f" at {longest['start_s']:.1f} s)" if longest else "")
+    pauses = [r["longest_pause_s"] for r in rows if r["longest_pause_s"] is not None]
+    pause = f", longest pause {max(pauses):.1f} s" if pauses else ""
+    unconsumed = sum(r["unconsumed_s"] for r in rows)
+    return (f"consumer group ({consumed['group_protocol']} protocol): partitions unconsumed "
+            f"{unconsumed:.1f} s in all{where}; {sum(r['returned_again'] for r in rows):,} "
+            f"records returned again; {sum(r['handovers'] for r in rows)} handover(s){pause}")
 
 
 def headline(report: dict[str, Any]) -> str:
@@ -522,6 +539,8 @@ def summary_text(report: dict[str, Any]) -> str:
                  f"{len(no_acks)} window(s) without acks" + (f" ({shown}{more})" if shown else "")
                  + f"; partitions offline {av['partition_offline_s']:.1f} s; "
                  f"{len(report['faults'])} fault(s) injected")
+    if report.get("consumption"):
+        lines.append(consumption_line(report["consumption"]))
     skipped = report["malformed"]["skipped"]
     if skipped:
         where = ", ".join(f"{m['file'].rsplit('/', 1)[-1]}:{m['line']}"

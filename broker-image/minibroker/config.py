@@ -350,6 +350,14 @@ CONFIG_DEFS: dict[str, ConfigDef] = {
                   "is fenced (the coordinator decides it, not the client)."),
         ConfigDef("group.consumer.heartbeat.interval.ms", _positive_int, 5000, False,
                   "The heartbeat interval the coordinator gives consumer protocol members."),
+        ConfigDef("group.consumer.min.session.timeout.ms", _positive_int, 45000, False,
+                  "The lowest group.consumer.session.timeout.ms may be (Kafka: 45000)."),
+        ConfigDef("group.consumer.max.session.timeout.ms", _positive_int, 60000, False,
+                  "The highest group.consumer.session.timeout.ms may be (Kafka: 60000)."),
+        ConfigDef("group.consumer.min.heartbeat.interval.ms", _positive_int, 5000, False,
+                  "The lowest group.consumer.heartbeat.interval.ms may be (Kafka: 5000)."),
+        ConfigDef("group.consumer.max.heartbeat.interval.ms", _positive_int, 15000, False,
+                  "The highest group.consumer.heartbeat.interval.ms may be (Kafka: 15000)."),
         ConfigDef("group.consumer.max.size", _positive_int, 2**31 - 1, False,
                   "Members a consumer group may have (GROUP_MAX_SIZE_REACHED beyond)."),
         ConfigDef("group.consumer.assignors", _assignors, ("uniform", "range"), False,
@@ -419,7 +427,30 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
         _validate(key, value)
         overrides[key] = value.strip()
     _check_request_memory(overrides)
+    check_consumer_group_timeouts(overrides)
     return overrides
+
+
+def check_consumer_group_timeouts(config: Mapping[str, str]) -> None:
+    """Kafka 4.2's ``GroupCoordinatorConfig`` rules on the consumer protocol's session and
+    heartbeat: each within its min and max, the heartbeat below the session, with Kafka's
+    messages."""
+    value = {key: resolve(f"group.consumer.{key}", config) for key in (
+        "session.timeout.ms", "min.session.timeout.ms", "max.session.timeout.ms",
+        "heartbeat.interval.ms", "min.heartbeat.interval.ms", "max.heartbeat.interval.ms")}
+    rules = (("max.heartbeat.interval.ms", ">=", "min.heartbeat.interval.ms"),
+             ("heartbeat.interval.ms", ">=", "min.heartbeat.interval.ms"),
+             ("heartbeat.interval.ms", "<=", "max.heartbeat.interval.ms"),
+             ("max.session.timeout.ms", ">=", "min.session.timeout.ms"),
+             ("session.timeout.ms", ">=", "min.session.timeout.ms"),
+             ("session.timeout.ms", "<=", "max.session.timeout.ms"),
+             ("heartbeat.interval.ms", "<", "session.timeout.ms"))
+    words = {">=": "greater than or equal to", "<=": "less than or equal to", "<": "less than"}
+    for left, op, right in rules:
+        a, b = value[left], value[right]
+        if not (a >= b if op == ">=" else a <= b if op == "<=" else a < b):
+            raise ConfigError(f"group.consumer.{left} must be {words[op]} "
+                              f"group.consumer.{right}")
 
 
 def _check_request_memory(config: Mapping[str, str]) -> None:

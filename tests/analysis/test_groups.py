@@ -200,3 +200,24 @@ def timeline_args(events: list[dict]) -> dict:
 
 def timeline(events: list[dict]):
     return plots.timeline_figure(**timeline_args(events))
+
+
+def test_the_consumption_of_each_partition_is_measured_from_the_history(grouped):
+    """consumption.summary on the hand-built group (analysis_histories.group_history): t-0's
+    first reads stop at 2.09 s and resume with p0-15 (acknowledged at 10.01 s) at 11.15 s;
+    the re-reads of generation 2 and p0-8 at 7.5 s are no progress. Each partition was
+    handed from c0 to c1 0.5 s after c0's revoke, and then assigned while c1 still held it."""
+    result, _, _ = grouped
+    consumed = result["consumption"]
+    assert consumed["group_protocol"] == "classic"
+    rows = {r["partition"]: r for r in consumed["partitions"]}
+    assert rows[0] == {"topic": "t", "partition": 0, "unconsumed_s": 1.14, "stretches": 1,
+                       "longest_s": 1.14, "returned_again": 7, "handovers": 3,
+                       "overlapping_handovers": 2, "longest_pause_s": 0.5}
+    assert rows[1] == {"topic": "t", "partition": 1, "unconsumed_s": 0, "stretches": 0,
+                       "longest_s": None, "returned_again": 2, "handovers": 2,
+                       "overlapping_handovers": 1, "longest_pause_s": 0.5}
+    assert consumed["stretches"] == [{"topic": "t", "partition": 0, "start_s": 10.01,
+                                      "end_s": 11.15, "length_s": 1.14}]
+    html_text = (grouped[2] / "out" / "report.html").read_text()
+    assert "Consumer group (classic protocol)" in html_text

@@ -34,7 +34,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # departure is seen within the test's bounds.
     with cluster_with_topic(tmp_path_factory.mktemp("kip848"), TOPIC, PARTITIONS,
                             "group.consumer.heartbeat.interval.ms=500",
-                            "group.consumer.session.timeout.ms=6000") as cluster:
+                            "group.consumer.min.heartbeat.interval.ms=500",
+                            "group.consumer.session.timeout.ms=6000",
+                            "group.consumer.min.session.timeout.ms=6000") as cluster:
         yield cluster
 
 

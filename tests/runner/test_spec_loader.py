@@ -38,8 +38,10 @@ LIBRARY = {
     "disk-full-leader-acksall": "clean",
     "disk-full-sole-isr-acks1": "clean",
     "group-coordinator-kill": "clean",
+    "group-coordinator-kill-kip848": "clean",
     "offsets-rf1-coordinator-loss": "loss",
     "consumer-isolated": "clean",
+    "consumer-isolated-kip848": "clean",
     "pod-delete-ephemeral-elr": "loss",
     "last-replica-standing-elr": "clean",
     "last-replica-standing-no-elr": "loss",
@@ -1133,6 +1135,8 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "offsets.commit.required.acks, group.initial.rebalance.delay.ms, "
         "group.min.session.timeout.ms, group.max.session.timeout.ms, "
         "group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms, "
+        "group.consumer.min.session.timeout.ms, group.consumer.max.session.timeout.ms, "
+        "group.consumer.min.heartbeat.interval.ms, group.consumer.max.heartbeat.interval.ms, "
         "transaction.state.log.replication.factor, transaction.state.log.min.isr, "
         "transaction.state.log.num.partitions, "
         "transaction.abort.timed.out.transaction.cleanup.interval.ms, "

@@ -20,6 +20,7 @@ from undertow.runner.group_member import GroupSettings
 from undertow.runner.run import partitions_healthy
 from undertow.runner.workload import WorkloadConfig
 from undertow.sim.clients import SimProducer
+from undertow.sim.consumer_member import SimConsumerMember
 from undertow.sim.group_member import SimGroupMember, range_assignment
 from undertow.sim.simulated_world import SimulatedWorld
 from undertow.spec.experiment import TopicSpec
@@ -29,10 +30,18 @@ CONFIG = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "6000",
           "broker.session.timeout.ms": "3000", "offsets.topic.num.partitions": "3"}
 
 
-def settings(commit: str = "auto", isolation_level: str = "read_uncommitted") -> GroupSettings:
+CONSUMER_PROTOCOL_CONFIG = {**CONFIG, "group.consumer.session.timeout.ms": "6000",
+                            "group.consumer.min.session.timeout.ms": "6000",
+                            "group.consumer.heartbeat.interval.ms": "1000",
+                            "group.consumer.min.heartbeat.interval.ms": "1000"}
+"""The classic members' session and heartbeat, set on the coordinator (KIP-848)."""
+
+
+def settings(commit: str = "auto", isolation_level: str = "read_uncommitted",
+             protocol: str = "classic") -> GroupSettings:
     return GroupSettings(group_id=GROUP, commit=commit, commit_interval_ms=1000,
                          isolation_level=isolation_level, static_membership=False,
-                         session_timeout_ms=6000)
+                         session_timeout_ms=6000, group_protocol=protocol)
 
 
 class Lines:
@@ -99,11 +108,14 @@ class World:
 
 @contextmanager
 def world(tmp_path: Path, members: int = 3, *, commit: str = "auto",
-          isolated: tuple[str, ...] = ()) -> Iterator[World]:
+          isolated: tuple[str, ...] = (), protocol: str = "classic") -> Iterator[World]:
     """Three brokers, topic ``t`` (3 partitions, RF 3), one producer at 100 records/s and
-    ``members`` members of group ``g``, started, each client with connections of its own to
-    the brokers' listeners; ``isolated`` members on hosts of their own."""
-    platform = SimulatedPlatform(tmp_path / "cluster", 3, CONFIG, ephemeral_storage=False,
+    ``members`` members of group ``g`` speaking ``protocol``, started, each client with
+    connections of its own to the brokers' listeners; ``isolated`` members on hosts of their
+    own."""
+    member = SimConsumerMember if protocol == "consumer" else SimGroupMember
+    config = CONSUMER_PROTOCOL_CONFIG if protocol == "consumer" else CONFIG
+    platform = SimulatedPlatform(tmp_path / "cluster", 3, config, ephemeral_storage=False,
                                  clients=isolated, seed=7)
     with platform:
         side = SimulatedWorld(platform)
@@ -122,9 +134,9 @@ def world(tmp_path: Path, members: int = 3, *, commit: str = "auto",
             0, side.endpoint("p0"), WorkloadConfig(TOPIC, 3, rate=100, retries=3),
             lambda _send: None, side.now)))
         for i in range(members):
-            side.among(f"c{i}", lambda i=i: start(f"c{i}", lambda: SimGroupMember(
-                f"c{i}", side.endpoint(f"c{i}"), TOPIC, settings(commit), history, side.now,
-                first=i)))
+            side.among(f"c{i}", lambda i=i: start(f"c{i}", lambda: member(
+                f"c{i}", side.endpoint(f"c{i}"), TOPIC, settings(commit, protocol=protocol),
+                history, side.now, first=i)))
         platform.loop.wait_until(lambda: len(clients) == members + 1, 1, "the clients")
         producer = clients.pop("p0")
         group = [clients[f"c{i}"] for i in range(members)]

@@ -35,9 +35,10 @@ LIBRDKAFKA_LOG_LEVEL = 2
 COMMITTED_TIMEOUT_S = 5.0
 """How long a member waits for the committed offsets of the partitions it was assigned."""
 REFUSED = frozenset({"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS",
-                     "FENCED_INSTANCE_ID"})
+                     "FENCED_INSTANCE_ID", "STALE_MEMBER_EPOCH", "FENCED_MEMBER_EPOCH"})
 """Commit errors the coordinator answers before it appends anything (Kafka's
-GroupCoordinator.handleCommitOffsets validates the member first): definitely not written."""
+OffsetMetadataManager.commitOffset validates the member first, by generation in a classic
+group, by member epoch in a consumer group): definitely not written."""
 NOTHING_TO_COMMIT = "_NO_OFFSET"
 _METADATA_MAGIC = b"CGMDv2:"
 

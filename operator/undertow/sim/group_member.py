@@ -106,6 +106,9 @@ from undertow.sim.clients import (
 )
 
 PROTOCOL = "range"
+SESSION_TIMEOUT_MS = 45_000
+HEARTBEAT_INTERVAL_MS = 3000
+"""librdkafka's defaults of session.timeout.ms and heartbeat.interval.ms."""
 COORD_QUERY_INTERVAL_MS = 1000.0
 """librdkafka asks for the coordinator again this often while it has no answer."""
 JOIN_GRACE_MS = 3000.0
@@ -198,8 +201,10 @@ class SimGroupMember:
         config = settings.client_config(name, ",".join(f"{h}:{p}" for h, p in client.bootstrap))
         self._client_id: str = config["client.id"]
         self._instance_id: str | None = config.get("group.instance.id")
-        self._session_ms: int = config["session.timeout.ms"]
-        self._heartbeat_ms: int = config["heartbeat.interval.ms"]
+        self._session_ms: int = config.get("session.timeout.ms", SESSION_TIMEOUT_MS)
+        """The member's session; also how long a deferred commit waits (librdkafka's
+        ``group_session_timeout_ms``, its default when the consumer protocol sets none)."""
+        self._heartbeat_ms: int = config.get("heartbeat.interval.ms", HEARTBEAT_INTERVAL_MS)
         self._rebalance_timeout_ms: int = config["max.poll.interval.ms"]
         self._auto = bool(config["enable.auto.commit"])
         self._commit_ms: int = settings.commit_interval_ms
@@ -579,7 +584,7 @@ class SimGroupMember:
     def _fetch_committed(self, token: int, partitions: list[int], record: bool = True) -> None:
         """OffsetFetch: a ``committed`` line per partition (`record`), which then resumes
         from it."""
-        if token != self._token:
+        if not any(self._holds(token, p) for p in partitions):
             return
 
         def retry() -> None:
@@ -587,7 +592,7 @@ class SimGroupMember:
                         lambda: self._fetch_committed(token, partitions, record))
 
         def answered(answer: Any, error: NetworkError | None, address: Address) -> None:
-            if token != self._token:
+            if not any(self._holds(token, p) for p in partitions):
                 return
             if error is not None:
                 retry()
@@ -600,6 +605,8 @@ class SimGroupMember:
                 return
             unstable = []
             for p in partitions:
+                if not self._holds(token, p):
+                    continue
                 committed = offsets.get(TopicPartition(self._topic, p))
                 if committed is None or committed.error != ErrorCode.none:
                     unstable.append(p)
@@ -617,7 +624,7 @@ class SimGroupMember:
                             lambda: self._fetch_committed(token, unstable, record))
 
         def send(address: Address) -> None:
-            if token != self._token:
+            if not any(self._holds(token, p) for p in partitions):
                 return
             self._coordinator_call(
                 address, "offset_fetch", {
@@ -628,6 +635,11 @@ class SimGroupMember:
         self._with_coordinator(send)
 
     # ---- reading ----------------------------------------------------------------------------
+
+    def _holds(self, token: int, p: int) -> bool:
+        """Whether a read of partition ``p`` started under ``token`` goes on: here while the
+        phase it started in lasts (the eager protocol gives up every partition at once)."""
+        return token == self._token
 
     def _leader(self, token: int, p: int, then: Callable[[int, int], None]
                 ) -> tuple[int, Address] | None:
@@ -651,14 +663,14 @@ class SimGroupMember:
 
     def _reset(self, token: int, p: int) -> None:
         """auto.offset.reset=earliest: the log start (ListOffsets -2), then fetch."""
-        if token != self._token:
+        if not self._holds(token, p):
             return
         leader = self._leader(token, p, self._reset)
         if leader is None:
             return
 
         def answered(answer: Any, error: NetworkError | None) -> None:
-            if token != self._token:
+            if not self._holds(token, p):
                 return
             if error is not None or answer[0] != ErrorCode.none:
                 self._retry(token, p, self._reset)
@@ -670,7 +682,7 @@ class SimGroupMember:
                    SOCKET_TIMEOUT_MS, answered)
 
     def _fetch(self, token: int, p: int) -> None:
-        if token != self._token:
+        if not self._holds(token, p):
             return
         leader = self._leader(token, p, self._fetch)
         if leader is None:
@@ -682,7 +694,7 @@ class SimGroupMember:
             isolation_level=self._isolation)
 
         def answered(results: Any, error: NetworkError | None) -> None:
-            if token != self._token:
+            if not self._holds(token, p):
                 return
             if error is not None:
                 self._retry(token, p, self._fetch)
@@ -804,6 +816,11 @@ class SimGroupMember:
             if then is not None:
                 then()
 
+        self._send_leave(member_id, left)
+
+    def _send_leave(self, member_id: str, left: Callable[[], None]) -> None:
+        """LeaveGroup, best effort: ``left`` once answered, failed or not sent (no member
+        id, a static member, no coordinator known)."""
         address = self._coordinator
         if not member_id or self._instance_id is not None or address is None:
             left()
@@ -861,10 +878,11 @@ class SimGroupMember:
 
         def defer() -> None:
             nonlocal deferred, sent
+            if not deferred:
+                self._client.later(self._session_ms, lambda: sent or finish(
+                    dict.fromkeys(offsets, KafkaError._WAIT_COORD)))
             deferred, sent = True, False
-            self._client.later(self._session_ms, lambda: sent or finish(
-                dict.fromkeys(offsets, KafkaError._WAIT_COORD)))
-            self._with_coordinator(send)
+            self._commit_resend(send)
 
         def send(address: Address) -> None:
             nonlocal sent
@@ -880,16 +898,14 @@ class SimGroupMember:
                     if instance == self._instance and any(e in COORDINATOR_MOVED
                                                           for e in errors.values()):
                         self._coordinator_failed(address)
-                moved = any(e in COORDINATOR_MOVED or e == KafkaError._TRANSPORT
-                            for e in errors.values())
-                if moved and not deferred and instance == self._instance:
+                if instance == self._instance and self._commit_defers(errors, deferred,
+                                                                      t_invoke is None):
                     defer()
                 else:
                     finish(errors)
 
             self._coordinator_call(address, "offset_commit", {
-                "member_id": member_id, "instance_id": self._instance_id,
-                "generation_id": generation,
+                **self._commit_identity(member_id, generation),
                 "offsets": {TopicPartition(self._topic, p): o
                             for p, o in sorted(offsets.items())}},
                 SOCKET_TIMEOUT_MS, answered)
@@ -899,6 +915,23 @@ class SimGroupMember:
             send(address)
         else:
             defer()
+
+    def _commit_identity(self, member_id: str, generation: int) -> dict[str, Any]:
+        """OffsetCommit's member fields: the member id and generation the commit was made
+        in, so that a commit of an earlier generation is refused."""
+        return {"member_id": member_id, "instance_id": self._instance_id,
+                "generation_id": generation}
+
+    def _commit_defers(self, errors: dict[int, int | None], deferred: bool,
+                       auto: bool) -> bool:
+        """Whether a commit answered with ``errors`` waits and is sent again (librdkafka's
+        deferred commit, once: the coordinator moved or its connection broke)."""
+        return not deferred and any(e in COORDINATOR_MOVED or e == KafkaError._TRANSPORT
+                                    for e in errors.values())
+
+    def _commit_resend(self, send: Callable[[Address], None]) -> None:
+        """A deferred commit is sent again once a coordinator is known."""
+        self._with_coordinator(send)
 
     def _record_commit(self, p: int, offset: int, code: int | None, t_invoke: float | None,
                        instance: int) -> None:

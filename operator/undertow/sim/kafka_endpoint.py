@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import math
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from typing import Any, cast
 
 from kio.schema.add_offsets_to_txn.v3 import request as add_offsets_req
 from kio.schema.add_partitions_to_txn.v3 import request as add_req
+from kio.schema.consumer_group_heartbeat.v1 import request as cgh_req
 from kio.schema.end_txn.v1 import request as end_req
 from kio.schema.end_txn.v5 import request as end_v5_req
 from kio.schema.fetch.v12 import request as fetch_req
@@ -47,6 +49,7 @@ from kio.schema.leave_group.v5 import request as leave_req
 from kio.schema.list_offsets.v7 import request as list_req
 from kio.schema.metadata.v12 import request as metadata_req
 from kio.schema.offset_commit.v8 import request as commit_req
+from kio.schema.offset_commit.v9 import request as commit_v9_req
 from kio.schema.offset_fetch.v7 import request as offset_fetch_req
 from kio.schema.produce.v9 import request as produce_req
 from kio.schema.produce.v12 import request as produce_v12_req
@@ -286,15 +289,18 @@ def _leave_group(body: dict[str, Any]) -> _Exchange:
 
 
 def _offset_commit(body: dict[str, Any]) -> _Exchange:
-    by_topic: dict[str, list[commit_req.OffsetCommitRequestPartition]] = {}
+    """OffsetCommit v8, or v9 (``api_version`` 9: a consumer protocol member's, whose
+    generation is its member epoch; Kafka refuses such a member an earlier version)."""
+    schema: Any = commit_v9_req if body.get("api_version") == 9 else commit_req
+    by_topic: dict[str, list[Any]] = {}
     for tp, offset in body["offsets"].items():
-        by_topic.setdefault(tp.topic, []).append(commit_req.OffsetCommitRequestPartition(
+        by_topic.setdefault(tp.topic, []).append(schema.OffsetCommitRequestPartition(
             partition_index=i32(tp.partition), committed_offset=i64(offset),
             committed_leader_epoch=i32(-1), committed_metadata=""))
-    request = commit_req.OffsetCommitRequest(
+    request = schema.OffsetCommitRequest(
         group_id=body["group_id"], generation_id_or_member_epoch=i32(body["generation_id"]),
         member_id=body["member_id"], group_instance_id=body["instance_id"],
-        topics=tuple(commit_req.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
+        topics=tuple(schema.OffsetCommitRequestTopic(name=t, partitions=tuple(ps))
                      for t, ps in by_topic.items()))
     return _Exchange(request, lambda r: {
         TopicPartition(t.name, p.partition_index): ErrorCode(p.error_code)
@@ -313,6 +319,47 @@ def _offset_fetch(body: dict[str, Any]) -> _Exchange:
         TopicPartition(t.name, p.partition_index): CommittedOffset(
             ErrorCode(p.error_code), p.committed_offset)
         for t in r.topics for p in t.partitions}))
+
+
+# ---- the consumer protocol (KIP-848, ``consumer_member.SimConsumerMember``), v1 as -------
+# ---- librdkafka 2.16 sends it ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsumerHeartbeatAnswer:
+    error: ErrorCode
+    member_id: str | None
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: dict[str, list[int]] | None
+    """Partitions by topic id (``uuid.hex``, minibroker's form), when the answer has one."""
+
+
+def _consumer_group_heartbeat(body: dict[str, Any]) -> _Exchange:
+    """ConsumerGroupHeartbeat v1: ``None`` fields are left out (they did not change since
+    the last heartbeat), ``owned`` is the partitions by topic id."""
+    owned = body.get("owned")
+    rebalance_timeout_ms = body.get("rebalance_timeout_ms", -1)
+    request = cgh_req.ConsumerGroupHeartbeatRequest(
+        group_id=body["group_id"], member_id=body["member_id"],
+        member_epoch=i32(body["member_epoch"]), instance_id=None, rack_id=None,
+        rebalance_timeout=datetime.timedelta(milliseconds=rebalance_timeout_ms),
+        subscribed_topic_names=body.get("topics"),
+        subscribed_topic_regex="" if body.get("topics") is not None else None,
+        server_assignor=None,
+        topic_partitions=None if owned is None else tuple(
+            cgh_req.TopicPartitions(topic_id=uuid.UUID(topic_id),
+                                    partitions=tuple(i32(p) for p in sorted(ps)))
+            for topic_id, ps in sorted(owned.items())))
+
+    def decode(r: Any) -> ConsumerHeartbeatAnswer:
+        assignment = None if r.assignment is None else {
+            t.topic_id.hex: sorted(t.partitions) for t in r.assignment.topic_partitions}
+        return ConsumerHeartbeatAnswer(
+            ErrorCode(r.error_code), r.member_id, r.member_epoch,
+            int(r.heartbeat_interval.total_seconds() * 1000), assignment)
+
+    return _Exchange(request, decode)
 
 
 # ---- transactions (``clients.SimTransactionalProducer``), at librdkafka 2.16's versions ---
@@ -438,6 +485,7 @@ MESSAGES: dict[str, Callable[..., _Exchange]] = {
     "leave_group": _leave_group,
     "offset_commit": _offset_commit,
     "offset_fetch": _offset_fetch,
+    "consumer_group_heartbeat": _consumer_group_heartbeat,
 }
 """The model's messages, by kind, as Kafka requests."""
 

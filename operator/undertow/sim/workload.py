@@ -23,6 +23,7 @@ from undertow.runner.workload import (
     outcomes_wait_s,
 )
 from undertow.sim.clients import Endpoint, SimConsumer, SimProducer
+from undertow.sim.consumer_member import SimConsumerMember
 from undertow.sim.group_member import SimGroupMember
 from undertow.sim.pipeline import SimPipeline, SimPipelineProcess
 from undertow.sim.transactional_producer import SimTransactionalProducer
@@ -95,8 +96,10 @@ class SimWorkload:
         cfg, side, name = self._cfg, self._side, f"c{index}"
         consumer: SimConsumer | SimGroupMember
         if cfg.group is not None:
-            consumer = SimGroupMember(name, side.endpoint(name), cfg.topic, cfg.group,
-                                      self._history, side.now, first=index)
+            member = (SimConsumerMember if cfg.group.group_protocol == "consumer"
+                      else SimGroupMember)
+            consumer = member(name, side.endpoint(name), cfg.topic, cfg.group, self._history,
+                              side.now, first=index)
         else:
             consumer = SimConsumer(name, side.endpoint(name), cfg.topic, cfg.partitions,
                                    reader(self._history, cfg.topic, "run"), side.now,

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
+
+from minibroker.config import ConfigError, check_consumer_group_timeouts
 
 from .meta import (
     API_VERSION,
     Conditions,
+    FieldError,
     ObjectMeta,
     Quantity,
     SpecModel,
@@ -156,6 +159,18 @@ class BrokerConfig(TopicConfig):
         None, alias="group.consumer.heartbeat.interval.ms")
     """The heartbeat interval the coordinator gives consumer protocol members (Kafka:
     5000)."""
+    group_consumer_min_session_timeout_ms: PositiveInt | None = Field(
+        None, alias="group.consumer.min.session.timeout.ms")
+    """The lowest `group.consumer.session.timeout.ms` may be set to (Kafka: 45000)."""
+    group_consumer_max_session_timeout_ms: PositiveInt | None = Field(
+        None, alias="group.consumer.max.session.timeout.ms")
+    """The highest `group.consumer.session.timeout.ms` may be set to (Kafka: 60000)."""
+    group_consumer_min_heartbeat_interval_ms: PositiveInt | None = Field(
+        None, alias="group.consumer.min.heartbeat.interval.ms")
+    """The lowest `group.consumer.heartbeat.interval.ms` may be set to (Kafka: 5000)."""
+    group_consumer_max_heartbeat_interval_ms: PositiveInt | None = Field(
+        None, alias="group.consumer.max.heartbeat.interval.ms")
+    """The highest `group.consumer.heartbeat.interval.ms` may be set to (Kafka: 15000)."""
 
     transaction_state_log_replication_factor: PositiveInt | None = Field(
         None, alias="transaction.state.log.replication.factor")
@@ -178,6 +193,19 @@ class BrokerConfig(TopicConfig):
     """KIP-890 part 1 (Kafka 3.6+, default true): a leader asks the coordinator whether a
     partition is in the transaction before the first transactional write to it; false
     matches Kafka up to 3.5."""
+
+    @model_validator(mode="after")
+    def _check_consumer_group_timeouts(self) -> BrokerConfig:
+        """The brokers' own rules (Kafka's GroupCoordinatorConfig), before anything starts."""
+        set_ = {field.alias: str(getattr(self, name))
+                for name, field in type(self).model_fields.items()
+                if field.alias and field.alias.startswith("group.consumer.")
+                and getattr(self, name) is not None}
+        try:
+            check_consumer_group_timeouts(set_)
+        except ConfigError as exc:
+            raise FieldError((), str(exc)) from None
+        return self
 
     @classmethod
     def unknown_key_message(cls, key: object, known: list[str]) -> str:

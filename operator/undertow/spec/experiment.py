@@ -236,14 +236,15 @@ STOCK_CLIENT_TRANSACTIONS = (
 
 
 SIMULATED_CONSUMER_PROTOCOL = (
-    "the simulator has no model of librdkafka's consumer protocol member yet; run it with "
-    "the stock client: undertow run FILE (local processes) or on pods")
+    "the simulator's pipeline members speak the classic protocol only; run a pipeline of "
+    "the consumer protocol with the stock client: undertow run FILE (local processes) or "
+    "on pods")
 
 
 def check_simulated_clients(spec: ChaosExperimentSpec) -> None:
     """Reject what the simulator's client models cannot do yet, before a simulated run or
     an exploration starts; `FieldError` locations are below `spec`."""
-    if spec.workload.consumer.group_protocol == "consumer":
+    if spec.workload.consumer.group_protocol == "consumer" and spec.workload.pipeline:
         raise FieldError(("workload", "consumer", "groupProtocol"),
                          SIMULATED_CONSUMER_PROTOCOL)
 

@@ -51,7 +51,8 @@ class ConsumerSpec(SpecModel):
     SyncGroup, the members assign. `consumer`: Kafka 4's protocol (KIP-848), the coordinator
     assigns and each member reconciles at its own member epoch; the session is the
     coordinator's (the cluster's `group.consumer.session.timeout.ms`), not the member's. Runs
-    with the stock client (local processes, pods); the simulator has no model of it yet."""
+    with the stock client (local processes, pods) and, in simulation, a model of
+    librdkafka's member (not yet for a pipeline's members)."""
     commit: Literal["auto", "manual", "transaction"] | None = None
     """subscribe: `auto` (the client commits every `commitInterval`, enable.auto.commit),
     `manual` (the member commits synchronously every `commitInterval`, and when its
