@@ -86,8 +86,27 @@ def run_once(path: Path, keep: Path, index: int, platform: str = "local") -> dic
             "seconds": round(seconds, 1), "load_before": round(load, 2), "commit": commit(),
             "t": round(time.time(), 1), "unexplained": unexplained, "mechanisms": mechanisms,
             "lost": lost, "truncations_lost": cut_lost,
+            "seed": index if platform == "sim" else None,
+            "consumption": consumed((report or {}).get("consumption")),
             "machine": {k: v for k, v in machine().items() if k != "load"},
             "reference": reference.record()}
+
+
+def consumed(consumption: dict | None) -> dict | None:
+    """A run's totals of its report's `consumption` (a consumer group's runs only): the
+    seconds partitions went unconsumed and the longest stretch, the records returned again,
+    the handovers and the longest pause of one (group_protocols.py compares them)."""
+    if not consumption:
+        return None
+    rows = consumption["partitions"]
+    longest = [r["longest_s"] for r in rows if r["longest_s"] is not None]
+    pauses = [r["longest_pause_s"] for r in rows if r["longest_pause_s"] is not None]
+    return {"protocol": consumption["group_protocol"],
+            "unconsumed_s": round(sum(r["unconsumed_s"] for r in rows), 3),
+            "longest_s": max(longest, default=0.0),
+            "returned_again": sum(r["returned_again"] for r in rows),
+            "handovers": sum(r["handovers"] for r in rows),
+            "longest_pause_s": max(pauses, default=0.0)}
 
 
 SIM_SUFFIX = " (sim)"
