@@ -69,7 +69,8 @@ class Groups:
 
 
 class Harness:
-    def __init__(self, *, foo: int = 6, bar: int = 3, assignor: str = "range") -> None:
+    def __init__(self, *, foo: int = 6, bar: int = 3, assignor: str = "range",
+                 max_size: int = 2**31 - 1) -> None:
         self.scheduler = ManualScheduler()
         self.image = MetadataImage(topics={"foo": topic("foo", FOO, foo),
                                            "bar": topic("bar", BAR, bar)})
@@ -77,7 +78,7 @@ class Harness:
         ids = (f"member-{i}" for i in itertools.count())
         self.manager = ConsumerGroupManager(
             self.scheduler, ConsumerGroupConfig(
-                SESSION_MS, 5000, 2**31 - 1,
+                SESSION_MS, 5000, max_size,
                 (assignor, *(a for a in ("uniform", "range") if a != assignor))),
             lambda: self.image, self.store, lambda: next(ids))
 
@@ -208,6 +209,22 @@ def test_an_unknown_assignor_group_or_member_is_refused() -> None:
         "classic", "m1", 0, rebalance_timeout_ms=1, subscribed_topic_names=("foo",),
         owned={}))
     assert answer.error is ErrorCode.group_id_not_found
+
+
+def test_group_consumer_max_size_bounds_the_members_a_client_can_make() -> None:
+    """``testNewMemberIsRejectedWithMaximumMembersIsReached`` (group.consumer.max.size):
+    a heartbeat at epoch 0 with a member id the group does not know is refused with
+    GROUP_MAX_SIZE_REACHED once the group is full, and writes nothing; a member of the group
+    goes on heartbeating."""
+    h = Harness(max_size=2)
+    h.join("m1")
+    h.join("m2")
+    written = len(h.store.log)
+    answer = h.join("m3")
+    assert answer.error is ErrorCode.group_max_size_reached
+    assert answer.message == "The consumer group has reached its maximum capacity of 2 members."
+    assert sorted(h.group.members) == ["m1", "m2"] and len(h.store.log) == written
+    assert h.beat("m1", h.group.members["m1"].member_epoch).error is ErrorCode.none
 
 
 def test_a_silent_member_is_fenced_at_its_session_timeout_and_the_epoch_moves() -> None:

@@ -16,6 +16,7 @@ reached it, else Stable.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from enum import StrEnum
 
 from kio.schema.errors import ErrorCode
@@ -60,6 +61,12 @@ class ConsumerGroup:
         epoch record, so a new coordinator knows too."""
 
     # ---- derived state ------------------------------------------------------------------
+
+    def topic_ids(self, names: Iterable[str]) -> list[str]:
+        """The ids of the topics ``names`` that the target is computed from (those of the
+        subscription metadata: a topic that does not exist has none)."""
+        return [self.subscription_metadata[n][0] for n in names
+                if n in self.subscription_metadata]
 
     @property
     def state(self) -> ConsumerGroupState:

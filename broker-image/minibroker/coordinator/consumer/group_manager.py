@@ -284,14 +284,14 @@ class ConsumerGroupManager:
         if r.member_id not in group.members or _metadata_of(updated) != _metadata_of(member):
             records.append(member_metadata_record(group.group_id, updated))
         image = self._metadata_image()
-        metadata = self._subscription_metadata(group, updated, image)
-        bump = (subscription_changed or group.group_epoch == 0
-                or metadata_hash(metadata) != group.metadata_hash)
+        metadata = self._subscription_metadata(group, image, updated)
+        hash_ = metadata_hash(metadata)
+        bump = subscription_changed or group.group_epoch == 0 or hash_ != group.metadata_hash
         # The topic ids the target and the reconciliation use: from this image (a replayed
         # group has only the hash of what they were).
         group.subscription_metadata = metadata
         if bump:
-            group.metadata_hash = metadata_hash(metadata)
+            group.metadata_hash = hash_
             group.group_epoch += 1
             records.append(group_epoch_record(group.group_id, group.group_epoch,
                                               group.metadata_hash))
@@ -317,24 +317,26 @@ class ConsumerGroupManager:
                         else None))
 
     @staticmethod
-    def _subscription_metadata(group: ConsumerGroup, member: ConsumerGroupMember,
-                               image: MetadataImage) -> dict[str, tuple[str, int]]:
-        """The subscribed topics' ids and partition counts, with ``member``'s subscription
-        in place of its old one (``updateSubscriptionMetadata``)."""
-        names = {n for m in group.members.values() if m.member_id != member.member_id
-                 for n in m.subscribed_topic_names} | set(member.subscribed_topic_names)
+    def _subscription_metadata(group: ConsumerGroup, image: MetadataImage,
+                               member: ConsumerGroupMember | None = None
+                               ) -> dict[str, tuple[str, int]]:
+        """The subscribed topics' ids and partition counts of the group's members, with
+        ``member``'s subscription in place of its old one (``updateSubscriptionMetadata``)."""
+        names = {n for m in group.members.values()
+                 if member is None or m.member_id != member.member_id
+                 for n in m.subscribed_topic_names}
+        if member is not None:
+            names |= set(member.subscribed_topic_names)
         return {name: (image.topics[name].topic_id, len(image.topics[name].partitions))
                 for name in sorted(names) if name in image.topics}
 
     def _update_target_assignment(self, group: ConsumerGroup, image: MetadataImage,
                                   records: list[Record]) -> None:
         """``TargetAssignmentBuilder.build``: every member's target at the group epoch."""
-        ids = {name: topic_id for name, (topic_id, _) in group.subscription_metadata.items()}
         spec = GroupSpec(
             members={m.member_id: MemberSubscription(
                 rack_id=m.rack_id,
-                subscribed_topic_ids=frozenset(ids[n] for n in m.subscribed_topic_names
-                                               if n in ids),
+                subscribed_topic_ids=frozenset(group.topic_ids(m.subscribed_topic_names)),
                 assignment=group.target_assignment.get(m.member_id, {}))
                 for m in sorted(group.members.values(), key=lambda m: m.member_id)},
             subscription_type=(SubscriptionType.HOMOGENEOUS if group.is_homogeneous()
@@ -377,11 +379,10 @@ class ConsumerGroupManager:
                          image: MetadataImage, records: list[Record]) -> ConsumerGroupMember:
         if not subscription_changed and member.is_reconciled_to(group.assignment_epoch):
             return member
-        ids = {name: topic_id for name, (topic_id, _) in group.subscription_metadata.items()}
         updated = build_current_assignment(
             member, target_epoch=group.assignment_epoch,
             target=group.target_assignment.get(member.member_id, {}),
-            subscribed_topic_ids=[ids[n] for n in member.subscribed_topic_names if n in ids],
+            subscribed_topic_ids=group.topic_ids(member.subscribed_topic_names),
             has_subscription_changed=subscription_changed,
             current_partition_epoch=group.current_partition_epoch, owned=owned)
         if updated != member:
@@ -419,8 +420,7 @@ class ConsumerGroupManager:
         member = group.members[member_id]
         group.remove_member(member_id)
         group.target_assignment.pop(member_id, None)
-        group.subscription_metadata = self._subscription_metadata(
-            group, ConsumerGroupMember(member_id), self._metadata_image())
+        group.subscription_metadata = self._subscription_metadata(group, self._metadata_image())
         group.metadata_hash = metadata_hash(group.subscription_metadata)
         group.group_epoch += 1
         key = (group.group_id, member_id)
