@@ -537,7 +537,9 @@ def _analyze(spark: SparkSession, history: History, out_uri: str) -> dict[str, A
                 isr_width=width, faults=result["faults"],
                 unavailable=result["unavailable_windows"],
                 lost_t=[r["t_acked"] - t0 for r in lost if r["t_acked"] is not None],
-                events=marks, brokers=_brokers(meta))
+                events=marks, brokers=_brokers(meta),
+                unconsumed=[(s["start_s"], s["end_s"])
+                            for s in (consumed or {}).get("stretches", [])])
             return result, lost, other, png
 
         explained, (result, lost, other, png) = _concurrently(

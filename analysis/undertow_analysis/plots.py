@@ -61,6 +61,7 @@ NO_ACKS = "#9b2226"
 LOST = "#d62828"
 HELD = "#7b2cbf"
 LSO_HELD_MIN_S = 5.0
+UNCONSUMED = "#f77f00"
 """The shortest stretch of a last stable offset held below the HW that the ISR panel hatches:
 shorter ones are transactions still open, as they are while they write."""
 EVENT_MARKS = ("leader_election", "truncation", "broker_fenced", "group_rebalance",
@@ -119,6 +120,7 @@ def timeline_figure(
     lost_t: list[float],
     events: list[dict[str, Any]],
     brokers: int | None = None,
+    unconsumed: list[tuple[float, float]] | None = None,
 ) -> Figure:
     """The four panels (see the module docstring). series: the send series; t0, t_end: the
     report's zero and the run's end; clock: report.json's `clock` (the x axis says what
@@ -126,7 +128,9 @@ def timeline_figure(
     isr, offline; faults: report faults (id, fault, target, start_s, healed_s, end_s);
     unavailable: report windows; lost_t: when lost records were acknowledged (seconds
     since t0); events: events.jsonl rows of the EVENT_MARKS types with t_s; brokers: the
-    cluster's size (its brokers get lanes even when nothing happened to them)."""
+    cluster's size (its brokers get lanes even when nothing happened to them); unconsumed:
+    the consumer group's unconsumed stretches (`consumption.summary`), (start, end) in
+    seconds since t0, banded on the ISR panel."""
     lanes = fault_lanes(faults, events, brokers)
     with rc_context(FONTS):
         fig = Figure(figsize=(FIGURE_WIDTH, 7.4 + LANE_IN * len(lanes)), dpi=DPI,
@@ -141,7 +145,7 @@ def timeline_figure(
         _rates(rate, series, t0, x_end - first, unavailable, lost_t)
         _latencies(latency, series, t0, unavailable)
         _lanes(lane, lanes, faults, events)
-        _isr(isr_ax, isr, isr_width)
+        _isr(isr_ax, isr, isr_width, unconsumed or [])
         for ax in (rate, latency, lane, isr_ax):
             ax.grid(axis="x", color="#dee2e6", linewidth=0.8)
             ax.set_axisbelow(True)
@@ -457,9 +461,12 @@ def _lane_events(ax: Axes, y: dict[str, int], events: list[dict[str, Any]]) -> l
     return list(seen.values())
 
 
-def _isr(ax: Axes, isr: list[dict[str, Any]], width: float) -> None:
+def _isr(ax: Axes, isr: list[dict[str, Any]], width: float,
+         unconsumed: list[tuple[float, float]]) -> None:
     """Each partition's ISR size, and, dashed in the same colour, its ELR size (KIP-966)
-    for the partitions that had eligible leader replicas (rows without `elr`: none)."""
+    for the partitions that had eligible leader replicas (rows without `elr`: none); and
+    banded, when a partition of the consumer group's topic had a record waiting with no
+    member reading it (`unconsumed`)."""
     by_partition: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for row in isr:
         by_partition.setdefault((row["topic"], row["partition"]), []).append(row)
@@ -496,6 +503,11 @@ def _isr(ax: Axes, isr: list[dict[str, Any]], width: float) -> None:
         handles.append(Patch(facecolor="none", edgecolor=HELD, hatch="//",
                              label="last stable offset held below the HW (read_committed "
                                    "readers stopped)"))
+    if unconsumed:
+        _spans(ax, unconsumed, facecolor="none", edgecolor=UNCONSUMED, hatch="\\\\")
+        handles.append(Patch(facecolor="none", edgecolor=UNCONSUMED, hatch="\\\\",
+                             label="a partition unconsumed (a record waiting, no group "
+                                   "member reading it)"))
     top = max((max(r["isr"], r.get("elr") or 0) for r in isr), default=1)
     ax.set_ylim(-0.3, top + 0.5)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))

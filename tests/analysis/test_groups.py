@@ -187,6 +187,10 @@ def test_the_timeline_marks_rebalances_generations_and_the_coordinator():
             "group coordinator moved here"} <= legend
     png = plots.timeline_png(**timeline_args(marks))
     assert png[:4] == b"\x89PNG"
+    banded = plots.timeline_figure(**timeline_args(marks), unconsumed=[(2.0, 4.5)])
+    legend = {t.get_text() for ax in banded.axes if ax.get_legend()
+              for t in ax.get_legend().get_texts()}
+    assert "a partition unconsumed (a record waiting, no group member reading it)" in legend
 
 
 def timeline_args(events: list[dict]) -> dict:
