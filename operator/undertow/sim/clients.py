@@ -233,6 +233,43 @@ class Metadata:
         return leader, (endpoint.host, endpoint.port)
 
 
+class LeaderWait:
+    """Partitions whose fetches wait for a leader they cannot connect to. librdkafka moves a
+    partition to its new leader's broker thread as soon as a metadata answer names that
+    leader (``rd_kafka_toppar_broker_update``), and a broker going down makes it ask for the
+    metadata of the topics it knows at once (``rd_kafka_broker_fail``: "broker down"). So a
+    parked partition goes on at its leader's reconnect time (``reconnect.backoff.ms``) or at
+    the first metadata answer that names another leader, whichever comes first."""
+
+    def __init__(self, client: Endpoint, metadata: Metadata) -> None:
+        self._client = client
+        self._metadata = metadata
+        self._parked: dict[int, tuple[int, int, Callable[[], None]]] = {}
+        """Per partition: its parking's number, the leader it waits for, what goes on."""
+        self._parkings = 0
+        metadata.listeners.append(self._metadata_answered)
+
+    def park(self, p: int, leader: int, retry_at: float, go_on: Callable[[], None]) -> None:
+        self._parkings += 1
+        parking = self._parkings
+        self._parked[p] = (parking, leader, go_on)
+        self._metadata.refresh()
+
+        def reconnectable() -> None:
+            if self._parked.get(p, (None,))[0] == parking:
+                del self._parked[p]
+                go_on()
+
+        self._client.later(retry_at - self._client.now_ms(), reconnectable)
+
+    def _metadata_answered(self) -> None:
+        for p, (_, leader, go_on) in sorted(self._parked.items()):
+            now = self._metadata.leader(p)
+            if now is not None and now[0] != leader:
+                del self._parked[p]
+                go_on()
+
+
 @dataclass
 class _Message:
     seq: int
@@ -490,6 +527,7 @@ class SimConsumer:
         self._on_read = on_read
         self._clock_s = clock_s
         self._metadata = Metadata(client, topic, first=first)
+        self._leader_wait = LeaderWait(client, self._metadata)
         self.positions: dict[int, int] = {}
         self._partitions = partitions
         self._stopped = False
@@ -571,7 +609,7 @@ class SimConsumer:
             return
         retry_at = self._client.connectable(leader[1])
         if retry_at:
-            self._client.later(retry_at - self._client.now_ms(), lambda: self._fetch(p))
+            self._leader_wait.park(p, leader[0], retry_at, lambda: self._fetch(p))
             return
         tp = TopicPartition(self._topic, p)
         position = self.positions[p]

@@ -100,6 +100,7 @@ from undertow.sim.clients import (
     RETRY_BACKOFF_MS,
     SOCKET_TIMEOUT_MS,
     Endpoint,
+    LeaderWait,
     Metadata,
     NetworkError,
     committed_records,
@@ -222,6 +223,7 @@ class SimGroupMember:
         self._phase = "closed"
         self._close_then: Callable[[], None] | None = None
         self._metadata: Metadata | None = None
+        self._leader_wait: LeaderWait | None = None
         self._reset_consumer()
 
     # ---- what the workload calls --------------------------------------------------------------
@@ -302,6 +304,7 @@ class SimGroupMember:
         self._reset_consumer()
         self._metadata = Metadata(self._client, self._topic,
                                   first=self._first + self._instance - 1)
+        self._leader_wait = LeaderWait(self._client, self._metadata)
         self._metadata.start()
         instance = self._instance
         self._later(self._commit_ms, lambda: self._commit_tick(instance))
@@ -652,7 +655,10 @@ class SimGroupMember:
             return None
         retry_at = self._client.connectable(leader[1])
         if retry_at:
-            self._later(retry_at - self._now(), lambda: then(token, p))
+            instance = self._instance
+            assert self._leader_wait is not None
+            self._leader_wait.park(p, leader[0], retry_at,
+                                   lambda: instance == self._instance and then(token, p))
             return None
         return leader
 
