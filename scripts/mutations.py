@@ -80,6 +80,9 @@ LATE_TESTS = ("tests/analysis/test_late_requests.py", "-k", "not report")
 ELR_TESTS = ("tests/minibroker/test_elr.py",)
 CHECKER_TESTS = ("tests/analysis/test_checker.py", "-k", "alone or still_lost or clean_history")
 SPARK_CHECKS = ("tests/analysis/test_analysis_checks.py",)
+CONSUMPTION = "analysis/undertow_analysis/consumption.py"
+CONSUMER_MEMBER = "operator/undertow/sim/consumer_member.py"
+CONSUMER_MEMBER_TESTS = ("tests/sim/test_consumer_member.py", "-k", "not new_leader")
 
 MUTATIONS = (
     # The election order (Kafka's PartitionChangeBuilder).
@@ -255,6 +258,17 @@ MUTATIONS = (
     Mutation("a-reconciliation-step-leaves-no-record", CONSUMER_GROUP_MANAGER,
              "            records.append(current_assignment_record(group.group_id, updated))",
              "            pass", CONSUMER_GROUP_TESTS),
+    # The simulated consumer protocol member (librdkafka's rdkafka_cgrp.c).
+    Mutation("a-fenced-member-keeps-its-partitions", CONSUMER_MEMBER,
+             "            elif answer.error in FENCED:\n",
+             "            elif answer.error in FENCED and False:\n", CONSUMER_MEMBER_TESTS),
+    Mutation("reconciliation-is-eager", CONSUMER_MEMBER,
+             "        revoked = [p for p in self._assignment if p not in target]\n",
+             "        revoked = list(self._assignment)\n", CONSUMER_MEMBER_TESTS),
+    # The report's consumption measure.
+    Mutation("a-record-read-again-is-progress", CONSUMPTION,
+             '.filter(F.col("_n") == 1)', '.filter(F.col("_n") >= 1)',
+             ("tests/analysis/test_groups.py", "-k", "consumption")),
 )
 
 
