@@ -98,15 +98,10 @@ def consumed(consumption: dict | None) -> dict | None:
     the handovers and the longest pause of one (group_protocols.py compares them)."""
     if not consumption:
         return None
-    rows = consumption["partitions"]
-    longest = [r["longest_s"] for r in rows if r["longest_s"] is not None]
-    pauses = [r["longest_pause_s"] for r in rows if r["longest_pause_s"] is not None]
-    return {"protocol": consumption["group_protocol"],
-            "unconsumed_s": round(sum(r["unconsumed_s"] for r in rows), 3),
-            "longest_s": max(longest, default=0.0),
-            "returned_again": sum(r["returned_again"] for r in rows),
-            "handovers": sum(r["handovers"] for r in rows),
-            "longest_pause_s": max(pauses, default=0.0)}
+    t = consumption["total"]
+    return {"protocol": consumption["group_protocol"], "unconsumed_s": t["unconsumed_s"],
+            "longest_s": t["longest_s"] or 0.0, "returned_again": t["returned_again"],
+            "handovers": t["handovers"], "longest_pause_s": t["longest_pause_s"] or 0.0}
 
 
 SIM_SUFFIX = " (sim)"

@@ -92,9 +92,9 @@ def handovers(actions: list[dict[str, Any]]) -> dict[tuple[str, int], list[float
 
 def summary(group: Group, sends: DataFrame, topic: str, partitions: list[int],
             min_s: float, protocol: str) -> dict[str, Any]:
-    """report.json's `consumption`: the group's protocol, the definition, one row per
-    partition of `topic` and the unconsumed stretches, in seconds since the report's
-    zero."""
+    """report.json's `consumption`: the group's protocol, the partitions' totals, the
+    definition, one row per partition of `topic` and the unconsumed stretches, in seconds
+    since the report's zero."""
     stretches = unconsumed(group, sends, min_s)
     again = returned_again(group)
     actions = [r.asDict() for r in group.actions.filter(F.col("type").isin("assign", "revoke"))
@@ -112,8 +112,17 @@ def summary(group: Group, sends: DataFrame, topic: str, partitions: list[int],
             "returned_again": again.get(key, 0), "handovers": len(handed.get(key, [])),
             "overlapping_handovers": sum(1 for x in handed.get(key, []) if x is None),
             "longest_pause_s": round(max(pauses), 3) if pauses else None})
+    pauses = [r["longest_pause_s"] for r in rows if r["longest_pause_s"] is not None]
+    longest = [r["longest_s"] for r in rows if r["longest_s"] is not None]
     return {
         "group_protocol": protocol,
+        "total": {"unconsumed_s": round(sum(r["unconsumed_s"] for r in rows), 3),
+                  "stretches": sum(r["stretches"] for r in rows),
+                  "longest_s": max(longest, default=None),
+                  "returned_again": sum(r["returned_again"] for r in rows),
+                  "handovers": sum(r["handovers"] for r in rows),
+                  "overlapping_handovers": sum(r["overlapping_handovers"] for r in rows),
+                  "longest_pause_s": max(pauses, default=None)},
         "definition": DEFINITION.format(min=min_s),
         "min_window_s": min_s,
         "partitions": rows,

@@ -242,13 +242,10 @@ def _consumption(report: dict[str, Any]) -> list[str]:
         return []
     protocol = consumed["group_protocol"]
     rows = consumed["partitions"]
-    total = ["all", _s(sum(r["unconsumed_s"] for r in rows)),
-             sum(r["stretches"] for r in rows),
-             _s(max((r["longest_s"] for r in rows if r["longest_s"] is not None), default=None)),
-             sum(r["returned_again"] for r in rows), sum(r["handovers"] for r in rows),
-             sum(r["overlapping_handovers"] for r in rows),
-             _s(max((r["longest_pause_s"] for r in rows if r["longest_pause_s"] is not None),
-                    default=None))]
+    t = consumed["total"]
+    total = ["all", _s(t["unconsumed_s"]), t["stretches"], _s(t["longest_s"]),
+             t["returned_again"], t["handovers"], t["overlapping_handovers"],
+             _s(t["longest_pause_s"])]
     return [
         f"<h2>Consumer group ({escape(protocol)} protocol)</h2>",
         f"<p class='muted'>{escape(consumed['definition'])}</p>",

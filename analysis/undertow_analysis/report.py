@@ -452,16 +452,15 @@ def _incident_lines(explained: dict[str, Any]) -> list[str]:
 
 def consumption_line(consumed: dict[str, Any]) -> str:
     """The summary's line on the consumer group (`consumption.summary`)."""
-    rows = consumed["partitions"]
+    t = consumed["total"]
     longest = max(consumed["stretches"], key=lambda s: s["length_s"], default=None)
     where = (f", longest {longest['length_s']:.1f} s ({longest['topic']}-{longest['partition']}"
              f" at {longest['start_s']:.1f} s)" if longest else "")
-    pauses = [r["longest_pause_s"] for r in rows if r["longest_pause_s"] is not None]
-    pause = f", longest pause {max(pauses):.1f} s" if pauses else ""
-    unconsumed = sum(r["unconsumed_s"] for r in rows)
+    pause = (f", longest pause {t['longest_pause_s']:.1f} s"
+             if t["longest_pause_s"] is not None else "")
     return (f"consumer group ({consumed['group_protocol']} protocol): partitions unconsumed "
-            f"{unconsumed:.1f} s in all{where}; {sum(r['returned_again'] for r in rows):,} "
-            f"records returned again; {sum(r['handovers'] for r in rows)} handover(s){pause}")
+            f"{t['unconsumed_s']:.1f} s in all{where}; {t['returned_again']:,} records "
+            f"returned again; {t['handovers']} handover(s){pause}")
 
 
 def headline(report: dict[str, Any]) -> str:

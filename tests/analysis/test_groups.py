@@ -221,6 +221,9 @@ def test_the_consumption_of_each_partition_is_measured_from_the_history(grouped)
     assert rows[1] == {"topic": "t", "partition": 1, "unconsumed_s": 0, "stretches": 0,
                        "longest_s": None, "returned_again": 2, "handovers": 2,
                        "overlapping_handovers": 1, "longest_pause_s": 0.5}
+    assert consumed["total"] == {"unconsumed_s": 1.14, "stretches": 1, "longest_s": 1.14,
+                                 "returned_again": 9, "handovers": 5,
+                                 "overlapping_handovers": 3, "longest_pause_s": 0.5}
     assert consumed["stretches"] == [{"topic": "t", "partition": 0, "start_s": 10.01,
                                       "end_s": 11.15, "length_s": 1.14}]
     html_text = (grouped[2] / "out" / "report.html").read_text()
