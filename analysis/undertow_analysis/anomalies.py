@@ -24,6 +24,10 @@ them for users.
 No PySpark at import: report.py and html.py read the table in processes without it (the
 runner prints the summary). A value check only combines the `Value` columns it is given; a
 group checker imports PySpark when it runs.
+
+It is long because it is the Jepsen-style table of every anomaly kind with its checker beside
+its row: a new kind is one function and one row here, and the table is read whole by everything
+listed above.
 """
 
 from __future__ import annotations

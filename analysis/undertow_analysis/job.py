@@ -8,6 +8,10 @@ is written by Spark. `report.build` assembles report.json from them; the command
 
 A history that meta.json marks incomplete (a failure stopped the run: records are missing and
 there was no drain) is refused unless asked for; its report then says so first.
+
+It is long because it is the job's one pipeline: it orders the checkers, the explanation and the
+report's inputs over one loaded history and runs the independent steps concurrently; each step's
+logic lives in its own module.
 """
 
 from __future__ import annotations

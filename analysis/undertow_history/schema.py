@@ -13,6 +13,10 @@ image has no Spark) and so does the analysis (whose image has no runner).
 Adding a file (say events.jsonl) takes one `HistoryFile` in `FILES`, its table's two markers in
 the doc, a `HistoryWriter` method that appends its records, and, if the analysis reads it, a
 `FileSpec` in `io.FILES` naming the fields it parses.
+
+It is long because it is the history's one schema: every file's fields, with their types and
+meaning, in one table that the writer, the checks, the analysis and docs/history-format.md all
+read.
 """
 
 from __future__ import annotations

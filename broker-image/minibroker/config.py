@@ -3,6 +3,10 @@
 Defaults follow Kafka where a chaos run can afford them and are scaled down where Kafka's
 would make an experiment wait for minutes (session and lag timeouts): every key can be
 overridden with ``--config KEY=VALUE`` (cluster-wide) or per topic at creation time.
+
+It is long because it is the one table of every broker and topic key (Kafka's KafkaConfig and
+LogConfig definitions) with its parser and cross-key checks; a key lives in one row here rather than
+beside its user.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ change protocol, one with members keeps its own (minibroker has no online migrat
 It is callback-based and takes its clock and timers from the broker's ``Scheduler``, like
 ``ReplicaManager``, so the same code runs in a broker and on the manual clock of the
 tests' step-by-step cluster (``tests/minibroker/stepper.py``).
+
+It is long because it is the one entry point for every group API of both protocols (Kafka's
+GroupCoordinatorService): each handler is short, and they share the partition-to-coordinator
+mapping, the loading and the timers kept here.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ coordinator epoch), so a load overtaken by a newer leadership change does nothin
 Simplified against Kafka: offsets never expire (no ``offsets.retention.minutes``), nothing
 is compacted (minibroker has no log cleaner; the topic's ``cleanup.policy=compact`` is
 recorded only), and offsets are deleted only with their group (DeleteGroups, ``delete_group``).
+
+It is long because it is Kafka's GroupMetadataManager for the classic protocol: the join and
+sync state machine, the offsets and their records and loading change one group's state
+together, as in Kafka's own class.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ coordinator's own aborts run under the cluster's ``transaction.version``. Under 
 EndTxn bumps the producer epoch and answers the new one (``endTransaction``); under 0 and 1
 the epoch stays (``endTransactionWithTV1``), which is what lets a delayed request of one
 transaction land in the next.
+
+It is long because it is Kafka's TransactionCoordinator with its state machine
+(TransactionState's transitions, the markers and the timeouts) in one place: each transition
+reads next to the others it must agree with.
 """
 
 from __future__ import annotations

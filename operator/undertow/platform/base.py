@@ -4,6 +4,10 @@ A platform runs one controller and brokers ``broker-1`` .. ``broker-N`` and offe
 primitive operations fault units are built from. Everything is addressed by node name;
 ``CLIENT`` stands for every workload client when links are blocked. The local platform
 implements this with child processes, a Kubernetes platform with pods and a fault agent.
+
+It is long because it is the one contract every platform implements (processes, pods, Kubernetes,
+the simulation): the primitives, their documented guarantees and the shared waits stay together so
+that a platform author reads one file.
 """
 
 from __future__ import annotations

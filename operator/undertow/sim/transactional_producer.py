@@ -51,6 +51,10 @@ on a Produce makes the transaction abortable (``InvalidProducerEpochException``,
 and CONCURRENT_TRANSACTIONS (the last transaction's markers still going out) is retried.
 
 Each transaction and its sends are recorded as the real producer records them.
+
+It is long because it is one client's state machine (librdkafka's idempotent and transactional
+producer: InitProducerId, AddPartitionsToTxn, EndTxn, their retries and epoch bumps); splitting it
+would split one state machine across files.
 """
 
 from __future__ import annotations

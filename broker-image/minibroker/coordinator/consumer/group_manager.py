@@ -22,6 +22,10 @@ Every change is also a record (``consumer.records``), written to the group's
 coordinator runtime does, so a new coordinator replays the group. The state changes at
 once; Kafka would revert it if the write failed (its timeline snapshots), minibroker keeps
 it, which only matters while the write's failure leaves this broker the coordinator.
+
+It is long because it is Kafka's GroupMetadataManager for the consumer protocol in one place: the
+heartbeat's validation, reconciliation, fencing, timers and records change one group's state
+together, as in Kafka's own class.
 """
 
 from __future__ import annotations
