@@ -16,12 +16,16 @@ from minibroker.coordinator.group_coordinator import GroupCoordinator
 from undertow.platform.base import Link, broker_id_of, broker_node, client_endpoint
 from undertow.platform.simulated import SimulatedPlatform
 from undertow.runner.abort import Abort
-from undertow.runner.group_member import GroupSettings
+from undertow.runner.group_member import POLL_S, GroupSettings
 from undertow.runner.run import partitions_healthy
 from undertow.runner.workload import WorkloadConfig
 from undertow.sim.clients import SimProducer
 from undertow.sim.consumer_member import SimConsumerMember
-from undertow.sim.group_member import SimGroupMember, range_assignment
+from undertow.sim.group_member import (
+    SPARSE_CONNECT_INTERVAL_MS,
+    SimGroupMember,
+    range_assignment,
+)
 from undertow.sim.simulated_world import SimulatedWorld
 from undertow.spec.experiment import TopicSpec
 
@@ -209,6 +213,32 @@ def test_a_coordinator_killed_in_a_rebalance_moves_the_group_and_it_rejoins(
             for r in (r for r in w.lines.reads if r["partition"] == p):
                 assert r["offset"] not in seen or r["offset"] >= committed_before[p], r
                 seen[r["offset"]] = r["consumer"]
+
+
+def test_a_rejoining_member_leaves_between_polls_and_its_new_consumer_starts_as_librdkafka(
+        tmp_path: Path) -> None:
+    """The workload's loop sees the rebalancer's rejoin only when its poll returns (up to
+    ``POLL_S`` later), and the new consumer's JoinGroup reaches the coordinator no sooner
+    than librdkafka's sparse connect interval after it starts (its bootstrap connection
+    dropped, its first connection to a named broker suppressed until then): about 50-60 ms
+    on local processes, where a consumer that joined at once would beat the others' rejoin
+    into the same rebalance."""
+    with world(tmp_path) as w:
+        w.wait(w.stable, 10, "a stable group")
+        w.run_for(1.03)
+        leaving = w.members[0]
+        old_id, others = leaving.member_id, {m.member_id for m in w.members[1:]}
+        asked, asked_clock = w.loop.time(), w.side.now()
+        w.among(leaving, leaving.rejoin)
+        w.wait(lambda: old_id not in w.group_state()["members"], 5, "the member to leave")
+        left = w.loop.time()
+        w.wait(lambda: set(w.group_state()["members"]) - others - {old_id}, 5,
+               "its new consumer to join")
+        joined = w.loop.time()
+        revoked = max(g["t"] for g in w.lines.of("revoke", member=leaving.name))
+        assert 0 < revoked - asked_clock <= POLL_S, (asked_clock, revoked)  # its poll first
+        assert left - asked <= POLL_S + 0.01
+        assert SPARSE_CONNECT_INTERVAL_MS / 1000 <= joined - left < 0.1, (left, joined)
 
 
 def test_a_member_cut_off_loses_its_partitions_and_rejoins_once_healed(tmp_path: Path) -> None:

@@ -274,10 +274,12 @@ class SimulatedPlatform(Platform):
     def client_environment(self, host: str) -> Environment:
         """The network and virtual wall clock of the workload's client host ``host``
         (``client``, or a client's own ``client-p0``): one environment per host, so that a
-        host the loop pauses is known by it in every context its code runs in."""
+        host the loop pauses is known by it in every context its code runs in; its random
+        source is seeded with the cluster's seed and the host."""
         if host not in self._client_environments:
             self._client_environments[host] = self.cluster.net.environment(
-                host, wall_clock=lambda: EPOCH + self.loop.time())
+                host, wall_clock=lambda: EPOCH + self.loop.time(),
+                rng=random.Random(f"{self.cluster.seed}/{host}"))
         return self._client_environments[host]
 
     @property

@@ -32,6 +32,9 @@ log = logging.getLogger("undertow.group")
 
 LIBRDKAFKA_LOG_LEVEL = 2
 """As the workload's other clients: librdkafka's critical messages only."""
+POLL_S = 0.2
+"""Each poll's wait (``consume(500, POLL_S)``): the rebalancer's rejoin and the run's stop
+are seen between polls."""
 COMMITTED_TIMEOUT_S = 5.0
 """How long a member waits for the committed offsets of the partitions it was assigned."""
 REFUSED = frozenset({"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS",
@@ -207,7 +210,7 @@ class GroupMember:
             self._leave()
 
     def _poll(self) -> None:
-        messages = self._consumer.consume(500, 0.2)
+        messages = self._consumer.consume(500, POLL_S)
         if self._to_fetch:
             self._record_committed()
         generation = self._current_generation()

@@ -10,7 +10,12 @@ returned on an assignment and each commit with its outcome (groups.jsonl, classi
 
 The member's model (librdkafka's ``rdkafka_cgrp.c``, with the workload's settings):
 
-- **Coordinator.** FindCoordinator to the bootstrap brokers in turn: at once, again
+- **Coordinator.** A new consumer's first FindCoordinator waits ``sparse_connect_intvl``
+  (50 ms) from its start: librdkafka drops its bootstrap connection once the first metadata
+  names the brokers (KIP-899) and opens one to a named broker no sooner than that after the
+  first (``rd_kafka_connect_any``); on local processes a new consumer's JoinGroup reaches
+  the coordinator 60-140 ms after it is made. Then FindCoordinator to the bootstrap brokers in
+  turn: at once, again
   ``retry.backoff.ms`` (100 ms) after an answer without one (COORDINATOR_NOT_AVAILABLE while
   ``__consumer_offsets`` is created or its partition has no leader), and every second while
   a question goes unanswered (a request lost on a cut link). NOT_COORDINATOR,
@@ -61,7 +66,10 @@ The member's model (librdkafka's ``rdkafka_cgrp.c``, with the workload's setting
   lines are written when the commit ends.
 - **Leaving.** ``stop`` revokes (with its commit) and sends LeaveGroup (best effort, 5 s;
   not for a static member), as ``close`` does; ``rejoin`` does the same and then subscribes
-  a new consumer, with no member id (``Workload``'s rebalancer).
+  a new consumer, with no member id (``Workload``'s rebalancer). Both wait for the
+  application's poll to return (the workload's loop polls ``POLL_S``, 0.2 s, and sees them
+  between polls); the first consumer's polls start at a drawn point of that period (its
+  thread's start), a new consumer's as it is made.
 
 Not modelled: the rejoin librdkafka starts on an ILLEGAL_GENERATION answer to an
 OffsetCommit (the next heartbeat, at most a second later, finds it); the application not
@@ -91,12 +99,14 @@ from minibroker.cluster.types import (
     FetchResult,
     TopicPartition,
 )
-from undertow.runner.group_member import GroupSettings, commit_outcome
+from minibroker.environment import random_source
+from undertow.runner.group_member import POLL_S, GroupSettings, commit_outcome
 from undertow.runner.history import HistoryWriter
 from undertow.runner.values import decode_value
 from undertow.sim.clients import (
     FETCH_MAX_BYTES,
     FETCH_WAIT_MAX_MS,
+    RECONNECT_BACKOFF_MS,
     RETRY_BACKOFF_MS,
     SOCKET_TIMEOUT_MS,
     Endpoint,
@@ -125,6 +135,11 @@ COORDINATOR_MOVED = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_availa
 BUSY_RETRY_MS = 10.0
 """A pipeline member's fetch answered while its transaction ends is fetched again after
 this."""
+SPARSE_CONNECT_INTERVAL_MS = RECONNECT_BACKOFF_MS / 2
+"""librdkafka's ``sparse_connect_intvl`` (``reconnect.backoff.ms`` / 2, at least 11 ms): a new
+client's bootstrap connection is dropped once its first metadata names the brokers (KIP-899,
+librdkafka 2.10), and its coordinator query waits for a connection to one of them, which
+``rd_kafka_connect_any`` opens no sooner than this after the bootstrap one."""
 
 Address = tuple[str, int]
 
@@ -189,9 +204,12 @@ class SimGroupMember:
 
     def __init__(self, name: str, client: Endpoint, topic: str, settings: GroupSettings,
                  history: HistoryWriter, clock_s: Callable[[], float], first: int = 0,
-                 transactional: TransactionalCommits | None = None) -> None:
-        """`transactional`: a pipeline member's transactional side (`commit: transaction`)."""
+                 transactional: TransactionalCommits | None = None, poll_s: float = POLL_S
+                 ) -> None:
+        """`transactional`: a pipeline member's transactional side (`commit: transaction`);
+        `poll_s`: the application loop's poll wait (the pipeline member's is shorter)."""
         self.name = name
+        self._poll_s = poll_s
         self.transactional = transactional
         self._client = client
         self._topic = topic
@@ -237,14 +255,25 @@ class SimGroupMember:
         if self._stopping:
             return
         self._stopping = True
-        self._close(self._closed)
+        self._between_polls(lambda: self._close(self._closed))
 
     def rejoin(self) -> None:
         """Leave the group and join it again as a new consumer (the group rebalances)."""
         if self._stopping or self._rejoining:
             return
         self._rejoining = True
-        self._close(self._resubscribe)
+        self._between_polls(lambda: None if self._stopping else self._close(self._resubscribe))
+
+    def _between_polls(self, action: Callable[[], None]) -> None:
+        """``action`` when the application's current poll returns (its loop sees the
+        rebalancer's rejoin and the run's stop only between polls: ``poll_s``, counted from
+        when its consumer started); at once while it has no consumer."""
+        if self._phase == "closed":
+            action()
+            return
+        poll_ms = self._poll_s * 1000
+        polled = (self._now() - self._started_ms - self._poll_phase_ms) % poll_ms
+        self._client.later(poll_ms - polled if polled else 0.0, action)
 
     @property
     def stopping(self) -> bool:
@@ -298,10 +327,19 @@ class SimGroupMember:
         self._in_flight: dict[Address, dict[int, Callable[[Any, NetworkError | None], None]]] = {}
         """This consumer's requests waiting for an answer, per connection (``_call``)."""
         self._requests = 0
+        self._started_ms = 0.0
+        """When this consumer was made: its polls and its first broker connection count
+        from here."""
+        self._poll_phase_ms = 0.0
 
     def _subscribe(self) -> None:
         self._instance += 1
         self._reset_consumer()
+        self._started_ms = self._now()
+        # The first loop's polls start when its thread does, at no set point of the
+        # rebalancer's period (a draw); a new consumer's right after the old one closed.
+        self._poll_phase_ms = (random_source().uniform(0, self._poll_s * 1000)
+                               if self._instance == 1 else 0.0)
         self._metadata = Metadata(self._client, self._topic,
                                   first=self._first + self._instance - 1)
         self._leader_wait = LeaderWait(self._client, self._metadata)
@@ -411,9 +449,17 @@ class SimGroupMember:
         self._query()
 
     def _query(self) -> None:
-        """One FindCoordinator, to the next bootstrap broker that may be connected to."""
+        """One FindCoordinator, to the next bootstrap broker that may be connected to; a new
+        consumer's first waits for its first connection to a broker the metadata named
+        (``SPARSE_CONNECT_INTERVAL_MS``)."""
         if self._coordinator is not None or self._phase == "closed":
             self._looking = False
+            return
+        connect_at = self._started_ms + SPARSE_CONNECT_INTERVAL_MS
+        if self._now() < connect_at:
+            queries = self._queries
+            self._later(connect_at - self._now(),
+                        lambda: queries == self._queries and self._query())
             return
         self._queries += 1
         query = self._queries

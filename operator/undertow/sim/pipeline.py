@@ -29,7 +29,7 @@ from minibroker.cluster.types import ErrorCode, TopicPartition
 from undertow.runner.group_member import GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.pipeline import KILL_WAIT_S, MemberRecorder, PipelineSettings
-from undertow.runner.pipeline_member import output_value
+from undertow.runner.pipeline_member import POLL_S, output_value
 from undertow.runner.transactional_producer import TxnSettings
 from undertow.sim.clients import RETRY_BACKOFF_MS, Endpoint, NetworkError
 from undertow.sim.group_member import SimGroupMember
@@ -278,7 +278,8 @@ class SimPipelineProcess:
             txns, request_timeout_ms, end_timeout_ms, group.group_id, self._emit,
             self._side.now)
         self.member = SimGroupMember(self.name, consumer_link, cfg_topic, group, history,
-                                     self._side.now, first=first, transactional=self.producer)
+                                     self._side.now, first=first, transactional=self.producer,
+                                     poll_s=POLL_S)
         self.producer.member = self.member
         self.producer.on_ready = self._ready
         self.producer.on_exit = lambda: (self.kill(), on_exit(self))
