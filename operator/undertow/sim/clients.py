@@ -71,6 +71,10 @@ LINGER_MS = 2.0
 MAX_IN_FLIGHT = 5
 RETRY_BACKOFF_MS = 100.0
 METADATA_REFRESH_MS = 1000.0
+METADATA_MAX_AGE_MS = 3 * METADATA_REFRESH_MS
+"""librdkafka's ``metadata.max.age.ms`` when it is not set: three refresh intervals
+(``rd_kafka_conf_finalize``). A topic's cache entry expires that long after the last answer
+that named it."""
 METADATA_FAST_REFRESH_MS = 100.0
 """Again this soon while a wanted partition has no leader (``retry.backoff.ms``)."""
 RECONNECT_BACKOFF_MS = 100.0
@@ -179,7 +183,25 @@ class Metadata:
         self._asking = False
         self._stopped = False
         self._started = False
+        self._answered_ms: float | None = None
+        """When the last answer came (each names the topic, as the client asks for it)."""
         self.listeners: list[Callable[[], None]] = []
+
+    def when_cached(self, then: Callable[[], None]) -> None:
+        """``then()`` once the topic is in the cache unexpired (``METADATA_MAX_AGE_MS``): at
+        once, or after a refresh brings it back (librdkafka's consumer join waits so,
+        ``rd_kafka_cgrp_metadata_refresh``: join-state wait-metadata)."""
+        if (self._answered_ms is not None and self._topic in self.image.topics
+                and self._client.now_ms() - self._answered_ms <= METADATA_MAX_AGE_MS):
+            then()
+            return
+
+        def answered() -> None:
+            self.listeners.remove(answered)
+            then()
+
+        self.listeners.append(answered)
+        self.refresh()
 
     def start(self) -> None:
         if self._started:
@@ -210,6 +232,7 @@ class Metadata:
             self._asking = False
             if error is None and image.metadata_offset >= self.image.metadata_offset:
                 self.image = image
+                self._answered_ms = self._client.now_ms()
                 for listener in list(self.listeners):
                     listener()
             if error is not None or not self._all_led():

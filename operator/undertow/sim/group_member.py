@@ -26,7 +26,10 @@ The member's model (librdkafka's ``rdkafka_cgrp.c``, with the workload's setting
   that times out closes the member's connection to that broker, failing every other request
   in flight on it as reset (``socket.max.fails`` 1), so that a member whose links heal is not
   left waiting for answers lost on them.
-- **Join.** JoinGroup (protocol ``range``; the subscription is JSON naming the topic) with
+- **Join.** Once the coordinator is known, the join waits until the consumer's metadata has
+  the topic unexpired (``metadata.max.age.ms``, three refresh intervals: join-state
+  wait-metadata), so a member cut off from every broker sends no JoinGroup until an answer
+  comes back. Then JoinGroup (protocol ``range``; the subscription is JSON naming the topic) with
   ``session.timeout.ms`` and ``max.poll.interval.ms`` as the rebalance timeout, the request
   bounded by that timeout plus 3 s. MEMBER_ID_REQUIRED (KIP-394) is answered by joining
   again with the id given; UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION and FENCED_INSTANCE_ID by
@@ -514,7 +517,15 @@ class SimGroupMember:
             self._leave()
             return
         token = self._set_phase("joining")
-        self._with_coordinator(lambda address: self._send_join(token, address))
+        self._with_coordinator(lambda address: self._when_cached(
+            lambda: self._send_join(token, address)))
+
+    def _when_cached(self, then: Callable[[], None]) -> None:
+        """``then()`` once the consumer's metadata has the topic unexpired: a member cut off
+        from every broker does not join until a metadata answer comes back."""
+        assert self._metadata is not None, "a consumer joins after it subscribed"
+        instance = self._instance
+        self._metadata.when_cached(lambda: instance == self._instance and then())
 
     def _rejoin_later(self, token: int) -> None:
         self._later(RETRY_BACKOFF_MS, lambda: token == self._token and self._join())
