@@ -55,7 +55,8 @@ The member's model (librdkafka's ``rdkafka_cgrp.c``, with the workload's setting
   positions as it unassigns), then JoinGroup once the commit is answered.
   UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID: the partitions are lost
   (``revoke`` lines, nothing committed) and the member joins afresh. No successful heartbeat
-  for ``session.timeout.ms``: the same, the session timed out.
+  for ``session.timeout.ms``: the same, the session timed out (checked at that moment, as
+  librdkafka's main loop checks on every turn).
 - **Commits.** ``auto``: every ``auto.commit.interval.ms`` the positions that moved since
   the last commit (``t_invoke`` null); ``manual``: the application's commit of the moved
   positions every commit interval, on revoke and on leaving (``t_invoke`` when called). A
@@ -621,7 +622,7 @@ class SimGroupMember:
         token = self._set_phase("up")
         self._assignment = partitions
         self._heartbeat_busy = False
-        self._last_heartbeat_ok = self._now()
+        self._session_alive(token)
         for p in partitions:
             self._group("assign", p)
         self._later(self._heartbeat_ms, lambda: self._heartbeat(token))
@@ -796,12 +797,22 @@ class SimGroupMember:
         if token != self._token:
             return
         self._later(self._heartbeat_ms, lambda: self._heartbeat(token))
-        if self._now() - self._last_heartbeat_ok >= self._session_ms:
-            self._lose()  # the session timed out
-            return
         if not self._heartbeat_busy:  # one at a time
             self._heartbeat_busy = True
             self._with_coordinator(lambda address: self._send_heartbeat(token, address))
+
+    def _session_alive(self, token: int) -> None:
+        """A heartbeat answered (or the assignment): the member loses its partitions if no
+        other is answered within ``session.timeout.ms``, checked at that moment as
+        librdkafka's main loop checks it on each turn (``rd_kafka_cgrp_session_timeout_check``),
+        not at the next heartbeat."""
+        alive = self._last_heartbeat_ok = self._now()
+
+        def check() -> None:
+            if token == self._token and self._last_heartbeat_ok == alive:
+                self._lose()  # the session timed out
+
+        self._later(self._session_ms, check)
 
     def _send_heartbeat(self, token: int, address: Address) -> None:
         if token != self._token:
@@ -814,9 +825,9 @@ class SimGroupMember:
             if error is not None:
                 return  # the coordinator is looked up again by the next one
             if code == ErrorCode.none:
-                self._last_heartbeat_ok = self._now()
+                self._session_alive(token)
             elif code == ErrorCode.rebalance_in_progress:
-                self._last_heartbeat_ok = self._now()
+                self._session_alive(token)
                 self._revoke()
             elif code in LOST:
                 self._lose()
