@@ -83,6 +83,8 @@ SPARK_CHECKS = ("tests/analysis/test_analysis_checks.py",)
 CONSUMPTION = "analysis/undertow_analysis/consumption.py"
 CONSUMER_MEMBER = "operator/undertow/sim/consumer_member.py"
 CONSUMER_MEMBER_TESTS = ("tests/sim/test_consumer_member.py", "-k", "not new_leader")
+GROUP_MEMBER = "operator/undertow/sim/group_member.py"
+GROUP_MEMBER_TESTS = ("tests/sim/test_group_member.py", "-k", "cut_off or rejoining")
 
 MUTATIONS = (
     # The election order (Kafka's PartitionChangeBuilder).
@@ -265,6 +267,17 @@ MUTATIONS = (
     Mutation("reconciliation-is-eager", CONSUMER_MEMBER,
              "        revoked = [p for p in self._assignment if p not in target]\n",
              "        revoked = list(self._assignment)\n", CONSUMER_MEMBER_TESTS),
+    # The simulated classic member's timing (librdkafka's rdkafka_cgrp.c).
+    Mutation("a-join-skips-the-metadata-wait", "operator/undertow/sim/clients.py",
+             "        if (self._answered_ms is not None",
+             "        if (True or self._answered_ms is not None", GROUP_MEMBER_TESTS),
+    Mutation("the-session-is-checked-at-the-next-heartbeat", GROUP_MEMBER,
+             "        self._later(self._session_ms, check)\n",
+             "        self._later(self._session_ms + self._heartbeat_ms, check)\n",
+             GROUP_MEMBER_TESTS),
+    Mutation("a-new-consumer-finds-its-coordinator-at-once", GROUP_MEMBER,
+             "        connect_at = self._started_ms + SPARSE_CONNECT_INTERVAL_MS\n",
+             "        connect_at = self._started_ms\n", GROUP_MEMBER_TESTS),
     # The report's consumption measure.
     Mutation("a-record-read-again-is-progress", CONSUMPTION,
              '.filter(F.col("_n") == 1)', '.filter(F.col("_n") >= 1)',
