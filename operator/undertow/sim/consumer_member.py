@@ -240,13 +240,16 @@ class SimConsumerMember(SimGroupMember):
                 self._fatal(answer.error)
             else:
                 self._retry_first()
-            waiting, self._after_heartbeat = self._after_heartbeat, []
-            for action in waiting:
-                action()
+            self._resend_deferred()
             self._serve()  # librdkafka serves the group on every answer
 
         self._coordinator_call(address, "consumer_group_heartbeat", body,
                                self._interval_ms or SESSION_TIMEOUT_MS, answered)
+
+    def _resend_deferred(self) -> None:
+        waiting, self._after_heartbeat = self._after_heartbeat, []
+        for action in waiting:
+            action()
 
     def _retry_first(self) -> None:
         """Before its first answer a heartbeat is sent again after retry.backoff.ms; later
@@ -266,6 +269,7 @@ class SimConsumerMember(SimGroupMember):
             self._due = self._now() + self._interval_ms
         if acknowledging and self._target is not None:
             self._current, self._target, self._acknowledge = self._target, None, False
+        self._resend_deferred()  # at the new epoch, before what this answer reconciles
         if answer.assignment is not None:
             if answer.assignment:
                 self._topic_id = next(iter(answer.assignment))
@@ -374,8 +378,11 @@ class SimConsumerMember(SimGroupMember):
         return super()._commit_defers(errors, deferred, auto)
 
     def _commit_resend(self, send: Callable[[Address], None]) -> None:
-        """Sent again once the next heartbeat is answered (with the epoch it brings), or,
-        with no heartbeat going (the member leaves), once a coordinator is known."""
+        """Sent again once the next heartbeat is answered (with the epoch it brings), before
+        the partitions that answer revokes are committed: librdkafka re-serves its deferred
+        commits on its main thread as the answer comes (``rkcg_wait_coord_q``), while a
+        revocation's commit waits for the application's poll (its rebalance callback).
+        With no heartbeat going (the member leaves), once a coordinator is known."""
         if self._phase == "up":
             self._after_heartbeat.append(lambda: self._with_coordinator(send))
         else:
