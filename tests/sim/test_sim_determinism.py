@@ -60,3 +60,17 @@ def test_a_library_experiment_replays_exactly(tmp_path: Path,
     second = _simulate(EXPERIMENTS / "unclean-election.yaml", tmp_path / "b", 1, other)
     assert first == second
     assert b"unclean" in first["events.jsonl"]
+
+
+def test_a_consumer_group_replays_exactly(tmp_path: Path,
+                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The group members' draws (each first consumer's poll phase, from its client host's
+    seeded source) replay too: group-coordinator-kill, whose rebalances race a coordinator
+    kill, gives the library's bytes in a process of its own string hashing."""
+    shared = library_history(shared_root(tmp_path_factory), "group-coordinator-kill")
+    first = {p.name: p.read_bytes() for p in sorted(shared.iterdir())}
+    own = os.environ.get("PYTHONHASHSEED", "")
+    other = str(int(own) + 1) if own.isdigit() else "4"
+    second = _simulate(EXPERIMENTS / "group-coordinator-kill.yaml", tmp_path / "b", 1, other)
+    assert first == second
+    assert first["groups.jsonl"].count(b'"assign"') >= 9
