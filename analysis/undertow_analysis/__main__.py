@@ -19,6 +19,7 @@ if not __package__:
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from undertow_analysis.precheck import check_history
 
@@ -76,16 +77,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     # PySpark only now: a history refused above is refused in well under a second.
     from undertow_analysis import prestart
     from undertow_analysis.job import run_analysis
+    from undertow_analysis.session import SPARK_LOG, SparkDidNotStart
 
     if args.lifeline:
         prestart.watch_lifeline()
     under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     master = args.master or (None if under_spark_submit else "local[*]")
+    # The JVM's console goes to OUT/spark.log, not between the lines of this command's own
+    # output; a run's analysis (--wait) writes everything to the run's analysis.log already.
+    jvm_log = None if args.wait is not None or "://" in args.out \
+        else Path(args.out) / SPARK_LOG
     try:
         run_analysis(args.history, args.out, master, _conf(args.conf),
                      allow_incomplete=args.allow_incomplete, wait=args.wait,
-                     planned_sends=args.planned_sends, warm_file=args.warm_file)
-    except (FileNotFoundError, ValueError, prestart.HistoryNotClosed) as e:
+                     planned_sends=args.planned_sends, warm_file=args.warm_file,
+                     jvm_log=jvm_log)
+    except (FileNotFoundError, ValueError, prestart.HistoryNotClosed,
+            SparkDidNotStart) as e:
         print(f"undertow analyze: {e}", file=sys.stderr)
         return 2
     return 0

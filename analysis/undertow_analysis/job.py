@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -79,6 +80,7 @@ def run_analysis(
     wait: float | None = None,
     planned_sends: int | None = None,
     warm_file: str | None = None,
+    jvm_log: Path | None = None,
 ) -> dict[str, Any]:
     """Check the history at `history_uri`, write the report to `out_uri`, print the one-screen
     summary on stdout, and return report.json's content. An incomplete history raises
@@ -90,9 +92,10 @@ def run_analysis(
     after the call, for the run to close it. Once the summary is printed, the process
     ends at once (`prestart.finish`: the call does not return), while the runner prints the
     verdict; its session is left to stop with it (the JVM stops when its gateway's pipe from
-    this process closes)."""
+    this process closes). `jvm_log`: where a JVM started here writes its console
+    (`session.jvm_console`; None: this process's terminal)."""
     deadline = None if wait is None else time.monotonic() + wait
-    spark, created = spark_session(master, conf, planned_sends=planned_sends)
+    spark, created = spark_session(master, conf, planned_sends=planned_sends, jvm_log=jvm_log)
     try:
         if deadline is not None:  # the tiny history of the warm-up is a local directory
             prestart.prepare(spark, history_uri, deadline, analyze=analyze, warm_file=warm_file,

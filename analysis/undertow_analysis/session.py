@@ -3,8 +3,11 @@ and the settings that follow")."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
@@ -71,12 +74,25 @@ def session_conf(master: str | None, conf: Mapping[str, str] | None = None, *,
     return {**defaults, **(conf or {})}
 
 
+SPARK_LOG = "spark.log"
+"""The file of an output directory (`undertow analyze`'s, `undertow explore`'s) that the
+console of the JVM its command started goes to."""
+JVM_LOG_TAIL_LINES = 20
+"""How much of the JVM's console a failed start quotes."""
+
+
+class SparkDidNotStart(RuntimeError):
+    """The JVM of a new session failed to start; the message quotes the end of its console."""
+
+
 def spark_session(master: str | None, conf: Mapping[str, str] | None = None, *,
-                  planned_sends: int | None = None) -> tuple[SparkSession, bool]:
+                  planned_sends: int | None = None, jvm_log: Path | None = None
+                  ) -> tuple[SparkSession, bool]:
     """The active session if there is one (tests, notebooks, `undertow run`), else a new one.
 
     Returns (session, created): the caller stops only a session it created. `master` None
-    keeps the one spark-submit configured.
+    keeps the one spark-submit configured. `jvm_log`: where the JVM of a new session writes
+    its console (`jvm_console`).
     """
     # getActiveSession is per JVM thread: a session made by another thread (a test's
     # fixture, `undertow run`'s pre-started analysis) is not active in this one, though
@@ -92,9 +108,54 @@ def spark_session(master: str | None, conf: Mapping[str, str] | None = None, *,
         builder = builder.master(master)
     for key, value in session_conf(master, conf, planned_sends=planned_sends).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = started(builder, jvm_log)
     remember_jvm_lookups(spark)
     return spark, True
+
+
+def started(builder: SparkSession.Builder, jvm_log: Path | None) -> SparkSession:
+    """``builder.getOrCreate()``, the JVM it may start writing its console to `jvm_log`
+    (None: to this process's terminal). A JVM that fails to start is a `SparkDidNotStart`
+    quoting the end of that console (where spark-submit says why: no Java, a bad option)."""
+    try:
+        with jvm_console(jvm_log):
+            return builder.getOrCreate()
+    except Exception as exc:
+        if jvm_log is None or SparkContext._active_spark_context is not None:
+            raise
+        lines = jvm_log.read_text(errors="replace").splitlines() if jvm_log.exists() else []
+        tail = "\n".join(f"  {line}" for line in lines[-JVM_LOG_TAIL_LINES:])
+        raise SparkDidNotStart(f"Spark did not start: {exc}\nthe end of its console "
+                               f"({jvm_log}):\n{tail or '  (empty)'}") from exc
+
+
+@contextmanager
+def jvm_console(log: Path | None) -> Iterator[None]:
+    """Point this process's standard output and error at `log` (appended) while the block
+    runs, then back. PySpark starts the session's JVM as a child that inherits both, and the
+    JVM prints to them for its whole life: the module system's incubator warning, log4j's
+    start-up lines, the hostname and native-library warnings, a truncated plan's warning.
+    None of it is the tool's output, and on a terminal it buried the lines that are; started
+    inside this block, the JVM writes it all to `log` instead. None: nothing changes."""
+    if log is None:
+        yield
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(1), os.dup(2)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (target, *saved):
+            os.close(fd)
 
 
 def fresh_lambda_names(spark: SparkSession) -> None:

@@ -134,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _analysis(history: Path, out: Path) -> dict:
     from undertow_analysis.job import run_analysis
+    from undertow_analysis.session import SPARK_LOG
 
-    return run_analysis(str(history.resolve()), str(out.resolve()))
+    return run_analysis(str(history.resolve()), str(out.resolve()), jvm_log=out / SPARK_LOG)
 
 
 @contextmanager
@@ -305,13 +306,14 @@ def _explore_summary(summary: dict, out: Path) -> None:
 def _explore_matrix(args: argparse.Namespace, loaded: LoadedExperiment, out: Path) -> int:
     from undertow.explore.matrix import markdown_table, render_matrix, run_matrix
     from undertow.explore.spark import explore_session
+    from undertow_analysis.session import SPARK_LOG
 
     if args.per_cell < 1:
         print("undertow: --per-cell must be at least 1", file=sys.stderr)
         return EXIT_ERROR
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    cells = run_matrix(explore_session(args.master), loaded, args.per_cell,
+    cells = run_matrix(explore_session(args.master, out / SPARK_LOG), loaded, args.per_cell,
                        first_seed=args.seed)
     seconds = time.monotonic() - started
     title = f"undertow explore --matrix: {loaded.experiment.metadata.name}"

@@ -60,3 +60,21 @@ def test_other_file_systems_are_left_to_the_job() -> None:
     check_history("s3a://bucket/run/history")
     with pytest.raises(FileNotFoundError, match="is not a directory"):
         check_history("/nonexistent/history")
+
+
+def test_a_spark_that_cannot_start_is_said_with_the_end_of_its_console(tmp_path: Path) -> None:
+    # A history that passes the check: Spark is started, and its JVM finds no Java.
+    history = tmp_path / "history"
+    history.mkdir()
+    for name in ("meta.json", "sends.jsonl", "reads.jsonl"):
+        (history / name).write_text("{}" if name == "meta.json" else "")
+    done = subprocess.run([sys.executable, "-m", "undertow", "analyze", str(history), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "JAVA_HOME": "/nonexistent-java"})
+    code, err = done.returncode, done.stderr
+    assert code == 2, err
+    assert err.startswith("undertow analyze: Spark did not start: "), err
+    # spark-class's own words, from the console the JVM's launch wrote to OUT/spark.log.
+    assert f"the end of its console ({tmp_path / 'out' / 'spark.log'}):" in err, err
+    assert "/nonexistent-java/bin/java: No such file or directory" in err, err
+    assert "Traceback" not in err, err

@@ -92,6 +92,9 @@ def test_ctrl_c_while_shrinking_keeps_the_best_schedule_so_far(tmp_path: Path) -
     assert "undertow: explore stopped (Ctrl-C) while shrinking" in rest
     assert f"NOT fully shrunk) in {kept}" in rest, rest
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    # The JVM's console (log4j's start-up lines, its warnings) went to the log, not here.
+    assert "log4j" not in output and " WARN " not in output, output
+    assert "log4j" in (out / "spark.log").read_text()
     comment = " ".join(line.lstrip("# ") for line in kept.read_text().splitlines()
                        if line.startswith("#"))
     assert "NOT FULLY SHRUNK: explore was stopped (Ctrl-C)" in comment

@@ -41,6 +41,7 @@ from undertow.explore.write import write_experiment
 from undertow.sim.timing import NOMINAL, Timing
 from undertow.sim.world import run_simulated
 from undertow.spec import LoadedExperiment
+from undertow_analysis.session import SPARK_LOG
 from undertow_history.checker import check_history
 
 log = logging.getLogger("undertow.explore")
@@ -138,8 +139,8 @@ def explore(loaded: LoadedExperiment, out: Path, *, runs: int, master: str | Non
             first_seed: int = 1, confirm: int = 0, budget: int = SHRINK_BUDGET,
             on_progress: Callable[[str], None] = lambda _line: None) -> Exploration:
     space = FaultSpace.of(loaded)
-    spark = explore_session(master)
     out.mkdir(parents=True, exist_ok=True)
+    spark = explore_session(master, out / SPARK_LOG)
     seeds = list(range(first_seed, first_seed + runs))
 
     def run(seed: int) -> Outcome:

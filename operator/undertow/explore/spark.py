@@ -17,12 +17,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
 from undertow.explore.runs import Outcome
 from undertow_analysis import class_archive
+from undertow_analysis.session import started
 
 OUTCOME_COLUMNS = ("seed", "faults", "schedule", "verdict", "lost", "counts", "mechanisms",
                    "mechanism", "seconds", "error", "faults_skipped")
@@ -42,8 +44,9 @@ a ``kill -STOP`` of the exploration for two minutes would otherwise fail every t
 resume. On a real cluster the default stays, so a dead executor is still noticed."""
 
 
-def explore_session(master: str | None) -> SparkSession:
-    """The explorer's session (the active one if any: tests, notebooks)."""
+def explore_session(master: str | None, jvm_log: Path | None = None) -> SparkSession:
+    """The explorer's session (the active one if any: tests, notebooks); the JVM of a new one
+    writes its console to `jvm_log` (`undertow_analysis.session.jvm_console`)."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -53,7 +56,7 @@ def explore_session(master: str | None) -> SparkSession:
     builder = SparkSession.builder.appName("undertow-explore").master(master or "local[*]")
     for key, value in session_config(master).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    return started(builder, jvm_log)
 
 
 def session_config(master: str | None) -> dict[str, str]:
