@@ -135,16 +135,19 @@ def test_a_transactional_run_writes_each_transaction_with_its_outcome(tmp_path: 
 def test_a_pipeline_run_kills_members_mid_transaction_and_records_what_they_did(
         tmp_path: Path) -> None:
     """A consume-transform-produce pipeline of two member processes, one SIGKILLed every
-    2.5 s: the transaction each kill left open is `fail` with MEMBER_DIED (the replacement's
+    4 s: the transaction each kill left open is `fail` with MEMBER_DIED (the replacement's
     InitProducerId aborted it), its outputs never drained; every kill is in faults.jsonl with
     its replacement's recovery; the output topic is drained, one committed output per input
     record below the committed offsets, and the group's commits are the transactions'."""
     experiment = tmp_path / "pipe.yaml"
-    experiment.write_text(small_experiment("pipe", "8s", "    []", workload={
+    # Kills at 4 s (c0) and 8 s (c1) from the pipeline's start, whatever each replacement
+    # takes to join (Pipeline keeps to its times): c0's replacement has 8 s to get partitions
+    # and commit a transaction, even on a busy machine.
+    experiment.write_text(small_experiment("pipe", "12s", "    []", workload={
         "consumers": 2, "retries": 3,
         "consumer": "{mode: subscribe, commitInterval: 300ms, sessionTimeout: 2s}",
         "transactions": "{recordsPerTransaction: 5, abortRatio: 0.2}",
-        "pipeline": "{killEvery: 2500ms}"}))
+        "pipeline": "{killEvery: 4s}"}))
     out = tmp_path / "out"
     proc = undertow("run", str(experiment), "--out", str(out), "--no-analysis", "--seed", "3")
     output, _ = proc.communicate(timeout=bound_s(experiment))

@@ -155,6 +155,7 @@ class MemberSlot:
         self._stopping = False
         self._process: subprocess.Popen[bytes] | None = None
         self._relay: threading.Thread | None = None
+        self._recoveries: list[threading.Thread] = []
         self.recorder: MemberRecorder | None = None
 
     def start(self) -> None:
@@ -192,9 +193,10 @@ class MemberSlot:
 
     def kill(self, stopped: threading.Event) -> None:
         """SIGKILL the process mid-transaction (waiting up to KILL_WAIT_S for one) and start
-        its replacement; faults.jsonl gets the kill, the replacement's start (`heal`) and its
-        readiness (`recover`: its InitProducerId fenced the dead process). Gives way as soon
-        as `stopped` is set."""
+        its replacement; faults.jsonl gets the kill and the replacement's start (`heal`) at
+        once, and its readiness (`recover`: its InitProducerId fenced the dead process) from a
+        thread of its own, so that the next kill keeps to its time. Gives way as soon as
+        `stopped` is set."""
         recorder, process = self.recorder, self._process
         if recorder is None or process is None:
             return
@@ -218,13 +220,27 @@ class MemberSlot:
             self._history.fault(fault="kill", target=self.slot, role="pipeline member",
                                 action="heal")
             self.start()
-            replacement, process = self.recorder, self._process
-        assert replacement is not None and process is not None
-        while not replacement.ready.wait(0.1):
-            if stopped.is_set() or process.poll() is not None:
-                return  # stopped, or it died before it was ready: no recovery to record
+            replacement, relay = self.recorder, self._relay
+        assert replacement is not None and relay is not None
+        watcher = threading.Thread(target=self._record_recovery, args=(replacement, relay),
+                                   name=f"recovery-{replacement.name}", daemon=True)
+        self._recoveries.append(watcher)
+        watcher.start()
+
+    def _record_recovery(self, replacement: MemberRecorder, relay: threading.Thread) -> None:
+        """A replacement asked to stop still initialises first (`pipeline_member`), so its
+        readiness is waited for until its last line is relayed."""
+        while not replacement.ready.wait(0.1) and relay.is_alive():
+            pass
+        if not replacement.ready.is_set():
+            return  # it died before it was ready: no recovery to record
         self._history.fault(fault="kill", target=self.slot, role="pipeline member",
                             action="recover")
+
+    def join_recoveries(self) -> None:
+        """Once the processes stopped: every watcher of a replacement's readiness has ended."""
+        for watcher in self._recoveries:
+            watcher.join()
 
     def request_stop(self) -> None:
         """Close the process's stdin: it ends its transaction and leaves the group."""
@@ -294,10 +310,14 @@ class Pipeline:
             self._killer.start()
 
     def _kill_in_turn(self) -> None:
+        """A kill at every multiple of `kill_every_s` from the start, a slot in turn (as
+        `SimPipeline` does), whatever the last replacement takes to get ready."""
         every = self._settings.kill_every_s
         assert every is not None
+        started = time.monotonic()
         turn = 0
-        while not self._stopped.wait(every) and not self._abort.is_set():
+        while not self._stopped.wait(max(0.0, started + (turn + 1) * every - time.monotonic())) \
+                and not self._abort.is_set():
             self.slots[turn % len(self.slots)].kill(self._stopped)
             turn += 1
 
@@ -313,6 +333,7 @@ class Pipeline:
         deadline = time.monotonic() + self._stop_timeout_s
         for slot in self.slots:
             slot.wait_stopped(deadline)
+            slot.join_recoveries()
 
 
 def member_config(slot: str, name: str, *, bootstrap: str, input_topic: str,
