@@ -208,9 +208,9 @@ class ReplicaFetcher:
         await self._before_append()
         out_of_range: list[TopicPartition] = []
         backoff = False
-        for topic in response.responses:
-            for data in topic.partitions:
-                tp = TopicPartition(names.get(topic.topic_id, ""), data.partition_index)
+        for answered in response.responses:
+            for data in answered.partitions:
+                tp = TopicPartition(names.get(answered.topic_id, ""), data.partition_index)
                 if self._rm.follower_states.get(tp) is not states.get(tp):
                     continue  # leadership moved while the fetch was in flight
                 if data.error_code == ErrorCode.none:

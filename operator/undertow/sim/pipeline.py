@@ -30,7 +30,7 @@ from undertow.runner.group_member import GroupSettings
 from undertow.runner.history import HistoryWriter
 from undertow.runner.pipeline import KILL_WAIT_S, MemberRecorder, PipelineSettings
 from undertow.runner.pipeline_member import POLL_S, output_value
-from undertow.runner.transactional_producer import TxnSettings
+from undertow.runner.transactional_producer import INIT_ATTEMPT_S, TxnSettings
 from undertow.sim.clients import RETRY_BACKOFF_MS, Endpoint, NetworkError
 from undertow.sim.group_member import SimGroupMember
 from undertow.sim.transactional_producer import (
@@ -264,6 +264,9 @@ class SimPipelineProcess:
         self.producer: SimPipelineProducer | None = None
         self.member: SimGroupMember | None = None
         self.exited = False
+        self.on_ready: Callable[[], None] = lambda: None
+        """Once its InitProducerId fenced the previous process (the pipeline's `recover`)."""
+        self._stop_asked = False
 
     def _make(self, transactional_id: str, first: int, cfg_topic: str,
               partitions: int, settings: PipelineSettings, group: GroupSettings,
@@ -289,8 +292,13 @@ class SimPipelineProcess:
             self.recorder.message({"k": kind, **fields})
 
     def _ready(self) -> None:
-        if not self.recorder.ready.is_set() and self.member is not None:
-            self._emit("ready", t=self._side.now())
+        if self.recorder.ready.is_set() or self.member is None or self.exited:
+            return
+        self._emit("ready", t=self._side.now())
+        self.on_ready()
+        if self._stop_asked:
+            self.member.stop()  # asked to stop while initialising: it never joins the group
+        else:
             self.member.start()
 
     def start(self) -> None:
@@ -317,11 +325,24 @@ class SimPipelineProcess:
         return self.exited or (self.member is not None and self.member.closed)
 
     def stop(self) -> None:
-        """Its transaction ends (committed), it leaves the group (`closed` then)."""
+        """Its transaction ends (committed), it leaves the group (`closed` then). One still
+        initialising finishes its InitProducerId first and then ends without joining, as
+        `pipeline_member` does; it exits if that takes over INIT_ATTEMPT_S (the real one's
+        `init_transactions` attempt, which is not retried once it was asked to stop)."""
         if self.member is None:
             self.exited = True  # never started: nothing to end
-        elif not self.exited:
+        elif self.exited or self._stop_asked:
+            return
+        elif self.recorder.ready.is_set():
+            self._stop_asked = True
             self.member.stop()
+        else:
+            self._stop_asked = True
+            self._side.later(self.name, INIT_ATTEMPT_S, self._give_up_initialising)
+
+    def _give_up_initialising(self) -> None:
+        if not self.recorder.ready.is_set():
+            self.kill()  # init_transactions failed: the real process exits (EXIT_FATAL)
 
 
 class SimPipeline:
@@ -389,17 +410,11 @@ class SimPipeline:
         self._history.fault(fault="kill", target=slot, role="pipeline member", action="heal",
                             t=self._side.now())
         replacement = self._start(slot)
-        self._recovered(slot, replacement)
-
-    def _recovered(self, slot: str, process: SimPipelineProcess) -> None:
-        """The `recover` line once the replacement's InitProducerId fenced the dead one."""
-        if self._stopped or process.exited:
-            return
-        if process.recorder.ready.is_set():
-            self._history.fault(fault="kill", target=slot, role="pipeline member",
-                                action="recover", t=self._side.now())
-            return
-        self._side.later("c0", KILL_POLL_MS / 1000, lambda: self._recovered(slot, process))
+        # The `recover` line once the replacement's InitProducerId fenced the dead process,
+        # even if the pipeline was asked to stop meanwhile (it still initialises first).
+        replacement.on_ready = lambda: self._history.fault(
+            fault="kill", target=slot, role="pipeline member", action="recover",
+            t=self._side.now())
 
     def stop(self) -> None:
         """Every member ends its transaction and leaves (idempotent)."""

@@ -284,8 +284,8 @@ class VirtualServer:
         self._closed = asyncio.Event()
 
     @property
-    def sockets(self) -> list[VirtualSocket]:
-        return [VirtualSocket(self.address)]
+    def sockets(self) -> tuple[VirtualSocket, ...]:
+        return (VirtualSocket(self.address),)
 
     def close(self) -> None:
         """Stop accepting; connections already made stay, as with a real listener."""
